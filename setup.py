@@ -1,0 +1,39 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="span_plugin",
+    version="0.1.0",
+    description="Span Fine-tuning (Bao, Zhang, Zhao) as a fairseq --user-dir plugin",
+    packages=find_packages(include=["span_plugin", "span_plugin.*"]),
+    package_data={"span_plugin": ["resources/*"]},
+    python_requires=">=3.9",
+    install_requires=[
+        # fairseq 0.12.2 does not import on Python 3.11; this fork ships a cp311
+        # wheel. Its metadata asks for torchaudio (unused here, and no release
+        # exists for torch 2.13): the README installs it with --no-deps.
+        "ve-fairseq==0.12.3",
+        "torch>=2.0",
+        "numpy<2.0",
+        "hydra-core>=1.3.2,<1.4",
+        "omegaconf>=2.3,<2.4",
+        "bitarray",
+        "sacrebleu>=1.4.12",
+        "regex",
+        "cffi",
+        "cython",
+        "tqdm",
+        "scikit-learn",
+        "scipy",
+        "packaging",
+        "sentencepiece",
+        "fastBPE",
+        "tensorboard",
+        "matplotlib",
+    ],
+    extras_require={"test": ["pytest"]},
+    entry_points={
+        "console_scripts": [
+            "span-preprocess = span_plugin.preprocess.cli:main",
+        ],
+    },
+)

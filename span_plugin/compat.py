@@ -1,0 +1,92 @@
+"""Fixes that let fairseq 0.12 run on the current stack (torch >= 2.6, hydra 1.3).
+
+Applied once, when the plugin is imported: that happens in every process fairseq
+starts, because each worker imports ``--user-dir`` / ``common.user_dir`` itself.
+"""
+
+import argparse
+import functools
+import logging
+import os
+import pickle
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+# What fairseq checkpoints hold besides tensors and builtin containers:
+# the legacy ``args`` namespace, and numpy scalars that metrics may leave in
+# ``extra_state``. All are plain data; nothing here can run code when unpickled.
+CHECKPOINT_SAFE_GLOBALS = [
+    argparse.Namespace,
+    np.dtype,
+    np.core.multiarray.scalar,
+    *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
+]
+
+
+def allow_fairseq_checkpoints():
+    """Let ``torch.load(weights_only=True)`` read fairseq checkpoints.
+
+    torch >= 2.6 refuses any global it does not know; fairseq's checkpoints hold
+    an ``argparse.Namespace``. Only the classes above are added to the allow-list:
+    a checkpoint holding anything else is still refused.
+    """
+    torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
+
+    from fairseq import checkpoint_utils
+
+    load = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(load, "_span_plugin_wrapped", False):
+        return
+
+    @functools.wraps(load)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            return load(path, *args, **kwargs)
+        except pickle.UnpicklingError as err:
+            raise RuntimeError(
+                f"refusing to load checkpoint {path}: it holds an object outside the "
+                f"allow-list of safe fairseq checkpoint types. If you trust this file, "
+                f"allow the class with torch.serialization.add_safe_globals([...]) "
+                f"before loading. torch said: {str(err).splitlines()[-1] if str(err) else err}"
+            ) from err
+
+    load_checkpoint_to_cpu._span_plugin_wrapped = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+def _hydra_original_cwd():
+    """The directory ``fairseq-hydra-train`` was started in, or None outside hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            return HydraConfig.get().runtime.cwd
+    except ImportError:  # pragma: no cover - hydra is a fairseq dependency
+        return None
+    # Workers started by fairseq's own spawn inherit hydra's run directory but not
+    # its singleton; hydra leaves the original directory in .hydra/hydra.yaml there.
+    saved = os.path.join(".hydra", "hydra.yaml")
+    if os.path.isfile(saved):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.select(OmegaConf.load(saved), "hydra.runtime.cwd")
+    return None
+
+
+def restore_hydra_cwd():
+    """Undo hydra's change of directory so relative paths mean what they mean in
+    ``fairseq-train``: data, ``--restore-file``, ``save_dir`` and tensorboard paths
+    are all taken from the directory the command was started in. Hydra's own
+    ``.hydra`` logs stay in its run directory."""
+    original = _hydra_original_cwd()
+    if original and os.path.abspath(original) != os.path.abspath(os.getcwd()):
+        logger.info("fairseq-hydra-train changed directory; returning to %s", original)
+        os.chdir(original)
+
+
+def apply():
+    allow_fairseq_checkpoints()
+    restore_hydra_cwd()
