@@ -1,0 +1,29 @@
+"""Pure-torch span encoders (no fairseq import: they are tested on their own)."""
+
+from .segment_conv import SegmentConv1d
+from .segment_pooling import segment_attentive_pool, segment_max
+from .span_encoder import (
+    SPAN_ENCODERS,
+    AttentivePooler,
+    ConvMaxPooler,
+    MaxPooler,
+    NoSegmentationCnnEncoder,
+    SpanEncoder,
+    build_span_encoder,
+)
+from .span_layout import clip_spans, token_span_ids
+
+__all__ = [
+    "SPAN_ENCODERS",
+    "build_span_encoder",
+    "clip_spans",
+    "token_span_ids",
+    "SpanEncoder",
+    "NoSegmentationCnnEncoder",
+    "ConvMaxPooler",
+    "MaxPooler",
+    "AttentivePooler",
+    "SegmentConv1d",
+    "segment_max",
+    "segment_attentive_pool",
+]

@@ -1,0 +1,68 @@
+"""Pool a packed sequence into one vector per segment, with masks.
+
+Both poolers take values ``[B, N, H]`` and segment ids ``[B, N]`` (``< 0``: the
+position belongs to no segment and is never read) and return ``[B, S, H]``. A
+segment that receives no position comes out as zeros. Reductions go through
+``scatter_reduce`` / ``scatter_add`` into a spare slot S for unsegmented positions,
+which is dropped, so padding can never win a max nor take attention weight.
+"""
+
+import torch
+
+
+def _scatter_index(segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """Segment ids with "no segment" sent to the spare slot ``num_segments``."""
+    return torch.where(segment_ids >= 0, segment_ids, num_segments)
+
+
+def segment_max(values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """Elementwise max over each segment's positions.
+
+    Args:
+        values: ``[B, N, H]``.
+        segment_ids: LongTensor ``[B, N]``.
+        num_segments: S.
+
+    Returns:
+        ``[B, S, H]``; zeros for a segment with no position. Only members of a
+        segment enter its max (``include_self=False``), so no fill value is needed
+        and the result is exact in fp16/bf16. Gradient: to the arg-max; tied
+        maxima share it evenly (as ``Tensor.amax``).
+    """
+    batch, _, dim = values.shape
+    index = _scatter_index(segment_ids, num_segments).unsqueeze(-1).expand_as(values)
+    pooled = values.new_zeros(batch, num_segments + 1, dim)
+    pooled = pooled.scatter_reduce(1, index, values, reduce="amax", include_self=False)
+    return pooled[:, :num_segments]
+
+
+def segment_attentive_pool(
+    values: torch.Tensor, scores: torch.Tensor, segment_ids: torch.Tensor, num_segments: int
+) -> torch.Tensor:
+    """Softmax-weighted sum of each segment's positions.
+
+    Args:
+        values: ``[B, N, H]``.
+        scores: ``[B, N]`` attention logits.
+        segment_ids: LongTensor ``[B, N]``.
+        num_segments: S.
+
+    Returns:
+        ``[B, S, H]`` in the dtype of ``values``; zeros for an empty segment.
+        The softmax runs in float32 (logits are only ``[B, N]``) so fp16 logits
+        cannot overflow in ``exp``; the weighted sum stays in the values' dtype.
+    """
+    batch, _, dim = values.shape
+    index = _scatter_index(segment_ids, num_segments)
+    logits = scores.float()
+    # Shift by the segment max for a stable exp; a constant per segment does not
+    # change the softmax, so it carries no gradient.
+    seg_max = logits.new_zeros(batch, num_segments + 1)
+    seg_max = seg_max.scatter_reduce(1, index, logits.detach(), reduce="amax", include_self=False)
+    weights = torch.exp(logits - seg_max.gather(1, index))
+    seg_total = weights.new_zeros(batch, num_segments + 1).scatter_add(1, index, weights)
+    weights = weights / seg_total.gather(1, index)  # each position's segment has total >= its weight > 0
+    weighted = weights.to(values.dtype).unsqueeze(-1) * values
+    pooled = values.new_zeros(batch, num_segments + 1, dim)
+    pooled = pooled.scatter_add(1, index.unsqueeze(-1).expand_as(values), weighted)
+    return pooled[:, :num_segments]

@@ -1,0 +1,117 @@
+"""Span encoders: token features + spans -> one sentence vector per example.
+
+Every encoder maps ``features [B, T, H]`` and ``spans [B, S, 2]`` (see
+``span_layout``) to ``[B, H]``, in two steps: pool the tokens of each span into a
+span vector (``within_span``), then pool the span vectors into the sentence vector
+(``across_spans``). Tokens covered by no span never enter; an example with no
+non-empty span gets a zero vector. See docs/SPAN_ENCODER.md.
+"""
+
+import torch
+import torch.nn as nn
+
+from .segment_conv import SegmentConv1d
+from .segment_pooling import segment_attentive_pool, segment_max
+from .span_layout import NO_SEGMENT, covered_run_ids, token_span_ids, valid_span_ids
+
+
+class ConvMaxPooler(nn.Module):
+    """Conv (kernel k, H -> H) within each segment, ReLU, max over the segment."""
+
+    def __init__(self, dim: int, kernel_size: int = 3):
+        super().__init__()
+        self.conv = SegmentConv1d(dim, kernel_size)
+
+    def forward(self, values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+        """``[B, N, H]``, ``[B, N]`` -> ``[B, num_segments, H]``."""
+        return segment_max(torch.relu(self.conv(values, segment_ids)), segment_ids, num_segments)
+
+
+class MaxPooler(nn.Module):
+    """Plain max over each segment (no parameters)."""
+
+    def forward(self, values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+        """``[B, N, H]``, ``[B, N]`` -> ``[B, num_segments, H]``."""
+        return segment_max(values, segment_ids, num_segments)
+
+
+class AttentivePooler(nn.Module):
+    """Self-attentive pooling: logits ``Linear(H, 1)``, softmax within each segment,
+    weighted sum of the segment's values."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.score = nn.Linear(dim, 1)
+
+    def forward(self, values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+        """``[B, N, H]``, ``[B, N]`` -> ``[B, num_segments, H]``."""
+        return segment_attentive_pool(values, self.score(values).squeeze(-1), segment_ids, num_segments)
+
+
+class SpanEncoder(nn.Module):
+    """Two-level span encoder: ``within_span`` pools tokens into span vectors
+    ``[B, S, H]``; ``across_spans`` pools an example's non-empty spans, in order,
+    into ``[B, H]``."""
+
+    def __init__(self, within_span: nn.Module, across_spans: nn.Module):
+        super().__init__()
+        self.within_span = within_span
+        self.across_spans = across_spans
+
+    def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+        """
+        Args:
+            features: ``[B, T, H]`` token features (any float dtype).
+            spans: LongTensor ``[B, S, 2]``, (start, end) into the T axis.
+
+        Returns:
+            ``[B, H]``, dtype of ``features``; zeros for an example with no span.
+        """
+        span_ids, num_spans = token_span_ids(spans, features.size(1))
+        # Spans are compacted (empty rows dropped, order kept), so the first
+        # num_spans rows of span_vectors are the example's spans.
+        num_slots = spans.size(1)
+        span_vectors = self.within_span(features, span_ids, num_slots)
+        sentence = self.across_spans(span_vectors, valid_span_ids(num_spans, num_slots), 1)
+        return sentence.squeeze(1)
+
+
+class NoSegmentationCnnEncoder(nn.Module):
+    """The paper's "CNN without segmentation" control: the two convolutions of
+    cnn-cnn (same parameter count), both run over all covered tokens as one
+    sequence, cut only at uncovered tokens (specials, padding), then a max over
+    covered tokens. Spans only decide which tokens are covered."""
+
+    def __init__(self, dim: int, kernel_size: int = 3):
+        super().__init__()
+        self.first_conv = SegmentConv1d(dim, kernel_size)
+        self.second_conv = SegmentConv1d(dim, kernel_size)
+
+    def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+        """``features [B, T, H]``, ``spans [B, S, 2]`` -> ``[B, H]`` (zeros if nothing covered)."""
+        span_ids, _ = token_span_ids(spans, features.size(1))
+        run_ids = covered_run_ids(span_ids)
+        hidden = torch.relu(self.first_conv(features, run_ids))
+        hidden = torch.relu(self.second_conv(hidden, run_ids))
+        covered = torch.where(run_ids >= 0, 0, NO_SEGMENT)
+        return segment_max(hidden, covered, 1).squeeze(1)
+
+
+SPAN_ENCODERS = ("cnn-cnn", "cnn-max", "attn-max", "attn-attn", "cnn")
+
+
+def build_span_encoder(kind: str, dim: int, kernel_size: int = 3) -> nn.Module:
+    """Build a span encoder by name (one of ``SPAN_ENCODERS``); ``kernel_size`` is
+    used by the CNN kinds and must be odd. ``cnn-cnn`` is the paper's model
+    (6 H^2 + 2 H parameters for k = 3)."""
+    if kind == "cnn-cnn":
+        return SpanEncoder(ConvMaxPooler(dim, kernel_size), ConvMaxPooler(dim, kernel_size))
+    if kind == "cnn-max":
+        return SpanEncoder(ConvMaxPooler(dim, kernel_size), MaxPooler())
+    if kind == "attn-max":
+        return SpanEncoder(AttentivePooler(dim), MaxPooler())
+    if kind == "attn-attn":
+        return SpanEncoder(AttentivePooler(dim), AttentivePooler(dim))
+    if kind == "cnn":
+        return NoSegmentationCnnEncoder(dim, kernel_size)
+    raise ValueError(f"unknown span encoder {kind!r}; choose one of {', '.join(SPAN_ENCODERS)}")

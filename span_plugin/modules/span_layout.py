@@ -1,0 +1,112 @@
+"""Where spans lie on the token axis: per-token span ids, span validity, clipping.
+
+Spans arrive as a LongTensor ``[B, S, 2]`` of ``(start, end)`` token positions, end
+exclusive, sorted and non-overlapping. Rows with ``start >= end`` are empty (the
+collater pads with ``(0, 0)``) and are ignored wherever they sit. Everything here is
+vectorised over examples and spans; nothing loops in Python.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+
+NO_SEGMENT = -1  # segment id of a position that belongs to no segment
+
+
+def token_span_ids(spans: torch.Tensor, seq_len: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Map every token to the span that covers it.
+
+    Args:
+        spans: LongTensor ``[B, S, 2]``, (start, end) pairs, end exclusive.
+        seq_len: T, the length of the token axis the spans index into.
+
+    Returns:
+        span_ids: LongTensor ``[B, T]``; the *compacted* index of the covering span
+            (its rank among the example's non-empty spans, in the order given), or
+            ``NO_SEGMENT`` for a token no span covers (specials, padding).
+        num_spans: LongTensor ``[B]``, the number of non-empty spans per example.
+            Span ``k`` of an example is valid iff ``k < num_spans``.
+
+    Offsets are clamped to ``[0, T]``. Overlapping spans are not supported (the
+    result is then meaningless); the data contract rules them out.
+    """
+    start, end = spans.clamp(0, seq_len).unbind(-1)
+    nonempty = start < end
+    # Label a span by its rank + 1, add the label at its start and subtract it at its
+    # end: the running sum is then rank + 1 inside the span and 0 between spans.
+    label = (nonempty.cumsum(-1) * nonempty).to(torch.long)
+    marks = spans.new_zeros(spans.size(0), seq_len + 1)
+    marks.scatter_add_(1, start, label).scatter_add_(1, end, -label)
+    span_ids = marks.cumsum(-1)[:, :seq_len] - 1
+    return span_ids, nonempty.sum(-1)
+
+
+def valid_span_ids(num_spans: torch.Tensor, max_spans: int) -> torch.Tensor:
+    """Segment ids for pooling over the (compacted) span axis.
+
+    Args:
+        num_spans: LongTensor ``[B]``.
+        max_spans: S, the size of the span axis.
+
+    Returns:
+        LongTensor ``[B, S]``: 0 for the first ``num_spans`` positions (all in one
+        segment: the example's spans), ``NO_SEGMENT`` after them.
+    """
+    position = torch.arange(max_spans, device=num_spans.device)
+    inside = position.unsqueeze(0) < num_spans.unsqueeze(1)
+    return torch.where(inside, 0, NO_SEGMENT)
+
+
+def covered_run_ids(span_ids: torch.Tensor) -> torch.Tensor:
+    """Ids of maximal runs of consecutive covered tokens (span boundaries ignored).
+
+    Args:
+        span_ids: LongTensor ``[B, T]`` from :func:`token_span_ids`.
+
+    Returns:
+        LongTensor ``[B, T]``: run index for covered tokens, ``NO_SEGMENT`` otherwise.
+        Used by the no-segmentation control, whose convolution only stops at
+        uncovered tokens (separators, padding).
+    """
+    covered = span_ids >= 0
+    previous_covered = torch.nn.functional.pad(covered[:, :-1], (1, 0), value=False)
+    run_starts = covered & ~previous_covered
+    run_ids = run_starts.cumsum(-1) - 1
+    return torch.where(covered, run_ids, NO_SEGMENT)
+
+
+def clip_spans(
+    spans: torch.Tensor,
+    max_spans: Optional[int] = None,
+    max_span_tokens: Optional[int] = None,
+) -> torch.Tensor:
+    """Apply the paper's dense ``[r, l]`` limits without building the dense buffer.
+
+    Keeps the first ``max_spans`` (r) non-empty spans of each example, cuts every
+    kept span to its first ``max_span_tokens`` (l) tokens, and packs the kept spans
+    to the front. ``None`` means no limit.
+
+    Args:
+        spans: LongTensor ``[B, S, 2]``, (start, end), end exclusive.
+
+    Returns:
+        LongTensor ``[B, S', 2]`` with ``S'`` the largest number of kept spans in
+        the batch; rows past an example's count are ``(0, 0)``.
+    """
+    if max_spans is not None and max_spans < 0:
+        raise ValueError(f"max_spans must be >= 0 or None, got {max_spans}")
+    if max_span_tokens is not None and max_span_tokens < 1:
+        raise ValueError(f"max_span_tokens must be >= 1 or None, got {max_span_tokens}")
+    start, end = spans.unbind(-1)
+    keep = start < end
+    rank = keep.cumsum(-1) - 1
+    if max_spans is not None:
+        keep = keep & (rank < max_spans)
+    if max_span_tokens is not None:
+        end = torch.minimum(end, start + max_span_tokens)
+    width = int(keep.sum(-1).max()) if spans.numel() else 0
+    # Kept spans go to their rank; dropped rows go to a spare slot that is cut off.
+    target = torch.where(keep, rank, width)
+    packed = spans.new_zeros(spans.size(0), width + 1, 2)
+    packed.scatter_(1, target.unsqueeze(-1).expand(-1, -1, 2), torch.stack([start, end], -1))
+    return packed[:, :width].contiguous()
