@@ -9,6 +9,7 @@ import functools
 import logging
 import os
 import pickle
+import re
 
 import numpy as np
 import torch
@@ -46,11 +47,13 @@ def allow_fairseq_checkpoints():
         try:
             return load(path, *args, **kwargs)
         except pickle.UnpicklingError as err:
+            # torch's message is long; its "WeightsUnpickler error" line names the global.
+            why = re.search(r"WeightsUnpickler error: (.*)", str(err))
             raise RuntimeError(
                 f"refusing to load checkpoint {path}: it holds an object outside the "
-                f"allow-list of safe fairseq checkpoint types. If you trust this file, "
-                f"allow the class with torch.serialization.add_safe_globals([...]) "
-                f"before loading. torch said: {str(err).splitlines()[-1] if str(err) else err}"
+                f"allow-list of safe fairseq checkpoint types "
+                f"({why.group(1) if why else err}). If you trust this file, allow the "
+                f"class with torch.serialization.add_safe_globals([...]) before loading."
             ) from err
 
     load_checkpoint_to_cpu._span_plugin_wrapped = True

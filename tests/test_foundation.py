@@ -1,0 +1,190 @@
+"""The stack works through fairseq's real entry points with the plugin loaded:
+train, resume, restore with fresh heads, hydra, and safe checkpoint loading."""
+
+import argparse
+import pathlib
+import re
+import sys
+
+import pytest
+import torch
+
+from conftest import GLUE, TINY_ROBERTA, USER_DIR, run_cli
+
+N_TRAIN, N_VALID = 96, 32
+
+
+def sst2_rows(split, n):
+    """The first n (sentence, label) rows of real SST-2."""
+    lines = (GLUE / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+    rows = [line.split("\t") for line in lines[1 : n + 1]]
+    return [(sentence, label) for sentence, label in rows]
+
+
+@pytest.fixture(scope="module")
+def sst2_bin(tmp_path_factory):
+    """A fairseq-preprocess'd SST-2 sample: DATA/input0 (whitespace tokens) and DATA/label."""
+    root = tmp_path_factory.mktemp("sst2")
+    for split, n in (("train", N_TRAIN), ("dev", N_VALID)):
+        rows = sst2_rows(split, n)
+        (root / f"{split}.input0").write_text("".join(s + "\n" for s, _ in rows))
+        (root / f"{split}.label").write_text("".join(y + "\n" for _, y in rows))
+    for column in ("input0", "label"):
+        run_cli(
+            "fairseq-preprocess", "--only-source", "--workers", "1",
+            "--trainpref", root / f"train.{column}", "--validpref", root / f"dev.{column}",
+            "--destdir", root / "data" / column,
+        )
+    return root / "data"
+
+
+def train_args(data, save_dir, *extra, num_classes=2, max_update=4):
+    return [
+        data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
+        "--num-classes", num_classes, "--criterion", "sentence_prediction",
+        "--arch", "roberta_base", *TINY_ROBERTA,
+        "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16",
+        "--max-update", max_update, "--save-dir", save_dir, "--cpu", "--seed", "1",
+        "--no-progress-bar", "--log-interval", "1", "--log-format", "simple",
+        "--no-epoch-checkpoints", *extra,
+    ]
+
+
+def num_updates(log):
+    return [int(n) for n in re.findall(r"num_updates (\d+)", log)]
+
+
+def test_plugin_imports_and_allows_fairseq_checkpoint_types():
+    import span_plugin  # noqa: F401  (applies the compat fixes)
+
+    assert argparse.Namespace in torch.serialization.get_safe_globals()
+
+
+@pytest.mark.slow
+def test_train_resume_and_restore(sst2_bin, tmp_path):
+    save = tmp_path / "run"
+    log = run_cli("fairseq-train", *train_args(sst2_bin, save)).stdout
+    assert (save / "checkpoint_last.pt").is_file()
+    assert max(num_updates(log)) == 4
+
+    # Resume: fairseq finds checkpoint_last.pt in save_dir and goes on from update 4.
+    log = run_cli("fairseq-train", *train_args(sst2_bin, save, max_update=8)).stdout
+    assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ 4 updates\)", log), log
+    assert max(num_updates(log)) == 8
+
+    # A new run restored from it, with a 3-class head: the old head is dropped and a
+    # fresh one trained, the encoder weights come from the checkpoint.
+    new = tmp_path / "restored"
+    log = run_cli(
+        "fairseq-train",
+        *train_args(
+            sst2_bin, new, "--restore-file", save / "checkpoint_last.pt",
+            "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+            num_classes=3, max_update=2,
+        ),
+    ).stdout
+    assert "deleting classification head" in log, log
+    assert max(num_updates(log)) == 2
+    old = torch.load(save / "checkpoint_last.pt")["model"]
+    fresh = torch.load(new / "checkpoint_last.pt")["model"]
+    assert fresh["classification_heads.sentence_classification_head.out_proj.weight"].shape[0] == 3
+    key = "encoder.sentence_encoder.embed_tokens.weight"
+    # Two updates at lr 1e-3 move weights a little; a random init would be far off.
+    assert torch.allclose(old[key], fresh[key], atol=0.01)
+
+
+@pytest.mark.slow
+def test_restore_pretrained_masked_lm(sst2_bin, tmp_path):
+    """A RoBERTa pretrained with masked_lm (no classification head, like
+    roberta.base/model.pt) starts a sentence_prediction run with a fresh head."""
+    lm = tmp_path / "lm"
+    run_cli(
+        "fairseq-train", sst2_bin / "input0", "--user-dir", USER_DIR, "--task", "masked_lm",
+        "--criterion", "masked_lm", "--arch", "roberta_base", *TINY_ROBERTA,
+        "--tokens-per-sample", "64", "--sample-break-mode", "eos",
+        "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16", "--max-update", "2",
+        "--save-dir", lm, "--cpu", "--no-progress-bar", "--no-epoch-checkpoints",
+    )
+    ft = tmp_path / "ft"
+    log = run_cli(
+        "fairseq-train",
+        *train_args(
+            sst2_bin, ft, "--restore-file", lm / "checkpoint_last.pt",
+            "--reset-optimizer", "--reset-dataloader", "--reset-meters", max_update=2,
+        ),
+    ).stdout
+    assert re.search(r"Loaded checkpoint \S*lm/checkpoint_last\.pt", log), log
+    assert max(num_updates(log)) == 2
+
+
+@pytest.mark.slow
+def test_hydra_train_with_user_dir_and_relative_paths(sst2_bin, tmp_path):
+    """fairseq-hydra-train with a config of our own: hydra changes directory to
+    outputs/<date>, yet the relative data and save paths resolve as in fairseq-train."""
+    (tmp_path / "data").symlink_to(sst2_bin)
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "tiny.yaml").write_text(
+        f"""
+common:
+  user_dir: {USER_DIR}
+  cpu: true
+  seed: 1
+  log_format: simple
+  log_interval: 1
+task:
+  _name: sentence_prediction
+  data: data
+  num_classes: 2
+  max_positions: 128
+criterion:
+  _name: sentence_prediction
+model:
+  _name: roberta
+  encoder_layers: 2
+  encoder_embed_dim: 32
+  encoder_ffn_embed_dim: 64
+  encoder_attention_heads: 2
+  max_positions: 128
+optimizer:
+  _name: adam
+lr_scheduler:
+  _name: fixed
+optimization:
+  lr: [0.001]
+  max_update: 3
+dataset:
+  batch_size: 16
+checkpoint:
+  save_dir: checkpoints
+  no_epoch_checkpoints: true
+"""
+    )
+    log = run_cli(
+        "fairseq-hydra-train", "--config-dir", config, "--config-name", "tiny", cwd=tmp_path
+    ).stdout
+    assert max(num_updates(log)) == 3, log
+    assert (tmp_path / "checkpoints" / "checkpoint_last.pt").is_file()
+    assert list((tmp_path / "outputs").glob("*/*/.hydra/config.yaml")), "hydra run dir expected"
+
+
+@pytest.mark.slow
+def test_checkpoint_with_foreign_object_is_refused(sst2_bin, tmp_path):
+    """A checkpoint that would run code when unpickled is refused, not executed."""
+    marker = tmp_path / "code_ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (pathlib.Path.touch, (marker,))
+
+    torch.save({"model": {}, "args": None, "extra": Payload()}, tmp_path / "evil.pt")
+    proc = run_cli(
+        "fairseq-train",
+        *train_args(sst2_bin, tmp_path / "run", "--restore-file", tmp_path / "evil.pt",
+                    "--reset-optimizer", "--reset-dataloader", "--reset-meters"),
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "refusing to load checkpoint" in proc.stdout and "evil.pt" in proc.stdout, proc.stdout
+    assert "Unsupported global" in proc.stdout  # the refused global is named
+    assert not marker.exists()
