@@ -49,12 +49,16 @@ def segment_attentive_pool(
 
     Returns:
         ``[B, S, H]`` in the dtype of ``values``; zeros for an empty segment.
-        The softmax runs in float32 (logits are only ``[B, N]``) so fp16 logits
-        cannot overflow in ``exp``; the weighted sum stays in the values' dtype.
+        The softmax runs in at least float32 (logits are only ``[B, N]``) so fp16
+        logits cannot overflow in ``exp``; the weighted sum stays in the values'
+        dtype.
     """
     batch, _, dim = values.shape
     index = _scatter_index(segment_ids, num_segments)
-    logits = scores.float()
+    # Logits of positions in no segment (possibly inf from fp16 padding) are
+    # replaced before they meet exp, so neither values nor gradients see nan.
+    logits = torch.where(segment_ids >= 0, scores, 0)
+    logits = logits.to(torch.promote_types(scores.dtype, torch.float32))
     # Shift by the segment max for a stable exp; a constant per segment does not
     # change the softmax, so it carries no gradient.
     seg_max = logits.new_zeros(batch, num_segments + 1)
@@ -62,7 +66,7 @@ def segment_attentive_pool(
     weights = torch.exp(logits - seg_max.gather(1, index))
     seg_total = weights.new_zeros(batch, num_segments + 1).scatter_add(1, index, weights)
     weights = weights / seg_total.gather(1, index)  # each position's segment has total >= its weight > 0
-    weighted = weights.to(values.dtype).unsqueeze(-1) * values
+    weighted = weights.to(values.dtype).unsqueeze(-1) * values.masked_fill(index.unsqueeze(-1) == num_segments, 0)
     pooled = values.new_zeros(batch, num_segments + 1, dim)
     pooled = pooled.scatter_add(1, index.unsqueeze(-1).expand_as(values), weighted)
     return pooled[:, :num_segments]
