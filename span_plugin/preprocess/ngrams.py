@@ -1,0 +1,432 @@
+"""N-gram dictionaries: the text format, loading, and exact counting at scale.
+
+Dictionary format (UTF-8 text, optionally gzip-compressed when the name ends in
+``.gz``)::
+
+    # span_plugin ngrams v1 n=2..5 min_count=11 corpus_tokens=103227021
+    new york<TAB>20412
+    the united states<TAB>9011
+
+Lines starting with ``#`` are comments. Every other line is one n-gram: its words
+(matching keys from :mod:`span_plugin.preprocess.words`, i.e. lower-cased GPT-2
+pre-tokens without whitespace) joined by single spaces, a tab, and its corpus count.
+Lines are sorted by count (descending), so the first K lines are the K most frequent
+n-grams; ``load_ngrams(top_k=K)`` relies on that.
+
+Counting (:func:`count_ngrams`) is exact and runs in memory bounded by the vocabulary
+and the number of frequent n-grams, not by the corpus:
+
+1. Workers tokenize byte ranges of the corpus files into words, map them to chunk-local
+   ids and count them. The parent sums the word counts; words below ``min_count`` can
+   be in no frequent n-gram and become breaks (-1), like line ends. The corpus is kept
+   on disk as one int32 array of global word ids.
+2. Level by level (apriori): an n-gram can reach ``min_count`` only if its (n-1)-word
+   prefix did, so an n-gram is packed exactly into one int64 as
+   ``prefix_gram_id << 23 | last_word_id`` (limits: fewer than 2**23 frequent words,
+   fewer than 2**31 frequent n-grams per level). Workers count the keys of their chunk
+   with ``np.unique`` and spill them to hash partitions on disk; each partition is
+   merged and thresholded on its own. Then every position gets the id of the frequent
+   n-gram starting there (or -1), which the next level extends by one word.
+"""
+
+import gzip
+import io
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import re
+
+import numpy as np
+
+from . import words as W
+
+logger = logging.getLogger(__name__)
+
+FORMAT_TAG = "span_plugin ngrams v1"
+WORD_BITS = 23  # packing limit: frequent words per corpus
+MAX_WORDS = 1 << WORD_BITS
+
+
+class NgramFormatError(ValueError):
+    """A malformed dictionary line; the message names the file and the line."""
+
+
+# ---------------------------------------------------------------------------------
+# The dictionary
+
+
+@dataclass
+class NgramDict:
+    """A set of n-grams (tuples of matching keys) with their counts.
+
+    ``first_max[w]`` is the longest n among n-grams that start with word ``w``; the
+    greedy segmenter uses it to skip positions no n-gram can start at.
+    """
+
+    grams: set = field(default_factory=set)
+    counts: dict = field(default_factory=dict)
+    first_max: dict = field(default_factory=dict)
+    path: str = None
+
+    @classmethod
+    def from_counts(cls, items, path=None):
+        """items: iterable of (tuple_of_keys, count), most frequent first."""
+        d = cls(path=path)
+        for gram, count in items:
+            d.add(gram, count)
+        return d
+
+    def add(self, gram, count=0):
+        gram = tuple(gram)
+        if len(gram) < 2:
+            raise ValueError(f"an n-gram needs at least 2 words, got {gram!r}")
+        self.grams.add(gram)
+        self.counts[gram] = count
+        if self.first_max.get(gram[0], 0) < len(gram):
+            self.first_max[gram[0]] = len(gram)
+
+    @property
+    def max_n(self):
+        return max(self.first_max.values(), default=0)
+
+    def __contains__(self, gram):
+        return tuple(gram) in self.grams
+
+    def __len__(self):
+        return len(self.grams)
+
+
+def _open_text(path, mode):
+    if str(path).endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8", newline="\n")
+    return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def default_ngrams_path():
+    """Path of the n-gram dictionary shipped in the package (see docs/PREPROCESS.md)."""
+    return os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources",
+                        "ngrams.default.txt.gz")
+
+
+def load_ngrams(path=None, top_k=None, min_n=2, max_n=5):
+    """Load a dictionary file; ``path=None`` loads the packaged default.
+
+    top_k: keep only the first (most frequent) ``top_k`` entries of length
+    ``min_n..max_n``. A malformed line raises :class:`NgramFormatError` naming the
+    file and its 1-based line.
+    """
+    path = str(path) if path is not None else default_ngrams_path()
+    d = NgramDict(path=path)
+    with _open_text(path, "r") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if line.startswith("\ufeff") and lineno == 1:
+                line = line[1:]
+            if not line or line.startswith("#"):
+                continue
+            gram, tab, count = line.rpartition("\t")
+            words = gram.split(" ")
+            if not tab or not count.isdigit() or len(words) < 2 or "" in words:
+                raise NgramFormatError(
+                    f"{path}:{lineno}: expected '<word> <word> [...]<TAB><count>' "
+                    f"(at least 2 words separated by single spaces, an integer count), "
+                    f"got {line[:80]!r}"
+                )
+            if not min_n <= len(words) <= max_n:
+                continue
+            d.add(words, int(count))
+            if top_k is not None and len(d) >= top_k:
+                break
+    return d
+
+
+def save_ngrams(path, items, comment=""):
+    """Write (tuple_of_keys, count) items, sorted by count then text, to ``path``."""
+    items = sorted(items, key=lambda gc: (-gc[1], gc[0]))
+    with _open_text(path, "w") as f:
+        f.write(f"# {FORMAT_TAG} {comment}".rstrip() + "\n")
+        for gram, count in items:
+            f.write(f"{' '.join(gram)}\t{count}\n")
+    return len(items)
+
+
+# ---------------------------------------------------------------------------------
+# Counting
+
+
+def _line_chunks(path, chunk_bytes):
+    """Byte ranges of ``path`` that start at line starts, about chunk_bytes each."""
+    size = os.path.getsize(path)
+    bounds = [0]
+    with open(path, "rb") as f:
+        while bounds[-1] < size:
+            pos = bounds[-1] + chunk_bytes
+            if pos >= size:
+                bounds.append(size)
+                break
+            f.seek(pos)
+            f.readline()  # move to the next line start
+            bounds.append(min(f.tell(), size))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+# WikiText writes "it 's", "didn 't": join the clitic back so GPT-2 splits it as in
+# ordinary text ("it", "'s").
+_WIKI_CLITIC = re.compile(r"(?<=\w) '(s|t|re|ve|m|ll|d)\b")
+
+
+def corpus_lines(text, wikitext=False):
+    """Lines of a decoded corpus piece, cleaned for counting.
+
+    wikitext: drop ``= Heading =`` lines, undo WikiText's ``@-@ @,@ @.@`` splits and
+    its detached clitics (``it 's`` -> ``it's``), so "state-of-the-art" and "it's" give
+    the same words as in ordinary text, and cut lines at ``<unk>`` (no n-gram may
+    contain an unknown word).
+    """
+    for line in text.split("\n"):
+        if wikitext:
+            s = line.strip()
+            if s.startswith("= ") and s.endswith(" ="):
+                continue
+            line = line.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
+            if " '" in line:
+                line = _WIKI_CLITIC.sub(r"'\1", line)
+            if "<unk>" in line:
+                yield from line.split("<unk>")
+                continue
+        yield line
+
+
+def _tokenize_chunk(task):
+    """Worker: words of one byte range -> local ids file, local vocabulary, counts."""
+    path, start, end, out_path, wikitext = task
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if start == 0 and data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    # Corpus text: undecodable bytes become U+FFFD (documented); they can only
+    # break n-grams locally.
+    text = data.decode("utf-8", errors="replace")
+    words = []
+    for line in corpus_lines(text, wikitext):
+        ws = W.split_words(line)
+        if ws:
+            words.extend(ws)
+            words.append("")  # line end: n-grams never cross it
+    keys = W.match_keys(words)
+    vocab = {}
+    ids = np.fromiter((vocab.setdefault(k, len(vocab)) for k in keys), dtype=np.int32,
+                      count=len(keys))
+    counts = np.bincount(ids, minlength=len(vocab)).astype(np.int64)
+    ids.tofile(out_path)
+    return out_path, list(vocab), counts
+
+
+def _count_level(task):
+    """Worker: count the level-n keys of one chunk into hash-partition spill files."""
+    corpus, prev, start, end, n, parts, spill = task
+    w = np.memmap(corpus, dtype=np.int32, mode="r")[start:end]
+    p = w if n == 2 else np.memmap(prev, dtype=np.int32, mode="r")[start:end]
+    m = len(w) - (n - 1)
+    if m <= 0:
+        return
+    last = w[n - 1:]
+    ok = (p[:m] >= 0) & (last >= 0)
+    keys = (p[:m][ok].astype(np.int64) << WORD_BITS) | last[ok]
+    uniq, cnt = np.unique(keys, return_counts=True)
+    part = _partition(uniq, parts)
+    for k in range(parts):
+        sel = part == k
+        np.save(f"{spill}.p{k}.k.npy", uniq[sel])
+        np.save(f"{spill}.p{k}.c.npy", cnt[sel].astype(np.int64))
+
+
+def _partition(keys, parts):
+    # Multiplicative hashing spreads the sorted keys evenly over the partitions.
+    h = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
+    return (h % np.uint64(parts)).astype(np.int64)
+
+
+def _merge_partition(task):
+    """Worker: sum one partition's counts over all chunks, keep those >= min_count."""
+    files, min_count = task
+    keys = [np.load(f + ".k.npy") for f in files]
+    cnts = [np.load(f + ".c.npy") for f in files]
+    for f in files:
+        os.remove(f + ".k.npy")
+        os.remove(f + ".c.npy")
+    keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    cnts = np.concatenate(cnts) if cnts else np.zeros(0, np.int64)
+    if keys.size == 0:
+        return keys, cnts
+    order = np.argsort(keys, kind="stable")
+    keys, cnts = keys[order], cnts[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    keys, cnts = keys[starts], np.add.reduceat(cnts, starts)
+    keep = cnts >= min_count
+    return keys[keep], cnts[keep]
+
+
+def _assign_ids(task):
+    """Worker: write, for each position of a chunk, the id of the frequent level-n
+    n-gram starting there (its index in the sorted key array), or -1."""
+    corpus, prev, out, start, end, n, keys_path = task
+    sorted_keys = np.load(keys_path, mmap_mode="r")
+    w = np.memmap(corpus, dtype=np.int32, mode="r")[start:end]
+    p = w if n == 2 else np.memmap(prev, dtype=np.int32, mode="r")[start:end]
+    res = np.full(len(w), -1, dtype=np.int32)
+    m = len(w) - (n - 1)
+    if m > 0 and len(sorted_keys):
+        last = w[n - 1:]
+        ok = np.flatnonzero((p[:m] >= 0) & (last >= 0))
+        keys = (p[ok].astype(np.int64) << WORD_BITS) | last[ok]
+        pos = np.searchsorted(sorted_keys, keys)
+        pos_c = np.minimum(pos, len(sorted_keys) - 1)
+        hit = sorted_keys[pos_c] == keys
+        res[ok[hit]] = pos_c[hit]
+    out_map = np.memmap(out, dtype=np.int32, mode="r+")
+    out_map[start:end] = res
+    out_map.flush()
+
+
+@dataclass
+class CountResult:
+    items: list  # [(tuple_of_keys, count)], most frequent first
+    corpus_tokens: int
+    vocab_size: int
+
+
+def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=(),
+                 chunk_bytes=8 << 20, partitions=8, tmp_dir=None, top_k=None):
+    """Count word n-grams (``min_n <= n <= max_n``) occurring at least ``min_count``
+    times in the corpus files, exactly. Lines are sentences or paragraphs; n-grams
+    never cross a line end. ``wikitext``: True, or the subset of ``paths`` in
+    WikiText format (see :func:`corpus_lines`). Returns a :class:`CountResult`.
+    """
+    if not 2 <= min_n <= max_n:
+        raise ValueError(f"need 2 <= min_n <= max_n, got {min_n}..{max_n}")
+    if min_count < 1:
+        raise ValueError("min_count must be >= 1")
+    workers = workers or os.cpu_count() or 1
+    tmp = tempfile.mkdtemp(prefix="span_ngrams_", dir=tmp_dir)
+    ctx = mp.get_context("fork")
+    try:
+        with ctx.Pool(workers) as pool:
+            paths = [str(p) for p in paths]
+            wiki = set(paths) if wikitext is True else {str(p) for p in (wikitext or ())}
+            return _count(pool, paths, min_n, max_n, min_count, wiki, chunk_bytes,
+                          partitions, tmp, top_k)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, tmp, top_k):
+    # Pass 1: words -> local ids; global word counts.
+    tasks = []
+    for path in paths:
+        for start, end in _line_chunks(path, chunk_bytes):
+            tasks.append((path, start, end, os.path.join(tmp, f"c{len(tasks)}.ids"),
+                          path in wikitext))
+    word_counts = {}
+    chunk_vocabs = []
+    for out_path, vocab, counts in pool.imap(_tokenize_chunk, tasks):
+        get = word_counts.get
+        for w, c in zip(vocab, counts.tolist()):
+            word_counts[w] = get(w, 0) + c
+        vocab_path = out_path + ".vocab"
+        with open(vocab_path, "w", encoding="utf-8") as f:
+            f.write("\n".join(vocab))
+        chunk_vocabs.append((out_path, vocab_path, len(vocab)))
+    word_counts.pop("", None)
+    corpus_tokens = sum(word_counts.values())
+    frequent = sorted((w for w, c in word_counts.items() if c >= min_count),
+                      key=lambda w: (-word_counts[w], w))
+    if len(frequent) >= MAX_WORDS:
+        raise ValueError(f"{len(frequent)} words reach min_count={min_count}; the exact "
+                         f"packing allows {MAX_WORDS - 1}: raise min_count")
+    word_id = {w: i for i, w in enumerate(frequent)}
+    word_freq = np.array([word_counts[w] for w in frequent], dtype=np.int64)
+    del word_counts
+
+    # The corpus as global ids (-1: line end or rare word), chunk by chunk.
+    corpus = os.path.join(tmp, "corpus.i32")
+    bounds = []
+    with open(corpus, "wb") as out:
+        pos = 0
+        for ids_path, vocab_path, nv in chunk_vocabs:
+            with open(vocab_path, encoding="utf-8") as f:
+                vocab = f.read().split("\n") if nv else []
+            lut = np.fromiter((word_id.get(w, -1) for w in vocab), dtype=np.int32, count=nv)
+            ids = np.fromfile(ids_path, dtype=np.int32)
+            os.remove(ids_path)
+            os.remove(vocab_path)
+            g = lut[ids] if nv else ids
+            g.tofile(out)
+            bounds.append((pos, pos + len(g)))
+            pos += len(g)
+    total = pos
+    if total == 0:
+        return CountResult(items=[], corpus_tokens=corpus_tokens, vocab_size=len(frequent))
+
+    # Levels 2..max_n.
+    levels = {}  # n -> (sorted keys int64, counts int64)
+    prev = None
+    for n in range(2, max_n + 1):
+        spills = [os.path.join(tmp, f"l{n}.c{i}") for i in range(len(bounds))]
+        pool.map(_count_level, [(corpus, prev, s, e, n, parts, sp)
+                                for (s, e), sp in zip(bounds, spills)])
+        merged = pool.map(_merge_partition, [
+            ([f"{sp}.p{k}" for sp in spills if os.path.exists(f"{sp}.p{k}.k.npy")],
+             min_count) for k in range(parts)])
+        keys = np.concatenate([m[0] for m in merged])
+        cnts = np.concatenate([m[1] for m in merged])
+        order = np.argsort(keys)
+        keys, cnts = keys[order], cnts[order]
+        levels[n] = (keys, cnts)
+        logger.info("level %d: %d n-grams with count >= %d", n, len(keys), min_count)
+        if n == max_n or len(keys) == 0:
+            break
+        keys_path = os.path.join(tmp, f"keys{n}.npy")
+        np.save(keys_path, keys)
+        cur = os.path.join(tmp, f"ids{n}.i32")
+        np.memmap(cur, dtype=np.int32, mode="w+", shape=(max(total, 1),)).flush()
+        pool.map(_assign_ids, [(corpus, prev, cur, s, e, n, keys_path) for s, e in bounds])
+        if prev:
+            os.remove(prev)
+        prev = cur
+
+    # Decode keys into word-id matrices, level by level: [num_grams, n].
+    items = []
+    mats = {1: np.arange(len(frequent), dtype=np.int64)[:, None]}
+    for n in sorted(levels):
+        keys, cnts = levels[n]
+        prefix = keys >> WORD_BITS
+        last = keys & (MAX_WORDS - 1)
+        mats[n] = np.concatenate([mats[n - 1][prefix], last[:, None]], axis=1)
+        if n >= min_n:
+            order = np.argsort(-cnts, kind="stable")
+            if top_k is not None:
+                order = order[:top_k]
+            for row, c in zip(mats[n][order].tolist(), cnts[order].tolist()):
+                items.append((tuple(frequent[i] for i in row), c))
+    items.sort(key=lambda gc: (-gc[1], gc[0]))
+    if top_k is not None:
+        items = items[:top_k]
+    del word_freq
+    return CountResult(items=items, corpus_tokens=corpus_tokens, vocab_size=len(frequent))
+
+
+def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=None,
+                     wikitext=(), top_k=None, **kw):
+    """Count n-grams in ``paths`` and write the dictionary file; returns CountResult."""
+    res = count_ngrams(paths, min_n=min_n, max_n=max_n, min_count=min_count,
+                       workers=workers, wikitext=wikitext, top_k=top_k, **kw)
+    comment = (f"n={min_n}..{max_n} min_count={min_count} corpus_tokens={res.corpus_tokens}"
+               + (f" top_k={top_k}" if top_k else "") )
+    save_ngrams(out_path, res.items, comment)
+    return res
