@@ -90,6 +90,45 @@ def restore_hydra_cwd():
         os.chdir(original)
 
 
+def allow_cpu_pytorch_ddp():
+    """Let ``--ddp-backend pytorch_ddp`` (fairseq's default) wrap a CPU model.
+
+    fairseq always passes ``device_ids=[device_id]`` to torch's DDP, which torch
+    rejects for CPU modules, so multi-process CPU (gloo) runs failed unless they
+    chose ``legacy_ddp``. For CPU devices the wrapper is built as fairseq builds it,
+    without device ids; every other case goes to fairseq unchanged.
+    """
+    from fairseq import models
+    from fairseq.distributed import DistributedTimeoutWrapper, ModuleProxyWrapper
+    from torch.nn.parallel import DistributedDataParallel
+
+    wrap = models.DistributedFairseqModel
+    if getattr(wrap, "_span_plugin_wrapped", False):
+        return
+
+    @functools.wraps(wrap)
+    def DistributedFairseqModel(args, model, process_group, device):
+        if torch.device(device).type != "cpu" or args.ddp_backend not in {"c10d", "pytorch_ddp"}:
+            return wrap(args, model, process_group, device)
+        wrapped = ModuleProxyWrapper(
+            DistributedDataParallel(
+                module=model.to(device),
+                broadcast_buffers=args.broadcast_buffers,
+                bucket_cap_mb=args.bucket_cap_mb,
+                process_group=process_group,
+                find_unused_parameters=args.find_unused_parameters,
+                gradient_as_bucket_view=args.gradient_as_bucket_view,
+            )
+        )
+        if getattr(args, "heartbeat_timeout", -1) > 0:
+            wrapped = DistributedTimeoutWrapper(wrapped, timeout=args.heartbeat_timeout)
+        return wrapped
+
+    DistributedFairseqModel._span_plugin_wrapped = True
+    models.DistributedFairseqModel = DistributedFairseqModel
+
+
 def apply():
     allow_fairseq_checkpoints()
     restore_hydra_cwd()
+    allow_cpu_pytorch_ddp()
