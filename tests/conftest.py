@@ -1,6 +1,7 @@
 """Shared helpers for the test suite: paths to the real data and the real CLIs."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,47 @@ def shared_data():
     if not DATA.is_dir():
         pytest.fail(f"{DATA} is missing: the tests read real data from ../shared/data")
     return DATA
+
+
+def sst2_rows(split, n):
+    """The first n (sentence, label) rows of real SST-2."""
+    lines = (GLUE / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+    rows = [line.split("\t") for line in lines[1 : n + 1]]
+    return [(sentence, label) for sentence, label in rows]
+
+
+@pytest.fixture(scope="session")
+def sst2_bin(tmp_path_factory):
+    """A fairseq-preprocess'd sample of real SST-2 rows (96 train, 32 dev), whitespace
+    tokens with their own dictionary: DATA/input0 and DATA/label. For tests of the
+    plain fairseq stack, which need no BPE or spans."""
+    root = tmp_path_factory.mktemp("sst2")
+    for split, n in (("train", 96), ("dev", 32)):
+        rows = sst2_rows(split, n)
+        (root / f"{split}.input0").write_text("".join(s + "\n" for s, _ in rows))
+        (root / f"{split}.label").write_text("".join(y + "\n" for _, y in rows))
+    for column in ("input0", "label"):
+        run_cli(
+            "fairseq-preprocess", "--only-source", "--workers", "1",
+            "--trainpref", root / f"train.{column}", "--validpref", root / f"dev.{column}",
+            "--destdir", root / "data" / column,
+        )
+    return root / "data"
+
+
+def train_args(data, save_dir, *extra, num_classes=2, max_update=4):
+    """fairseq-train arguments for a tiny sentence_prediction run with the plugin loaded."""
+    return [
+        data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
+        "--num-classes", num_classes, "--criterion", "sentence_prediction",
+        "--arch", "roberta_base", *TINY_ROBERTA,
+        "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16",
+        "--max-update", max_update, "--save-dir", save_dir, "--cpu", "--seed", "1",
+        "--no-progress-bar", "--log-interval", "1", "--log-format", "simple",
+        "--no-epoch-checkpoints", *extra,
+    ]
+
+
+def num_updates(log):
+    """Every num_updates figure fairseq logged."""
+    return [int(n) for n in re.findall(r"num_updates (\d+)", log)]

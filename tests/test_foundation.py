@@ -4,55 +4,11 @@ train, resume, restore with fresh heads, hydra, and safe checkpoint loading."""
 import argparse
 import pathlib
 import re
-import sys
 
 import pytest
 import torch
 
-from conftest import GLUE, TINY_ROBERTA, USER_DIR, run_cli
-
-N_TRAIN, N_VALID = 96, 32
-
-
-def sst2_rows(split, n):
-    """The first n (sentence, label) rows of real SST-2."""
-    lines = (GLUE / "SST-2" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
-    rows = [line.split("\t") for line in lines[1 : n + 1]]
-    return [(sentence, label) for sentence, label in rows]
-
-
-@pytest.fixture(scope="module")
-def sst2_bin(tmp_path_factory):
-    """A fairseq-preprocess'd SST-2 sample: DATA/input0 (whitespace tokens) and DATA/label."""
-    root = tmp_path_factory.mktemp("sst2")
-    for split, n in (("train", N_TRAIN), ("dev", N_VALID)):
-        rows = sst2_rows(split, n)
-        (root / f"{split}.input0").write_text("".join(s + "\n" for s, _ in rows))
-        (root / f"{split}.label").write_text("".join(y + "\n" for _, y in rows))
-    for column in ("input0", "label"):
-        run_cli(
-            "fairseq-preprocess", "--only-source", "--workers", "1",
-            "--trainpref", root / f"train.{column}", "--validpref", root / f"dev.{column}",
-            "--destdir", root / "data" / column,
-        )
-    return root / "data"
-
-
-def train_args(data, save_dir, *extra, num_classes=2, max_update=4):
-    return [
-        data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
-        "--num-classes", num_classes, "--criterion", "sentence_prediction",
-        "--arch", "roberta_base", *TINY_ROBERTA,
-        "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16",
-        "--max-update", max_update, "--save-dir", save_dir, "--cpu", "--seed", "1",
-        "--no-progress-bar", "--log-interval", "1", "--log-format", "simple",
-        "--no-epoch-checkpoints", *extra,
-    ]
-
-
-def num_updates(log):
-    return [int(n) for n in re.findall(r"num_updates (\d+)", log)]
-
+from conftest import TINY_ROBERTA, USER_DIR, num_updates, run_cli, train_args
 
 def test_plugin_imports_and_allows_fairseq_checkpoint_types():
     import span_plugin  # noqa: F401  (applies the compat fixes)
