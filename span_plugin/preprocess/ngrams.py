@@ -102,7 +102,9 @@ class NgramDict:
 
 def _open_text(path, mode):
     if str(path).endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, mode + "b"), encoding="utf-8", newline="\n")
+        # mtime=0: the same dictionary gives the same bytes (reproducible resource).
+        raw = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.open(path, "rb")
+        return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
     return open(path, mode, encoding="utf-8", newline="\n")
 
 

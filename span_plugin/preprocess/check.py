@@ -1,0 +1,73 @@
+"""Validate a binarized task folder: item counts agree and every span lies inside its
+sentence (``span-preprocess check DIR``)."""
+
+import glob
+import os
+import re
+
+from fairseq.data import indexed_dataset
+
+from span_plugin.data import span_index
+
+
+class CheckError(ValueError):
+    """The first problem found; the message names the file and the 1-based line."""
+
+
+def _splits(input_dir):
+    out = []
+    for idx in sorted(glob.glob(os.path.join(input_dir, "*.idx"))):
+        name = os.path.basename(idx)[:-len(".idx")]
+        if not name.endswith(span_index.SPAN_SUFFIX) and ".shard" not in name:
+            out.append(name)
+    return out
+
+
+def _count_text_lines(path):
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def check_folder(folder):
+    """Check ``folder`` (input*/, label/, raw/ as glue.prepare_task writes them).
+    Returns a list of report lines; raises CheckError on the first problem."""
+    inputs = sorted(d for d in glob.glob(os.path.join(folder, "input*")) if os.path.isdir(d))
+    if not inputs:
+        raise CheckError(f"{folder}: no input*/ folders (is this a binarized task folder?)")
+    report, sizes = [], {}
+    for d in inputs:
+        splits = _splits(d)
+        if not splits:
+            raise CheckError(f"{d}: no token files (*.bin/*.idx)")
+        for split in splits:
+            prefix = os.path.join(d, split)
+            tokens = indexed_dataset.MMapIndexedDataset(prefix)
+            sp = span_index.span_prefix(prefix)
+            if not span_index.exists(sp):
+                raise CheckError(f"{sp}.bin: missing span index for {prefix}.bin")
+            spans = span_index.load_spans(sp)
+            try:
+                span_index.check_alignment(sp, spans, tokens.sizes - 1)
+            except span_index.SpanAlignmentError as err:
+                m = re.search(r"item (\d+)", str(err))
+                line = f"line {int(m.group(1)) + 1}: " if m else ""
+                raise CheckError(f"{indexed_dataset.data_file_path(sp)}: {line}{err}") from None
+            sizes.setdefault(split, []).append((prefix + ".bin", len(tokens)))
+            report.append(f"{prefix}: {len(tokens)} items, {int(spans.sizes.sum()) // 2} "
+                          f"spans, ok")
+    label_dir = os.path.join(folder, "label")
+    for split, items in sizes.items():
+        for path in (os.path.join(label_dir, split), ):
+            if indexed_dataset.MMapIndexedDataset.exists(path):
+                items.append((path + ".bin", len(indexed_dataset.MMapIndexedDataset(path))))
+            elif os.path.exists(path + ".label"):
+                items.append((path + ".label", _count_text_lines(path + ".label")))
+        for k in sorted(glob.glob(os.path.join(folder, "raw", f"{split}.input*"))):
+            items.append((k, _count_text_lines(k)))
+        counts = {n for _, n in items}
+        if len(counts) > 1:
+            first = items[0]
+            bad = next(x for x in items if x[1] != first[1])
+            raise CheckError(f"{bad[0]}: {bad[1]} items but {first[0]} has {first[1]}; "
+                             f"line {min(bad[1], first[1]) + 1} has no partner")
+    return report

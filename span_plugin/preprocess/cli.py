@@ -1,0 +1,198 @@
+"""``span-preprocess``: thin command line over span_plugin.preprocess (docs/PREPROCESS.md).
+
+Subcommands: ngrams, glue, binarize, check, stats, encode.
+"""
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+
+from . import SEGMENTATIONS, BPE_KINDS
+
+logger = logging.getLogger("span-preprocess")
+
+
+def _add_encoder_args(p):
+    g = p.add_argument_group("encoder (all paths are local; nothing is downloaded)")
+    g.add_argument("--bpe", choices=BPE_KINDS, default="gpt2")
+    g.add_argument("--gpt2-encoder-json", help="GPT-2 encoder.json")
+    g.add_argument("--gpt2-vocab-bpe", help="GPT-2 vocab.bpe")
+    g.add_argument("--sentencepiece-model", help="sentencepiece .model file")
+    g.add_argument("--bpe-codes", help="fastBPE codes file")
+    g.add_argument("--bpe-vocab", help="fastBPE vocabulary file (optional)")
+    g.add_argument("--srcdict",
+                   help="fairseq dict.txt of the BPE symbols (GPT-2: gpt2_bpe/dict.txt)")
+    g.add_argument("--ngrams", help="n-gram dictionary (default: the packaged one)")
+    g.add_argument("--ngrams-top-k", type=int, help="use only the K most frequent n-grams")
+    g.add_argument("--segmentation", choices=SEGMENTATIONS, default="greedy")
+    g.add_argument("--seed", type=int, default=0, help="seed of --segmentation random")
+    g.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    g.add_argument("--bad-utf8", choices=("error", "replace"), default="error",
+                   help="invalid UTF-8: stop naming file and line, or use U+FFFD")
+
+
+def _spec(a, need_dict=True):
+    from .encoders import EncoderSpec
+
+    if need_dict and not a.srcdict:
+        raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")
+    spec = EncoderSpec(bpe=a.bpe, encoder_json=a.gpt2_encoder_json,
+                       vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
+                       bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, ngrams=a.ngrams,
+                       ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed)
+    spec.build()  # fail early on a bad path or dictionary line
+    return spec
+
+
+def cmd_ngrams(a):
+    from .glue import iter_glue_sentences
+    from .ngrams import build_dictionary
+
+    paths = list(a.text or []) + list(a.wikitext or [])
+    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
+        if a.glue_dir:
+            glue_txt = os.path.join(tmp, "glue_sentences.txt")
+            with open(glue_txt, "w", encoding="utf-8") as f:
+                for s in iter_glue_sentences(a.glue_dir):
+                    f.write(s + "\n")
+            paths.append(glue_txt)
+        if not paths:
+            raise SystemExit("span-preprocess ngrams: give --text, --wikitext or --glue-dir")
+        res = build_dictionary(paths, a.out, min_n=a.min_n, max_n=a.max_n,
+                               min_count=a.min_count, workers=a.workers,
+                               wikitext=list(a.wikitext or []), top_k=a.top_k,
+                               tmp_dir=a.tmp_dir)
+    print(f"{a.out}: {len(res.items)} n-grams (n={a.min_n}..{a.max_n}, count >= "
+          f"{a.min_count}) from {res.corpus_tokens} words")
+
+
+def cmd_glue(a):
+    from .glue import TASKS, prepare_task
+
+    spec = _spec(a)
+    names = [t for t in TASKS if os.path.isdir(os.path.join(a.glue_dir, t))] \
+        if a.task == "ALL" else [a.task]
+    for name in names:
+        out = os.path.join(a.out, f"{name}-bin") if a.task == "ALL" else a.out
+        counts = prepare_task(name, a.glue_dir, out, spec, a.srcdict, workers=a.workers,
+                              bad_rows=a.bad_rows, bad_utf8=a.bad_utf8)
+        print(f"{name}: {out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+
+
+def cmd_binarize(a):
+    from .binarize import binarize_file, write_dict
+
+    spec = _spec(a)
+    s = binarize_file(a.input, a.output_prefix, spec, a.srcdict, workers=a.workers,
+                      text_out=a.bpe_text, bad_utf8=a.bad_utf8)
+    write_dict(a.srcdict, os.path.dirname(os.path.abspath(a.output_prefix)))
+    print(f"{a.output_prefix}: {s.lines} lines, {s.tokens} tokens, {s.spans} spans, "
+          f"{s.empty} empty, {s.unknown} <unk>")
+
+
+def cmd_check(a):
+    from .check import CheckError, check_folder
+
+    for folder in a.folders:
+        try:
+            for line in check_folder(folder):
+                print(line)
+        except (CheckError, OSError, ValueError) as err:
+            print(f"span-preprocess check: FAILED: {err}", file=sys.stderr)
+            return 1
+        print(f"{folder}: ok")
+    return 0
+
+
+def cmd_stats(a):
+    from .stats import run_stats
+
+    run_stats(texts=a.text, folders=a.folder, ngrams_path=a.ngrams, sizes=a.sizes,
+              plot=a.plot, max_lines=a.max_lines)
+
+
+def cmd_encode(a):
+    spec = _spec(a, need_dict=False)
+    enc = spec.build()
+    for line in (a.sentences or sys.stdin):
+        tokens, spans = enc.encode(line)
+        print(" | ".join(" ".join(w) for w in enc.encode_words(line)))
+        print(" ".join(tokens))
+        print(" ".join(f"{s}:{e}" for s, e in spans))
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="span-preprocess", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    q = sub.add_parser("ngrams", help="count n-grams and write a dictionary")
+    q.add_argument("--out", required=True, help="output file (.gz: gzip-compressed)")
+    q.add_argument("--text", nargs="+", help="plain text files, one sentence/paragraph a line")
+    q.add_argument("--wikitext", nargs="+", help="WikiText .tokens files")
+    q.add_argument("--glue-dir", help="also count the input fields of every GLUE TSV here")
+    q.add_argument("--min-n", type=int, default=2)
+    q.add_argument("--max-n", type=int, default=5)
+    q.add_argument("--min-count", type=int, default=11,
+                   help="keep n-grams seen at least this often (paper: more than 10)")
+    q.add_argument("--top-k", type=int, help="keep only the K most frequent")
+    q.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    q.add_argument("--tmp-dir", help="where the spill files go (default: system temp)")
+    q.set_defaults(func=cmd_ngrams)
+
+    q = sub.add_parser("glue", help="build a GLUE task's binarized folder")
+    q.add_argument("--task", required=True, help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
+                   "QNLI, RTE, WNLI, SNLI, or ALL (every task folder present)")
+    q.add_argument("--glue-dir", required=True, help="glue_data folder")
+    q.add_argument("--out", required=True, help="task folder (ALL: parent of TASK-bin/)")
+    q.add_argument("--bad-rows", choices=("default", "error", "skip"), default="default",
+                   help="rows with a wrong field count: default = skip for QQP train/dev "
+                   "(as fairseq's recipe), error elsewhere")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_glue)
+
+    q = sub.add_parser("binarize", help="encode + spans + binarize one text file")
+    q.add_argument("input")
+    q.add_argument("output_prefix", help="e.g. DATA/input0/train")
+    q.add_argument("--bpe-text", help="also write the BPE text here")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_binarize)
+
+    q = sub.add_parser("check", help="validate binarized folders")
+    q.add_argument("folders", nargs="+")
+    q.set_defaults(func=cmd_check)
+
+    q = sub.add_parser("stats", help="spans per sentence and span lengths by dictionary size")
+    q.add_argument("--text", nargs="+", help="text files, one sentence a line")
+    q.add_argument("--folder", nargs="+", help="task folders (their raw/*.input* text)")
+    q.add_argument("--ngrams", help="dictionary (default: the packaged one)")
+    q.add_argument("--sizes", default="1000,5000,20000,all",
+                   help="comma-separated dictionary sizes (top-K entries; 'all')")
+    q.add_argument("--plot", help="write the figure here (PNG)")
+    q.add_argument("--max-lines", type=int, help="read at most this many lines per file")
+    q.set_defaults(func=cmd_stats)
+
+    q = sub.add_parser("encode", help="show tokens and spans of sentences")
+    q.add_argument("sentences", nargs="*")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_encode)
+    return p
+
+
+def main(argv=None):
+    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING"),
+                        format="%(levelname)s %(name)s: %(message)s")
+    a = build_parser().parse_args(argv)
+    from .binarize import BadInputError
+    from .ngrams import NgramFormatError
+
+    try:
+        return a.func(a) or 0
+    except (BadInputError, NgramFormatError, FileNotFoundError) as err:
+        print(f"span-preprocess {a.cmd}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
