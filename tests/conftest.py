@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import span_plugin  # noqa: F401  (its import lets torch.load read fairseq checkpoints)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 DATA = SHARED / "data"
