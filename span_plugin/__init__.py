@@ -7,3 +7,5 @@ that registers with fairseq (criterions) is imported here.
 from . import compat
 
 compat.apply()
+
+from . import criterions  # noqa: E402,F401  (fairseq does not auto-import them)

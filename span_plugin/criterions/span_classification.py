@@ -1,0 +1,163 @@
+"""Criterion ``span_classification``: sentence_prediction's loss, GLUE metrics that
+stay exact when summed over batches and workers.
+
+Logged metrics (percentages, as fairseq's criterion reports them):
+
+* classification: ``accuracy``, ``mcc`` (Matthews, multi-class formula), and for two
+  classes ``f1`` of the positive label (``--positive-label``, default "1");
+* regression: ``pearson`` and ``spearman``.
+
+Every statistic except Spearman's is a count or a sum (confusion-matrix cells; n,
+sum x, sum y, sum x^2, sum y^2, sum xy), logged with ``log_scalar_sum`` so that an
+epoch's value is exact whatever the batching and the number of workers. Spearman
+needs the ranks of the whole set: in eval mode a regression criterion also returns
+its predictions and targets, and then declares its logging outputs not summable, so
+fairseq gathers them from all workers (``--all-gather-list-size`` bounds the pickled
+size per worker and batch; the default fits a few hundred examples). Any of these
+names works with ``--best-checkpoint-metric NAME --maximize-best-checkpoint-metric``.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.dataclass import FairseqDataclass
+from fairseq.logging import metrics
+
+from . import glue_metrics
+
+MAX_CONFUSION_CLASSES = 16  # beyond this, no per-cell counts (and no mcc)
+
+
+@dataclass
+class SpanClassificationCriterionConfig(FairseqDataclass):
+    classification_head_name: str = field(
+        default="sentence_classification_head",
+        metadata={"help": "name of the classification head to use"},
+    )
+    regression_target: bool = field(default=False)
+    positive_label: str = field(
+        default="1",
+        metadata={"help": "label (as written in the data) that F1 counts as positive"},
+    )
+
+
+@register_criterion("span_classification", dataclass=SpanClassificationCriterionConfig)
+class SpanClassificationCriterion(FairseqCriterion):
+    def __init__(self, cfg: SpanClassificationCriterionConfig, task):
+        super().__init__(task)
+        self.head_name = cfg.classification_head_name
+        self.regression_target = cfg.regression_target
+        self.num_classes = int(task.cfg.num_classes)
+        self.positive = None
+        if not self.regression_target and self.num_classes == 2:
+            d = task.label_dictionary
+            idx = d.index(cfg.positive_label)
+            if idx == d.unk():
+                raise ValueError(
+                    f"--positive-label {cfg.positive_label!r} is not a label of this "
+                    f"task (labels: {d.symbols[d.nspecial:]})"
+                )
+            self.positive = idx - d.nspecial
+
+    def forward(self, model, sample, reduce=True):
+        """Loss (summed over the batch), sample size, logging output."""
+        if self.head_name not in getattr(model, "classification_heads", {}):
+            raise ValueError(
+                f"model has no classification head {self.head_name!r} "
+                f"(--classification-head-name)"
+            )
+        logits, _ = model(
+            **sample["net_input"], features_only=True, classification_head_name=self.head_name
+        )
+        targets = model.get_targets(sample, [logits]).view(-1)
+        sample_size = targets.numel()
+        log = {"ntokens": sample["ntokens"], "nsentences": sample_size, "sample_size": sample_size}
+        if not self.regression_target:
+            lprobs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
+            loss = F.nll_loss(lprobs, targets, reduction="sum")
+            preds = logits.argmax(dim=-1)
+            log["ncorrect"] = (preds == targets).sum()
+            if self.num_classes <= MAX_CONFUSION_CLASSES:
+                p, t = preds, targets
+                if self.positive == 0:  # log binary counts with the positive label as 1
+                    p, t = 1 - p, 1 - t
+                cells = glue_metrics.confusion_counts(p, t, self.num_classes)
+                for i in range(self.num_classes):
+                    for j in range(self.num_classes):
+                        log[f"_cm_{i}_{j}"] = cells[i, j]
+        else:
+            preds = logits.view(-1).float()
+            targets = targets.float()
+            loss = F.mse_loss(preds, targets, reduction="sum")
+            for key, value in glue_metrics.moment_sums(preds.detach(), targets).items():
+                log["_" + key] = value
+            if not model.training:
+                log["pred"] = preds.detach().cpu().tolist()
+                log["targ"] = targets.cpu().tolist()
+        log["loss"] = loss.data
+        return loss, sample_size, log
+
+    def logging_outputs_can_be_summed(self) -> bool:
+        # Spearman needs every prediction: regression gathers its lists instead.
+        return not self.regression_target
+
+    @staticmethod
+    def reduce_metrics(logging_outputs) -> None:
+        def total(key):
+            return sum(_item(log.get(key, 0)) for log in logging_outputs)
+
+        loss_sum = total("loss")
+        nsentences = total("nsentences")
+        sample_size = total("sample_size")
+        metrics.log_scalar("loss", loss_sum / max(sample_size, 1) / math.log(2), sample_size, round=3)
+        if not logging_outputs:
+            return
+        keys = set().union(*(log.keys() for log in logging_outputs))
+        if "ncorrect" in keys:
+            metrics.log_scalar(
+                "accuracy", 100.0 * total("ncorrect") / max(nsentences, 1), nsentences, round=2
+            )
+        cells = sorted(k for k in keys if k.startswith("_cm_"))
+        for k in cells:
+            metrics.log_scalar_sum(k, total(k))
+        if cells:
+            n = int(round(math.sqrt(len(cells))))
+            metrics.log_derived("mcc", lambda m: _pct(glue_metrics.mcc(_cm(m, n))))
+            if n == 2:
+                metrics.log_derived("f1", lambda m: _pct(glue_metrics.f1(_cm(m, n))))
+        if "_n" in keys:
+            for k in glue_metrics.MOMENT_KEYS:
+                metrics.log_scalar_sum("_" + k, total("_" + k))
+            metrics.log_derived(
+                "pearson",
+                lambda m: _pct(
+                    glue_metrics.pearson_from_sums({k: m["_" + k].sum for k in glue_metrics.MOMENT_KEYS})
+                ),
+            )
+        preds = [x for log in logging_outputs for x in log.get("pred", [])]
+        if preds:
+            targs = [x for log in logging_outputs for x in log.get("targ", [])]
+            metrics.log_concat_tensor("_pred", torch.tensor(preds, dtype=torch.float64), dim=0)
+            metrics.log_concat_tensor("_targ", torch.tensor(targs, dtype=torch.float64), dim=0)
+            metrics.log_derived(
+                "spearman",
+                lambda m: _pct(
+                    glue_metrics.spearman(m["_pred"].tensor.numpy(), m["_targ"].tensor.numpy())
+                ),
+            )
+
+
+def _item(v):
+    return v.item() if torch.is_tensor(v) else v
+
+
+def _cm(meters, n):
+    return np.array([[meters[f"_cm_{i}_{j}"].sum for j in range(n)] for i in range(n)], dtype=np.float64)
+
+
+def _pct(value):
+    return round(100.0 * float(value), 2)
