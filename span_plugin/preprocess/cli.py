@@ -63,6 +63,7 @@ def cmd_ngrams(a):
         res = build_dictionary(paths, a.out, min_n=a.min_n, max_n=a.max_n,
                                min_count=a.min_count, workers=a.workers,
                                wikitext=list(a.wikitext or []), top_k=a.top_k,
+                               edge_punct=a.keep_edge_punct,
                                tmp_dir=a.tmp_dir)
     print(f"{a.out}: {len(res.items)} n-grams (n={a.min_n}..{a.max_n}, count >= "
           f"{a.min_count}) from {res.corpus_tokens} words")
@@ -137,6 +138,8 @@ def build_parser():
     q.add_argument("--min-count", type=int, default=11,
                    help="keep n-grams seen at least this often (paper: more than 10)")
     q.add_argument("--top-k", type=int, help="keep only the K most frequent")
+    q.add_argument("--keep-edge-punct", action="store_true",
+                   help="keep n-grams that start or end with punctuation (', and')")
     q.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     q.add_argument("--tmp-dir", help="where the spill files go (default: system temp)")
     q.set_defaults(func=cmd_ngrams)

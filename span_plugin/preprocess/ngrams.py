@@ -178,6 +178,7 @@ def _line_chunks(path, chunk_bytes):
 
 # WikiText writes "it 's", "didn 't": join the clitic back so GPT-2 splits it as in
 # ordinary text ("it", "'s").
+_HAS_ALNUM = re.compile(r"[^\W_]")  # a letter or a digit
 _WIKI_CLITIC = re.compile(r"(?<=\w) '(s|t|re|ve|m|ll|d)\b")
 
 
@@ -304,11 +305,16 @@ class CountResult:
 
 
 def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=(),
-                 chunk_bytes=8 << 20, partitions=8, tmp_dir=None, top_k=None):
+                 chunk_bytes=8 << 20, partitions=8, tmp_dir=None, top_k=None,
+                 edge_punct=False):
     """Count word n-grams (``min_n <= n <= max_n``) occurring at least ``min_count``
     times in the corpus files, exactly. Lines are sentences or paragraphs; n-grams
     never cross a line end. ``wikitext``: True, or the subset of ``paths`` in
-    WikiText format (see :func:`corpus_lines`). Returns a :class:`CountResult`.
+    WikiText format (see :func:`corpus_lines`). edge_punct: keep n-grams that begin
+    or end with a word without letters or digits (", and", "america ,"); by default
+    they are left out, so spans do not swallow neighbouring punctuation (punctuation
+    inside an n-gram, as in "state - of - the - art", stays). Returns a
+    :class:`CountResult`.
     """
     if not 2 <= min_n <= max_n:
         raise ValueError(f"need 2 <= min_n <= max_n, got {min_n}..{max_n}")
@@ -322,12 +328,13 @@ def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=()
             paths = [str(p) for p in paths]
             wiki = set(paths) if wikitext is True else {str(p) for p in (wikitext or ())}
             return _count(pool, paths, min_n, max_n, min_count, wiki, chunk_bytes,
-                          partitions, tmp, top_k)
+                          partitions, tmp, top_k, edge_punct)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, tmp, top_k):
+def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, tmp, top_k,
+           edge_punct):
     # Pass 1: words -> local ids; global word counts.
     tasks = []
     for path in paths:
@@ -405,6 +412,7 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
     # Decode keys into word-id matrices, level by level: [num_grams, n].
     items = []
     mats = {1: np.arange(len(frequent), dtype=np.int64)[:, None]}
+    is_punct = np.array([not _HAS_ALNUM.search(w) for w in frequent], dtype=bool)
     for n in sorted(levels):
         keys, cnts = levels[n]
         prefix = keys >> WORD_BITS
@@ -412,8 +420,12 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
         mats[n] = np.concatenate([mats[n - 1][prefix], last[:, None]], axis=1)
         if n >= min_n:
             order = np.argsort(-cnts, kind="stable")
-            if top_k is not None:
-                order = order[:top_k]
+            if not edge_punct:
+                ok = ~(is_punct[mats[n][order, 0]] | is_punct[mats[n][order, -1]])
+                order = order[ok]
+            if top_k is not None and len(order) > top_k:
+                # keep ties at the cut: the final order breaks them by text
+                order = order[cnts[order] >= cnts[order[top_k - 1]]]
             for row, c in zip(mats[n][order].tolist(), cnts[order].tolist()):
                 items.append((tuple(frequent[i] for i in row), c))
     items.sort(key=lambda gc: (-gc[1], gc[0]))
@@ -424,11 +436,12 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
 
 
 def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=None,
-                     wikitext=(), top_k=None, **kw):
+                     wikitext=(), top_k=None, edge_punct=False, **kw):
     """Count n-grams in ``paths`` and write the dictionary file; returns CountResult."""
     res = count_ngrams(paths, min_n=min_n, max_n=max_n, min_count=min_count,
-                       workers=workers, wikitext=wikitext, top_k=top_k, **kw)
+                       workers=workers, wikitext=wikitext, top_k=top_k,
+                       edge_punct=edge_punct, **kw)
     comment = (f"n={min_n}..{max_n} min_count={min_count} corpus_tokens={res.corpus_tokens}"
-               + (f" top_k={top_k}" if top_k else "") )
+               + (f" top_k={top_k}" if top_k else "") + (" edge_punct" if edge_punct else "") )
     save_ngrams(out_path, res.items, comment)
     return res
