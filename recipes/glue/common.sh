@@ -1,0 +1,114 @@
+# Shared body of the GLUE recipes; sourced by recipes/glue/<TASK>.sh, which sets only
+# what differs per task:
+#   TASK NUM_CLASSES LR BATCH_SIZE TOTAL_UPDATES WARMUP_UPDATES METRIC [REGRESSION=1]
+# Hyperparameters are fairseq's RoBERTa GLUE settings; span settings are the paper's.
+#
+# Inputs (environment variables, defaults in brackets):
+#   GLUE_DIR       glue_data folder with one sub-folder per task      [glue_data]
+#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
+#                  (smoke runs)                                        []
+#   ARCH           roberta_span_base or roberta_span_large             [roberta_span_base]
+#   BPE_DIR        folder with encoder.json, vocab.bpe, dict.txt       [gpt2_bpe]
+#   NGRAMS         n-gram dictionary; empty uses the packaged default  []
+#   SEGMENTATION   greedy | random | none                              [greedy]
+#   SPAN_ENCODER   cnn-cnn | cnn-max | attn-max | attn-attn | cnn      [cnn-cnn]
+#   MAX_SPANS, MAX_SPAN_TOKENS   the paper's r and l                   [64, 16]
+#   DATA_DIR       binarized task folder; prepared when missing        [data-bin/$TASK]
+#   OUT_DIR        checkpoints, tensorboard, results, predictions      [runs/$TASK]
+#   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   WORKERS        preprocessing processes                             [nproc]
+# Extra arguments go to fairseq-train last, so they override:
+#   recipes/glue/RTE.sh --cpu --max-update 5   is a smoke run.
+
+set -euo pipefail
+
+RECIPES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$RECIPES/../.." && pwd)
+# Use the project's environment when it is not already active.
+if ! command -v fairseq-train >/dev/null && [ -x "$ROOT/.venv/bin/fairseq-train" ]; then
+    PATH="$ROOT/.venv/bin:$PATH"
+fi
+
+die() { echo "recipes/glue/$TASK.sh: $*" >&2; exit 2; }
+
+GLUE_DIR=${GLUE_DIR:-glue_data}
+ROBERTA_PATH=${ROBERTA_PATH:-}
+ARCH=${ARCH:-roberta_span_base}
+BPE_DIR=${BPE_DIR:-gpt2_bpe}
+NGRAMS=${NGRAMS:-}
+SEGMENTATION=${SEGMENTATION:-greedy}
+SPAN_ENCODER=${SPAN_ENCODER:-cnn-cnn}
+MAX_SPANS=${MAX_SPANS:-64}
+MAX_SPAN_TOKENS=${MAX_SPAN_TOKENS:-16}
+DATA_DIR=${DATA_DIR:-data-bin/$TASK}
+OUT_DIR=${OUT_DIR:-runs/$TASK}
+WORKERS=${WORKERS:-$(nproc)}
+REGRESSION=${REGRESSION:-0}
+
+# --cpu among the extra arguments means no GPU, whatever is visible.
+case " $* " in
+    *" --cpu "*) NUM_GPUS=0 ;;
+    *) NUM_GPUS=${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")} ;;
+esac
+
+# ---- check the inputs before spending any time -------------------------------------
+command -v fairseq-train >/dev/null || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
+[ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] \
+    || die "ROBERTA_PATH=$ROBERTA_PATH does not exist (give roberta.base/model.pt, or leave it empty to train from scratch)"
+[ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
+
+# ---- prepare the binarized folder with span files when it is missing -----------------
+if [ ! -d "$DATA_DIR" ]; then
+    [ -d "$GLUE_DIR/$TASK" ] \
+        || die "no $GLUE_DIR/$TASK folder: set GLUE_DIR to your glue_data folder (it holds $TASK/train.tsv, dev.tsv, test.tsv)"
+    for f in encoder.json vocab.bpe dict.txt; do
+        [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
+    done
+    echo "preparing $DATA_DIR from $GLUE_DIR/$TASK"
+    span-preprocess glue --task "$TASK" --glue-dir "$GLUE_DIR" --out "$DATA_DIR.tmp" \
+        --gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe" \
+        --srcdict "$BPE_DIR/dict.txt" ${NGRAMS:+--ngrams "$NGRAMS"} \
+        --segmentation "$SEGMENTATION" --workers "$WORKERS"
+    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+fi
+span-preprocess check "$DATA_DIR" \
+    || die "$DATA_DIR is not a complete span-annotated task folder (see the error above); delete it to rebuild it"
+if [ "$REGRESSION" != 1 ]; then
+    # fairseq-preprocess pads dictionaries to a multiple of 8 with "madeupword" entries.
+    labels=$(grep -vc "^madeupword" "$DATA_DIR/label/dict.txt")
+    [ "$labels" -eq "$NUM_CLASSES" ] \
+        || die "$DATA_DIR/label/dict.txt has $labels labels but $TASK is trained with NUM_CLASSES=$NUM_CLASSES"
+fi
+
+# ---- fine-tune --------------------------------------------------------------------------
+args=(
+    "$DATA_DIR" --user-dir "$ROOT/span_plugin"
+    --task span_classification --criterion span_classification --arch "$ARCH"
+    --num-classes "$NUM_CLASSES" --init-token 0 --separator-token 2 --max-positions 512
+    --max-spans "$MAX_SPANS" --max-span-tokens "$MAX_SPAN_TOKENS" --span-encoder "$SPAN_ENCODER"
+    --batch-size "$BATCH_SIZE" --max-tokens 4400 --required-batch-size-multiple 1
+    --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.1 --clip-norm 0.0
+    --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$TOTAL_UPDATES"
+    --warmup-updates "$WARMUP_UPDATES" --max-update "$TOTAL_UPDATES" --max-epoch 10
+    --dropout 0.1 --attention-dropout 0.1
+    --best-checkpoint-metric "$METRIC" --no-epoch-checkpoints
+    --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
+    --log-format simple --log-interval 100
+    # RoBERTa's LM head is not used when fine-tuning.
+    --find-unused-parameters
+)
+if [ "$METRIC" != loss ]; then args+=(--maximize-best-checkpoint-metric); fi
+if [ "$REGRESSION" = 1 ]; then args+=(--regression-target); fi
+# First launch starts from the pretrained weights; a relaunch resumes checkpoint_last.pt.
+if [ -n "$ROBERTA_PATH" ]; then args+=(--finetune-from-model "$ROBERTA_PATH"); fi
+if [ "$NUM_GPUS" -ge 1 ]; then
+    args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
+fi
+
+mkdir -p "$OUT_DIR"
+if [ "$NUM_GPUS" -gt 1 ]; then
+    torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
+        "${args[@]}" --distributed-world-size "$NUM_GPUS" "$@"
+else
+    fairseq-train "${args[@]}" "$@"
+fi
