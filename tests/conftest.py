@@ -27,11 +27,15 @@ TINY_ROBERTA = [
 
 
 def run_cli(name, *args, cwd=None, env=None, check=True):
-    """Run an installed console script (fairseq-train, span-preprocess, ...) from
-    this environment; on failure, raise with its output so the test log shows why."""
+    """Run a console script of this environment (fairseq-train, span-preprocess, ...)
+    or a system command (bash); on failure, raise with its output so the test log
+    shows why."""
     full_env = dict(os.environ, **(env or {}))
+    # Children (recipes calling fairseq-train, ...) use this same environment.
+    full_env["PATH"] = f"{BIN}{os.pathsep}{full_env.get('PATH', '')}"
+    command = str(BIN / name) if (BIN / name).exists() else name
     proc = subprocess.run(
-        [str(BIN / name), *map(str, args)], cwd=cwd, env=full_env,
+        [command, *map(str, args)], cwd=cwd, env=full_env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     if check and proc.returncode != 0:
