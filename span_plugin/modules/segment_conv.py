@@ -41,21 +41,22 @@ class SegmentConv1d(nn.Conv1d):
         k = self.kernel_size[0]
         half = k // 2
         # Positions in no segment are never read; zeroing them first keeps whatever
-        # they hold (huge fp16 padding, garbage) out of the matrix product, so it
-        # cannot overflow to inf there and then turn masked taps into nan.
+        # they hold (huge fp16 padding, garbage) out of the matrix product, so no
+        # tap there can overflow to inf and turn into nan when masked.
         in_segment = segment_ids >= 0
         values = values.masked_fill(~in_segment.unsqueeze(-1), 0)
-        # [B, N + 2*half, k, H_out]: every tap's linear map of every (padded) position.
+        # [B, N + 2*half, k, H_out]: every tap's linear map of every (padded)
+        # position; the bias rides on the centre tap.
         taps_weight = self.weight.permute(2, 0, 1).reshape(k * self.out_channels, self.in_channels)
-        taps = F.linear(F.pad(values, (0, 0, half, half)), taps_weight)
+        taps_bias = F.pad(self.bias, (half * self.out_channels, half * self.out_channels))
+        taps = F.linear(F.pad(values, (0, 0, half, half)), taps_weight, taps_bias)
         taps = taps.view(batch, length + 2 * half, k, self.out_channels)
 
         padded_ids = F.pad(segment_ids, (half, half), value=-1)
-        output = taps[:, half : half + length, half] + self.bias
+        output = taps[:, half : half + length, half]
         for j in range(k):  # over kernel taps, not over examples or segments
             if j == half:
                 continue
             same_segment = (padded_ids[:, j : j + length] == segment_ids) & in_segment
-            # where, not a 0/1 product: an overflowed tap times 0 would be nan.
-            output = output + torch.where(same_segment.unsqueeze(-1), taps[:, j : j + length, j], 0)
+            output = torch.addcmul(output, taps[:, j : j + length, j], same_segment.unsqueeze(-1).to(values.dtype))
         return output

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from .segment_conv import SegmentConv1d
 from .segment_pooling import segment_attentive_pool, segment_max
-from .span_layout import NO_SEGMENT, covered_run_ids, token_span_ids, valid_span_ids
+from .span_layout import covered_run_ids, pack_covered_tokens, token_span_ids, valid_span_ids
 
 
 class ConvMaxPooler(nn.Module):
@@ -67,11 +67,16 @@ class SpanEncoder(nn.Module):
         Returns:
             ``[B, H]``, dtype of ``features``; zeros for an example with no span.
         """
-        span_ids, num_spans = token_span_ids(spans, features.size(1))
-        # Spans are compacted (empty rows dropped, order kept), so the first
-        # num_spans rows of span_vectors are the example's spans.
+        batch, seq_len, dim = features.shape
         num_slots = spans.size(1)
-        span_vectors = self.within_span(features, span_ids, num_slots)
+        span_ids, num_spans = token_span_ids(spans, seq_len)
+        # Token level: only the N covered tokens, packed into one sequence [1, N, H].
+        token_index, packed_ids = pack_covered_tokens(span_ids, num_slots)
+        packed = features.reshape(batch * seq_len, dim).index_select(0, token_index)
+        span_vectors = self.within_span(packed.unsqueeze(0), packed_ids.unsqueeze(0), batch * num_slots)
+        # Span level: [B, S, H]. Span ids are compacted (empty rows dropped, order
+        # kept), so an example's spans are its first num_spans rows.
+        span_vectors = span_vectors.view(batch, num_slots, dim)
         sentence = self.across_spans(span_vectors, valid_span_ids(num_spans, num_slots), 1)
         return sentence.squeeze(1)
 
@@ -89,12 +94,16 @@ class NoSegmentationCnnEncoder(nn.Module):
 
     def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
         """``features [B, T, H]``, ``spans [B, S, 2]`` -> ``[B, H]`` (zeros if nothing covered)."""
-        span_ids, _ = token_span_ids(spans, features.size(1))
-        run_ids = covered_run_ids(span_ids)
-        hidden = torch.relu(self.first_conv(features, run_ids))
-        hidden = torch.relu(self.second_conv(hidden, run_ids))
-        covered = torch.where(run_ids >= 0, 0, NO_SEGMENT)
-        return segment_max(hidden, covered, 1).squeeze(1)
+        batch, seq_len, dim = features.shape
+        span_ids, _ = token_span_ids(spans, seq_len)
+        # Runs are numbered < T within an example; pack covered tokens as [1, N, H].
+        token_index, packed_runs = pack_covered_tokens(covered_run_ids(span_ids), seq_len)
+        packed = features.reshape(batch * seq_len, dim).index_select(0, token_index).unsqueeze(0)
+        packed_runs = packed_runs.unsqueeze(0)
+        hidden = torch.relu(self.first_conv(packed, packed_runs))
+        hidden = torch.relu(self.second_conv(hidden, packed_runs))
+        example = torch.div(packed_runs, seq_len, rounding_mode="floor")
+        return segment_max(hidden, example, batch).squeeze(0)
 
 
 SPAN_ENCODERS = ("cnn-cnn", "cnn-max", "attn-max", "attn-attn", "cnn")
