@@ -165,3 +165,23 @@ def test_ngrams_cli_and_malformed_dictionary(tmp_path):
                    DATA / "gpt2_bpe" / "encoder.json", "--gpt2-vocab-bpe",
                    DATA / "gpt2_bpe" / "vocab.bpe", "new york", check=False)
     assert proc.returncode != 0 and f"{out}:{n}:" in proc.stdout
+
+
+def test_stats_table_and_plot(tmp_path):
+    d = tmp_path / "d.txt"
+    NG.save_ngrams(d, [(("new", "york"), 9), (("of", "the"), 5), (("new", "york", "city"), 2)])
+    text = tmp_path / "s.txt"
+    text.write_text("New York City is in the state of New York.\n\nof the people\n",
+                    encoding="utf-8")
+    png = tmp_path / "fig.png"
+    proc = run_cli("span-preprocess", "stats", "--text", text, "--ngrams", d,
+                   "--sizes", "1,all", "--plot", png)
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| dict")}
+    # all 3 n-grams: [New York City] is in the state of [New York] . -> 8 spans;
+    # [of the] people -> 2 spans (the empty line is not a sentence): 5.00 per sentence
+    assert rows["3"].split("|")[2].strip() == "5.00"
+    # top-1 ("new york"): [New York] City is in the state of [New York] . -> 9; 3 -> 6.00
+    assert rows["1"].split("|")[2].strip() == "6.00"
+    assert rows["0"].split("|")[2].strip() == "7.00"
+    assert png.stat().st_size > 10_000

@@ -184,11 +184,16 @@ def build_parser():
 
 
 def main(argv=None):
-    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING"),
-                        format="%(levelname)s %(name)s: %(message)s")
     a = build_parser().parse_args(argv)
     from .binarize import BadInputError
     from .ngrams import NgramFormatError
+
+    # fairseq's import configures the root logger; set our level after it.
+    level = os.environ.get("LOGLEVEL", "WARNING").upper()
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+    for noisy in ("matplotlib", "PIL", "fairseq"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
     try:
         return a.func(a) or 0
