@@ -8,4 +8,9 @@ from . import compat
 
 compat.apply()
 
-from . import criterions  # noqa: E402,F401  (fairseq does not auto-import them)
+# Register everything here: fairseq does not auto-import criterions, and it skips its
+# own import of tasks/ and models/ when span_plugin was imported before --user-dir
+# was processed (a script or test that imports span_plugin first).
+from . import criterions  # noqa: E402,F401
+from .models import roberta_span  # noqa: E402,F401
+from .tasks import span_classification  # noqa: E402,F401

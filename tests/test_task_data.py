@@ -1,10 +1,11 @@
 """Test data for the task/model tests, and tests of the span dataset wrappers.
 
-``glue_folder(task)`` prepares a data folder from real GLUE rows exactly as RoBERTa's
-recipe does (GPT-2 BPE with fairseq's own encoder and the local BPE files,
+``glue_folder(task)`` runs ``span-preprocess glue`` on the first rows of real GLUE.
+``write_folder(out, rows, ...)`` makes a folder with spans of our choosing, as
+RoBERTa's recipe does (GPT-2 BPE with fairseq's own encoder and the local BPE files,
 ``fairseq-preprocess --only-source --srcdict``) plus span files written with
-``SpanIndexWriter`` from a simple segmentation: consecutive pairs of GPT-2 pre-tokens
-("words"). Folders are built once per session and shared by the test modules.
+``SpanIndexWriter`` from a simple segmentation: consecutive groups of GPT-2
+pre-tokens ("words"). Folders are built once per session and shared by the modules.
 """
 
 import functools
@@ -113,12 +114,36 @@ def _root():
     return _ROOT
 
 
+def mini_glue(n_rows=ROWS["train"]):
+    """A glue_data folder holding the first ``n_rows`` rows of each real TSV."""
+    out = _root() / f"glue{n_rows}"
+    if not out.exists():
+        for task in GLUE_LAYOUT:
+            (out / task).mkdir(parents=True)
+            for split in ("train", "dev", "test"):
+                lines = (GLUE / task / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+                header = 0 if (task == "CoLA" and split != "test") else 1
+                keep = lines[: header + (n_rows if split == "train" else ROWS["valid"])]
+                (out / task / f"{split}.tsv").write_text("\n".join(keep) + "\n", encoding="utf-8")
+    return out
+
+
+def spec_args():
+    """The encoder arguments of ``span-preprocess`` for the local GPT-2 files."""
+    return [
+        "--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe", GPT2_BPE / "vocab.bpe",
+        "--srcdict", GPT2_BPE / "dict.txt", "--workers", "1",
+    ]
+
+
 @functools.lru_cache(maxsize=None)
-def glue_folder(task, n_train=ROWS["train"], n_valid=ROWS["valid"]):
-    """A prepared folder of real GLUE rows (train from train.tsv, valid from dev.tsv)."""
-    regression = GLUE_LAYOUT[task][3]
-    rows = {"train": read_rows(task, "train.tsv", n_train), "valid": read_rows(task, "dev.tsv", n_valid)}
-    return write_folder(_root() / task, rows, regression)
+def glue_folder(task):
+    """A folder prepared by ``span-preprocess glue`` (greedy n-gram segmentation with
+    the packaged dictionary) from the first rows of real GLUE: train from train.tsv,
+    valid from dev.tsv, test from test.tsv (no labels)."""
+    out = _root() / f"{task}-bin"
+    run_cli("span-preprocess", "glue", "--task", task, "--glue-dir", mini_glue(), "--out", out, *spec_args())
+    return out
 
 
 # ----------------------------------------------------------------------------------
@@ -200,5 +225,8 @@ def test_collater_pads_to_longest():
 
 def test_glue_folder_layout():
     folder = glue_folder("MRPC")
-    for name in ("input0/train.bin", "input0/train.spans.idx", "input1/valid.spans.bin", "label/dict.txt"):
+    for name in ("input0/train.bin", "input0/test.spans.idx", "input1/valid.spans.bin", "label/dict.txt"):
         assert (folder / name).exists(), name
+    rows = {"train": read_rows("MRPC", "train.tsv", 8), "valid": read_rows("MRPC", "dev.tsv", 4)}
+    own = write_folder(_root() / "own-MRPC", rows, regression=False)
+    assert (own / "input1" / "valid.spans.bin").exists()

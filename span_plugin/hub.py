@@ -1,0 +1,216 @@
+"""Inference with a fine-tuned ``roberta_span`` checkpoint on raw text.
+
+    from span_plugin.hub import SpanHubInterface
+    hub = SpanHubInterface.from_pretrained(
+        "checkpoints/checkpoint_best.pt", data="MRPC-bin",
+        gpt2_encoder_json="gpt2_bpe/encoder.json", gpt2_vocab_bpe="gpt2_bpe/vocab.bpe",
+        ngrams=None)  # None: the packaged n-gram dictionary, as span-preprocess uses
+    hub.predict([("A man plays.", "A man is playing.")])
+    # -> [{"label": "1", "probs": {"0": 0.2, "1": 0.8}}]    (regression: {"score": x})
+
+BPE and segmentation run on the fly with the encoders of ``span_plugin.preprocess``
+(the same code ``span-preprocess`` binarizes with: pass the same BPE files, n-gram
+dictionary and segmentation the training data was made with). The tokens and spans
+then go through the task's own dataset wrappers, so the layout, shortening and the
+r/l limits are exactly those of training.
+"""
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from fairseq.data import ConcatSentencesDataset, PrependTokenDataset, RightPadDataset
+
+from .data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
+
+
+class _Items(list):
+    """An in-memory token/span dataset: a list of tensors with ``sizes``."""
+
+    @property
+    def sizes(self):
+        return np.array([len(x) for x in self], dtype=np.int64)
+
+    def size(self, index):
+        return len(self[index])
+
+
+class SpanHubInterface(nn.Module):
+    """A fine-tuned roberta_span model with its dictionaries and text encoder."""
+
+    def __init__(self, task, model, encoder, head="sentence_classification_head"):
+        super().__init__()
+        from .models.roberta_span import RobertaSpanModel
+
+        if not isinstance(model, RobertaSpanModel):
+            raise ValueError(
+                f"checkpoint holds a {type(model).__name__} ({_arch(model)}), not a "
+                f"roberta_span model: SpanHubInterface needs a checkpoint fine-tuned with "
+                f"--arch roberta_span_* (for plain RoBERTa use fairseq's RobertaModel)"
+            )
+        if head not in model.classification_heads:
+            raise ValueError(
+                f"checkpoint has no classification head {head!r}; it has "
+                f"{list(model.classification_heads)}"
+            )
+        self.task = task
+        self.model = model.eval()
+        self.encoder = encoder
+        self.head = head
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        checkpoint,
+        data=None,
+        bpe="gpt2",
+        gpt2_encoder_json=None,
+        gpt2_vocab_bpe=None,
+        sentencepiece_model=None,
+        bpe_codes=None,
+        bpe_vocab=None,
+        ngrams=None,
+        ngrams_top_k=None,
+        segmentation="greedy",
+        head="sentence_classification_head",
+    ):
+        """Load ``checkpoint`` (a fine-tuned checkpoint_*.pt).
+
+        data: the task folder whose ``input0/dict.txt`` and ``label/dict.txt`` the
+        model was trained with (default: the ``data`` path stored in the checkpoint).
+        The BPE arguments are local files; ngrams is the n-gram dictionary path (None:
+        the packaged default).
+        """
+        from fairseq import checkpoint_utils
+
+        from .models import roberta_span  # noqa: F401  (registers the model)
+        from .tasks import span_classification  # noqa: F401  (registers the task)
+        from .preprocess.encoders import make_encoder
+
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+        cfg = state.get("cfg")
+        task_name = cfg["task"]["_name"] if cfg is not None else getattr(state["args"], "task", None)
+        if task_name != "span_classification":
+            arch = cfg["model"].get("_name") or cfg["model"].get("arch") if cfg else "?"
+            raise ValueError(
+                f"{checkpoint}: trained with task {task_name!r} and model {arch!r}; "
+                f"SpanHubInterface loads checkpoints of task span_classification with "
+                f"--arch roberta_span_*"
+            )
+        overrides = {"load_checkpoint_heads": True}
+        if data is not None:
+            overrides["data"] = str(data)
+        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [str(checkpoint)], arg_overrides=overrides, state=state
+        )
+        encoder = make_encoder(
+            bpe=bpe, encoder_json=gpt2_encoder_json, vocab_bpe=gpt2_vocab_bpe,
+            sentencepiece_model=sentencepiece_model, bpe_codes=bpe_codes, bpe_vocab=bpe_vocab,
+            ngrams=ngrams, ngrams_top_k=ngrams_top_k, segmentation=segmentation,
+        )
+        return cls(task, models[0], encoder, head=head)
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    @property
+    def regression(self):
+        return bool(self.task.cfg.regression_target)
+
+    @property
+    def labels(self):
+        """Label names in output order (classification)."""
+        d = self.task.label_dictionary
+        return [d[i + d.nspecial] for i in range(self.task.cfg.num_classes)]
+
+    def _encode_input(self, texts):
+        """BPE + segmentation of one input column -> (token items, flat span items)."""
+        d = self.task.source_dictionary
+        toks, spans = [], []
+        for text in texts:
+            symbols, offsets = self.encoder.encode(text)
+            toks.append(d.encode_line(" ".join(symbols), append_eos=True, add_if_not_exist=False).long())
+            spans.append(torch.tensor([o for pair in offsets for o in pair], dtype=torch.long))
+        return _Items(toks), _Items(spans)
+
+    def encode(self, examples):
+        """Examples (str, or tuples of str for pairs) -> model inputs, as training.
+
+        Returns a list of ``(tokens LongTensor [T_i], spans LongTensor [n_i, 2])``.
+        """
+        examples = [(e,) if isinstance(e, str) else tuple(e) for e in examples]
+        widths = {len(e) for e in examples}
+        if len(widths) != 1:
+            raise ValueError("mix of single sentences and pairs in one call")
+        width = widths.pop()
+        if width not in (1, 2):
+            raise ValueError(f"examples must be one sentence or a pair, got {width} texts")
+        cfg = self.task.cfg
+        inputs = [self._encode_input([e[k] for e in examples]) for k in range(width)]
+        starts = layout_starts([toks.sizes for toks, _ in inputs], cfg.init_token, cfg.separator_token)
+        input0 = inputs[0][0]
+        if cfg.init_token is not None:
+            input0 = PrependTokenDataset(input0, cfg.init_token)
+        src = input0
+        if width == 2:
+            input1 = inputs[1][0]
+            if cfg.separator_token is not None:
+                input1 = PrependTokenDataset(input1, cfg.separator_token)
+            src = ConcatSentencesDataset(input0, input1)
+        crop = None
+        if cfg.shorten_method != "none":
+            crop = src = CropWindowDataset(src, self.task.max_positions(), mode="truncate")
+        spans = LayoutSpansDataset(
+            [s for _, s in inputs], starts, crop=crop,
+            max_spans=cfg.max_spans, max_span_tokens=cfg.max_span_tokens,
+        )
+        out = [(src[i], spans[i]) for i in range(len(examples))]
+        limit = self.model.max_positions()
+        for i, (t, _) in enumerate(out):
+            if t.numel() > limit:
+                raise ValueError(
+                    f"example {i} has {t.numel()} tokens, more than the model's {limit}; "
+                    f"the checkpoint was trained with --shorten-method none"
+                )
+        return out
+
+    @torch.no_grad()
+    def predict_logits(self, examples, batch_size=32):
+        """Logits ``[N, C]`` (float32) of the examples, in order, batched."""
+        if len(examples) == 0:
+            return torch.zeros(0, self.task.cfg.num_classes)
+        encoded = self.encode(examples)
+        pad = self.task.source_dictionary.pad()
+        collate_tokens = RightPadDataset(_Items([t for t, _ in encoded]), pad_idx=pad)
+        collate_spans = LayoutSpansDataset([_Items()], [np.zeros(0)])  # for its collater
+        out = []
+        for b in range(0, len(encoded), batch_size):
+            chunk = encoded[b : b + batch_size]
+            tokens = collate_tokens.collater([t for t, _ in chunk]).to(self.device)
+            spans = collate_spans.collater([s for _, s in chunk]).to(self.device)
+            logits, _ = self.model(tokens, spans=spans, classification_head_name=self.head)
+            out.append(logits.float().cpu())
+        return torch.cat(out, dim=0)
+
+    def predict(self, examples, batch_size=32):
+        """Predict raw sentences (str) or pairs ((str, str)).
+
+        Returns one dict per example: classification ``{"label": name, "probs":
+        {name: p}}``; regression ``{"score": float}`` (in the units of the training
+        labels: STS-B folders from span-preprocess hold score / 5).
+        """
+        logits = self.predict_logits(list(examples), batch_size=batch_size)
+        if self.regression:
+            return [{"score": float(x)} for x in logits[:, 0]]
+        probs = F.softmax(logits, dim=-1)
+        names = self.labels
+        return [
+            {"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
+            for p in probs
+        ]
+
+
+def _arch(model):
+    args = getattr(model, "args", None)
+    return getattr(args, "arch", None) or getattr(args, "_name", None) or "unknown arch"
