@@ -1,0 +1,153 @@
+"""GLUE metrics of the span_classification criterion: equal to sklearn/scipy, and
+exact when logging outputs are summed over simulated workers and batches."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from fairseq.data import Dictionary
+from fairseq.logging import metrics
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import f1_score, matthews_corrcoef
+
+from span_plugin.criterions import glue_metrics
+from span_plugin.criterions.span_classification import (
+    SpanClassificationCriterion,
+    SpanClassificationCriterionConfig,
+)
+
+
+def test_confusion_metrics_match_sklearn():
+    rng = np.random.default_rng(0)
+    for c in (2, 3):
+        y = rng.integers(0, c, 300)
+        p = np.where(rng.random(300) < 0.6, y, rng.integers(0, c, 300))
+        cm = glue_metrics.confusion_counts(torch.tensor(p), torch.tensor(y), c).numpy()
+        assert cm.sum() == 300 and cm[1, 0] == ((y == 1) & (p == 0)).sum()
+        assert glue_metrics.mcc(cm) == pytest.approx(matthews_corrcoef(y, p))
+        if c == 2:
+            assert glue_metrics.f1(cm) == pytest.approx(f1_score(y, p))
+    assert glue_metrics.mcc(np.array([[5, 0], [0, 0]])) == 0.0  # undefined -> 0 (sklearn too)
+    assert glue_metrics.f1(np.zeros((2, 2))) == 0.0
+
+
+def test_correlations_match_scipy():
+    rng = np.random.default_rng(1)
+    y = rng.random(200) * 5
+    x = y + rng.normal(0, 1, 200)
+    sums = glue_metrics.moment_sums(torch.tensor(x), torch.tensor(y))
+    assert glue_metrics.pearson_from_sums(sums) == pytest.approx(pearsonr(x, y)[0], abs=1e-9)
+    assert glue_metrics.spearman(x, y) == pytest.approx(spearmanr(x, y)[0])
+
+
+class _Task:
+    def __init__(self, num_classes, labels):
+        self.cfg = type("Cfg", (), {"num_classes": num_classes})()
+        self.label_dictionary = Dictionary()
+        for name in labels:
+            self.label_dictionary.add_symbol(name)
+
+
+class _Model(nn.Module):
+    """Returns the logits it is given in net_input (no encoder)."""
+
+    def __init__(self):
+        super().__init__()
+        self.classification_heads = {"sentence_classification_head": None}
+
+    def forward(self, logits, **kwargs):
+        return logits, None
+
+    def get_targets(self, sample, net_output):
+        return sample["target"]
+
+
+def _criterion(num_classes, labels, regression=False):
+    cfg = SpanClassificationCriterionConfig(regression_target=regression)
+    return SpanClassificationCriterion(cfg, _Task(num_classes, labels))
+
+
+def _run(criterion, batches, workers):
+    """Logging outputs of each batch, summed per worker as fairseq's fast path does
+    (or concatenated, when the criterion says they cannot be summed), then reduced.
+    workers=0: reduce each batch on its own in one aggregation, as fairseq's
+    validation loop does."""
+    model = _Model().eval()
+    logs = [criterion(model, b)[2] for b in batches]
+    if workers == 0:
+        with metrics.aggregate(new_root=True) as agg:
+            for log in logs:
+                SpanClassificationCriterion.reduce_metrics([log])
+            return agg.get_smoothed_values()
+    per_worker = [logs[w::workers] for w in range(workers)]
+    if criterion.logging_outputs_can_be_summed():
+        gathered = [{k: sum(log[k] for log in ws) for k in ws[0]} for ws in per_worker]
+        gathered = [{k: sum(g[k] for g in gathered) for k in gathered[0]}]
+    else:
+        gathered = [log for ws in per_worker for log in ws]
+    with metrics.aggregate(new_root=True) as agg:
+        SpanClassificationCriterion.reduce_metrics(gathered)
+        return agg.get_smoothed_values()
+
+
+def _batches(logits, targets, size):
+    return [
+        {"net_input": {"logits": logits[i : i + size]}, "target": targets[i : i + size],
+         "ntokens": 10 * len(targets[i : i + size])}
+        for i in range(0, len(targets), size)
+    ]
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_binary_metrics_summed_over_workers(workers):
+    # The label dictionary lists "0" first: F1 must still count label "1" as positive.
+    crit = _criterion(2, ["0", "1"])
+    assert crit.positive == 1
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(97, 2, generator=g)
+    y = torch.randint(0, 2, (97,), generator=g)
+    stats = _run(crit, _batches(logits, y, 10), workers)
+    p = logits.argmax(-1).numpy()
+    assert stats["accuracy"] == pytest.approx(100 * (p == y.numpy()).mean(), abs=0.01)
+    assert stats["f1"] == pytest.approx(100 * f1_score(y.numpy(), p), abs=0.01)
+    assert stats["mcc"] == pytest.approx(100 * matthews_corrcoef(y.numpy(), p), abs=0.01)
+
+
+def test_f1_positive_label_when_it_is_not_index_1():
+    crit = _criterion(2, ["1", "0"])  # index 0 is label "1"
+    assert crit.positive == 0
+    logits = torch.tensor([[5.0, 0.0], [5.0, 0.0], [0.0, 5.0], [0.0, 5.0], [5.0, 0.0]])
+    y = torch.tensor([0, 1, 1, 1, 0])  # indices: 0 = "1", 1 = "0"
+    stats = _run(crit, _batches(logits, y, 2), 2)
+    truth = (y == 0).long().numpy()  # 1 where the label is "1"
+    pred = (logits.argmax(-1) == 0).long().numpy()
+    assert stats["f1"] == pytest.approx(100 * f1_score(truth, pred), abs=0.01)
+
+
+def test_multiclass_mcc_and_no_f1():
+    crit = _criterion(3, ["a", "b", "c"])
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(60, 3, generator=g)
+    y = torch.randint(0, 3, (60,), generator=g)
+    stats = _run(crit, _batches(logits, y, 7), 2)
+    assert "f1" not in stats
+    assert stats["mcc"] == pytest.approx(100 * matthews_corrcoef(y.numpy(), logits.argmax(-1).numpy()), abs=0.01)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 4])
+def test_regression_metrics_over_workers(workers):
+    crit = _criterion(1, [], regression=True)
+    assert not crit.logging_outputs_can_be_summed()
+    g = torch.Generator().manual_seed(3)
+    y = torch.rand(83, generator=g)
+    x = y + 0.3 * torch.randn(83, generator=g)
+    stats = _run(crit, _batches(x.view(-1, 1), y, 9), workers)
+    assert stats["pearson"] == pytest.approx(100 * pearsonr(x, y)[0], abs=0.01)
+    assert stats["spearman"] == pytest.approx(100 * spearmanr(x, y)[0], abs=0.01)
+    assert "accuracy" not in stats
+
+
+def test_unknown_positive_label_is_an_error():
+    cfg = SpanClassificationCriterionConfig(positive_label="yes")
+    with pytest.raises(ValueError, match="positive-label"):
+        SpanClassificationCriterion(cfg, _Task(2, ["0", "1"]))
