@@ -34,6 +34,7 @@ setup(
     entry_points={
         "console_scripts": [
             "span-preprocess = span_plugin.preprocess.cli:main",
+            "span-predict = span_plugin.predict:main",
         ],
     },
 )

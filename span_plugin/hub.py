@@ -91,7 +91,8 @@ class SpanHubInterface(nn.Module):
         cfg = state.get("cfg")
         task_name = cfg["task"]["_name"] if cfg is not None else getattr(state["args"], "task", None)
         if task_name != "span_classification":
-            arch = cfg["model"].get("_name") or cfg["model"].get("arch") if cfg else "?"
+            model_cfg = cfg["model"] if cfg is not None else state.get("args")
+            arch = _field(model_cfg, "arch") or _field(model_cfg, "_name")
             raise ValueError(
                 f"{checkpoint}: trained with task {task_name!r} and model {arch!r}; "
                 f"SpanHubInterface loads checkpoints of task span_classification with "
@@ -209,6 +210,13 @@ class SpanHubInterface(nn.Module):
             {"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
             for p in probs
         ]
+
+
+def _field(cfg, key):
+    """A key of a DictConfig/dict or an attribute of an argparse Namespace."""
+    if cfg is None:
+        return None
+    return cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
 
 
 def _arch(model):
