@@ -1,0 +1,124 @@
+"""N-gram dictionary building: throughput and peak memory at several corpus sizes.
+
+Each size is a Zipf-distributed synthetic corpus (100k word types, exponent 1.1, lines
+of 5-40 words) written to a temp dir, counted with n = 2..5 and min_count 11 (the
+paper's threshold) in a fresh process, so the peak memory of each size is its own.
+Memory is reported as the peak resident set (VmHWM) of the counting process minus its
+resident set just before counting (the imported torch/fairseq baseline), and the
+largest peak among its worker processes.
+
+    .venv/bin/python benchmarks/ngram_counting.py --sizes 5e6,20e6,50e6 --workers 2
+
+The last line is the headline: tokens per second at the largest size.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def _letters(i):
+    out = ""
+    while True:
+        i, r = divmod(i, 26)
+        out = chr(97 + r) + out
+        if i == 0:
+            return out
+
+
+def make_corpus(path, tokens, vocab=100_000, a=1.1, seed=0):
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, vocab + 1) ** a
+    p /= p.sum()
+    # letters only: GPT-2's pre-tokenizer would split letters from digits
+    words = np.array([_letters(i) for i in range(vocab)], dtype=object)
+    step = 2_000_000
+    with open(path, "w", encoding="utf-8") as f:
+        for start in range(0, tokens, step):
+            n = min(step, tokens - start)
+            ids = rng.choice(vocab, size=n, p=p)
+            lens = rng.integers(5, 41, size=n // 5 + 2)
+            ends = np.cumsum(lens)
+            seps = np.full(n, " ", dtype=object)
+            seps[ends[ends <= n] - 1] = "\n"
+            seps[-1] = "\n"
+            parts = np.empty(2 * n, dtype=object)
+            parts[0::2] = words[ids]
+            parts[1::2] = seps
+            f.write("".join(parts.tolist()))
+
+
+def _vm(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def count_once(path, workers, min_count):
+    # The counter needs only numpy and regex. Importing the span_plugin package would
+    # also load torch and fairseq (its fairseq compat layer), which would dominate the
+    # memory figures; a bare package stub keeps them the counter's own.
+    import types
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "span_plugin")
+    stub = types.ModuleType("span_plugin")
+    stub.__path__ = [root]
+    sys.modules["span_plugin"] = stub
+    from span_plugin.preprocess.ngrams import count_ngrams
+
+    assert "torch" not in sys.modules
+
+    base = _vm("VmRSS")
+    t = time.perf_counter()
+    res = count_ngrams([path], min_count=min_count, workers=workers)
+    dt = time.perf_counter() - t
+    return {"seconds": dt, "tokens": res.corpus_tokens, "ngrams": len(res.items),
+            "rss_base_mb": base / 2**20, "peak_above_base_mb": (_vm("VmHWM") - base) / 2**20,
+            "worker_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="5e6,20e6,50e6")
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--min-count", type=int, default=11)
+    ap.add_argument("--tmp-dir")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(count_once(a.one, a.workers, a.min_count)))
+        return
+    print(f"machine: {os.cpu_count()} cores, workers={a.workers}, python {sys.version.split()[0]}")
+    print("| corpus tokens | seconds | tokens/s | n-grams kept | main peak above base (MB) "
+          "| worker peak RSS (MB) | file size (MB) |")
+    print("|---|---|---|---|---|---|---|")
+    last = None
+    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
+        for size in [int(float(s)) for s in a.sizes.split(",")]:
+            path = os.path.join(tmp, f"zipf{size}.txt")
+            make_corpus(path, size)
+            out = subprocess.run([sys.executable, __file__, "--one", path, "--workers",
+                                  str(a.workers), "--min-count", str(a.min_count)],
+                                 capture_output=True, text=True, check=True)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            mb = os.path.getsize(path) / 2**20
+            os.remove(path)
+            print(f"| {r['tokens']:,} | {r['seconds']:.1f} | {r['tokens'] / r['seconds']:,.0f} "
+                  f"| {r['ngrams']:,} | {r['peak_above_base_mb']:.0f} | "
+                  f"{r['worker_peak_mb']:.0f} | {mb:.0f} |", flush=True)
+            last = r
+    print(f"ngram counting throughput: {last['tokens'] / last['seconds']:,.0f} tokens/s "
+          f"at {last['tokens']:,} tokens ({a.workers} workers)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Span preprocessing speed against fairseq's own pipeline, side by side in one run.
+
+For each corpus (SST-2 train sentences; a corpus of at least 10M GPT-2 tokens made of
+WikiText-2 valid/test and every GLUE input field, repeated), with the same number of
+workers:
+
+- fairseq: ``multiprocessing_bpe_encoder.py --keep-empty`` (RoBERTa's GLUE recipe) then
+  ``fairseq-preprocess --only-source --srcdict dict.txt`` -- two processes, as the recipe;
+- ours: ``span-preprocess binarize`` with greedy segmentation and the packaged
+  dictionary: GPT-2 BPE + spans + token and span binaries, one process;
+- ours without spans (``--segmentation none``), to show what segmentation itself costs.
+
+Every command runs as its own process (start-up included, as a user runs them); runs
+are interleaved and the median over ``--repeats`` is reported. The last line is the
+headline: our time over fairseq's on the large corpus (target: at most 1.2).
+
+    .venv/bin/python benchmarks/preprocess_speed.py --workers 2 --repeats 3
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import fairseq
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+BPE = DATA / "gpt2_bpe"
+BIN = Path(sys.executable).parent
+MP_BPE = Path(fairseq.__path__[0]) / "examples" / "roberta" / "multiprocessing_bpe_encoder.py"
+
+
+def sst2(path):
+    with open(DATA / "glue" / "SST-2" / "train.tsv", encoding="utf-8") as f:
+        next(f)
+        lines = [line.split("\t")[0] for line in f]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def big(path, min_tokens):
+    """WikiText-2 valid/test + GLUE input fields, repeated to at least min_tokens BPE
+    tokens (estimated at 1.3 tokens per whitespace word, then counted exactly by the
+    runs themselves)."""
+    sys.path.insert(0, str(ROOT))
+    from span_plugin.preprocess.glue import iter_glue_sentences
+
+    text = []
+    for name in ("wiki.valid.tokens", "wiki.test.tokens"):
+        text += (DATA / "wikitext-2" / name).read_text(encoding="utf-8").splitlines()
+    text += list(iter_glue_sentences(str(DATA / "glue")))
+    words = sum(len(t.split()) for t in text)
+    reps = max(1, -(-min_tokens // int(words * 1.3)))
+    path.write_text(("\n".join(text) + "\n") * reps, encoding="utf-8")
+
+
+def timed(cmd):
+    t = time.perf_counter()
+    subprocess.run([str(c) for c in cmd], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def fairseq_pipeline(src, work, workers):
+    bpe = work / "fs.bpe"
+    t1 = timed([sys.executable, MP_BPE, "--encoder-json", BPE / "encoder.json",
+                "--vocab-bpe", BPE / "vocab.bpe", "--inputs", src, "--outputs", bpe,
+                "--workers", workers, "--keep-empty"])
+    t2 = timed([BIN / "fairseq-preprocess", "--only-source", "--trainpref", bpe, "--destdir",
+                work / "fs", "--srcdict", BPE / "dict.txt", "--workers", workers])
+    return t1, t2
+
+
+def ours(src, work, workers, segmentation="greedy"):
+    return timed([BIN / "span-preprocess", "binarize", src, work / f"ours_{segmentation}" / "train",
+                  "--gpt2-encoder-json", BPE / "encoder.json", "--gpt2-vocab-bpe",
+                  BPE / "vocab.bpe", "--srcdict", BPE / "dict.txt", "--workers", workers,
+                  "--segmentation", segmentation])
+
+
+def tokens_in(work):
+    sys.path.insert(0, str(ROOT))
+    from fairseq.data import indexed_dataset
+
+    ds = indexed_dataset.MMapIndexedDataset(str(work / "fs" / "train"))
+    assert (work / "fs" / "train.bin").read_bytes() == \
+        (work / "ours_greedy" / "train.bin").read_bytes(), "token binaries differ"
+    return int(ds.sizes.sum() - len(ds)), len(ds)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-tokens", type=float, default=10e6)
+    ap.add_argument("--tmp-dir")
+    a = ap.parse_args()
+    print(f"machine: {os.cpu_count()} cores, workers={a.workers}, repeats={a.repeats} "
+          f"(median), python {sys.version.split()[0]}")
+    print("| corpus | lines | BPE tokens | fairseq BPE (s) | fairseq-preprocess (s) | "
+          "fairseq total (s) | ours: BPE+spans+binarize (s) | ours, no spans (s) | "
+          "ours / fairseq | spans cost (greedy / none) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    ratio = None
+    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
+        for name in ("SST-2 train", "WikiText-2+GLUE x N"):
+            work = Path(tmp) / name.split()[0]
+            work.mkdir()
+            src = work / "input.txt"
+            sst2(src) if name.startswith("SST") else big(src, int(a.min_tokens))
+            runs = {"bpe": [], "pre": [], "ours": [], "none": []}
+            for _ in range(a.repeats):
+                t1, t2 = fairseq_pipeline(src, work, a.workers)
+                runs["bpe"].append(t1)
+                runs["pre"].append(t2)
+                runs["ours"].append(ours(src, work, a.workers))
+                runs["none"].append(ours(src, work, a.workers, "none"))
+            med = {k: statistics.median(v) for k, v in runs.items()}
+            fs = statistics.median(b + p for b, p in zip(runs["bpe"], runs["pre"]))
+            ntok, nlines = tokens_in(work)
+            ratio = med["ours"] / fs
+            print(f"| {name} | {nlines:,} | {ntok:,} | {med['bpe']:.1f} | {med['pre']:.1f} | "
+                  f"{fs:.1f} | {med['ours']:.1f} | {med['none']:.1f} | {ratio:.2f} | "
+                  f"{med['ours'] / med['none']:.2f} |", flush=True)
+    print(f"span preprocessing time / fairseq BPE+preprocess time: {ratio:.2f} "
+          f"({ntok / 1e6:.1f}M tokens, {a.workers} workers)")
+
+
+if __name__ == "__main__":
+    main()
