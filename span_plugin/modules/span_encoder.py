@@ -49,9 +49,10 @@ class AttentivePooler(nn.Module):
 
 
 class SpanEncoder(nn.Module):
-    """Two-level span encoder: ``within_span`` pools tokens into span vectors
-    ``[B, S, H]``; ``across_spans`` pools an example's non-empty spans, in order,
-    into ``[B, H]``."""
+    """Two-level span encoder: ``within_span`` pools tokens into span vectors,
+    ``across_spans`` pools each example's non-empty spans, in order, into ``[B, H]``.
+    Both levels run on packed sequences (covered tokens, non-empty spans) with a
+    segment id per position, so padding costs no compute."""
 
     def __init__(self, within_span: nn.Module, across_spans: nn.Module):
         super().__init__()
@@ -74,11 +75,13 @@ class SpanEncoder(nn.Module):
         token_index, packed_ids = pack_covered_tokens(span_ids, num_slots)
         packed = features.reshape(batch * seq_len, dim).index_select(0, token_index)
         span_vectors = self.within_span(packed.unsqueeze(0), packed_ids.unsqueeze(0), batch * num_slots)
-        # Span level: [B, S, H]. Span ids are compacted (empty rows dropped, order
-        # kept), so an example's spans are its first num_spans rows.
-        span_vectors = span_vectors.view(batch, num_slots, dim)
-        sentence = self.across_spans(span_vectors, valid_span_ids(num_spans, num_slots), 1)
-        return sentence.squeeze(1)
+        # Span level: span ids are compacted (empty rows dropped, order kept), so an
+        # example's spans are its first num_spans slots; pack those, one segment
+        # per example.
+        span_index, example = pack_covered_tokens(valid_span_ids(num_spans, num_slots), 1)
+        packed_spans = span_vectors.view(batch * num_slots, dim).index_select(0, span_index)
+        sentence = self.across_spans(packed_spans.unsqueeze(0), example.unsqueeze(0), batch)
+        return sentence.squeeze(0)
 
 
 class NoSegmentationCnnEncoder(nn.Module):
