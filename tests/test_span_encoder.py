@@ -234,6 +234,17 @@ def test_batch_invariance(kind):
         torch.testing.assert_close(alone[0], batched[b], rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("kind", SPAN_ENCODERS)
+def test_time_major_features(kind):
+    """fairseq hands over features as a transposed [T, B, H] tensor (a non-contiguous
+    view); the result must not depend on the memory layout."""
+    encoder = make_encoder(kind)
+    features, spans = make_inputs("random")
+    time_major = features.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not time_major.is_contiguous()
+    torch.testing.assert_close(encoder(time_major, spans), encoder(features, spans), rtol=0, atol=0)
+
+
 # Half precision on CPU: outputs are O(1); the tolerances are what rounding of
 # H=12-term dot products in fp16 (10-bit mantissa) / bf16 (7-bit) allows.
 HALF_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2}

@@ -15,6 +15,15 @@ from .segment_pooling import segment_attentive_pool, segment_max
 from .span_layout import covered_run_ids, pack_covered_tokens, token_span_ids, valid_span_ids
 
 
+def gather_tokens(features: torch.Tensor, flat_index: torch.Tensor) -> torch.Tensor:
+    """``features [B, T, H]``, flat indices ``[N]`` into ``B * T`` -> ``[N, H]``.
+    Indexes in place: fairseq's features are a transposed (non-contiguous) view,
+    which a reshape would copy whole."""
+    seq_len = features.size(1)
+    example = torch.div(flat_index, seq_len, rounding_mode="floor")
+    return features[example, flat_index - example * seq_len]
+
+
 class ConvMaxPooler(nn.Module):
     """Conv (kernel k, H -> H) within each segment, ReLU, max over the segment."""
 
@@ -73,13 +82,13 @@ class SpanEncoder(nn.Module):
         span_ids, num_spans = token_span_ids(spans, seq_len)
         # Token level: only the N covered tokens, packed into one sequence [1, N, H].
         token_index, packed_ids = pack_covered_tokens(span_ids, num_slots)
-        packed = features.reshape(batch * seq_len, dim).index_select(0, token_index)
+        packed = gather_tokens(features, token_index)
         span_vectors = self.within_span(packed.unsqueeze(0), packed_ids.unsqueeze(0), batch * num_slots)
         # Span level: span ids are compacted (empty rows dropped, order kept), so an
         # example's spans are its first num_spans slots; pack those, one segment
         # per example.
         span_index, example = pack_covered_tokens(valid_span_ids(num_spans, num_slots), 1)
-        packed_spans = span_vectors.view(batch * num_slots, dim).index_select(0, span_index)
+        packed_spans = span_vectors.reshape(batch * num_slots, dim).index_select(0, span_index)
         sentence = self.across_spans(packed_spans.unsqueeze(0), example.unsqueeze(0), batch)
         return sentence.squeeze(0)
 
@@ -97,11 +106,11 @@ class NoSegmentationCnnEncoder(nn.Module):
 
     def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
         """``features [B, T, H]``, ``spans [B, S, 2]`` -> ``[B, H]`` (zeros if nothing covered)."""
-        batch, seq_len, dim = features.shape
+        batch, seq_len = features.shape[:2]
         span_ids, _ = token_span_ids(spans, seq_len)
         # Runs are numbered < T within an example; pack covered tokens as [1, N, H].
         token_index, packed_runs = pack_covered_tokens(covered_run_ids(span_ids), seq_len)
-        packed = features.reshape(batch * seq_len, dim).index_select(0, token_index).unsqueeze(0)
+        packed = gather_tokens(features, token_index).unsqueeze(0)
         packed_runs = packed_runs.unsqueeze(0)
         hidden = torch.relu(self.first_conv(packed, packed_runs))
         hidden = torch.relu(self.second_conv(hidden, packed_runs))
