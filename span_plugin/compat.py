@@ -128,7 +128,35 @@ def allow_cpu_pytorch_ddp():
     models.DistributedFairseqModel = DistributedFairseqModel
 
 
+def keep_last_batch():
+    """Stop fairseq from dropping the last batch of every epoch.
+
+    ``data_utils.batch_by_size`` drops the final batch when its size is not a multiple
+    of ``--required-batch-size-multiple`` (8 by default; fairseq issue 5036), so
+    validation and test metrics silently skip up to 7 examples. Batches are
+    consecutive runs of ``indices``, so whatever follows the last one is that dropped
+    batch: it is put back.
+    """
+    from fairseq.data import data_utils
+
+    batch_by_size = data_utils.batch_by_size
+    if getattr(batch_by_size, "_span_plugin_wrapped", False):
+        return
+
+    @functools.wraps(batch_by_size)
+    def batch_by_size_keeping_tail(indices, *args, **kwargs):
+        batches = batch_by_size(indices, *args, **kwargs)
+        covered = sum(len(b) for b in batches)
+        if covered < len(indices) and kwargs.get("fixed_shapes") is None:
+            batches.append(np.asarray(indices[covered:], dtype=np.int64))
+        return batches
+
+    batch_by_size_keeping_tail._span_plugin_wrapped = True
+    data_utils.batch_by_size = batch_by_size_keeping_tail
+
+
 def apply():
     allow_fairseq_checkpoints()
     restore_hydra_cwd()
     allow_cpu_pytorch_ddp()
+    keep_last_batch()

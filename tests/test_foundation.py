@@ -5,6 +5,7 @@ import argparse
 import pathlib
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +15,21 @@ def test_plugin_imports_and_allows_fairseq_checkpoint_types():
     import span_plugin  # noqa: F401  (applies the compat fixes)
 
     assert argparse.Namespace in torch.serialization.get_safe_globals()
+
+
+def test_last_batch_is_kept():
+    """fairseq drops an epoch's last batch when its size is not a multiple of
+    --required-batch-size-multiple (8 by default), so validation skipped examples."""
+    from fairseq.data import data_utils
+
+    indices = np.random.RandomState(0).permutation(71)
+    for limits in ({"max_sentences": 32}, {"max_tokens": 1000}, {"max_sentences": 8}):
+        batches = data_utils.batch_by_size(
+            indices, num_tokens_fn=lambda i: 40, num_tokens_vec=np.full(71, 40),
+            required_batch_size_multiple=8, **limits,
+        )
+        assert np.array_equal(np.concatenate(batches), indices), limits
+        assert all(len(b) % 8 == 0 for b in batches[:-1])
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The GLUE recipes as users run them: recipes/glue/<TASK>.sh and its hydra twin."""
 
+import json
 import re
 import shutil
 
@@ -74,6 +75,18 @@ def test_recipe_smoke_run_and_its_hydra_twin(task, tmp_path):
     metric = shell_settings(task)["METRIC"]
     shell_valid = valid_line(log)
     assert f"| {metric} " in shell_valid, shell_valid
+
+    # The dev result of the best checkpoint, in the task's metric, over every dev row.
+    results = json.loads((tmp_path / "runs" / task / "results.json").read_text())
+    assert results["task"] == task and results["metric"] == metric
+    (dev,) = results["dev"].values()
+    logged = float(re.search(rf"\| {metric} (-?[\d.]+)", shell_valid).group(1))
+    assert dev[metric] == pytest.approx(logged, abs=0.01)
+    # GLUE test predictions in the submission format: one per test row, in order.
+    test_rows = (GLUE / task / "test.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]
+    submission = (tmp_path / "runs" / task / "glue_test" / f"{task}.tsv").read_text().splitlines()
+    assert submission[0] == "index\tprediction"
+    assert [line.split("\t")[0] for line in submission[1:]] == [r.split("\t")[0] for r in test_rows]
 
     log = run_cli(
         "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", hydra_name(task),

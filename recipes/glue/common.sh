@@ -14,7 +14,8 @@
 #   SPAN_ENCODER   cnn-cnn | cnn-max | attn-max | attn-attn | cnn      [cnn-cnn]
 #   MAX_SPANS, MAX_SPAN_TOKENS   the paper's r and l                   [64, 16]
 #   DATA_DIR       binarized task folder; prepared when missing        [data-bin/$TASK]
-#   OUT_DIR        checkpoints, tensorboard, results, predictions      [runs/$TASK]
+#   OUT_DIR        checkpoints/, tensorboard/, results.json (dev result of
+#                  checkpoint_best.pt) and glue_test/ (submission files)  [runs/$TASK]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -105,6 +106,11 @@ if [ "$NUM_GPUS" -ge 1 ]; then
     args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
 fi
 
+# MNLI validates on matched (valid, which picks the best checkpoint) and mismatched.
+VALID_SUBSETS=valid
+if [ -f "$DATA_DIR/input0/valid1.idx" ]; then VALID_SUBSETS=valid,valid1; fi
+args+=(--valid-subset "$VALID_SUBSETS")
+
 mkdir -p "$OUT_DIR"
 if [ "$NUM_GPUS" -gt 1 ]; then
     torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
@@ -112,3 +118,30 @@ if [ "$NUM_GPUS" -gt 1 ]; then
 else
     fairseq-train "${args[@]}" "$@"
 fi
+
+# ---- dev result of the best checkpoint, and GLUE test predictions ----------------------
+best="$OUT_DIR/checkpoints/checkpoint_best.pt"
+device=(); if [ "$NUM_GPUS" -eq 0 ]; then device=(--cpu); fi
+fairseq-validate "$DATA_DIR" --user-dir "$ROOT/span_plugin" --task span_classification \
+    --criterion span_classification --path "$best" --valid-subset "$VALID_SUBSETS" \
+    --batch-size 32 --log-format json "${device[@]}" 2>&1 | tee "$OUT_DIR/dev.log"
+python "$RECIPES/write_results.py" --task "$TASK" --metric "$METRIC" --checkpoint "$best" \
+    --log "$OUT_DIR/dev.log" --out "$OUT_DIR/results.json"
+
+predict() {  # predict SPLIT SUBMISSION_NAME
+    if [ ! -f "$GLUE_DIR/$TASK/$1.tsv" ]; then
+        echo "no $GLUE_DIR/$TASK/$1.tsv: skipping test predictions"
+        return
+    fi
+    span-predict --checkpoint "$best" --data "$DATA_DIR" --glue-dir "$GLUE_DIR" --task "$TASK" \
+        --split "$1" --output "$OUT_DIR/glue_test/$2.tsv" \
+        --gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe" \
+        ${NGRAMS:+--ngrams "$NGRAMS"} --segmentation "$SEGMENTATION"
+}
+if [ "$TASK" = MNLI ]; then
+    predict test_matched MNLI-m
+    predict test_mismatched MNLI-mm
+else
+    predict test "$TASK"
+fi
+echo "results: $OUT_DIR/results.json; test predictions: $OUT_DIR/glue_test/"
