@@ -118,18 +118,26 @@ def segmentation_like_spans(batch: int, seq_len: int, generator: torch.Generator
 
 
 def time_interleaved(contenders, features, repeats):
-    """Median seconds of forward + backward for each contender. Runs alternate
-    (A, B, C, A, B, C, ...) so a busy shared machine slows all of them alike;
-    the first round is a warm-up."""
-    times = {name: [] for name in contenders}
+    """Median wall and CPU seconds of forward + backward for each contender.
+
+    Runs alternate (A, B, C, A, B, C, ...) so a busy shared machine slows all of
+    them alike; the first round is a warm-up. CPU time (all threads of this
+    process) is reported too: on an oversubscribed machine it is much steadier
+    than wall time, since time spent descheduled is not counted.
+
+    Returns:
+        {name: (wall_seconds, cpu_seconds)}
+    """
+    times = {name: ([], []) for name in contenders}
     for round_ in range(repeats + 1):
         for name, fn in contenders.items():
             leaf = features.detach().requires_grad_(True)
-            began = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             fn(leaf).sum().backward()
             if round_:
-                times[name].append(time.perf_counter() - began)
-    return {name: statistics.median(t) for name, t in times.items()}
+                times[name][0].append(time.perf_counter() - wall)
+                times[name][1].append(time.process_time() - cpu)
+    return {name: (statistics.median(w), statistics.median(c)) for name, (w, c) in times.items()}
 
 
 def main():
@@ -150,10 +158,11 @@ def main():
     generator = torch.Generator().manual_seed(0)
     module = build_span_encoder("cnn-cnn", args.dim)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, B={args.batch} H={args.dim} "
-          f"r={args.r} l={args.l}, forward+backward, median of {args.repeats}")
-    print(f"{'T':>5} {'spans':>6} {'packed ms':>10} {'dense-gather ms':>16} {'dense-loops ms':>15} "
-          f"{'x vs gather':>12} {'x vs loops':>11}")
+          f"r={args.r} l={args.l}, forward+backward, median of {args.repeats}; wall ms (cpu ms)")
+    print(f"{'T':>5} {'spans':>6} {'packed':>16} {'dense-gather':>16} {'dense-loops':>16} "
+          f"{'x vs gather':>16} {'x vs loops':>16}")
     ratios = []
+    nan = (float("nan"), float("nan"))
     for seq_len in args.seq_lens:
         spans = segmentation_like_spans(args.batch, seq_len, generator)
         features = torch.randn(args.batch, seq_len, args.dim, generator=generator)
@@ -168,13 +177,19 @@ def main():
         if not args.skip_loops:
             contenders["dense-loops"] = lambda f: dense_span_encoder_loop_filled(module, f, spans, args.r, args.l)
         median = time_interleaved(contenders, features, args.repeats)
-        packed, gather, loops = median["packed"], median["dense-gather"], median.get("dense-loops", float("nan"))
-        ratios.append((gather / packed, loops / packed))
-        print(f"{seq_len:>5} {spans.size(1):>6} {packed * 1e3:>10.1f} {gather * 1e3:>16.1f} {loops * 1e3:>15.1f} "
-              f"{gather / packed:>12.2f} {loops / packed:>11.2f}", flush=True)
-    summary = ", ".join(f"T={t}: {g:.2f}x vs dense-gather, {lp:.2f}x vs dense-loops"
-                        for t, (g, lp) in zip(args.seq_lens, ratios))
-    print(f"speedup of packed cnn-cnn: {summary}")
+        packed, gather, loops = median["packed"], median["dense-gather"], median.get("dense-loops", nan)
+        ratio = [tuple(o / p for o, p in zip(other, packed)) for other in (gather, loops)]
+        ratios.append(ratio)
+
+        def cell(pair, unit=1e3, fmt=".0f"):
+            return f"{pair[0] * unit:{fmt}} ({pair[1] * unit:{fmt}})"
+
+        print(f"{seq_len:>5} {spans.size(1):>6} {cell(packed):>16} {cell(gather):>16} {cell(loops):>16} "
+              f"{cell(ratio[0], 1, '.2f'):>16} {cell(ratio[1], 1, '.2f'):>16}", flush=True)
+    summary = ", ".join(
+        f"T={t}: {g[0]:.2f}x ({g[1]:.2f}x cpu) vs dense-gather, {lp[0]:.2f}x ({lp[1]:.2f}x cpu) vs dense-loops"
+        for t, (g, lp) in zip(args.seq_lens, ratios))
+    print(f"speedup of packed cnn-cnn, wall (cpu): {summary}")
 
 
 if __name__ == "__main__":
