@@ -72,6 +72,9 @@ def cmd_ngrams(a):
 def cmd_glue(a):
     from .glue import TASKS, prepare_task
 
+    if a.task != "ALL" and a.task not in TASKS:
+        raise SystemExit(f"span-preprocess glue: unknown task {a.task!r}; expected one of "
+                         f"{', '.join(TASKS)} or ALL")
     spec = _spec(a)
     names = [t for t in TASKS if os.path.isdir(os.path.join(a.glue_dir, t))] \
         if a.task == "ALL" else [a.task]
