@@ -215,3 +215,26 @@ def test_check_reports_first_bad_file_and_line(tmp_path):
     (out / "raw" / "train.input1").write_text("\n".join(lines[:-1]) + "\n")
     with pytest.raises(CheckError, match="line 25 has no partner"):
         check_folder(str(out))
+
+
+def test_snli_layout_drops_unlabelled_rows(tmp_path):
+    rows = _mrpc_rows(20)
+    glue = tmp_path / "glue"
+    gold = lambda i: "-" if i in (3, 11) else ("entailment" if rows[i][0] == "1" else "neutral")
+    for split, n_cols in (("train", 11), ("dev", 15), ("test", 15)):
+        head = [f"c{j}" for j in range(n_cols)]
+        body = [[str(i), "c", "p", "(", "(", "(", "(", r[3], r[4]] + ["x"] * (n_cols - 10)
+                + [gold(i)] for i, r in enumerate(rows)]
+        _write_tsv(glue / "SNLI" / f"{split}.tsv", [head] + body)
+    out = tmp_path / "SNLI-bin"
+    counts = _prepare("SNLI", glue, out)
+    check_folder(str(out))
+    assert counts == {"train": 18, "valid": 18, "test": 18}
+    keep = [i for i in range(20) if i not in (3, 11)]
+    for split in ("train", "test"):
+        assert (out / "raw" / f"{split}.label").read_text().splitlines() == [gold(i) for i in keep]
+        assert (out / "raw" / f"{split}.input0").read_text().splitlines() == \
+            [rows[i][3].strip() for i in keep]
+    assert (out / "label" / "test.bin").exists() and (out / "label" / "valid.bin").exists()
+    dropped = (out / "dropped_rows.tsv").read_text().splitlines()[1:]
+    assert [d.split("\t")[2] for d in dropped] == ["5", "13"] * 3
