@@ -63,7 +63,7 @@ def cmd_ngrams(a):
         res = build_dictionary(paths, a.out, min_n=a.min_n, max_n=a.max_n,
                                min_count=a.min_count, workers=a.workers,
                                wikitext=list(a.wikitext or []), top_k=a.top_k,
-                               edge_punct=a.keep_edge_punct,
+                               edge_punct=a.keep_edge_punct, partitions=a.partitions,
                                tmp_dir=a.tmp_dir)
     print(f"{a.out}: {len(res.items)} n-grams (n={a.min_n}..{a.max_n}, count >= "
           f"{a.min_count}) from {res.corpus_tokens} words")
@@ -145,6 +145,8 @@ def build_parser():
                    help="keep n-grams that start or end with punctuation (', and')")
     q.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     q.add_argument("--tmp-dir", help="where the spill files go (default: system temp)")
+    q.add_argument("--partitions", type=int, default=8,
+                   help="hash partitions of the spill files: more = less memory per merge")
     q.set_defaults(func=cmd_ngrams)
 
     q = sub.add_parser("glue", help="build a GLUE task's binarized folder")

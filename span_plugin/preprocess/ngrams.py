@@ -359,7 +359,6 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
         raise ValueError(f"{len(frequent)} words reach min_count={min_count}; the exact "
                          f"packing allows {MAX_WORDS - 1}: raise min_count")
     word_id = {w: i for i, w in enumerate(frequent)}
-    word_freq = np.array([word_counts[w] for w in frequent], dtype=np.int64)
     del word_counts
 
     # The corpus as global ids (-1: line end or rare word), chunk by chunk.
@@ -431,7 +430,6 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
     items.sort(key=lambda gc: (-gc[1], gc[0]))
     if top_k is not None:
         items = items[:top_k]
-    del word_freq
     return CountResult(items=items, corpus_tokens=corpus_tokens, vocab_size=len(frequent))
 
 
@@ -442,6 +440,6 @@ def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=Non
                        workers=workers, wikitext=wikitext, top_k=top_k,
                        edge_punct=edge_punct, **kw)
     comment = (f"n={min_n}..{max_n} min_count={min_count} corpus_tokens={res.corpus_tokens}"
-               + (f" top_k={top_k}" if top_k else "") + (" edge_punct" if edge_punct else "") )
+               + (f" top_k={top_k}" if top_k else "") + (" edge_punct" if edge_punct else ""))
     save_ngrams(out_path, res.items, comment)
     return res
