@@ -326,6 +326,9 @@ def test_token_span_ids():
     span_ids, num_spans = token_span_ids(spans, 9)
     assert span_ids.tolist() == [[-1, 0, 0, 1, -1, -1, 2, 2, -1], [-1] * 9]
     assert num_spans.tolist() == [3, 0]
+    # Offsets past the end are clamped; int32 spans are accepted.
+    span_ids, num_spans = token_span_ids(torch.tensor([[[2, 40], [40, 50]]], dtype=torch.int32), 4)
+    assert span_ids.tolist() == [[-1, -1, 0, 0]] and num_spans.tolist() == [1]
 
 
 def test_segment_max_ties_share_the_gradient():

@@ -30,6 +30,7 @@ def token_span_ids(spans: torch.Tensor, seq_len: int) -> Tuple[torch.Tensor, tor
     Offsets are clamped to ``[0, T]``. Overlapping spans are not supported (the
     result is then meaningless); the data contract rules them out.
     """
+    spans = spans.long()  # scatter indices must be int64
     start, end = spans.clamp(0, seq_len).unbind(-1)
     nonempty = start < end
     # Label a span by its rank + 1, add the label at its start and subtract it at its
