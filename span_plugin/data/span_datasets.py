@@ -33,6 +33,9 @@ class CropWindowDataset(BaseWrapperDataset):
             raise ValueError(f"unknown shorten mode {mode!r}")
         self.max_len = int(max_len)
         self.mode = mode
+        # fairseq's ConcatSentencesDataset recomputes its sizes on every access.
+        self._full_sizes = np.asarray(dataset.sizes)
+        self._sizes = np.minimum(self._full_sizes, self.max_len)
         self.seed = seed
         self.epoch = 0
 
@@ -45,7 +48,7 @@ class CropWindowDataset(BaseWrapperDataset):
         self.epoch = epoch
 
     def window(self, index):
-        length = int(self.dataset.sizes[index])
+        length = int(self._full_sizes[index])
         excess = length - self.max_len
         if excess <= 0:
             return 0, length
@@ -61,10 +64,10 @@ class CropWindowDataset(BaseWrapperDataset):
 
     @property
     def sizes(self):
-        return np.minimum(self.dataset.sizes, self.max_len)
+        return self._sizes
 
     def size(self, index):
-        return min(int(self.dataset.sizes[index]), self.max_len)
+        return int(self._sizes[index])
 
     def num_tokens(self, index):
         return self.size(index)
