@@ -184,6 +184,16 @@ def test_matches_reference_values_and_gradients(kind, case):
 
 
 @pytest.mark.parametrize("kind", SPAN_ENCODERS)
+def test_gradcheck(kind):
+    torch.manual_seed(0)
+    encoder = build_span_encoder(kind, 3).double()
+    features = torch.randn(2, 7, 3, dtype=torch.float64, requires_grad=True)
+    spans = torch.tensor([[[1, 3], [3, 4], [4, 6]], [[2, 6], [0, 0], [0, 0]]])
+    assert torch.autograd.gradcheck(lambda f: encoder(f, spans), (features,))
+    assert torch.autograd.gradgradcheck(lambda f: encoder(f, spans), (features,))
+
+
+@pytest.mark.parametrize("kind", SPAN_ENCODERS)
 def test_all_padding_example_gives_zeros_and_finite_gradients(kind):
     encoder = make_encoder(kind)
     features, spans = make_inputs("edge")
