@@ -43,6 +43,7 @@ def test_correlations_match_scipy():
 class _Task:
     def __init__(self, num_classes, labels):
         self.cfg = type("Cfg", (), {"num_classes": num_classes})()
+        self.datasets = {"valid": range(200)}
         self.label_dictionary = Dictionary()
         for name in labels:
             self.label_dictionary.add_symbol(name)
@@ -93,6 +94,7 @@ def _run(criterion, batches, workers):
 def _batches(logits, targets, size):
     return [
         {"net_input": {"logits": logits[i : i + size]}, "target": targets[i : i + size],
+         "id": torch.arange(i, min(i + size, len(targets))),
          "ntokens": 10 * len(targets[i : i + size])}
         for i in range(0, len(targets), size)
     ]
@@ -137,7 +139,7 @@ def test_multiclass_mcc_and_no_f1():
 @pytest.mark.parametrize("workers", [0, 1, 4])
 def test_regression_metrics_over_workers(workers):
     crit = _criterion(1, [], regression=True)
-    assert not crit.logging_outputs_can_be_summed()
+    assert crit.logging_outputs_can_be_summed()  # Spearman too: vectors indexed by id
     g = torch.Generator().manual_seed(3)
     y = torch.rand(83, generator=g)
     x = y + 0.3 * torch.randn(83, generator=g)

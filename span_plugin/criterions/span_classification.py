@@ -7,14 +7,16 @@ Logged metrics (percentages, as fairseq's criterion reports them):
   classes ``f1`` of the positive label (``--positive-label``, default "1");
 * regression: ``pearson`` and ``spearman``.
 
-Every statistic except Spearman's is a count or a sum (confusion-matrix cells; n,
-sum x, sum y, sum x^2, sum y^2, sum xy), logged with ``log_scalar_sum`` so that an
-epoch's value is exact whatever the batching and the number of workers. Spearman
-needs the ranks of the whole set: in eval mode a regression criterion also returns
-its predictions and targets, and then declares its logging outputs not summable, so
-fairseq gathers them from all workers (``--all-gather-list-size`` bounds the pickled
-size per worker and batch; the default fits a few hundred examples). Any of these
-names works with ``--best-checkpoint-metric NAME --maximize-best-checkpoint-metric``.
+Every statistic is a count or a sum, logged with ``log_scalar_sum`` and summed by
+fairseq's fast all-reduce path, so an epoch's value is exact whatever the batching
+and the number of workers: confusion-matrix cells for accuracy/F1/MCC; n, sum x,
+sum y, sum x^2, sum y^2, sum xy for Pearson. Spearman needs the ranks of the whole
+set: in eval mode a regression batch also returns ``[N]`` vectors indexed by example
+id (prediction, target, a 1 where the id was seen), N the size of the largest loaded
+split; summed over workers they hold every prediction exactly once, which is then
+ranked. (Summing, not gathering: fairseq's gather path needs CUDA.) Any of the
+metric names works with ``--best-checkpoint-metric NAME
+--maximize-best-checkpoint-metric``.
 """
 
 import math
@@ -96,14 +98,26 @@ class SpanClassificationCriterion(FairseqCriterion):
             for key, value in glue_metrics.moment_sums(preds.detach(), targets).items():
                 log["_" + key] = value
             if not model.training:
-                log["pred"] = preds.detach().cpu().tolist()
-                log["targ"] = targets.cpu().tolist()
+                log.update(self._by_id(sample["id"], preds.detach(), targets))
         log["loss"] = loss.data
         return loss, sample_size, log
 
-    def logging_outputs_can_be_summed(self) -> bool:
-        # Spearman needs every prediction: regression gathers its lists instead.
-        return not self.regression_target
+    def _by_id(self, ids, preds, targets):
+        """``[N]`` float64 vectors of predictions, targets and seen-flags, indexed by
+        example id; N is fixed per run so every worker's vectors have one shape."""
+        n = max((len(ds) for ds in self.task.datasets.values()), default=0)
+        n = max(n, int(ids.max()) + 1 if ids.numel() else 0)
+        out = {}
+        for key, values in (("_pred_by_id", preds), ("_targ_by_id", targets),
+                            ("_seen_by_id", torch.ones_like(preds))):
+            v = torch.zeros(n, dtype=torch.float64, device=preds.device)
+            v[ids] = values.double()
+            out[key] = v
+        return out
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -138,11 +152,12 @@ class SpanClassificationCriterion(FairseqCriterion):
                     glue_metrics.pearson_from_sums({k: m["_" + k].sum for k in glue_metrics.MOMENT_KEYS})
                 ),
             )
-        preds = [x for log in logging_outputs for x in log.get("pred", [])]
-        if preds:
-            targs = [x for log in logging_outputs for x in log.get("targ", [])]
-            metrics.log_concat_tensor("_pred", torch.tensor(preds, dtype=torch.float64), dim=0)
-            metrics.log_concat_tensor("_targ", torch.tensor(targs, dtype=torch.float64), dim=0)
+        if "_seen_by_id" in keys:
+            seen = sum(log["_seen_by_id"] for log in logging_outputs if "_seen_by_id" in log)
+            mask = seen.cpu() > 0
+            for k in ("pred", "targ"):
+                total = sum(log[f"_{k}_by_id"] for log in logging_outputs if f"_{k}_by_id" in log)
+                metrics.log_concat_tensor("_" + k, total.cpu()[mask], dim=0)
             metrics.log_derived(
                 "spearman",
                 lambda m: _pct(
