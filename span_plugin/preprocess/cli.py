@@ -135,7 +135,7 @@ def build_parser():
     q.add_argument("--out", required=True, help="output file (.gz: gzip-compressed)")
     q.add_argument("--text", nargs="+", help="plain text files, one sentence/paragraph a line")
     q.add_argument("--wikitext", nargs="+", help="WikiText .tokens files")
-    q.add_argument("--glue-dir", help="also count the input fields of every GLUE TSV here")
+    q.add_argument("--glue-dir", help="also count the input fields of every GLUE train TSV here (dev and test are left out)")
     q.add_argument("--min-n", type=int, default=2)
     q.add_argument("--max-n", type=int, default=5)
     q.add_argument("--min-count", type=int, default=11,

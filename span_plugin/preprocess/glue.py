@@ -237,12 +237,15 @@ def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
 
 
 def iter_glue_sentences(glue_dir, tasks=None):
-    """Every input field of every task's TSVs under ``glue_dir`` (no labels), for
-    building an n-gram dictionary from unlabeled GLUE text."""
+    """Every input field of every task's train TSV under ``glue_dir`` (no labels), for
+    building an n-gram dictionary from unlabeled GLUE text. Dev and test sentences are
+    left out so that the evaluation sets shape nothing the model is trained with."""
     for task in TASKS.values():
         if tasks and task.name not in tasks:
             continue
         for raw_split, _ in task.splits:
+            if raw_split != "train":
+                continue
             path = os.path.join(glue_dir, task.name, raw_split + ".tsv")
             if os.path.exists(path):
                 rows = read_split(task, path, raw_split, bad_rows="skip", bad_utf8="replace")
