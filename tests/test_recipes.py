@@ -57,6 +57,7 @@ def test_every_task_has_a_shell_recipe_and_an_equal_hydra_config(task):
     assert cfg.checkpoint.best_checkpoint_metric == sh["METRIC"]
     assert cfg.checkpoint.maximize_best_checkpoint_metric is (sh["METRIC"] != "loss")
     assert (cfg.task.max_spans, cfg.task.max_span_tokens) == (64, 16)
+    assert cfg.task.shorten_method == "truncate"
 
 
 @pytest.mark.slow

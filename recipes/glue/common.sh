@@ -86,6 +86,8 @@ args=(
     "$DATA_DIR" --user-dir "$ROOT/span_plugin"
     --task span_classification --criterion span_classification --arch "$ARCH"
     --num-classes "$NUM_CLASSES" --init-token 0 --separator-token 2 --max-positions 512
+    # Inputs past 512 tokens are cut (spans with them) rather than stopping the run.
+    --shorten-method truncate
     --max-spans "$MAX_SPANS" --max-span-tokens "$MAX_SPAN_TOKENS" --span-encoder "$SPAN_ENCODER"
     --batch-size "$BATCH_SIZE" --max-tokens 4400 --required-batch-size-multiple 1
     --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.1 --clip-norm 0.0
