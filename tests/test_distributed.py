@@ -1,12 +1,14 @@
-"""Multi-process training on CPU through fairseq's real distributed path (torchrun,
-gloo, torch DDP), with the plugin loaded in every worker."""
+"""Multi-process span fine-tuning on CPU through fairseq's real distributed path
+(torchrun, gloo, torch DDP), with the plugin loaded in every worker."""
 
 import socket
 
 import pytest
 import torch
 
-from conftest import ROOT, run_cli, train_args
+from conftest import ROOT, run_cli
+from test_task_data import glue_folder
+from test_task_train import span_args
 
 DETERMINISTIC = ["--dropout", "0", "--attention-dropout", "0", "--lr", "1e-4"]
 
@@ -25,12 +27,13 @@ def torchrun(nproc, out_prefix, args):
 
 
 @pytest.mark.slow
-def test_two_workers_match_each_other_and_one_process(sst2_bin, tmp_path):
+def test_two_workers_match_each_other_and_one_process(tmp_path):
+    data = glue_folder("MRPC")  # pairs: spans of both sentences move with the layout
     # Two workers with 8 examples each per update...
-    two = train_args(sst2_bin, tmp_path / "two", *DETERMINISTIC, "--batch-size", "8",
-                     "--find-unused-parameters", max_update=4)
+    two = span_args(data, tmp_path / "two", *DETERMINISTIC, "--batch-size", "8",
+                    "--find-unused-parameters", max_update=4, metric="f1")
     log = torchrun(2, tmp_path / "params", two).stdout
-    assert "distributed init (rank 1)" in log and "user_dir" in log, log
+    assert "distributed init (rank 1)" in log and "roberta_span" in log, log
     rank0 = torch.load(tmp_path / "params.rank0.pt")["model"]
     rank1 = torch.load(tmp_path / "params.rank1.pt")["model"]
     assert rank0.keys() == rank1.keys()
@@ -38,8 +41,8 @@ def test_two_workers_match_each_other_and_one_process(sst2_bin, tmp_path):
         assert torch.equal(rank0[name], rank1[name]), f"ranks differ in {name}"
 
     # ...against one process accumulating the same two batches of 8 per update.
-    one = train_args(sst2_bin, tmp_path / "one", *DETERMINISTIC, "--batch-size", "8",
-                     "--update-freq", "2", max_update=4)
+    one = span_args(data, tmp_path / "one", *DETERMINISTIC, "--batch-size", "8",
+                    "--update-freq", "2", max_update=4, metric="f1")
     run_cli("fairseq-train", *one)
     single = torch.load(tmp_path / "one" / "checkpoint_last.pt")["model"]
     saved = torch.load(tmp_path / "two" / "checkpoint_last.pt")["model"]

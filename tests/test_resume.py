@@ -5,21 +5,30 @@ dropout seeds all come back."""
 import pytest
 import torch
 
-from conftest import num_updates, run_cli, train_args
+from conftest import num_updates, run_cli
+from test_task_data import ROWS, glue_folder
+from test_task_train import span_args
 
 SCHEDULE = ["--lr-scheduler", "polynomial_decay", "--total-num-update", "10",
-            "--warmup-updates", "2", "--batch-size", "8"]
+            "--warmup-updates", "2", "--batch-size", "8",
+            "--validate-interval-updates", "5", "--save-interval-updates", "5"]
+
+
+def run(data, save_dir, max_update):
+    return run_cli("fairseq-train", *span_args(data, save_dir, *SCHEDULE, max_update=max_update,
+                                               metric="f1")).stdout
 
 
 @pytest.mark.slow
-def test_resume_matches_uninterrupted_run(sst2_bin, tmp_path):
-    # 96 examples in batches of 8: 12 updates an epoch; stop at 5, mid-epoch.
+def test_resume_matches_uninterrupted_run(tmp_path):
+    data = glue_folder("MRPC")
+    assert ROWS["train"] > 10 * 8  # stopping at update 5 is mid-epoch
     straight = tmp_path / "straight"
-    run_cli("fairseq-train", *train_args(sst2_bin, straight, *SCHEDULE, max_update=10))
+    run(data, straight, max_update=10)
 
     stopped = tmp_path / "stopped"
-    run_cli("fairseq-train", *train_args(sst2_bin, stopped, *SCHEDULE, max_update=5))
-    log = run_cli("fairseq-train", *train_args(sst2_bin, stopped, *SCHEDULE, max_update=10)).stdout
+    run(data, stopped, max_update=5)
+    log = run(data, stopped, max_update=10)
     assert "@ 5 updates" in log and max(num_updates(log)) == 10, log
 
     a = torch.load(straight / "checkpoint_last.pt")

@@ -128,3 +128,20 @@ def test_random_crop_is_accepted_and_keeps_spans_inside(folder):
         spans = item["net_input.spans"]
         assert n <= 12
         assert (spans[:, 0] < spans[:, 1]).all() and (spans[:, 1] <= n).all()
+
+
+def test_label_count_mismatch_names_the_files(folder, tmp_path):
+    from fairseq.data import Dictionary, indexed_dataset
+
+    data = _copy(folder, tmp_path)
+    prefix = str(data / "label" / "valid")
+    labels = indexed_dataset.MMapIndexedDataset(prefix)
+    kept = [labels[i] for i in range(len(labels) - 1)]  # valid has 6 sentences
+    vocab = len(Dictionary.load(str(data / "label" / "dict.txt")))
+    builder = indexed_dataset.make_builder(prefix + ".bin", impl="mmap", vocab_size=vocab)
+    for item in kept:
+        builder.add_item(item)
+    builder.finalize(prefix + ".idx")
+    _, task, _ = build(data)
+    with pytest.raises(ValueError, match=r"label/valid: 5 labels but .*input0/valid has 6 sentences"):
+        task.load_dataset("valid")

@@ -165,6 +165,12 @@ class SpanClassificationTask(SentencePredictionTask):
         }
         target = self._load_target(split)
         if target is not None:
+            if len(target) != len(src_tokens):
+                raise ValueError(
+                    f"{os.path.join(cfg.data, 'label', split)}: {len(target)} labels but "
+                    f"{os.path.join(cfg.data, 'input0', split)} has {len(src_tokens)} "
+                    f"sentences; rebuild the folder so every input has one label"
+                )
             dataset["target"] = target
 
         dataset = NestedDictionaryDataset(dataset, sizes=[src_tokens.sizes])
