@@ -16,6 +16,17 @@ import torch
 
 logger = logging.getLogger(__name__)
 
+
+def _replace(owner, name, wrap):
+    """Replace ``owner.name`` by ``wrap(original)``, once: the plugin is imported again
+    in every worker, and a second import must not wrap the wrapper."""
+    original = getattr(owner, name)
+    if getattr(original, "_span_plugin_wrapped", False):
+        return
+    replacement = functools.wraps(original)(wrap(original))
+    replacement._span_plugin_wrapped = True
+    setattr(owner, name, replacement)
+
 # What fairseq checkpoints hold besides tensors and builtin containers:
 # the legacy ``args`` namespace, and numpy scalars that metrics may leave in
 # ``extra_state``. All are plain data; nothing here can run code when unpickled.
@@ -38,26 +49,23 @@ def allow_fairseq_checkpoints():
 
     from fairseq import checkpoint_utils
 
-    load = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(load, "_span_plugin_wrapped", False):
-        return
+    def wrap(load):
+        def load_checkpoint_to_cpu(path, *args, **kwargs):
+            try:
+                return load(path, *args, **kwargs)
+            except pickle.UnpicklingError as err:
+                # torch's message is long; its "WeightsUnpickler error" line names the global.
+                why = re.search(r"WeightsUnpickler error: (.*)", str(err))
+                raise RuntimeError(
+                    f"refusing to load checkpoint {path}: it holds an object outside the "
+                    f"allow-list of safe fairseq checkpoint types "
+                    f"({why.group(1) if why else err}). If you trust this file, allow the "
+                    f"class with torch.serialization.add_safe_globals([...]) before loading."
+                ) from err
 
-    @functools.wraps(load)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        try:
-            return load(path, *args, **kwargs)
-        except pickle.UnpicklingError as err:
-            # torch's message is long; its "WeightsUnpickler error" line names the global.
-            why = re.search(r"WeightsUnpickler error: (.*)", str(err))
-            raise RuntimeError(
-                f"refusing to load checkpoint {path}: it holds an object outside the "
-                f"allow-list of safe fairseq checkpoint types "
-                f"({why.group(1) if why else err}). If you trust this file, allow the "
-                f"class with torch.serialization.add_safe_globals([...]) before loading."
-            ) from err
+        return load_checkpoint_to_cpu
 
-    load_checkpoint_to_cpu._span_plugin_wrapped = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    _replace(checkpoint_utils, "load_checkpoint_to_cpu", wrap)
 
 
 def _hydra_original_cwd():
@@ -102,30 +110,27 @@ def allow_cpu_pytorch_ddp():
     from fairseq.distributed import DistributedTimeoutWrapper, ModuleProxyWrapper
     from torch.nn.parallel import DistributedDataParallel
 
-    wrap = models.DistributedFairseqModel
-    if getattr(wrap, "_span_plugin_wrapped", False):
-        return
-
-    @functools.wraps(wrap)
-    def DistributedFairseqModel(args, model, process_group, device):
-        if torch.device(device).type != "cpu" or args.ddp_backend not in {"c10d", "pytorch_ddp"}:
-            return wrap(args, model, process_group, device)
-        wrapped = ModuleProxyWrapper(
-            DistributedDataParallel(
-                module=model.to(device),
-                broadcast_buffers=args.broadcast_buffers,
-                bucket_cap_mb=args.bucket_cap_mb,
-                process_group=process_group,
-                find_unused_parameters=args.find_unused_parameters,
-                gradient_as_bucket_view=args.gradient_as_bucket_view,
+    def wrap(build):
+        def DistributedFairseqModel(args, model, process_group, device):
+            if torch.device(device).type != "cpu" or args.ddp_backend not in {"c10d", "pytorch_ddp"}:
+                return build(args, model, process_group, device)
+            wrapped = ModuleProxyWrapper(
+                DistributedDataParallel(
+                    module=model.to(device),
+                    broadcast_buffers=args.broadcast_buffers,
+                    bucket_cap_mb=args.bucket_cap_mb,
+                    process_group=process_group,
+                    find_unused_parameters=args.find_unused_parameters,
+                    gradient_as_bucket_view=args.gradient_as_bucket_view,
+                )
             )
-        )
-        if getattr(args, "heartbeat_timeout", -1) > 0:
-            wrapped = DistributedTimeoutWrapper(wrapped, timeout=args.heartbeat_timeout)
-        return wrapped
+            if getattr(args, "heartbeat_timeout", -1) > 0:
+                wrapped = DistributedTimeoutWrapper(wrapped, timeout=args.heartbeat_timeout)
+            return wrapped
 
-    DistributedFairseqModel._span_plugin_wrapped = True
-    models.DistributedFairseqModel = DistributedFairseqModel
+        return DistributedFairseqModel
+
+    _replace(models, "DistributedFairseqModel", wrap)
 
 
 def keep_last_batch():
@@ -139,20 +144,23 @@ def keep_last_batch():
     """
     from fairseq.data import data_utils
 
-    batch_by_size = data_utils.batch_by_size
-    if getattr(batch_by_size, "_span_plugin_wrapped", False):
-        return
+    def wrap(batch_by_size):
+        def batch_by_size_keeping_tail(
+            indices, num_tokens_fn, num_tokens_vec=None, max_tokens=None,
+            max_sentences=None, required_batch_size_multiple=1, fixed_shapes=None,
+        ):
+            batches = batch_by_size(
+                indices, num_tokens_fn, num_tokens_vec, max_tokens, max_sentences,
+                required_batch_size_multiple, fixed_shapes,
+            )
+            covered = sum(len(b) for b in batches)
+            if fixed_shapes is None and covered < len(indices):
+                batches.append(np.asarray(indices[covered:], dtype=np.int64))
+            return batches
 
-    @functools.wraps(batch_by_size)
-    def batch_by_size_keeping_tail(indices, *args, **kwargs):
-        batches = batch_by_size(indices, *args, **kwargs)
-        covered = sum(len(b) for b in batches)
-        if covered < len(indices) and kwargs.get("fixed_shapes") is None:
-            batches.append(np.asarray(indices[covered:], dtype=np.int64))
-        return batches
+        return batch_by_size_keeping_tail
 
-    batch_by_size_keeping_tail._span_plugin_wrapped = True
-    data_utils.batch_by_size = batch_by_size_keeping_tail
+    _replace(data_utils, "batch_by_size", wrap)
 
 
 def apply():
