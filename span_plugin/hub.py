@@ -1,4 +1,4 @@
-"""Inference with a fine-tuned ``roberta_span`` checkpoint on raw text.
+"""Inference with a fine-tuned ``roberta_span`` (or plain ``roberta``) checkpoint on raw text.
 
     from span_plugin.hub import SpanHubInterface
     hub = SpanHubInterface.from_pretrained(
@@ -35,18 +35,24 @@ class _Items(list):
         return len(self[index])
 
 
+TASKS = ("span_classification", "sentence_prediction")
+
+
 class SpanHubInterface(nn.Module):
-    """A fine-tuned roberta_span model with its dictionaries and text encoder."""
+    """A fine-tuned model with its dictionaries and text encoder: ``roberta_span``
+    (span heads), or fairseq's plain ``roberta`` fine-tuned with sentence_prediction
+    (the baseline; it gets the same tokens, and no spans)."""
 
     def __init__(self, task, model, encoder, head="sentence_classification_head"):
         super().__init__()
-        from .models.roberta_span import RobertaSpanModel
+        from fairseq.models.roberta import RobertaModel
 
-        if not isinstance(model, RobertaSpanModel):
+        from .models.roberta_span import SpanClassificationHead
+
+        if not isinstance(model, RobertaModel):
             raise ValueError(
                 f"checkpoint holds a {type(model).__name__} ({_arch(model)}), not a "
-                f"roberta_span model: SpanHubInterface needs a checkpoint fine-tuned with "
-                f"--arch roberta_span_* (for plain RoBERTa use fairseq's RobertaModel)"
+                f"RoBERTa-family model (--arch roberta_span_* or roberta_*)"
             )
         if head not in model.classification_heads:
             raise ValueError(
@@ -57,6 +63,7 @@ class SpanHubInterface(nn.Module):
         self.model = model.eval()
         self.encoder = encoder
         self.head = head
+        self.reads_spans = isinstance(model.classification_heads[head], SpanClassificationHead)
 
     @classmethod
     def from_pretrained(
@@ -69,6 +76,7 @@ class SpanHubInterface(nn.Module):
         sentencepiece_model=None,
         bpe_codes=None,
         bpe_vocab=None,
+        wordpiece=None,
         ngrams=None,
         ngrams_top_k=None,
         segmentation="greedy",
@@ -78,8 +86,9 @@ class SpanHubInterface(nn.Module):
 
         data: the task folder whose ``input0/dict.txt`` and ``label/dict.txt`` the
         model was trained with (default: the ``data`` path stored in the checkpoint).
-        The BPE arguments are local files; ngrams is the n-gram dictionary path (None:
-        the packaged default).
+        The BPE arguments are local files (``bpe="wordpiece"``: ``wordpiece`` is a
+        tokenizer.json, vocab.txt or a span-convert folder); ngrams is the n-gram
+        dictionary path (None: the packaged default of the encoder's word scheme).
         """
         from fairseq import checkpoint_utils
 
@@ -90,13 +99,13 @@ class SpanHubInterface(nn.Module):
         state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
         cfg = state.get("cfg")
         task_name = cfg["task"]["_name"] if cfg is not None else getattr(state["args"], "task", None)
-        if task_name != "span_classification":
+        if task_name not in TASKS:
             model_cfg = cfg["model"] if cfg is not None else state.get("args")
             arch = _field(model_cfg, "arch") or _field(model_cfg, "_name")
             raise ValueError(
                 f"{checkpoint}: trained with task {task_name!r} and model {arch!r}; "
-                f"SpanHubInterface loads checkpoints of task span_classification with "
-                f"--arch roberta_span_*"
+                f"SpanHubInterface loads checkpoints fine-tuned with task "
+                f"{' or '.join(TASKS)}"
             )
         overrides = {"load_checkpoint_heads": True}
         if data is not None:
@@ -107,7 +116,7 @@ class SpanHubInterface(nn.Module):
         encoder = make_encoder(
             bpe=bpe, encoder_json=gpt2_encoder_json, vocab_bpe=gpt2_vocab_bpe,
             sentencepiece_model=sentencepiece_model, bpe_codes=bpe_codes, bpe_vocab=bpe_vocab,
-            ngrams=ngrams, ngrams_top_k=ngrams_top_k, segmentation=segmentation,
+            wordpiece=wordpiece, ngrams=ngrams, ngrams_top_k=ngrams_top_k, segmentation=segmentation,
         )
         return cls(task, models[0], encoder, head=head)
 
@@ -164,7 +173,8 @@ class SpanHubInterface(nn.Module):
             crop = src = CropWindowDataset(src, self.task.max_positions(), mode="truncate")
         spans = LayoutSpansDataset(
             [s for _, s in inputs], starts, crop=crop,
-            max_spans=cfg.max_spans, max_span_tokens=cfg.max_span_tokens,
+            max_spans=getattr(cfg, "max_spans", None),
+            max_span_tokens=getattr(cfg, "max_span_tokens", None),
         )
         out = [(src[i], spans[i]) for i in range(len(examples))]
         limit = self.model.max_positions()
@@ -189,8 +199,10 @@ class SpanHubInterface(nn.Module):
         for b in range(0, len(encoded), batch_size):
             chunk = encoded[b : b + batch_size]
             tokens = collate_tokens.collater([t for t, _ in chunk]).to(self.device)
-            spans = collate_spans.collater([s for _, s in chunk]).to(self.device)
-            logits, _ = self.model(tokens, spans=spans, classification_head_name=self.head)
+            extra = {}
+            if self.reads_spans:
+                extra["spans"] = collate_spans.collater([s for _, s in chunk]).to(self.device)
+            logits, _ = self.model(tokens, classification_head_name=self.head, **extra)
             out.append(logits.float().cpu())
         return torch.cat(out, dim=0)
 

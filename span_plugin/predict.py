@@ -32,12 +32,13 @@ def build_parser():
     p.add_argument("--regression-scale", type=float,
                    help="multiply regression outputs by this (default: 5 for STS-B, else 1)")
     g = p.add_argument_group("text encoder (local files; the training folder's settings)")
-    g.add_argument("--bpe", default="gpt2", choices=("gpt2", "sentencepiece", "fastbpe"))
+    g.add_argument("--bpe", default="gpt2", choices=("gpt2", "sentencepiece", "fastbpe", "wordpiece"))
     g.add_argument("--gpt2-encoder-json")
     g.add_argument("--gpt2-vocab-bpe")
     g.add_argument("--sentencepiece-model")
     g.add_argument("--bpe-codes")
     g.add_argument("--bpe-vocab")
+    g.add_argument("--wordpiece", help="tokenizer.json, vocab.txt or a span-convert folder")
     g.add_argument("--ngrams", help="n-gram dictionary (default: the packaged one)")
     g.add_argument("--ngrams-top-k", type=int)
     g.add_argument("--segmentation", default="greedy")
@@ -77,7 +78,7 @@ def main(argv=None):
     hub = SpanHubInterface.from_pretrained(
         a.checkpoint, data=a.data, bpe=a.bpe, gpt2_encoder_json=a.gpt2_encoder_json,
         gpt2_vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
-        bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, ngrams=a.ngrams,
+        bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece, ngrams=a.ngrams,
         ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation,
     )
     examples = read_test_rows(a.glue_dir, a.task, a.split)

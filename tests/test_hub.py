@@ -83,14 +83,33 @@ def test_predict_command_writes_glue_submission(mrpc_ckpt, tmp_path):
 
 
 @pytest.mark.slow
-def test_checkpoint_of_another_architecture_is_refused(tmp_path):
+def test_plain_roberta_checkpoint_predicts_without_spans(tmp_path):
+    """The baseline (fairseq's roberta, task sentence_prediction) goes through the same
+    hub: same tokens, no spans, and the logits its own forward gives on the folder."""
     data = glue_folder("SST-2")
     run_cli(
         "fairseq-train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
         "--criterion", "sentence_prediction", "--arch", "roberta_base", *TINY_ROBERTA,
         "--num-classes", "2", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
         "--max-update", "1", "--save-dir", tmp_path, "--cpu", "--no-epoch-checkpoints",
-        "--num-workers", "0", "--disable-validation",
+        "--num-workers", "0", "--disable-validation", "--init-token", "0",
     )
-    with pytest.raises(ValueError, match="task 'sentence_prediction' and model 'roberta_base'"):
-        SpanHubInterface.from_pretrained(tmp_path / "checkpoint_last.pt", **BPE)
+    hub = SpanHubInterface.from_pretrained(tmp_path / "checkpoint_last.pt", data=data, **BPE)
+    assert not hub.reads_spans
+    sentences = (data / "raw" / "valid.input0").read_text(encoding="utf-8").splitlines()[:4]
+    hub.task.load_dataset("valid")
+    ds = hub.task.dataset("valid")
+    items = {int(ds[i]["id"]): ds[i] for i in range(len(ds))}
+    logits = hub.predict_logits(sentences, batch_size=3)
+    for i in range(4):
+        tokens = items[i]["net_input.src_tokens"]
+        assert hub.encode([sentences[i]])[0][0].tolist() == tokens.tolist()
+        direct, _ = hub.model(tokens[None], classification_head_name=hub.head)
+        assert torch.allclose(logits[i], direct[0], atol=1e-5)
+
+    # A checkpoint of a task the hub cannot serve is refused by name.
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    state["cfg"]["task"]["_name"] = "masked_lm"
+    torch.save(state, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="task 'masked_lm' and model 'roberta_base'"):
+        SpanHubInterface.from_pretrained(tmp_path / "other.pt", **BPE)

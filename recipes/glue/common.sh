@@ -5,9 +5,17 @@
 #
 # Inputs (environment variables, defaults in brackets):
 #   GLUE_DIR       glue_data folder with one sub-folder per task      [glue_data]
+#   HEAD           span: roberta_span, the span head (Span Fine-tuning)
+#                  plain: fairseq's own roberta model and sentence_prediction head on
+#                  the same data, hyperparameters and seed (the baseline)  [span]
 #   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
 #                  (smoke runs)                                        []
-#   ARCH           roberta_span_base or roberta_span_large             [roberta_span_base]
+#   MODEL_DIR      a converted BERT-family model (span-convert bert: model.pt, dict.txt,
+#                  tokenizer). Replaces ROBERTA_PATH and BPE_DIR: WordPiece, BERT's pair
+#                  layout [CLS] A [SEP] B [SEP], sizes read from the checkpoint   []
+#   ARCH           roberta_span_base or roberta_span_large; HEAD=plain: roberta_base or
+#                  roberta_large; MODEL_DIR: roberta_span / roberta  [roberta_span_base]
+#   SEED           fairseq's --seed                                    [1]
 #   BPE_DIR        folder with encoder.json, vocab.bpe, dict.txt       [gpt2_bpe]
 #   NGRAMS         n-gram dictionary; empty uses the packaged default  []
 #   SEGMENTATION   greedy | random | none                              [greedy]
@@ -15,7 +23,8 @@
 #   MAX_SPANS, MAX_SPAN_TOKENS   the paper's r and l                   [64, 16]
 #   DATA_DIR       binarized task folder; prepared when missing        [data-bin/$TASK]
 #   OUT_DIR        checkpoints/, tensorboard/, results.json (dev result of
-#                  checkpoint_best.pt) and glue_test/ (submission files)  [runs/$TASK]
+#                  checkpoint_best.pt), dev_predictions/ (one row per dev row) and
+#                  glue_test/ (submission files)                      [runs/$TASK]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -33,8 +42,10 @@ fi
 die() { echo "recipes/glue/$TASK.sh: $*" >&2; exit 2; }
 
 GLUE_DIR=${GLUE_DIR:-glue_data}
+HEAD=${HEAD:-span}
 ROBERTA_PATH=${ROBERTA_PATH:-}
-ARCH=${ARCH:-roberta_span_base}
+MODEL_DIR=${MODEL_DIR:-}
+SEED=${SEED:-1}
 BPE_DIR=${BPE_DIR:-gpt2_bpe}
 NGRAMS=${NGRAMS:-}
 SEGMENTATION=${SEGMENTATION:-greedy}
@@ -54,26 +65,56 @@ esac
 
 # ---- check the inputs before spending any time -------------------------------------
 command -v fairseq-train >/dev/null || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
+case "$HEAD" in span|plain) ;; *) die "HEAD=$HEAD: expected span or plain" ;; esac
 [ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] \
     || die "ROBERTA_PATH=$ROBERTA_PATH does not exist (give roberta.base/model.pt, or leave it empty to train from scratch)"
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
+if [ -n "$MODEL_DIR" ]; then
+    [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
+    for f in model.pt dict.txt; do
+        [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert'"
+    done
+    [ -f "$MODEL_DIR/tokenizer.json" ] || [ -f "$MODEL_DIR/vocab.txt" ] \
+        || die "$MODEL_DIR has no tokenizer.json or vocab.txt"
+    PRETRAINED=$MODEL_DIR/model.pt
+    SRCDICT=$MODEL_DIR/dict.txt
+    encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
+    # The encoder's sizes come from the checkpoint, never typed by hand.
+    sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED"
+    read -r -a size_args <<< "$sizes"
+    layout_args=(--init-token 0)  # BERT: [CLS] A [SEP] B [SEP], one separator
+    default_arch=$([ "$HEAD" = span ] && echo roberta_span || echo roberta)
+else
+    PRETRAINED=$ROBERTA_PATH
+    SRCDICT=$BPE_DIR/dict.txt
+    encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
+    size_args=()
+    layout_args=(--init-token 0 --separator-token 2)  # RoBERTa: <s> A </s> </s> B </s>
+    default_arch=$([ "$HEAD" = span ] && echo roberta_span_base || echo roberta_base)
+fi
+ARCH=${ARCH:-$default_arch}
 
 # ---- prepare the binarized folder with span files when it is missing -----------------
 if [ ! -d "$DATA_DIR" ]; then
     [ -d "$GLUE_DIR/$TASK" ] \
         || die "no $GLUE_DIR/$TASK folder: set GLUE_DIR to your glue_data folder (it holds $TASK/train.tsv, dev.tsv, test.tsv)"
-    for f in encoder.json vocab.bpe dict.txt; do
-        [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
-    done
+    if [ -z "$MODEL_DIR" ]; then
+        for f in encoder.json vocab.bpe dict.txt; do
+            [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
+        done
+    fi
     echo "preparing $DATA_DIR from $GLUE_DIR/$TASK"
+    rm -rf "$DATA_DIR.tmp"
     span-preprocess glue --task "$TASK" --glue-dir "$GLUE_DIR" --out "$DATA_DIR.tmp" \
-        --gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe" \
-        --srcdict "$BPE_DIR/dict.txt" ${NGRAMS:+--ngrams "$NGRAMS"} \
+        "${encoder_args[@]}" --srcdict "$SRCDICT" ${NGRAMS:+--ngrams "$NGRAMS"} \
         --segmentation "$SEGMENTATION" --workers "$WORKERS"
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 fi
 span-preprocess check "$DATA_DIR" \
     || die "$DATA_DIR is not a complete span-annotated task folder (see the error above); delete it to rebuild it"
+# A folder tokenized with another vocabulary would train on the wrong embedding rows.
+cmp -s "$DATA_DIR/input0/dict.txt" "$SRCDICT" \
+    || die "$DATA_DIR/input0/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
 if [ "$REGRESSION" != 1 ]; then
     # fairseq-preprocess pads dictionaries to a multiple of 8 with "madeupword" entries.
     labels=$(grep -vc "^madeupword" "$DATA_DIR/label/dict.txt")
@@ -82,13 +123,21 @@ if [ "$REGRESSION" != 1 ]; then
 fi
 
 # ---- fine-tune --------------------------------------------------------------------------
+if [ "$HEAD" = span ]; then
+    TASK_NAME=span_classification
+    head_args=(--max-spans "$MAX_SPANS" --max-span-tokens "$MAX_SPAN_TOKENS" --span-encoder "$SPAN_ENCODER")
+else
+    TASK_NAME=sentence_prediction  # fairseq's own task and head; the span files are not read
+    head_args=()
+fi
 args=(
     "$DATA_DIR" --user-dir "$ROOT/span_plugin"
-    --task span_classification --criterion span_classification --arch "$ARCH"
-    --num-classes "$NUM_CLASSES" --init-token 0 --separator-token 2 --max-positions 512
-    # Inputs past 512 tokens are cut (spans with them) rather than stopping the run.
-    --shorten-method truncate
-    --max-spans "$MAX_SPANS" --max-span-tokens "$MAX_SPAN_TOKENS" --span-encoder "$SPAN_ENCODER"
+    --task "$TASK_NAME" --arch "$ARCH" "${head_args[@]}"
+    # Both heads log the same GLUE metrics through this criterion.
+    --criterion span_classification
+    --num-classes "$NUM_CLASSES" "${layout_args[@]}" --max-positions 512 "${size_args[@]}"
+    # Inputs past the model's positions are cut (spans with them) rather than stopping the run.
+    --shorten-method truncate --seed "$SEED"
     --batch-size "$BATCH_SIZE" --max-tokens 4400 --required-batch-size-multiple 1
     --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.1 --clip-norm 0.0
     --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$TOTAL_UPDATES"
@@ -103,7 +152,7 @@ args=(
 if [ "$METRIC" != loss ]; then args+=(--maximize-best-checkpoint-metric); fi
 if [ "$REGRESSION" = 1 ]; then args+=(--regression-target); fi
 # First launch starts from the pretrained weights; a relaunch resumes checkpoint_last.pt.
-if [ -n "$ROBERTA_PATH" ]; then args+=(--finetune-from-model "$ROBERTA_PATH"); fi
+if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
 if [ "$NUM_GPUS" -ge 1 ]; then
     args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
 fi
@@ -124,26 +173,31 @@ fi
 # ---- dev result of the best checkpoint, and GLUE test predictions ----------------------
 best="$OUT_DIR/checkpoints/checkpoint_best.pt"
 device=(); if [ "$NUM_GPUS" -eq 0 ]; then device=(--cpu); fi
-fairseq-validate "$DATA_DIR" --user-dir "$ROOT/span_plugin" --task span_classification \
+fairseq-validate "$DATA_DIR" --user-dir "$ROOT/span_plugin" --task "$TASK_NAME" \
     --criterion span_classification --path "$best" --valid-subset "$VALID_SUBSETS" \
     --batch-size 32 --log-format json "${device[@]}" 2>&1 | tee "$OUT_DIR/dev.log"
 python "$RECIPES/write_results.py" --task "$TASK" --metric "$METRIC" --checkpoint "$best" \
     --log "$OUT_DIR/dev.log" --out "$OUT_DIR/results.json"
 
-predict() {  # predict SPLIT SUBMISSION_NAME
+if [ -z "$MODEL_DIR" ]; then encoder_args=(--bpe gpt2 "${encoder_args[@]}"); fi
+predict() {  # predict SPLIT OUTPUT_FOLDER NAME
     if [ ! -f "$GLUE_DIR/$TASK/$1.tsv" ]; then
-        echo "no $GLUE_DIR/$TASK/$1.tsv: skipping test predictions"
+        echo "no $GLUE_DIR/$TASK/$1.tsv: skipping its predictions"
         return
     fi
     span-predict --checkpoint "$best" --data "$DATA_DIR" --glue-dir "$GLUE_DIR" --task "$TASK" \
-        --split "$1" --output "$OUT_DIR/glue_test/$2.tsv" \
-        --gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe" \
+        --split "$1" --output "$OUT_DIR/$2/$3.tsv" "${encoder_args[@]}" \
         ${NGRAMS:+--ngrams "$NGRAMS"} --segmentation "$SEGMENTATION"
 }
+# Dev predictions, one per dev row in order (paired tests between runs), and the
+# GLUE test submission.
 if [ "$TASK" = MNLI ]; then
-    predict test_matched MNLI-m
-    predict test_mismatched MNLI-mm
+    predict dev_matched dev_predictions MNLI-m
+    predict dev_mismatched dev_predictions MNLI-mm
+    predict test_matched glue_test MNLI-m
+    predict test_mismatched glue_test MNLI-mm
 else
-    predict test "$TASK"
+    predict dev dev_predictions "$TASK"
+    predict test glue_test "$TASK"
 fi
-echo "results: $OUT_DIR/results.json; test predictions: $OUT_DIR/glue_test/"
+echo "results: $OUT_DIR/results.json; dev predictions: $OUT_DIR/dev_predictions/; test predictions: $OUT_DIR/glue_test/"

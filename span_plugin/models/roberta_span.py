@@ -118,6 +118,15 @@ class RobertaSpanModel(RobertaModel):
             help="width of the span encoder (default: encoder embed dim)",
         )
         parser.add_argument(
+            "--layernorm-eps",
+            type=float,
+            metavar="EPS",
+            help="eps of every LayerNorm of the encoder (default: fairseq's 1e-5). A "
+            "converted BERT checkpoint records its own (1e-12) as layernorm_eps; fairseq's "
+            "plain roberta model cannot take it, so a plain-vs-span comparison leaves it "
+            "at the default in both",
+        )
+        parser.add_argument(
             "--no-span-cls-concat",
             action="store_true",
             default=None,
@@ -129,7 +138,13 @@ class RobertaSpanModel(RobertaModel):
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, False)
         base_architecture(args)
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        if args.layernorm_eps is not None:
+            # fairseq builds every LayerNorm with eps 1e-5 and has no option for it.
+            for module in model.modules():
+                if isinstance(module, nn.LayerNorm) or hasattr(module, "normalized_shape"):
+                    module.eps = float(args.layernorm_eps)
+        return model
 
     def forward(
         self,
@@ -243,6 +258,7 @@ def _span_defaults(args):
     args.span_kernel_size = safe_getattr(args, "span_kernel_size", 3)
     args.span_dim = safe_getattr(args, "span_dim", None)
     args.no_span_cls_concat = safe_getattr(args, "no_span_cls_concat", False) or False
+    args.layernorm_eps = safe_getattr(args, "layernorm_eps", None)
 
 
 @register_model_architecture("roberta_span", "roberta_span")

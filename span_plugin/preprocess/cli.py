@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 from . import SEGMENTATIONS, BPE_KINDS
+from .words import WORD_SCHEMES
 
 logger = logging.getLogger("span-preprocess")
 
@@ -22,6 +23,8 @@ def _add_encoder_args(p):
     g.add_argument("--sentencepiece-model", help="sentencepiece .model file")
     g.add_argument("--bpe-codes", help="fastBPE codes file")
     g.add_argument("--bpe-vocab", help="fastBPE vocabulary file (optional)")
+    g.add_argument("--wordpiece", help="WordPiece tokenizer.json, vocab.txt, or a folder "
+                   "with one (a Hugging Face model or span-convert output)")
     g.add_argument("--srcdict",
                    help="fairseq dict.txt of the BPE symbols (GPT-2: gpt2_bpe/dict.txt)")
     g.add_argument("--ngrams", help="n-gram dictionary (default: the packaged one)")
@@ -40,7 +43,8 @@ def _spec(a, need_dict=True):
         raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")
     spec = EncoderSpec(bpe=a.bpe, encoder_json=a.gpt2_encoder_json,
                        vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
-                       bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, ngrams=a.ngrams,
+                       bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece,
+                       ngrams=a.ngrams,
                        ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed)
     spec.build()  # fail early on a bad path or dictionary line
     return spec
@@ -64,8 +68,9 @@ def cmd_ngrams(a):
                                min_count=a.min_count, workers=a.workers,
                                wikitext=list(a.wikitext or []), top_k=a.top_k,
                                edge_punct=a.keep_edge_punct, partitions=a.partitions,
-                               tmp_dir=a.tmp_dir)
-    print(f"{a.out}: {len(res.items)} n-grams (n={a.min_n}..{a.max_n}, count >= "
+                               tmp_dir=a.tmp_dir, words=a.words)
+    print(f"{a.out}: {len(res.items)} n-grams over {a.words} words "
+          f"(n={a.min_n}..{a.max_n}, count >= "
           f"{a.min_count}) from {res.corpus_tokens} words")
 
 
@@ -141,6 +146,9 @@ def build_parser():
     q.add_argument("--min-count", type=int, default=11,
                    help="keep n-grams seen at least this often (paper: more than 10)")
     q.add_argument("--top-k", type=int, help="keep only the K most frequent")
+    q.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
+                   help="word scheme of the encoder that will use it: gpt2 (--bpe gpt2, "
+                   "sentencepiece, fastbpe) or bert (--bpe wordpiece)")
     q.add_argument("--keep-edge-punct", action="store_true",
                    help="keep n-grams that start or end with punctuation (', and')")
     q.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -202,7 +210,7 @@ def main(argv=None):
 
     try:
         return a.func(a) or 0
-    except (BadInputError, NgramFormatError, FileNotFoundError) as err:
+    except (BadInputError, NgramFormatError, FileNotFoundError, ValueError) as err:
         print(f"span-preprocess {a.cmd}: error: {err}", file=sys.stderr)
         return 2
 

@@ -20,6 +20,13 @@ How words map to tokens:
   the pieces of that word.
 - fastBPE: the words are joined by single spaces (the pre-tokenized text fastBPE
   expects) and encoded in one call; a token not ending in ``@@`` ends a word.
+- WordPiece (BERT-family): the ``tokenizers`` library encodes the line with the
+  model's own normalizer and pre-tokenizer; the words are its pre-tokens (its
+  ``word_ids``), so segmentation and sub-words cannot disagree. Tokens are the
+  vocabulary's strings, with BERT's ``[CLS] [SEP] [PAD] [UNK] [MASK]`` written as
+  fairseq's ``<s> </s> <pad> <unk> <mask>`` (the names span-convert's ``dict.txt``
+  uses). Words are in the ``bert`` word scheme, the others in ``gpt2``
+  (:mod:`span_plugin.preprocess.words`).
 
 Nothing is downloaded: every encoder takes local file paths.
 """
@@ -27,11 +34,13 @@ Nothing is downloaded: every encoder takes local file paths.
 import json
 from dataclasses import dataclass
 
+import regex
+
 from . import words as W
 from .ngrams import load_ngrams
 from .segment import Segmenter
 
-BPE_KINDS = ("gpt2", "sentencepiece", "fastbpe")
+BPE_KINDS = ("gpt2", "sentencepiece", "fastbpe", "wordpiece")
 
 
 def _bytes_to_unicode():
@@ -52,8 +61,17 @@ def _bytes_to_unicode():
 class SpanEncoder:
     """Base: subclasses give ``_pieces(text) -> (tokens, word_starts, keys)``."""
 
+    word_scheme = "gpt2"  # the words its keys are made of (words.WORD_SCHEMES)
+
     def __init__(self, segmenter):
         self.segmenter = segmenter
+        ngrams = segmenter.ngrams
+        if ngrams is not None and ngrams.words != self.word_scheme:
+            raise ValueError(
+                f"n-gram dictionary {ngrams.path} is over {ngrams.words!r} words, but "
+                f"{type(self).__name__} segments {self.word_scheme!r} words: its entries "
+                f"could not match. Build one with `span-preprocess ngrams --words "
+                f"{self.word_scheme} ...` (or leave --ngrams out for the packaged one)")
 
     def encode(self, text):
         text = text.strip()
@@ -69,13 +87,12 @@ class SpanEncoder:
         return tokens, spans
 
     def encode_words(self, text):
-        """Debug helper: the words of ``text`` and the segmentation, as word lists."""
+        """Debug helper: the segmentation of ``text`` as lists of word keys."""
         text = text.strip()
         _, _, keys = self._pieces(text)
-        ws = W.split_words(text)
         out, i = [], 0
         for n in self.segmenter(keys, text):
-            out.append(ws[i:i + n])
+            out.append(keys[i:i + n])
             i += n
         return out
 
@@ -204,14 +221,143 @@ class FastBPESpanEncoder(SpanEncoder):
         return " ".join(tokens).replace("@@ ", "")
 
 
+class WordPieceSpanEncoder(SpanEncoder):
+    """BERT-family WordPiece through ``tokenizers``, from a local ``tokenizer.json``,
+    ``vocab.txt``, or a folder holding one (a Hugging Face model folder or the output
+    of ``span-convert``). Padding and truncation stored in a ``tokenizer.json`` are
+    switched off: the task pads and shortens.
+
+    Fast path: a line of printable ASCII (most English text) with a BERT normalizer and
+    pre-tokenizer needs no Unicode work: its words are runs of letters and digits and
+    single punctuation characters, lower-cased when the normalizer lower-cases, and
+    each distinct word goes through the library's WordPiece model once (cached).
+    Every other line, and any line holding an added token such as ``[SEP]``, takes the
+    library's full pipeline. Both give the same tokens (tested on every GLUE row here).
+    """
+
+    word_scheme = "bert"
+    # BERT's special tokens -> the fairseq symbols that take their embedding rows.
+    SPECIALS = {"[CLS]": "<s>", "[SEP]": "</s>", "[PAD]": "<pad>", "[UNK]": "<unk>",
+                "[MASK]": "<mask>"}
+    CACHE_LIMIT = 1 << 20
+    _ASCII_WORD = regex.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+    _NOT_PLAIN_ASCII = regex.compile(r"[^\x20-\x7e\t\n\r]")
+
+    def __init__(self, path, segmenter):
+        super().__init__(segmenter)
+        self.tokenizer = load_wordpiece(path)
+        layout = json.loads(self.tokenizer.to_str())
+        norm, pre = layout.get("normalizer") or {}, layout.get("pre_tokenizer") or {}
+        self.fast = norm.get("type") == "BertNormalizer" and pre.get("type") == "BertPreTokenizer"
+        self.lowercase = bool(norm.get("lowercase"))
+        self.added = [(a["content"].lower() if a.get("normalized") else a["content"],
+                       bool(a.get("normalized"))) for a in layout.get("added_tokens", [])]
+        self._cache = {}
+
+    def _word_tokens(self, word):
+        toks = self._cache.get(word)
+        if toks is None:
+            specials = self.SPECIALS
+            toks = tuple(specials.get(t.value, t.value) for t in self.tokenizer.model.tokenize(word))
+            if len(self._cache) >= self.CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[word] = toks
+        return toks
+
+    def _plain(self, text):
+        """True when the fast path gives the library's result for ``text``."""
+        if not self.fast or self._NOT_PLAIN_ASCII.search(text):
+            return False
+        lower = None
+        for content, normalized in self.added:
+            if normalized:
+                lower = text.lower() if lower is None else lower
+            if content in (lower if normalized else text):
+                return False
+        return True
+
+    def _pieces(self, text):
+        if self._plain(text):
+            words = self._ASCII_WORD.findall(text.lower() if self.lowercase else text)
+            tokens, starts = [], []
+            for w in words:
+                starts.append(len(tokens))
+                tokens.extend(self._word_tokens(w))
+            return tokens, starts, W.match_keys(words)
+        return self._pieces_full(text)
+
+    def _pieces_full(self, text):
+        """The library's whole pipeline: words are its pre-tokens (``word_ids``)."""
+        e = self.tokenizer.encode(text, add_special_tokens=False)
+        specials = self.SPECIALS
+        tokens = [specials.get(t, t) for t in e.tokens]
+        starts, words, offsets, last = [], [], e.offsets, None
+        for i, w in enumerate(e.word_ids):
+            if w != last:
+                starts.append(i)
+                last = w
+        for k, s in enumerate(starts):
+            end = starts[k + 1] if k + 1 < len(starts) else len(tokens)
+            words.append(text[offsets[s][0]:offsets[end - 1][1]])
+        return tokens, starts, W.bert_keys(words)
+
+    def decode(self, tokens):
+        inverse = {v: k for k, v in self.SPECIALS.items()}
+        return self.tokenizer.decode(
+            [self.tokenizer.token_to_id(inverse.get(t, t)) for t in tokens],
+            skip_special_tokens=False)
+
+
+def load_wordpiece(path):
+    """A ``tokenizers.Tokenizer`` (padding and truncation off) from a tokenizer.json, a
+    vocab.txt or a folder with one of them (tokenizer.json preferred). For a bare
+    vocab.txt, lower-casing follows ``do_lower_case`` of a tokenizer_config.json beside
+    it, else the vocabulary itself (no upper-case entry: an uncased model)."""
+    import os
+
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    path = str(path)
+    if os.path.isdir(path):
+        for name in ("tokenizer.json", "vocab.txt"):
+            if os.path.exists(os.path.join(path, name)):
+                path = os.path.join(path, name)
+                break
+        else:
+            raise FileNotFoundError(f"{path}: no tokenizer.json or vocab.txt in this folder")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: WordPiece tokenizer file not found")
+    if path.endswith(".json"):
+        tok = Tokenizer.from_file(path)
+        model = json.loads(tok.to_str())["model"]
+        if model.get("type") != "WordPiece":
+            raise ValueError(f"{path}: a {model.get('type')} tokenizer; --bpe wordpiece "
+                             f"needs a WordPiece one (BERT family)")
+    else:
+        with open(path, encoding="utf-8") as f:
+            vocab = [line.rstrip("\n") for line in f]
+        config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+        if os.path.exists(config):
+            with open(config, encoding="utf-8") as f:
+                lower = bool(json.load(f).get("do_lower_case", True))
+        else:
+            lower = not any(t != t.lower() for t in vocab if not t.startswith("["))
+        tok = BertWordPieceTokenizer(path, lowercase=lower)
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
 @dataclass
 class EncoderSpec:
     """Everything needed to build an encoder; picklable, so workers rebuild it.
 
     bpe: ``gpt2`` (needs encoder_json, vocab_bpe), ``sentencepiece`` (needs
-    sentencepiece_model) or ``fastbpe`` (needs bpe_codes, optional bpe_vocab).
-    ngrams: dictionary path; None means the packaged default. ngrams_top_k keeps the
-    K most frequent entries only.
+    sentencepiece_model), ``fastbpe`` (needs bpe_codes, optional bpe_vocab) or
+    ``wordpiece`` (needs wordpiece: tokenizer.json, vocab.txt or their folder).
+    ngrams: dictionary path; None means the packaged default of the encoder's word
+    scheme. ngrams_top_k keeps the K most frequent entries only.
     """
 
     bpe: str = "gpt2"
@@ -220,6 +366,7 @@ class EncoderSpec:
     sentencepiece_model: str = None
     bpe_codes: str = None
     bpe_vocab: str = None
+    wordpiece: str = None
     ngrams: str = None
     ngrams_top_k: int = None
     segmentation: str = "greedy"
@@ -231,15 +378,17 @@ class EncoderSpec:
 
 def make_encoder(bpe="gpt2", encoder_json=None, vocab_bpe=None, sentencepiece_model=None,
                  bpe_codes=None, bpe_vocab=None, ngrams=None, ngrams_top_k=None,
-                 segmentation="greedy", seed=0):
+                 segmentation="greedy", seed=0, wordpiece=None):
     """Build a span encoder. ``ngrams`` is a path, a loaded NgramDict, or None for the
-    packaged default dictionary (not loaded at all for ``segmentation="none"``)."""
+    packaged default dictionary of the encoder's word scheme (not loaded at all for
+    ``segmentation="none"``)."""
     if bpe not in BPE_KINDS:
         raise ValueError(f"bpe {bpe!r}: expected one of {BPE_KINDS}")
+    scheme = WordPieceSpanEncoder.word_scheme if bpe == "wordpiece" else SpanEncoder.word_scheme
     if segmentation == "none":
         dictionary = None
     elif ngrams is None or isinstance(ngrams, (str, bytes)) or hasattr(ngrams, "__fspath__"):
-        dictionary = load_ngrams(ngrams, top_k=ngrams_top_k)
+        dictionary = load_ngrams(ngrams, top_k=ngrams_top_k, words=scheme)
     else:
         dictionary = ngrams
     seg = Segmenter(dictionary, method=segmentation, seed=seed)
@@ -247,6 +396,11 @@ def make_encoder(bpe="gpt2", encoder_json=None, vocab_bpe=None, sentencepiece_mo
         if not encoder_json or not vocab_bpe:
             raise ValueError("gpt2 BPE needs local encoder_json and vocab_bpe paths")
         return GPT2SpanEncoder(encoder_json, vocab_bpe, seg)
+    if bpe == "wordpiece":
+        if not wordpiece:
+            raise ValueError("wordpiece needs a local tokenizer.json, vocab.txt or model "
+                             "folder (--wordpiece)")
+        return WordPieceSpanEncoder(wordpiece, seg)
     if bpe == "sentencepiece":
         if not sentencepiece_model:
             raise ValueError("sentencepiece needs a local sentencepiece_model path")

@@ -3,13 +3,15 @@
 Dictionary format (UTF-8 text, optionally gzip-compressed when the name ends in
 ``.gz``)::
 
-    # span_plugin ngrams v1 n=2..5 min_count=11 corpus_tokens=103227021
+    # span_plugin ngrams v1 words=gpt2 n=2..5 min_count=11 corpus_tokens=103227021
     new york<TAB>20412
     the united states<TAB>9011
 
 Lines starting with ``#`` are comments. Every other line is one n-gram: its words
-(matching keys from :mod:`span_plugin.preprocess.words`, i.e. lower-cased GPT-2
-pre-tokens without whitespace) joined by single spaces, a tab, and its corpus count.
+(matching keys from :mod:`span_plugin.preprocess.words`: lower-cased GPT-2 pre-tokens
+without whitespace for ``words=gpt2``, canonical BERT pre-tokens for ``words=bert``;
+a header without ``words=`` means gpt2) joined by single spaces, a tab, and its
+corpus count.
 Lines are sorted by count (descending), so the first K lines are the K most frequent
 n-grams; ``load_ngrams(top_k=K)`` relies on that.
 
@@ -71,6 +73,7 @@ class NgramDict:
     counts: dict = field(default_factory=dict)
     first_max: dict = field(default_factory=dict)
     path: str = None
+    words: str = "gpt2"  # the word scheme its keys are in (words.WORD_SCHEMES)
 
     @classmethod
     def from_counts(cls, items, path=None):
@@ -108,39 +111,62 @@ def _open_text(path, mode):
     return open(path, mode, encoding="utf-8", newline="\n")
 
 
-def default_ngrams_path():
-    """Path of the n-gram dictionary shipped in the package (see docs/PREPROCESS.md)."""
+DEFAULT_FILES = {"gpt2": "ngrams.default.txt.gz", "bert": "ngrams.default.bert.txt.gz"}
+
+
+def default_ngrams_path(words="gpt2"):
+    """Path of the n-gram dictionary shipped in the package for a word scheme (see
+    docs/PREPROCESS.md)."""
+    if words not in DEFAULT_FILES:
+        raise ValueError(f"word scheme {words!r}: expected one of {sorted(DEFAULT_FILES)}")
     return os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources",
-                        "ngrams.default.txt.gz")
+                        DEFAULT_FILES[words])
 
 
-def load_ngrams(path=None, top_k=None, min_n=2, max_n=5):
-    """Load a dictionary file; ``path=None`` loads the packaged default.
+_WORDS_TAG = re.compile(r"(?:^|\s)words=(\S+)")
+
+
+def _header_words(path, line):
+    """The word scheme a header line names; dictionaries without one are gpt2."""
+    m = _WORDS_TAG.search(line)
+    if not m:
+        return "gpt2"
+    if m.group(1) not in W.WORD_SCHEMES:
+        raise NgramFormatError(f"{path}:1: unknown word scheme {m.group(1)!r}; expected "
+                               f"one of {W.WORD_SCHEMES}")
+    return m.group(1)
+
+
+def load_ngrams(path=None, top_k=None, min_n=2, max_n=5, words="gpt2"):
+    """Load a dictionary file; ``path=None`` loads the packaged default of the word
+    scheme ``words`` (a file records its own scheme in its header: ``d.words``).
 
     top_k: keep only the first (most frequent) ``top_k`` entries of length
     ``min_n..max_n``. A malformed line raises :class:`NgramFormatError` naming the
     file and its 1-based line.
     """
-    path = str(path) if path is not None else default_ngrams_path()
+    path = str(path) if path is not None else default_ngrams_path(words)
     d = NgramDict(path=path)
     with _open_text(path, "r") as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if line.startswith("\ufeff") and lineno == 1:
                 line = line[1:]
+            if lineno == 1 and line.startswith(f"# {FORMAT_TAG}"):
+                d.words = _header_words(path, line)
             if not line or line.startswith("#"):
                 continue
             gram, tab, count = line.rpartition("\t")
-            words = gram.split(" ")
-            if not tab or not count.isdigit() or len(words) < 2 or "" in words:
+            keys = gram.split(" ")
+            if not tab or not count.isdigit() or len(keys) < 2 or "" in keys:
                 raise NgramFormatError(
                     f"{path}:{lineno}: expected '<word> <word> [...]<TAB><count>' "
                     f"(at least 2 words separated by single spaces, an integer count), "
                     f"got {line[:80]!r}"
                 )
-            if not min_n <= len(words) <= max_n:
+            if not min_n <= len(keys) <= max_n:
                 continue
-            d.add(words, int(count))
+            d.add(keys, int(count))
             if top_k is not None and len(d) >= top_k:
                 break
     return d
@@ -206,7 +232,8 @@ def corpus_lines(text, wikitext=False):
 
 def _tokenize_chunk(task):
     """Worker: words of one byte range -> local ids file, local vocabulary, counts."""
-    path, start, end, out_path, wikitext = task
+    path, start, end, out_path, wikitext, scheme = task
+    split = W.splitter(scheme)
     with open(path, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
@@ -217,7 +244,7 @@ def _tokenize_chunk(task):
     text = data.decode("utf-8", errors="replace")
     words = []
     for line in corpus_lines(text, wikitext):
-        ws = W.split_words(line)
+        ws = split(line)
         if ws:
             words.extend(ws)
             words.append("")  # line end: n-grams never cross it
@@ -306,16 +333,18 @@ class CountResult:
 
 def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=(),
                  chunk_bytes=8 << 20, partitions=8, tmp_dir=None, top_k=None,
-                 edge_punct=False):
+                 edge_punct=False, words="gpt2"):
     """Count word n-grams (``min_n <= n <= max_n``) occurring at least ``min_count``
     times in the corpus files, exactly. Lines are sentences or paragraphs; n-grams
     never cross a line end. ``wikitext``: True, or the subset of ``paths`` in
     WikiText format (see :func:`corpus_lines`). edge_punct: keep n-grams that begin
     or end with a word without letters or digits (", and", "america ,"); by default
     they are left out, so spans do not swallow neighbouring punctuation (punctuation
-    inside an n-gram, as in "state - of - the - art", stays). Returns a
+    inside an n-gram, as in "state - of - the - art", stays). words: the word scheme
+    (``words.WORD_SCHEMES``) of the encoder that will use the dictionary. Returns a
     :class:`CountResult`.
     """
+    W.splitter(words)  # refuse an unknown scheme before any work
     if not 2 <= min_n <= max_n:
         raise ValueError(f"need 2 <= min_n <= max_n, got {min_n}..{max_n}")
     if min_count < 1:
@@ -328,19 +357,19 @@ def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=()
             paths = [str(p) for p in paths]
             wiki = set(paths) if wikitext is True else {str(p) for p in (wikitext or ())}
             return _count(pool, paths, min_n, max_n, min_count, wiki, chunk_bytes,
-                          partitions, tmp, top_k, edge_punct)
+                          partitions, tmp, top_k, edge_punct, words)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, tmp, top_k,
-           edge_punct):
+           edge_punct, words):
     # Pass 1: words -> local ids; global word counts.
     tasks = []
     for path in paths:
         for start, end in _line_chunks(path, chunk_bytes):
             tasks.append((path, start, end, os.path.join(tmp, f"c{len(tasks)}.ids"),
-                          path in wikitext))
+                          path in wikitext, words))
     word_counts = {}
     chunk_vocabs = []
     for out_path, vocab, counts in pool.imap(_tokenize_chunk, tasks):
@@ -434,12 +463,13 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
 
 
 def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=None,
-                     wikitext=(), top_k=None, edge_punct=False, **kw):
+                     wikitext=(), top_k=None, edge_punct=False, words="gpt2", **kw):
     """Count n-grams in ``paths`` and write the dictionary file; returns CountResult."""
     res = count_ngrams(paths, min_n=min_n, max_n=max_n, min_count=min_count,
                        workers=workers, wikitext=wikitext, top_k=top_k,
-                       edge_punct=edge_punct, **kw)
-    comment = (f"n={min_n}..{max_n} min_count={min_count} corpus_tokens={res.corpus_tokens}"
+                       edge_punct=edge_punct, words=words, **kw)
+    comment = (f"words={words} n={min_n}..{max_n} min_count={min_count} "
+               f"corpus_tokens={res.corpus_tokens}"
                + (f" top_k={top_k}" if top_k else "") + (" edge_punct" if edge_punct else ""))
     save_ngrams(out_path, res.items, comment)
     return res

@@ -58,3 +58,60 @@ def match_keys(words) -> list:
     if not words:
         return []
     return "\n".join(words).lower().split("\n")
+
+
+# ---------------------------------------------------------------------------------
+# Word schemes: which "words" an n-gram dictionary and a segmenter talk about.
+#
+# "gpt2": the GPT-2 pre-tokens above (used by the gpt2, sentencepiece and fastbpe
+#         encoders).
+# "bert": BERT's pre-tokens: the text split on whitespace, every punctuation character
+#         a word of its own, every CJK character a word of its own ("don't" -> "don",
+#         "'", "t"). Keys are the words lower-cased with accents stripped, so one
+#         dictionary serves cased and uncased WordPiece vocabularies alike.
+# A dictionary records its scheme in its header; an encoder refuses a dictionary of
+# another scheme (its entries could never match, or match the wrong words).
+
+WORD_SCHEMES = ("gpt2", "bert")
+
+_BERT = {}
+
+
+def _bert_parts():
+    """The canonical BERT normalizer and pre-tokenizer (``tokenizers``, built once)."""
+    if not _BERT:
+        from tokenizers import normalizers, pre_tokenizers
+
+        _BERT["norm"] = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True)
+        _BERT["pre"] = pre_tokenizers.BertPreTokenizer()
+    return _BERT["norm"], _BERT["pre"]
+
+
+def bert_words(text: str) -> list:
+    """BERT words of ``text``, already in key form (lower-cased, accents stripped)."""
+    norm, pre = _bert_parts()
+    return [w for w, _ in pre.pre_tokenize_str(norm.normalize_str(text))]
+
+
+def bert_keys(words) -> list:
+    """Keys of words cut by a BERT tokenizer (any casing): the canonical normalization
+    applied to each word. Words hold no whitespace, so they are normalized in one call
+    joined by spaces; CJK padding can add spaces, hence ``split()``. Falls back to one
+    call per word if the count changes (a word the canonical pre-tokenizer would cut)."""
+    if not words:
+        return []
+    norm, _ = _bert_parts()
+    keys = norm.normalize_str(" ".join(words)).split()
+    if len(keys) != len(words):
+        keys = ["".join(norm.normalize_str(w).split()) or w for w in words]
+    return keys
+
+
+def splitter(scheme: str):
+    """``line -> words`` (in key form) of a word scheme, for counting n-grams."""
+    if scheme == "gpt2":
+        return split_words
+    if scheme == "bert":
+        return bert_words
+    raise ValueError(f"word scheme {scheme!r}: expected one of {WORD_SCHEMES}")
