@@ -86,6 +86,7 @@ def run_one(a, task, variant, seed, device):
     env = dict(os.environ, GLUE_DIR=str(Path(a.glue_dir).resolve()),
                MODEL_DIR=str(Path(a.model_dir).resolve()), SEED=str(seed),
                DATA_DIR=str(data_dir), OUT_DIR=str(out_dir), WORKERS=str(a.workers),
+               TEST_PREDICTIONS="0",
                **settings)
     extra = ["--lr", f"{a.lr:g}", "--batch-size", str(a.batch_size),
              "--max-epoch", str(a.epochs), "--max-update", str(updates),

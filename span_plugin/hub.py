@@ -96,7 +96,12 @@ class SpanHubInterface(nn.Module):
         from .tasks import span_classification  # noqa: F401  (registers the task)
         from .preprocess.encoders import make_encoder
 
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+        overrides = {"load_checkpoint_heads": True}
+        if data is not None:
+            overrides["data"] = str(data)
+        # The overrides must go in here: fairseq applies them only when it reads the
+        # file, not to a state handed to load_model_ensemble_and_task.
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides=overrides)
         cfg = state.get("cfg")
         task_name = cfg["task"]["_name"] if cfg is not None else getattr(state["args"], "task", None)
         if task_name not in TASKS:
@@ -107,9 +112,6 @@ class SpanHubInterface(nn.Module):
                 f"SpanHubInterface loads checkpoints fine-tuned with task "
                 f"{' or '.join(TASKS)}"
             )
-        overrides = {"load_checkpoint_heads": True}
-        if data is not None:
-            overrides["data"] = str(data)
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             [str(checkpoint)], arg_overrides=overrides, state=state
         )

@@ -100,3 +100,12 @@ def train_args(data, save_dir, *extra, num_classes=2, max_update=4):
 def num_updates(log):
     """Every num_updates figure fairseq logged."""
     return [int(n) for n in re.findall(r"num_updates (\d+)", log)]
+
+
+@pytest.fixture(scope="session")
+def converted_minilm(tmp_path_factory):
+    """all-MiniLM-L6-v2 converted by ``span-convert bert`` (model.pt, dict.txt and its
+    tokenizer), once per session."""
+    out = tmp_path_factory.mktemp("minilm") / "minilm"
+    run_cli("span-convert", "bert", "--hf-dir", minilm_dir(), "--out", out)
+    return out

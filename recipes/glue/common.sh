@@ -25,6 +25,7 @@
 #   OUT_DIR        checkpoints/, tensorboard/, results.json (dev result of
 #                  checkpoint_best.pt), dev_predictions/ (one row per dev row) and
 #                  glue_test/ (submission files)                      [runs/$TASK]
+#   TEST_PREDICTIONS  0 skips the GLUE test submission files             [1]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -56,6 +57,7 @@ DATA_DIR=${DATA_DIR:-data-bin/$TASK}
 OUT_DIR=${OUT_DIR:-runs/$TASK}
 WORKERS=${WORKERS:-$(nproc)}
 REGRESSION=${REGRESSION:-0}
+TEST_PREDICTIONS=${TEST_PREDICTIONS:-1}
 
 # --cpu among the extra arguments means no GPU, whatever is visible.
 case " $* " in
@@ -194,10 +196,12 @@ predict() {  # predict SPLIT OUTPUT_FOLDER NAME
 if [ "$TASK" = MNLI ]; then
     predict dev_matched dev_predictions MNLI-m
     predict dev_mismatched dev_predictions MNLI-mm
-    predict test_matched glue_test MNLI-m
-    predict test_mismatched glue_test MNLI-mm
+    if [ "$TEST_PREDICTIONS" = 1 ]; then
+        predict test_matched glue_test MNLI-m
+        predict test_mismatched glue_test MNLI-mm
+    fi
 else
     predict dev dev_predictions "$TASK"
-    predict test glue_test "$TASK"
+    if [ "$TEST_PREDICTIONS" = 1 ]; then predict test glue_test "$TASK"; fi
 fi
 echo "results: $OUT_DIR/results.json; dev predictions: $OUT_DIR/dev_predictions/; test predictions: $OUT_DIR/glue_test/"

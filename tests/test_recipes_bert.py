@@ -1,0 +1,107 @@
+"""The GLUE recipes with a converted BERT-family encoder (MODEL_DIR), both heads:
+the span head (HEAD=span) and fairseq's own plain head (HEAD=plain), on real rows."""
+
+import json
+import re
+import shutil
+
+import pytest
+import torch
+
+from conftest import run_cli
+from test_recipes import RECIPES
+from test_task_data import glue_folder, mini_glue
+
+from span_plugin.hub import SpanHubInterface
+
+
+def run_recipe(task, cwd, model_dir, *extra, check=True, **env):
+    env = {"GLUE_DIR": str(mini_glue()), "MODEL_DIR": str(model_dir), "WORKERS": "1",
+           "TEST_PREDICTIONS": "0", **{k: str(v) for k, v in env.items()}}
+    return run_cli("bash", RECIPES / f"{task}.sh", "--cpu", "--batch-size", "8",
+                   "--num-workers", "0", "--log-interval", "1", *extra,
+                   cwd=cwd, env=env, check=check)
+
+
+def updates(log):
+    return [int(n) for n in re.findall(r"num_updates[ =](\d+)", log)]
+
+
+@pytest.fixture(scope="module")
+def span_run(converted_minilm, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("mrpc_span")
+    log = run_recipe("MRPC", cwd, converted_minilm, "--max-update", "2").stdout
+    return cwd, log
+
+
+@pytest.mark.slow
+def test_span_head_fine_tunes_the_converted_encoder(span_run, converted_minilm):
+    cwd, log = span_run
+    # The pretrained weights were loaded, into a model of the checkpoint's own sizes.
+    assert f"Loaded checkpoint {converted_minilm}/model.pt" in log
+    assert "'encoder_layers': 6" in log or "encoder_layers=6" in log
+    assert "encoder_embed_dim=384" in log or "'encoder_embed_dim': 384" in log
+    # BERT's layout: <s> A </s> B </s> (no doubled separator), WordPiece vocabulary.
+    assert "separator_token=None" in log or "'separator_token': None" in log
+    assert "[input] dictionary: 30522 types" in log
+    data = cwd / "data-bin" / "MRPC"
+    assert (data / "input0" / "dict.txt").read_bytes() == (converted_minilm / "dict.txt").read_bytes()
+    results = json.loads((cwd / "runs" / "MRPC" / "results.json").read_text())
+    assert results["metric"] == "f1" and "f1" in results["dev"]["dev"]
+    dev_rows = (mini_glue() / "MRPC" / "dev.tsv").read_text().splitlines()[1:]
+    predictions = (cwd / "runs" / "MRPC" / "dev_predictions" / "MRPC.tsv").read_text().splitlines()
+    assert len(predictions) == len(dev_rows) + 1
+
+    # The hub reproduces the recipe's dev predictions from the checkpoint.
+    hub = SpanHubInterface.from_pretrained(cwd / "runs" / "MRPC" / "checkpoints" / "checkpoint_best.pt",
+                                           data=data, bpe="wordpiece", wordpiece=converted_minilm)
+    assert hub.reads_spans
+    pairs = [tuple(r.split("\t")[3:5]) for r in dev_rows]
+    labels = [p["label"] for p in hub.predict(pairs)]
+    assert labels == [line.split("\t")[1] for line in predictions[1:]]
+
+
+@pytest.mark.slow
+def test_relaunch_resumes_the_run_not_the_pretrained_model(span_run, converted_minilm):
+    cwd, _ = span_run
+    work = cwd.parent / "mrpc_resume"
+    shutil.copytree(cwd, work)
+    log = run_recipe("MRPC", work, converted_minilm, "--max-update", "3").stdout
+    assert "checkpoint_last.pt (epoch" in log and "@ 2 updates)" in log
+    assert f"loading pretrained model from {converted_minilm}" not in log
+    assert max(updates(log)) == 3
+
+
+@pytest.mark.slow
+def test_plain_head_runs_fairseqs_own_model_on_the_same_data(span_run, converted_minilm):
+    cwd, span_log = span_run
+    data = cwd / "data-bin" / "MRPC"
+    log = run_recipe("MRPC", cwd, converted_minilm, "--max-update", "2", HEAD="plain",
+                     OUT_DIR=cwd / "runs" / "plain", DATA_DIR=data).stdout
+    assert "task='sentence_prediction'" in log or "'_name': 'sentence_prediction'" in log
+    assert "arch='roberta'" in log or "'arch': 'roberta'" in log
+    assert f"Loaded checkpoint {converted_minilm}/model.pt" in log
+    # Same data, same batches: the first update sees the same examples.
+    first = lambda text: re.search(r"loaded (\d+) examples from: .*train", text).group(1)
+    assert first(log) == first(span_log)
+    results = json.loads((cwd / "runs" / "plain" / "results.json").read_text())
+    assert "f1" in results["dev"]["dev"]
+    hub = SpanHubInterface.from_pretrained(cwd / "runs" / "plain" / "checkpoints" / "checkpoint_best.pt",
+                                           data=data, bpe="wordpiece", wordpiece=converted_minilm)
+    assert not hub.reads_spans and len(hub.predict([("A man.", "A man is here.")])) == 1
+
+
+@pytest.mark.slow
+def test_recipe_refuses_a_folder_of_another_vocabulary(converted_minilm, tmp_path):
+    proc = run_recipe("MRPC", tmp_path, converted_minilm, "--max-update", "1",
+                      DATA_DIR=glue_folder("MRPC"), check=False)
+    assert proc.returncode == 2
+    assert "was built with another vocabulary than the model's" in proc.stdout, proc.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_recipe_refuses_a_model_dir_that_is_not_converted(tmp_path):
+    (tmp_path / "hf").mkdir()
+    proc = run_recipe("MRPC", tmp_path, tmp_path / "hf", check=False)
+    assert proc.returncode == 2
+    assert "model.pt not found: MODEL_DIR is a folder made by 'span-convert bert'" in proc.stdout
