@@ -29,12 +29,15 @@ setup(
         "fastBPE",
         "tensorboard",
         "matplotlib",
+        "tokenizers",
+        "safetensors",
     ],
     extras_require={"test": ["pytest"]},
     entry_points={
         "console_scripts": [
             "span-preprocess = span_plugin.preprocess.cli:main",
             "span-predict = span_plugin.predict:main",
+            "span-convert = span_plugin.convert.cli:main",
         ],
     },
 )

@@ -1,0 +1,69 @@
+"""``span-convert``: thin command line over :mod:`span_plugin.convert`.
+
+    span-convert bert --hf-dir HF_MODEL_DIR --out OUT_DIR [--force] [--seed N]
+    span-convert flags OUT_DIR/model.pt      # fairseq-train size flags, one line
+"""
+
+import argparse
+import logging
+import shlex
+import sys
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="span-convert", description="Convert checkpoints into fairseq RoBERTa format."
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("bert", help="Hugging Face BERT-architecture folder -> fairseq RoBERTa")
+    p.add_argument("--hf-dir", required=True,
+                   help="folder with config.json, model.safetensors or pytorch_model.bin, "
+                        "vocab.txt (tokenizer.json optional)")
+    p.add_argument("--out", required=True,
+                   help="output folder: model.pt, dict.txt, tokenizer files, hf_config.json")
+    p.add_argument("--force", action="store_true", help="overwrite an existing OUT/model.pt")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of a fresh LM head, for checkpoints without one")
+
+    p = sub.add_parser("flags", help="print the fairseq-train size flags of a checkpoint")
+    p.add_argument("checkpoint", help="a fairseq checkpoint, or a folder with model.pt")
+    return parser
+
+
+def _bert(args):
+    from .bert import convert_bert, fairseq_model_cfg, train_flags
+
+    plan = convert_bert(args.hf_dir, args.out, overwrite=args.force, seed=args.seed)
+    rec, shape = plan.record, plan.shape
+    print(f"wrote {args.out}/model.pt: {shape.layers} layers, H={shape.embed_dim}, "
+          f"{shape.attention_heads} heads, FFN {shape.ffn_embed_dim}, vocab {shape.vocab_size}, "
+          f"{shape.max_positions} positions (from {plan.weights_path})")
+    print(f"lm_head: {rec['lm_head']}; LayerNorm eps {shape.layernorm_eps} "
+          f"(cfg.model.layernorm_eps)")
+    for item in rec["dropped"]:
+        print(f"dropped {item['tensor']}: {item['reason']}")
+    print("fairseq-train flags: " + shlex.join(train_flags(fairseq_model_cfg(shape))))
+
+
+def _flags(args):
+    from .bert import checkpoint_train_flags
+
+    print(shlex.join(checkpoint_train_flags(args.checkpoint)))
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from .bert import ConversionError
+
+    try:
+        {"bert": _bert, "flags": _flags}[args.cmd](args)
+    except ConversionError as err:
+        print(f"span-convert {args.cmd}: error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
