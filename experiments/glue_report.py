@@ -66,6 +66,24 @@ def cell(values):
     return f"{med:.1f} ({min(values):.1f}-{max(values):.1f}, n={len(values)})"
 
 
+def selection(runs):
+    """The learning-rate choice: plain-head runs at every lr tried, per task and seed."""
+    lrs = sorted({r["hparams"]["lr"] for r in runs})
+    if len(lrs) < 2:
+        return []
+    lines = ["Learning-rate choice (plain head only, the protocol in the README): dev metric "
+             "per learning rate.", "", "| task | seed | " + " | ".join(f"lr {x:g}" for x in lrs)
+             + " |", "|---|---|" + "---|" * len(lrs)]
+    cells = defaultdict(dict)
+    for r in runs:
+        if r["variant"] == "plain":
+            cells[(r["task"], r["seed"])][r["hparams"]["lr"]] = r["value"]
+    for (task, seed), by_lr in sorted(cells.items()):
+        lines.append(f"| {task} | {seed} | " + " | ".join(
+            f"{by_lr[x]:.1f}" if x in by_lr else "-" for x in lrs) + " |")
+    return lines + [""]
+
+
 def report(runs, plot=None):
     by = defaultdict(dict)  # (task, variant) -> {seed: run}
     for r in runs:
@@ -153,8 +171,16 @@ def main(argv=None):
     p.add_argument("--results", required=True)
     p.add_argument("--out", help="write the markdown here (default: print)")
     p.add_argument("--plot", help="write the figure here (PNG)")
+    p.add_argument("--lr", type=float, help="the grid's learning rate (runs at other "
+                   "rates are the selection runs; default: the only one present)")
     a = p.parse_args(argv)
-    text = report(load(a.results), plot=a.plot)
+    runs = load(a.results)
+    lrs = sorted({r["hparams"]["lr"] for r in runs})
+    lr = a.lr if a.lr is not None else (lrs[0] if len(lrs) == 1 else None)
+    if lr is None:
+        raise SystemExit(f"{a.results} holds runs at learning rates {lrs}: pick the grid's with --lr")
+    text = report([r for r in runs if r["hparams"]["lr"] == lr], plot=a.plot)
+    text += "\n" + "\n".join(selection(runs))
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             f.write(text)

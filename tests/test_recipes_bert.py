@@ -44,16 +44,16 @@ def test_span_head_fine_tunes_the_converted_encoder(span_run, converted_minilm):
     # BERT's layout: <s> A </s> B </s> (no doubled separator), WordPiece vocabulary.
     assert "separator_token=None" in log or "'separator_token': None" in log
     assert "[input] dictionary: 30522 types" in log
-    data = cwd / "data-bin" / "MRPC"
+    data = cwd / "data-bin" / "minilm" / "MRPC"
     assert (data / "input0" / "dict.txt").read_bytes() == (converted_minilm / "dict.txt").read_bytes()
-    results = json.loads((cwd / "runs" / "MRPC" / "results.json").read_text())
+    results = json.loads((cwd / "runs" / "minilm" / "MRPC" / "results.json").read_text())
     assert results["metric"] == "f1" and "f1" in results["dev"]["dev"]
     dev_rows = (mini_glue() / "MRPC" / "dev.tsv").read_text().splitlines()[1:]
-    predictions = (cwd / "runs" / "MRPC" / "dev_predictions" / "MRPC.tsv").read_text().splitlines()
+    predictions = (cwd / "runs" / "minilm" / "MRPC" / "dev_predictions" / "MRPC.tsv").read_text().splitlines()
     assert len(predictions) == len(dev_rows) + 1
 
     # The hub reproduces the recipe's dev predictions from the checkpoint.
-    hub = SpanHubInterface.from_pretrained(cwd / "runs" / "MRPC" / "checkpoints" / "checkpoint_best.pt",
+    hub = SpanHubInterface.from_pretrained(cwd / "runs" / "minilm" / "MRPC" / "checkpoints" / "checkpoint_best.pt",
                                            data=data, bpe="wordpiece", wordpiece=converted_minilm)
     assert hub.reads_spans
     pairs = [tuple(r.split("\t")[3:5]) for r in dev_rows]
@@ -75,18 +75,20 @@ def test_relaunch_resumes_the_run_not_the_pretrained_model(span_run, converted_m
 @pytest.mark.slow
 def test_plain_head_runs_fairseqs_own_model_on_the_same_data(span_run, converted_minilm):
     cwd, span_log = span_run
-    data = cwd / "data-bin" / "MRPC"
-    log = run_recipe("MRPC", cwd, converted_minilm, "--max-update", "2", HEAD="plain",
-                     OUT_DIR=cwd / "runs" / "plain", DATA_DIR=data).stdout
+    data = cwd / "data-bin" / "minilm" / "MRPC"
+    # One variable changes the head; the run gets its own folder, the data is reused.
+    log = run_recipe("MRPC", cwd, converted_minilm, "--max-update", "2", HEAD="plain").stdout
+    assert "preparing" not in log
     assert "task='sentence_prediction'" in log or "'_name': 'sentence_prediction'" in log
     assert "arch='roberta'" in log or "'arch': 'roberta'" in log
     assert f"Loaded checkpoint {converted_minilm}/model.pt" in log
     # Same data, same batches: the first update sees the same examples.
     first = lambda text: re.search(r"loaded (\d+) examples from: .*train", text).group(1)
     assert first(log) == first(span_log)
-    results = json.loads((cwd / "runs" / "plain" / "results.json").read_text())
+    out = cwd / "runs" / "minilm" / "MRPC-plain"
+    results = json.loads((out / "results.json").read_text())
     assert "f1" in results["dev"]["dev"]
-    hub = SpanHubInterface.from_pretrained(cwd / "runs" / "plain" / "checkpoints" / "checkpoint_best.pt",
+    hub = SpanHubInterface.from_pretrained(out / "checkpoints" / "checkpoint_best.pt",
                                            data=data, bpe="wordpiece", wordpiece=converted_minilm)
     assert not hub.reads_spans and len(hub.predict([("A man.", "A man is here.")])) == 1
 

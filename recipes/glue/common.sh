@@ -21,10 +21,15 @@
 #   SEGMENTATION   greedy | random | none                              [greedy]
 #   SPAN_ENCODER   cnn-cnn | cnn-max | attn-max | attn-attn | cnn      [cnn-cnn]
 #   MAX_SPANS, MAX_SPAN_TOKENS   the paper's r and l                   [64, 16]
-#   DATA_DIR       binarized task folder; prepared when missing        [data-bin/$TASK]
+#   DATA_DIR       binarized task folder; prepared when missing
+#                  [data-bin/$TASK; MODEL_DIR: data-bin/<model>/$TASK; -$SEGMENTATION
+#                  appended unless greedy]
 #   OUT_DIR        checkpoints/, tensorboard/, results.json (dev result of
 #                  checkpoint_best.pt), dev_predictions/ (one row per dev row) and
-#                  glue_test/ (submission files)                      [runs/$TASK]
+#                  glue_test/ (submission files)
+#                  [runs/$TASK, or runs/<model>/$TASK, with a suffix for each setting
+#                  away from its default: -plain, -$SPAN_ENCODER, -$SEGMENTATION,
+#                  -seed$SEED; so changing one variable never resumes another run]
 #   TEST_PREDICTIONS  0 skips the GLUE test submission files             [1]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
 #   WORKERS        preprocessing processes                             [nproc]
@@ -53,8 +58,6 @@ SEGMENTATION=${SEGMENTATION:-greedy}
 SPAN_ENCODER=${SPAN_ENCODER:-cnn-cnn}
 MAX_SPANS=${MAX_SPANS:-64}
 MAX_SPAN_TOKENS=${MAX_SPAN_TOKENS:-16}
-DATA_DIR=${DATA_DIR:-data-bin/$TASK}
-OUT_DIR=${OUT_DIR:-runs/$TASK}
 WORKERS=${WORKERS:-$(nproc)}
 REGRESSION=${REGRESSION:-0}
 TEST_PREDICTIONS=${TEST_PREDICTIONS:-1}
@@ -95,6 +98,15 @@ else
     default_arch=$([ "$HEAD" = span ] && echo roberta_span_base || echo roberta_base)
 fi
 ARCH=${ARCH:-$default_arch}
+
+prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
+seg_suffix=$([ "$SEGMENTATION" = greedy ] || echo "-$SEGMENTATION")
+DATA_DIR=${DATA_DIR:-data-bin/$prefix$TASK$seg_suffix}
+run_suffix=$seg_suffix
+if [ "$HEAD" = plain ]; then run_suffix=-plain
+elif [ "$SPAN_ENCODER" != cnn-cnn ]; then run_suffix=-$SPAN_ENCODER$run_suffix; fi
+[ "$SEED" = 1 ] || run_suffix=$run_suffix-seed$SEED
+OUT_DIR=${OUT_DIR:-runs/$prefix$TASK$run_suffix}
 
 # ---- prepare the binarized folder with span files when it is missing -----------------
 if [ ! -d "$DATA_DIR" ]; then
