@@ -4,7 +4,9 @@ fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything e
 that registers with fairseq (criterions) is imported here.
 """
 
-from . import compat
+__version__ = "0.2.0"  # also in setup.py; recorded in every data folder
+
+from . import compat  # noqa: E402
 
 compat.apply()
 
@@ -12,5 +14,7 @@ compat.apply()
 # own import of tasks/ and models/ when span_plugin was imported before --user-dir
 # was processed (a script or test that imports span_plugin first).
 from . import criterions  # noqa: E402,F401
-from .models import roberta_span  # noqa: E402,F401
-from .tasks import span_classification  # noqa: E402,F401
+from .models import roberta_span, roberta_tagging  # noqa: E402,F401
+from .tasks import span_classification, span_tagging  # noqa: E402,F401
+from .models import roberta_spanbert  # noqa: E402,F401
+from .tasks import spanbert_masked_lm  # noqa: E402,F401

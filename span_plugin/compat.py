@@ -10,6 +10,7 @@ import logging
 import os
 import pickle
 import re
+import sys
 
 import numpy as np
 import torch
@@ -53,7 +54,13 @@ def allow_fairseq_checkpoints():
         def load_checkpoint_to_cpu(path, *args, **kwargs):
             try:
                 return load(path, *args, **kwargs)
-            except pickle.UnpicklingError as err:
+            except Exception as err:
+                from . import checkpoints  # imported when used: `python -m` runs it
+
+                if checkpoints.is_damage(err):
+                    raise checkpoints.damaged_error(path, err) from err
+                if not isinstance(err, pickle.UnpicklingError):
+                    raise
                 # torch's message is long; its "WeightsUnpickler error" line names the global.
                 why = re.search(r"WeightsUnpickler error: (.*)", str(err))
                 raise RuntimeError(
@@ -66,6 +73,86 @@ def allow_fairseq_checkpoints():
         return load_checkpoint_to_cpu
 
     _replace(checkpoint_utils, "load_checkpoint_to_cpu", wrap)
+
+
+def _is_local(path):
+    return "://" not in str(path)
+
+
+def atomic_checkpoints():
+    """Write every checkpoint file atomically (span_plugin.checkpoints).
+
+    fairseq renames its first file into place but copies it to the other names
+    (checkpoint_last.pt, ...) in place, so a kill during the copy leaves a cut-off
+    checkpoint. Both paths go through ``atomic_write`` here, for local files; other
+    storage (PathManager URLs) and asynchronous writes are left to fairseq.
+    """
+    from fairseq import checkpoint_utils
+
+    def wrap_save(save):
+        def torch_persistent_save(obj, filename, async_write=False):
+            from . import checkpoints
+
+            if async_write or not _is_local(filename):
+                return save(obj, filename, async_write)
+            checkpoints.atomic_write(
+                filename, lambda f: checkpoint_utils._torch_persistent_save(obj, f))
+
+        return torch_persistent_save
+
+    _replace(checkpoint_utils, "torch_persistent_save", wrap_save)
+
+    inner = checkpoint_utils.PathManager
+    if getattr(inner, "_span_plugin_wrapped", False):
+        return
+
+    class AtomicCopyPathManager:
+        """fairseq's PathManager, with ``copy`` of local files made atomic."""
+
+        _span_plugin_wrapped = True
+
+        def __getattr__(self, name):
+            return getattr(inner, name)
+
+        @staticmethod
+        def copy(src_path, dst_path, overwrite=False):
+            if not (_is_local(src_path) and _is_local(dst_path)):
+                return inner.copy(src_path, dst_path, overwrite)
+            if os.path.exists(dst_path) and not overwrite:
+                return False
+            from . import checkpoints
+
+            checkpoints.atomic_copy(src_path, dst_path)
+            return True
+
+    # Only checkpoint_utils' own name is rebound: save_checkpoint copies through it.
+    checkpoint_utils.PathManager = AtomicCopyPathManager()
+
+
+def explain_missing_best_metric():
+    """``--best-checkpoint-metric NAME`` that validation did not report: fairseq raises a
+    bare ``KeyError: 'NAME'`` after the first validation; say what was reported and why
+    (f1 needs a positive label)."""
+    train = sys.modules.get("fairseq_cli.train")
+    if train is None:
+        return
+
+    def wrap(get_valid_stats):
+        def checked_valid_stats(cfg, trainer, stats, tracking_best):
+            metric = cfg.checkpoint.best_checkpoint_metric
+            if metric not in stats:
+                hint = (" f1 needs the positive label: pass --positive-label NAME, or "
+                        "prepare the folder with span-preprocess (its record names it)"
+                        if metric == "f1" else "")
+                raise ValueError(
+                    f"--best-checkpoint-metric {metric}: validation reported no {metric!r} "
+                    f"(it reported: {', '.join(sorted(k for k in stats if k not in ('num_updates',)))})."
+                    + hint)
+            return get_valid_stats(cfg, trainer, stats, tracking_best)
+
+        return checked_valid_stats
+
+    _replace(train, "get_valid_stats", wrap)
 
 
 def _hydra_original_cwd():
@@ -163,8 +250,46 @@ def keep_last_batch():
     _replace(data_utils, "batch_by_size", wrap)
 
 
+# Notices that fairseq 0.12 on hydra 1.3 and torch 2.x prints on every command; none is
+# about the user's run. Matched by their exact text, so any other warning still shows.
+STACK_NOTICES = [
+    (UserWarning, r"hydra\.experimental\.(initialize|compose)\(\) is no longer experimental"),
+    (UserWarning, r"\s*The version_base parameter is not specified"),
+    (UserWarning, r"In 'config': Usage of deprecated keyword in package header"),
+    (UserWarning, r"\s*'config' is validated against ConfigStore schema"),
+    (UserWarning, r"\s*The strict flag in the compose API is deprecated"),
+    (UserWarning, r"'pin_memory' argument is set as true but no accelerator is found"),
+    (FutureWarning, r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated"),
+]
+
+
+def quiet_stack_notices():
+    """Keep the stack's own notices out of every command's output.
+
+    - the warnings above;
+    - fairseq's wav2vec2 module calls ``logging.basicConfig(level=DEBUG)`` when fairseq
+      is imported, so commands that configure logging after that import
+      (fairseq-validate) print hydra's DEBUG lines: the root level goes back to
+      ``$LOGLEVEL`` (INFO, fairseq's default) unless DEBUG was asked for.
+
+    The tensorboardX notice of fairseq's speech tasks is gone by installing
+    tensorboardX (requirements.txt): it is printed before any plugin can act.
+    """
+    import warnings
+
+    for category, message in STACK_NOTICES:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    wanted = os.environ.get("LOGLEVEL", "INFO").upper()
+    root = logging.getLogger()
+    if root.level == logging.DEBUG and wanted != "DEBUG":
+        root.setLevel(getattr(logging, wanted, logging.INFO))
+
+
 def apply():
+    quiet_stack_notices()
     allow_fairseq_checkpoints()
+    atomic_checkpoints()
+    explain_missing_best_metric()
     restore_hydra_cwd()
     allow_cpu_pytorch_ddp()
     keep_last_batch()

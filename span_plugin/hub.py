@@ -1,26 +1,28 @@
 """Inference with a fine-tuned ``roberta_span`` (or plain ``roberta``) checkpoint on raw text.
 
     from span_plugin.hub import SpanHubInterface
-    hub = SpanHubInterface.from_pretrained(
-        "checkpoints/checkpoint_best.pt", data="MRPC-bin",
-        gpt2_encoder_json="gpt2_bpe/encoder.json", gpt2_vocab_bpe="gpt2_bpe/vocab.bpe",
-        ngrams=None)  # None: the packaged n-gram dictionary, as span-preprocess uses
+    hub = SpanHubInterface.from_pretrained("checkpoints/checkpoint_best.pt")
     hub.predict([("A man plays.", "A man is playing.")])
     # -> [{"label": "1", "probs": {"0": 0.2, "1": 0.8}}]    (regression: {"score": x})
 
-BPE and segmentation run on the fly with the encoders of ``span_plugin.preprocess``
-(the same code ``span-preprocess`` binarizes with: pass the same BPE files, n-gram
-dictionary and segmentation the training data was made with). The tokens and spans
-then go through the task's own dataset wrappers, so the layout, shortening and the
-r/l limits are exactly those of training.
+The data folder, BPE files, n-gram dictionary and segmentation come from the data
+record the checkpoint holds (:mod:`span_plugin.encoder_settings`); any of them may be
+given again and is then checked against it (files by sha256). BPE and segmentation run
+on the fly with the encoders of ``span_plugin.preprocess`` (the code ``span-preprocess``
+binarizes with); the tokens and spans then go through the task's own dataset wrappers,
+so the layout, shortening and the r/l limits are exactly those of training.
 """
+
+import os
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from fairseq.data import ConcatSentencesDataset, PrependTokenDataset, RightPadDataset
+from fairseq.dataclass.utils import overwrite_args_by_name
 
+from . import encoder_settings, provenance
 from .data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
 
 
@@ -36,6 +38,7 @@ class _Items(list):
 
 
 TASKS = ("span_classification", "sentence_prediction")
+NER_TASKS = ("span_tagging", "span_labeling")  # served by ner_hub.NerHubInterface
 
 
 class SpanHubInterface(nn.Module):
@@ -64,13 +67,16 @@ class SpanHubInterface(nn.Module):
         self.encoder = encoder
         self.head = head
         self.reads_spans = isinstance(model.classification_heads[head], SpanClassificationHead)
+        self.record = provenance.task_record(task)  # how its training data was made
+        self.data = getattr(task.cfg, "data", None)
+        self.num_inputs = self.record["inputs"] if self.record else None  # None: not known
 
     @classmethod
     def from_pretrained(
         cls,
         checkpoint,
         data=None,
-        bpe="gpt2",
+        bpe=None,
         gpt2_encoder_json=None,
         gpt2_vocab_bpe=None,
         sentencepiece_model=None,
@@ -79,48 +85,67 @@ class SpanHubInterface(nn.Module):
         wordpiece=None,
         ngrams=None,
         ngrams_top_k=None,
-        segmentation="greedy",
+        segmentation=None,
+        seed=None,
         head="sentence_classification_head",
     ):
         """Load ``checkpoint`` (a fine-tuned checkpoint_*.pt).
 
-        data: the task folder whose ``input0/dict.txt`` and ``label/dict.txt`` the
-        model was trained with (default: the ``data`` path stored in the checkpoint).
-        The BPE arguments are local files (``bpe="wordpiece"``: ``wordpiece`` is a
-        tokenizer.json, vocab.txt or a span-convert folder); ngrams is the n-gram
-        dictionary path (None: the packaged default of the encoder's word scheme).
+        Every other argument defaults to what the checkpoint's data record says
+        (:mod:`span_plugin.encoder_settings`): ``data`` is the task folder it was
+        trained on (its dict.txt files must have the recorded hashes); the encoder
+        files (``bpe="wordpiece"``: ``wordpiece`` is a tokenizer.json, vocab.txt or a
+        span-convert folder), the n-gram dictionary, its top-k, the segmentation and
+        its seed. A file given again must have the recorded content; a setting given
+        again must be the recorded one: a difference raises an error naming both.
+        Checkpoints without a record take the settings given, unchecked.
         """
         from fairseq import checkpoint_utils
 
         from .models import roberta_span  # noqa: F401  (registers the model)
-        from .tasks import span_classification  # noqa: F401  (registers the task)
-        from .preprocess.encoders import make_encoder
+        from .tasks import span_classification, span_tagging  # noqa: F401  (registers the tasks)
 
-        overrides = {"load_checkpoint_heads": True}
-        if data is not None:
-            overrides["data"] = str(data)
-        # The overrides must go in here: fairseq applies them only when it reads the
-        # file, not to a state handed to load_model_ensemble_and_task.
-        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint), arg_overrides=overrides)
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
         cfg = state.get("cfg")
         task_name = cfg["task"]["_name"] if cfg is not None else getattr(state["args"], "task", None)
-        if task_name not in TASKS:
+        if task_name not in TASKS + NER_TASKS:
             model_cfg = cfg["model"] if cfg is not None else state.get("args")
             arch = _field(model_cfg, "arch") or _field(model_cfg, "_name")
             raise ValueError(
                 f"{checkpoint}: trained with task {task_name!r} and model {arch!r}; "
                 f"SpanHubInterface loads checkpoints fine-tuned with task "
-                f"{' or '.join(TASKS)}"
+                f"{' or '.join(TASKS + NER_TASKS)}"
             )
+        record = (state.get("task_state") or {}).get(provenance.STATE_KEY)
+        task_cfg = cfg["task"] if cfg is not None else state["args"]
+        data = _data_folder(data, _field(task_cfg, "data"), record, checkpoint)
+        # fairseq applies overrides only when it reads the file itself, not to a state
+        # handed to load_model_ensemble_and_task: apply them here.
+        overrides = {"load_checkpoint_heads": True, "data": data}
+        if cfg is not None:
+            overwrite_args_by_name(cfg, overrides)
+        else:
+            for k, v in overrides.items():
+                setattr(state["args"], k, v)
+        given = dict(bpe=bpe, gpt2_encoder_json=gpt2_encoder_json, gpt2_vocab_bpe=gpt2_vocab_bpe,
+                     sentencepiece_model=sentencepiece_model, bpe_codes=bpe_codes,
+                     bpe_vocab=bpe_vocab, wordpiece=wordpiece, ngrams=ngrams,
+                     ngrams_top_k=ngrams_top_k, segmentation=segmentation, seed=seed)
+        spec = encoder_settings.encoder_spec(
+            record, {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in given.items()},
+            checkpoint)
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             [str(checkpoint)], arg_overrides=overrides, state=state
         )
-        encoder = make_encoder(
-            bpe=bpe, encoder_json=gpt2_encoder_json, vocab_bpe=gpt2_vocab_bpe,
-            sentencepiece_model=sentencepiece_model, bpe_codes=bpe_codes, bpe_vocab=bpe_vocab,
-            wordpiece=wordpiece, ngrams=ngrams, ngrams_top_k=ngrams_top_k, segmentation=segmentation,
-        )
-        return cls(task, models[0], encoder, head=head)
+        if task_name in NER_TASKS:  # entities: predict_entities(text)
+            from .ner_hub import NerHubInterface
+
+            cls, head = NerHubInterface, task.cfg.classification_head_name
+        hub = cls(task, models[0], spec.build(), head=head)
+        hub.record = record
+        hub.num_inputs = record["inputs"] if record else (
+            2 if os.path.isdir(os.path.join(data, "input1")) else 1)
+        return hub
 
     @property
     def device(self):
@@ -158,6 +183,11 @@ class SpanHubInterface(nn.Module):
         width = widths.pop()
         if width not in (1, 2):
             raise ValueError(f"examples must be one sentence or a pair, got {width} texts")
+        expected = self.num_inputs or width
+        if width != expected:
+            kinds = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
+            raise ValueError(f"this model was trained on {kinds[expected]}; got "
+                             f"{kinds[width]}: give it what it was trained on")
         cfg = self.task.cfg
         inputs = [self._encode_input([e[k] for e in examples]) for k in range(width)]
         starts = layout_starts([toks.sizes for toks, _ in inputs], cfg.init_token, cfg.separator_token)
@@ -224,6 +254,25 @@ class SpanHubInterface(nn.Module):
             {"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
             for p in probs
         ]
+
+
+def _data_folder(data, stored, record, checkpoint):
+    """The task folder to read the dictionaries from: ``data`` when given, else the
+    folder recorded at training time (absolute), else the path in the checkpoint's
+    config. Its dict.txt files must have the hashes of the checkpoint's record."""
+    if data is None:
+        tried = [p for p in ((record or {}).get("data_dir"), stored) if p]
+        data = next((p for p in tried if os.path.isdir(p)), None)
+        if data is None:
+            raise FileNotFoundError(
+                f"{checkpoint}: its data folder ({' or '.join(map(str, tried)) or 'unknown'}) "
+                f"is not here: pass data=FOLDER (the folder it was trained on, or a copy; "
+                f"its dict.txt files are checked against the checkpoint's record)")
+    data = str(data)
+    if record is not None:
+        provenance.verify_files(data, record, only=provenance.is_dictionary,
+                                where=f"the data record in {checkpoint}")
+    return data
 
 
 def _field(cfg, key):

@@ -10,6 +10,10 @@ import pytest
 
 import span_plugin  # noqa: F401  (its import lets torch.load read fairseq checkpoints)
 
+# No test reads its input, and no command it starts may wait on a runner's stdin that
+# stays open (CI): every child inherits /dev/null as its fd 0.
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 DATA = SHARED / "data"
@@ -34,7 +38,7 @@ TINY_ROBERTA = [
 ]
 
 
-def run_cli(name, *args, cwd=None, env=None, check=True):
+def run_cli(name, *args, cwd=None, env=None, check=True, timeout=1200):
     """Run a console script of this environment (fairseq-train, span-preprocess, ...)
     or a system command (bash); on failure, raise with its output so the test log
     shows why."""
@@ -42,10 +46,16 @@ def run_cli(name, *args, cwd=None, env=None, check=True):
     # Children (recipes calling fairseq-train, ...) use this same environment.
     full_env["PATH"] = f"{BIN}{os.pathsep}{full_env.get('PATH', '')}"
     command = str(BIN / name) if (BIN / name).exists() else name
-    proc = subprocess.run(
-        [command, *map(str, args)], cwd=cwd, env=full_env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    try:
+        # stdin from /dev/null: a command that waits for input fails instead of hanging
+        # on a runner whose stdin stays open.
+        proc = subprocess.run(
+            [command, *map(str, args)], cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout.decode("utf-8", "replace") if isinstance(err.stdout, bytes) else err.stdout
+        raise AssertionError(f"{name} still running after {timeout} s:\n{(out or '')[-6000:]}") from None
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} exited {proc.returncode}:\n{proc.stdout[-6000:]}")
     return proc

@@ -63,8 +63,9 @@ class _Model(nn.Module):
         return sample["target"]
 
 
-def _criterion(num_classes, labels, regression=False):
-    cfg = SpanClassificationCriterionConfig(regression_target=regression)
+def _criterion(num_classes, labels, regression=False, positive="1"):
+    cfg = SpanClassificationCriterionConfig(regression_target=regression,
+                                            positive_label=positive if num_classes == 2 else None)
     return SpanClassificationCriterion(cfg, _Task(num_classes, labels))
 
 
@@ -151,5 +152,42 @@ def test_regression_metrics_over_workers(workers):
 
 def test_unknown_positive_label_is_an_error():
     cfg = SpanClassificationCriterionConfig(positive_label="yes")
-    with pytest.raises(ValueError, match="positive-label"):
+    with pytest.raises(ValueError, match=r"positive label 'yes' \(from --positive-label\) is "
+                                         r"not a label of this task \(labels: \['0', '1'\]\)"):
         SpanClassificationCriterion(cfg, _Task(2, ["0", "1"]))
+
+
+def test_binary_labels_without_a_known_positive_report_no_f1(caplog):
+    """Word labels (RTE's) and no positive label named: the run goes on with accuracy
+    and mcc, and says that f1 is not reported."""
+    crit = _criterion(2, ["not_entailment", "entailment"], positive=None)
+    assert crit.positive is None
+    assert "f1 is not reported" in caplog.text and "--positive-label" in caplog.text
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(40, 2, generator=g)
+    y = torch.randint(0, 2, (40,), generator=g)
+    stats = _run(crit, _batches(logits, y, 8), 2)
+    assert "f1" not in stats
+    assert stats["mcc"] == pytest.approx(100 * matthews_corrcoef(y.numpy(), logits.argmax(-1).numpy()), abs=0.01)
+    # Named, a word label works like any other.
+    named = _criterion(2, ["not_entailment", "entailment"], positive="entailment")
+    assert named.positive == 1 and "f1" in _run(named, _batches(logits, y, 8), 2)
+
+
+def test_best_checkpoint_metric_that_validation_did_not_report_is_explained():
+    """fairseq-train would stop with a bare KeyError: 'f1' after its first validation."""
+    import fairseq_cli.train as train
+    from omegaconf import OmegaConf
+
+    from span_plugin import compat
+
+    compat.explain_missing_best_metric()  # as when the plugin loads inside fairseq-train
+    cfg = OmegaConf.create({"checkpoint": {"best_checkpoint_metric": "f1",
+                                           "maximize_best_checkpoint_metric": True}})
+    trainer = type("T", (), {"get_num_updates": lambda self: 3})()
+    with pytest.raises(ValueError, match=r"--best-checkpoint-metric f1: validation reported no "
+                                         r"'f1' \(it reported: accuracy, loss, mcc\)\. f1 needs "
+                                         r"the positive label: pass --positive-label NAME"):
+        train.get_valid_stats(cfg, trainer, {"loss": 1.0, "accuracy": 50.0, "mcc": 0.0}, True)
+    stats = train.get_valid_stats(cfg, trainer, {"loss": 1.0, "f1": 40.0}, False)
+    assert stats["num_updates"] == 3

@@ -7,4 +7,6 @@ BATCH_SIZE=16
 TOTAL_UPDATES=2296
 WARMUP_UPDATES=137
 METRIC=f1
+# F1 counts the paraphrase / duplicate class (also for folders without a data record).
+POSITIVE_LABEL=1
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -7,4 +7,6 @@ BATCH_SIZE=32
 TOTAL_UPDATES=113272
 WARMUP_UPDATES=28318
 METRIC=f1
+# F1 counts the paraphrase / duplicate class (also for folders without a data record).
+POSITIVE_LABEL=1
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

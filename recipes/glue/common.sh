@@ -2,6 +2,8 @@
 # what differs per task:
 #   TASK NUM_CLASSES LR BATCH_SIZE TOTAL_UPDATES WARMUP_UPDATES METRIC [REGRESSION=1]
 # Hyperparameters are fairseq's RoBERTa GLUE settings; span settings are the paper's.
+# recipes/table.sh sources it too, for your own TSV/CSV/JSON Lines data: it defines a
+# prepare_data function (span-preprocess table) and TOTAL_UPDATES=auto.
 #
 # Inputs (environment variables, defaults in brackets):
 #   GLUE_DIR       glue_data folder with one sub-folder per task      [glue_data]
@@ -31,6 +33,9 @@
 #                  away from its default: -plain, -$SPAN_ENCODER, -$SEGMENTATION,
 #                  -seed$SEED; so changing one variable never resumes another run]
 #   TEST_PREDICTIONS  0 skips the GLUE test submission files             [1]
+#   POSITIVE_LABEL the class F1 counts as positive; empty: the one the data folder's
+#                  record names (span-preprocess glue: MRPC/QQP 1, RTE/QNLI
+#                  entailment, ...); METRIC=f1 needs one                []
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -45,7 +50,8 @@ if ! command -v fairseq-train >/dev/null && [ -x "$ROOT/.venv/bin/fairseq-train"
     PATH="$ROOT/.venv/bin:$PATH"
 fi
 
-die() { echo "recipes/glue/$TASK.sh: $*" >&2; exit 2; }
+RECIPE_NAME=${RECIPE_NAME:-recipes/glue/$TASK.sh}
+die() { echo "$RECIPE_NAME: $*" >&2; exit 2; }
 
 GLUE_DIR=${GLUE_DIR:-glue_data}
 HEAD=${HEAD:-span}
@@ -61,6 +67,9 @@ MAX_SPAN_TOKENS=${MAX_SPAN_TOKENS:-16}
 WORKERS=${WORKERS:-$(nproc)}
 REGRESSION=${REGRESSION:-0}
 TEST_PREDICTIONS=${TEST_PREDICTIONS:-1}
+POSITIVE_LABEL=${POSITIVE_LABEL:-}
+TEST_FOLDER=${TEST_FOLDER:-glue_test}  # where test predictions go, under OUT_DIR
+EPOCHS=${EPOCHS:-10}
 
 # --cpu among the extra arguments means no GPU, whatever is visible.
 case " $* " in
@@ -109,32 +118,51 @@ elif [ "$SPAN_ENCODER" != cnn-cnn ]; then run_suffix=-$SPAN_ENCODER$run_suffix; 
 OUT_DIR=${OUT_DIR:-runs/$prefix$TASK$run_suffix}
 
 # ---- prepare the binarized folder with span files when it is missing -----------------
+if ! declare -F prepare_data >/dev/null; then
+    prepare_data() {  # prepare_data OUT: a GLUE task folder (span-preprocess glue)
+        [ -d "$GLUE_DIR/$TASK" ] \
+            || die "no $GLUE_DIR/$TASK folder: set GLUE_DIR to your glue_data folder (it holds $TASK/train.tsv, dev.tsv, test.tsv)"
+        echo "preparing $1 from $GLUE_DIR/$TASK"
+        span-preprocess glue --task "$TASK" --glue-dir "$GLUE_DIR" --out "$1" \
+            "${encoder_args[@]}" --srcdict "$SRCDICT" ${NGRAMS:+--ngrams "$NGRAMS"} \
+            --segmentation "$SEGMENTATION" --workers "$WORKERS"
+    }
+fi
 if [ ! -d "$DATA_DIR" ]; then
-    [ -d "$GLUE_DIR/$TASK" ] \
-        || die "no $GLUE_DIR/$TASK folder: set GLUE_DIR to your glue_data folder (it holds $TASK/train.tsv, dev.tsv, test.tsv)"
     if [ -z "$MODEL_DIR" ]; then
         for f in encoder.json vocab.bpe dict.txt; do
             [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
         done
     fi
-    echo "preparing $DATA_DIR from $GLUE_DIR/$TASK"
     rm -rf "$DATA_DIR.tmp"
-    span-preprocess glue --task "$TASK" --glue-dir "$GLUE_DIR" --out "$DATA_DIR.tmp" \
-        "${encoder_args[@]}" --srcdict "$SRCDICT" ${NGRAMS:+--ngrams "$NGRAMS"} \
-        --segmentation "$SEGMENTATION" --workers "$WORKERS"
+    prepare_data "$DATA_DIR.tmp"
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+else
+    # A folder made earlier (or by hand): spans, row counts and its record's hashes.
+    span-preprocess check "$DATA_DIR" \
+        || die "$DATA_DIR is not a complete span-annotated task folder (see the error above); delete it to rebuild it"
 fi
-span-preprocess check "$DATA_DIR" \
-    || die "$DATA_DIR is not a complete span-annotated task folder (see the error above); delete it to rebuild it"
 # A folder tokenized with another vocabulary would train on the wrong embedding rows.
 cmp -s "$DATA_DIR/input0/dict.txt" "$SRCDICT" \
     || die "$DATA_DIR/input0/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
+RECORD=$DATA_DIR/provenance.json
 if [ "$REGRESSION" != 1 ]; then
     # fairseq-preprocess pads dictionaries to a multiple of 8 with "madeupword" entries.
     labels=$(grep -vc "^madeupword" "$DATA_DIR/label/dict.txt")
     [ "$labels" -eq "$NUM_CLASSES" ] \
         || die "$DATA_DIR/label/dict.txt has $labels labels but $TASK is trained with NUM_CLASSES=$NUM_CLASSES"
+    if [ "$METRIC" = f1 ] && [ -z "$POSITIVE_LABEL" ]; then
+        positive=$([ -f "$RECORD" ] && python -c 'import json, sys; print(json.load(open(sys.argv[1]))["labels"].get("positive") or "")' "$RECORD" || true)
+        [ -n "$positive" ] \
+            || die "METRIC=f1 needs the class F1 counts as positive: set POSITIVE_LABEL (the record of $DATA_DIR names none)"
+    fi
 fi
+if [ "$TOTAL_UPDATES" = auto ]; then  # recipes/table.sh: EPOCHS passes over the train rows
+    [ -f "$DATA_DIR/raw/train.input0" ] || die "$DATA_DIR/raw/train.input0 not found: set TOTAL_UPDATES"
+    rows=$(wc -l < "$DATA_DIR/raw/train.input0")
+    TOTAL_UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
+fi
+WARMUP_UPDATES=${WARMUP_UPDATES:-$(( TOTAL_UPDATES * 6 / 100 ))}
 
 # ---- fine-tune --------------------------------------------------------------------------
 if [ "$HEAD" = span ]; then
@@ -155,7 +183,7 @@ args=(
     --batch-size "$BATCH_SIZE" --max-tokens 4400 --required-batch-size-multiple 1
     --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.1 --clip-norm 0.0
     --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$TOTAL_UPDATES"
-    --warmup-updates "$WARMUP_UPDATES" --max-update "$TOTAL_UPDATES" --max-epoch 10
+    --warmup-updates "$WARMUP_UPDATES" --max-update "$TOTAL_UPDATES" --max-epoch "$EPOCHS"
     --dropout 0.1 --attention-dropout 0.1
     --best-checkpoint-metric "$METRIC" --no-epoch-checkpoints
     --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
@@ -164,6 +192,7 @@ args=(
     --find-unused-parameters
 )
 if [ "$METRIC" != loss ]; then args+=(--maximize-best-checkpoint-metric); fi
+if [ -n "$POSITIVE_LABEL" ]; then args+=(--positive-label "$POSITIVE_LABEL"); fi
 if [ "$REGRESSION" = 1 ]; then args+=(--regression-target); fi
 # First launch starts from the pretrained weights; a relaunch resumes checkpoint_last.pt.
 if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
@@ -177,6 +206,12 @@ if [ -f "$DATA_DIR/input0/valid1.idx" ]; then VALID_SUBSETS=valid,valid1; fi
 args+=(--valid-subset "$VALID_SUBSETS")
 
 mkdir -p "$OUT_DIR"
+# A relaunch resumes from checkpoint_last.pt; if that file is damaged, the newest intact
+# checkpoint takes its place first (stale *.tmp files of a killed save are removed).
+if [ -d "$OUT_DIR/checkpoints" ]; then
+    python -m span_plugin.checkpoints resume "$OUT_DIR/checkpoints" \
+        || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
+fi
 if [ "$NUM_GPUS" -gt 1 ]; then
     torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
         "${args[@]}" --distributed-world-size "$NUM_GPUS" "$@"
@@ -193,27 +228,33 @@ fairseq-validate "$DATA_DIR" --user-dir "$ROOT/span_plugin" --task "$TASK_NAME" 
 python "$RECIPES/write_results.py" --task "$TASK" --metric "$METRIC" --checkpoint "$best" \
     --log "$OUT_DIR/dev.log" --out "$OUT_DIR/results.json"
 
-if [ -z "$MODEL_DIR" ]; then encoder_args=(--bpe gpt2 "${encoder_args[@]}"); fi
-predict() {  # predict SPLIT OUTPUT_FOLDER NAME
-    if [ ! -f "$GLUE_DIR/$TASK/$1.tsv" ]; then
-        echo "no $GLUE_DIR/$TASK/$1.tsv: skipping its predictions"
-        return
-    fi
-    span-predict --checkpoint "$best" --data "$DATA_DIR" --glue-dir "$GLUE_DIR" --task "$TASK" \
-        --split "$1" --output "$OUT_DIR/$2/$3.tsv" "${encoder_args[@]}" \
-        ${NGRAMS:+--ngrams "$NGRAMS"} --segmentation "$SEGMENTATION"
+# The encoder, n-gram dictionary and segmentation come from the checkpoint's data record;
+# a folder made before records existed needs them given.
+predict_args=()
+if [ ! -f "$RECORD" ]; then
+    if [ -z "$MODEL_DIR" ]; then encoder_args=(--bpe gpt2 "${encoder_args[@]}"); fi
+    predict_args=("${encoder_args[@]}" ${NGRAMS:+--ngrams "$NGRAMS"} --segmentation "$SEGMENTATION")
+fi
+# Dev predictions, one per dev row in order (paired tests between runs), and the test
+# predictions (GLUE submission files), from the folder's own raw text, in one call.
+splits=() outputs=()
+add() {  # add SPLIT FILE: predict the folder's split SPLIT into FILE, if it has one
+    if [ -f "$DATA_DIR/raw/$1.input0" ]; then splits+=("$1"); outputs+=("$2")
+    else echo "$DATA_DIR has no $1 split: no $2"; fi
 }
-# Dev predictions, one per dev row in order (paired tests between runs), and the
-# GLUE test submission.
 if [ "$TASK" = MNLI ]; then
-    predict dev_matched dev_predictions MNLI-m
-    predict dev_mismatched dev_predictions MNLI-mm
+    add valid "$OUT_DIR/dev_predictions/MNLI-m.tsv"
+    add valid1 "$OUT_DIR/dev_predictions/MNLI-mm.tsv"
     if [ "$TEST_PREDICTIONS" = 1 ]; then
-        predict test_matched glue_test MNLI-m
-        predict test_mismatched glue_test MNLI-mm
+        add test "$OUT_DIR/$TEST_FOLDER/MNLI-m.tsv"
+        add test1 "$OUT_DIR/$TEST_FOLDER/MNLI-mm.tsv"
     fi
 else
-    predict dev dev_predictions "$TASK"
-    if [ "$TEST_PREDICTIONS" = 1 ]; then predict test glue_test "$TASK"; fi
+    add valid "$OUT_DIR/dev_predictions/$TASK.tsv"
+    if [ "$TEST_PREDICTIONS" = 1 ]; then add test "$OUT_DIR/$TEST_FOLDER/$TASK.tsv"; fi
 fi
-echo "results: $OUT_DIR/results.json; dev predictions: $OUT_DIR/dev_predictions/; test predictions: $OUT_DIR/glue_test/"
+if [ "${#splits[@]}" -gt 0 ]; then
+    span-predict --checkpoint "$best" --data "$DATA_DIR" --split "${splits[@]}" \
+        --output "${outputs[@]}" "${predict_args[@]}"
+fi
+echo "results: $OUT_DIR/results.json; dev predictions: $OUT_DIR/dev_predictions/; test predictions: $OUT_DIR/$TEST_FOLDER/"

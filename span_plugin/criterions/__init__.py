@@ -1,4 +1,5 @@
 """Criterions of the plugin (fairseq does not auto-import this folder: the package
 ``__init__`` imports it)."""
 
-from . import span_classification  # noqa: F401
+from . import ner, span_classification  # noqa: F401
+from . import spanbert_masked_lm  # noqa: F401

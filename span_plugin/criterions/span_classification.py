@@ -4,8 +4,16 @@ stay exact when summed over batches and workers.
 Logged metrics (percentages, as fairseq's criterion reports them):
 
 * classification: ``accuracy``, ``mcc`` (Matthews, multi-class formula), and for two
-  classes ``f1`` of the positive label (``--positive-label``, default "1");
+  classes ``f1`` of the positive label: ``--positive-label``, else the one the data
+  folder's record names (``span-preprocess glue``: MRPC/QQP/CoLA/SST-2/WNLI ``1``,
+  RTE/QNLI ``entailment``; ``span-preprocess table --positive-label``). When neither
+  names one, the run goes on without ``f1`` and says so;
 * regression: ``pearson`` and ``spearman``.
+
+The criterion serves both heads (task ``span_classification`` and fairseq's
+``sentence_prediction``): at start it checks the data folder against its record and
+puts the record into the task state, which fairseq saves in every checkpoint
+(:mod:`span_plugin.provenance`).
 
 Every statistic is a count or a sum, logged with ``log_scalar_sum`` and summed by
 fairseq's fast all-reduce path, so an epoch's value is exact whatever the batching
@@ -19,8 +27,10 @@ metric names works with ``--best-checkpoint-metric NAME
 --maximize-best-checkpoint-metric``.
 """
 
+import logging
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import torch
@@ -29,7 +39,10 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
+from .. import provenance
 from . import glue_metrics
+
+logger = logging.getLogger(__name__)
 
 MAX_CONFUSION_CLASSES = 16  # beyond this, no per-cell counts (and no mcc)
 
@@ -41,9 +54,10 @@ class SpanClassificationCriterionConfig(FairseqDataclass):
         metadata={"help": "name of the classification head to use"},
     )
     regression_target: bool = field(default=False)
-    positive_label: str = field(
-        default="1",
-        metadata={"help": "label (as written in the data) that F1 counts as positive"},
+    positive_label: Optional[str] = field(
+        default=None,
+        metadata={"help": "label (as written in the data) that F1 counts as positive; "
+                  "default: the one the data folder's record names (none: no f1)"},
     )
 
 
@@ -54,16 +68,32 @@ class SpanClassificationCriterion(FairseqCriterion):
         self.head_name = cfg.classification_head_name
         self.regression_target = cfg.regression_target
         self.num_classes = int(task.cfg.num_classes)
+        provenance.attach(task)
+        data = getattr(getattr(task, "cfg", None), "data", None)
+        if data:
+            provenance.verify_folder(data)
         self.positive = None
         if not self.regression_target and self.num_classes == 2:
             d = task.label_dictionary
-            idx = d.index(cfg.positive_label)
-            if idx == d.unk():
-                raise ValueError(
-                    f"--positive-label {cfg.positive_label!r} is not a label of this "
-                    f"task (labels: {d.symbols[d.nspecial:]})"
-                )
-            self.positive = idx - d.nspecial
+            labels = [s for s in d.symbols[d.nspecial:] if not s.startswith("madeupword")]
+            name = cfg.positive_label
+            source = "--positive-label"
+            if name is None:
+                name = provenance.positive_label(provenance.task_record(task))
+                source = f"the record of {data}"
+            if name is None:
+                logger.warning(
+                    "f1 is not reported: no positive label is known for this task "
+                    "(labels: %s); pass --positive-label NAME to get it. Reported: "
+                    "accuracy, mcc.", labels)
+            else:
+                idx = d.index(name)
+                if idx == d.unk():
+                    raise ValueError(
+                        f"positive label {name!r} (from {source}) is not a label of this "
+                        f"task (labels: {labels})"
+                    )
+                self.positive = idx - d.nspecial
 
     def forward(self, model, sample, reduce=True):
         """Loss (summed over the batch), sample size, logging output."""
@@ -91,6 +121,8 @@ class SpanClassificationCriterion(FairseqCriterion):
                 for i in range(self.num_classes):
                     for j in range(self.num_classes):
                         log[f"_cm_{i}_{j}"] = cells[i, j]
+                if self.num_classes == 2 and self.positive is not None:
+                    log["_f1_known"] = 1
         else:
             preds = logits.view(-1).float()
             targets = targets.float()
@@ -141,7 +173,7 @@ class SpanClassificationCriterion(FairseqCriterion):
         if cells:
             n = int(round(math.sqrt(len(cells))))
             metrics.log_derived("mcc", lambda m: _pct(glue_metrics.mcc(_cm(m, n))))
-            if n == 2:
+            if n == 2 and "_f1_known" in keys:
                 metrics.log_derived("f1", lambda m: _pct(glue_metrics.f1(_cm(m, n))))
         if "_n" in keys:
             for k in glue_metrics.MOMENT_KEYS:

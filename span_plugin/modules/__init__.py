@@ -12,6 +12,14 @@ from .span_encoder import (
     build_span_encoder,
 )
 from .span_layout import clip_spans, token_span_ids
+from .span_pooling import (
+    SPAN_POOLERS,
+    build_span_pooler,
+    span_attentive_pool,
+    span_endpoints,
+    span_max,
+    span_mean,
+)
 
 __all__ = [
     "SPAN_ENCODERS",
@@ -26,4 +34,14 @@ __all__ = [
     "SegmentConv1d",
     "segment_max",
     "segment_attentive_pool",
+    "SPAN_POOLERS",
+    "build_span_pooler",
+    "span_attentive_pool",
+    "span_endpoints",
+    "span_max",
+    "span_mean",
 ]
+
+from .span_boundary import SpanBoundaryHead, masked_runs  # noqa: E402
+
+__all__ += ["SpanBoundaryHead", "masked_runs"]

@@ -19,6 +19,7 @@ Workers take byte ranges that start at line starts, write shard files, and the p
 appends the shards in file order, so the result does not depend on the worker count.
 """
 
+import contextlib
 import multiprocessing as mp
 import os
 import shutil
@@ -30,7 +31,11 @@ from fairseq.data import Dictionary, indexed_dataset
 
 from span_plugin.data import span_index
 
+from . import progress
+
 BOM = b"\xef\xbb\xbf"
+PROGRESS_BYTES = 1 << 20  # files above this show a progress bar on a terminal
+MIN_RANGE_BYTES = 1 << 18  # no worker process for less text than this
 
 
 class BadInputError(ValueError):
@@ -174,17 +179,30 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
     """
     input_path, output_prefix = str(input_path), str(output_prefix)
     os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
-    ranges = line_offsets(input_path, max(1, workers)) if os.path.getsize(input_path) else [(0, 0)]
+    size = os.path.getsize(input_path)
+    # A worker per MIN_RANGE_BYTES at most: small files are not worth a process pool.
+    parts = max(1, min(workers, size // MIN_RANGE_BYTES))
+    if progress.on_terminal() and size > PROGRESS_BYTES:
+        parts *= 8  # finer ranges only so that the bar moves; the output is the same
+    ranges = line_offsets(input_path, parts) if size else [(0, 0)]
     shard = [f"{output_prefix}.shard{k}" for k in range(len(ranges))]
     tasks = [(input_path, s, e, shard[k], spec, str(dict_path), with_spans,
               f"{shard[k]}.txt" if text_out else None, bad_utf8)
              for k, (s, e) in enumerate(ranges)]
     try:
-        if len(tasks) == 1:
-            results = [_binarize_range(tasks[0])]
-        else:
-            with mp.get_context("fork").Pool(min(workers, len(tasks))) as pool:
-                results = pool.map(_binarize_range, tasks)
+        with progress.bar(size, os.path.basename(input_path)) as shown, contextlib.ExitStack() as stack:
+            # The encoder and dictionary are built here once; forked workers share them.
+            _get_encoder(spec)
+            _get_dict(str(dict_path))
+            if workers <= 1 or len(tasks) == 1:
+                done = map(_binarize_range, tasks)
+            else:
+                pool = stack.enter_context(mp.get_context("fork").Pool(min(workers, len(tasks))))
+                done = pool.imap(_binarize_range, tasks)
+            results = []
+            for t, r in zip(tasks, done):
+                results.append(r)
+                shown.update(t[2] - t[1])
         total = BinarizeSummary()
         for r in results:
             for k in total.__dict__:

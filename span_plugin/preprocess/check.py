@@ -1,5 +1,6 @@
-"""Validate a binarized task folder: item counts agree and every span lies inside its
-sentence (``span-preprocess check DIR``)."""
+"""Validate a binarized task folder: item counts agree, every span lies inside its
+sentence, and every file is the one its data record lists (``span-preprocess check
+DIR``, which also prints the record)."""
 
 import glob
 import os
@@ -7,6 +8,7 @@ import re
 
 from fairseq.data import indexed_dataset
 
+from span_plugin import provenance
 from span_plugin.data import span_index
 
 
@@ -70,4 +72,14 @@ def check_folder(folder):
             bad = next(x for x in items if x[1] != first[1])
             raise CheckError(f"{bad[0]}: {bad[1]} items but {first[0]} has {first[1]}; "
                              f"line {min(bad[1], first[1]) + 1} has no partner")
+    try:
+        record = provenance.verify_folder(folder)
+    except provenance.ProvenanceError as err:
+        raise CheckError(str(err)) from None
+    if record is None:
+        report.append(f"{folder}: no {provenance.RECORD_NAME} (made before span_plugin 0.2 "
+                      f"or by hand): it trains, with a warning, but inference cannot check "
+                      f"how it was tokenized and segmented")
+    else:
+        report.extend(provenance.describe(record))
     return report

@@ -1,11 +1,12 @@
 """``span-preprocess``: thin command line over span_plugin.preprocess (docs/PREPROCESS.md).
 
-Subcommands: ngrams, glue, binarize, check, stats, encode.
+Subcommands: ngrams, glue, table, conll, binarize, check, stats, encode.
 """
 
 import argparse
 import logging
 import os
+import shlex
 import sys
 import tempfile
 
@@ -46,7 +47,9 @@ def _spec(a, need_dict=True):
                        bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece,
                        ngrams=a.ngrams,
                        ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed)
-    spec.build()  # fail early on a bad path or dictionary line
+    from .binarize import _get_encoder
+
+    _get_encoder(spec)  # fail early on a bad path or dictionary line (built once, kept)
     return spec
 
 
@@ -86,8 +89,43 @@ def cmd_glue(a):
     for name in names:
         out = os.path.join(a.out, f"{name}-bin") if a.task == "ALL" else a.out
         counts = prepare_task(name, a.glue_dir, out, spec, a.srcdict, workers=a.workers,
-                              bad_rows=a.bad_rows, bad_utf8=a.bad_utf8)
+                              bad_rows=a.bad_rows, bad_utf8=a.bad_utf8, command=_command())
         print(f"{name}: {out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+
+
+def cmd_table(a):
+    from .table import prepare_table
+
+    spec = _spec(a)
+    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
+    delimiter = "\t" if a.delimiter in ("\\t", "tab", "TAB") else a.delimiter
+    counts = prepare_table(a.out, files, a.text_columns, a.label_column, spec, a.srcdict,
+                           name=a.name, fmt=a.format, delimiter=delimiter,
+                           regression=a.regression, positive=a.positive_label,
+                           drop_labels=a.drop_labels or (), bad_rows=a.bad_rows,
+                           bad_utf8=a.bad_utf8, workers=a.workers, command=_command())
+    print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+
+
+def cmd_conll(a):
+    from .conll import prepare_conll
+
+    spec = _spec(a)
+    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
+    counts, stats = prepare_conll(a.out, files, spec, a.srcdict, scheme=a.tag_scheme,
+                                  bad_tags=a.bad_tags, max_tokens=a.max_tokens,
+                                  workers=a.workers, bad_utf8=a.bad_utf8, name=a.name,
+                                  command=_command())
+    for split, s in stats.items():
+        print(f"{split}: {s['items']} items from {s['sentences']} sentences "
+              f"({s['split_sentences']} cuts of long sentences), {s['documents']} documents "
+              f"({s['empty_documents']} empty, skipped), {s['repaired_tags']} repaired tags")
+    print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+
+
+def _command():
+    """The command line as typed, for the data record."""
+    return " ".join(["span-preprocess"] + [shlex.quote(x) for x in sys.argv[1:]])
 
 
 def cmd_binarize(a):
@@ -103,11 +141,15 @@ def cmd_binarize(a):
 
 def cmd_check(a):
     from .check import CheckError, check_folder
+    from .conll import check_tagging_folder, is_tagging_folder
 
     for folder in a.folders:
         try:
             for line in check_folder(folder):
                 print(line)
+            if is_tagging_folder(folder):
+                for line in check_tagging_folder(folder):
+                    print(line)
         except (CheckError, OSError, ValueError) as err:
             print(f"span-preprocess check: FAILED: {err}", file=sys.stderr)
             return 1
@@ -123,8 +165,9 @@ def cmd_stats(a):
 
 
 def cmd_encode(a):
-    spec = _spec(a, need_dict=False)
-    enc = spec.build()
+    from .binarize import _get_encoder
+
+    enc = _get_encoder(_spec(a, need_dict=False))
     for line in (a.sentences or sys.stdin):
         tokens, spans = enc.encode(line)
         print(" | ".join(" ".join(w) for w in enc.encode_words(line)))
@@ -167,6 +210,50 @@ def build_parser():
                    "(as fairseq's recipe), error elsewhere")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_glue)
+
+    q = sub.add_parser("table", help="build a task folder from your own TSV, CSV or "
+                       "JSON Lines files with named columns")
+    q.add_argument("--out", required=True, help="task folder to write")
+    q.add_argument("--train", help="training file")
+    q.add_argument("--valid", help="validation file (labelled)")
+    q.add_argument("--test", help="test file (its labels, if any, are not read)")
+    q.add_argument("--text-columns", nargs="+", required=True, metavar="COLUMN",
+                   help="one column (single sentences) or two (pairs), by header name "
+                   "or JSON key")
+    q.add_argument("--label-column", required=True, help="label column name or key")
+    q.add_argument("--regression", action="store_true", help="labels are numbers")
+    q.add_argument("--positive-label", help="the class F1 counts as positive (two classes)")
+    q.add_argument("--drop-labels", nargs="+", metavar="LABEL",
+                   help="leave out rows with these labels (SNLI: -, or -1 in Hugging Face "
+                   "exports)")
+    q.add_argument("--format", choices=("auto", "tsv", "csv", "jsonl"), default="auto",
+                   help="auto: from the file name (.tsv .csv .jsonl)")
+    q.add_argument("--delimiter", default=",", help="CSV field separator ('\\t' or tab "
+                   "for quoted TSV)")
+    q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
+    q.add_argument("--bad-rows", choices=("error", "skip"), default="error",
+                   help="rows that do not fit (wrong field count, bad JSON, missing or "
+                   "empty value): stop naming file and line, or leave them out")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_table)
+
+    q = sub.add_parser("conll", help="build a tagging folder (span_tagging, span_labeling) "
+                       "from CoNLL files: word ... tag columns, blank lines between sentences")
+    q.add_argument("--out", required=True, help="task folder to write")
+    q.add_argument("--train", help="training file")
+    q.add_argument("--valid", help="validation file")
+    q.add_argument("--test", help="test file")
+    q.add_argument("--tag-scheme", choices=("iob1", "iob2", "bioes"), default="iob2",
+                   help="scheme of the files' tags; the folder stores IOB2")
+    q.add_argument("--bad-tags", choices=("repair", "error"), default="repair",
+                   help="an I- (or E-) tag that continues no entity: read it as B- as "
+                   "conlleval does (counted), or stop naming file and line")
+    q.add_argument("--max-tokens", type=int, default=510,
+                   help="most tokens per item (model positions minus <s> and </s>); longer "
+                   "sentences are cut between words into several items")
+    q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_conll)
 
     q = sub.add_parser("binarize", help="encode + spans + binarize one text file")
     q.add_argument("input")
@@ -211,6 +298,7 @@ def main(argv=None):
     try:
         return a.func(a) or 0
     except (BadInputError, NgramFormatError, FileNotFoundError, ValueError) as err:
+        # ValueError covers provenance.ProvenanceError (a file that differs from its record).
         print(f"span-preprocess {a.cmd}: error: {err}", file=sys.stderr)
         return 2
 

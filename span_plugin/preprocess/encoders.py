@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import regex
 
+from ..convert.bert import BERT_MASK, BERT_SPECIALS
 from . import words as W
 from .ngrams import load_ngrams
 from .segment import Segmenter
@@ -236,9 +237,9 @@ class WordPieceSpanEncoder(SpanEncoder):
     """
 
     word_scheme = "bert"
-    # BERT's special tokens -> the fairseq symbols that take their embedding rows.
-    SPECIALS = {"[CLS]": "<s>", "[SEP]": "</s>", "[PAD]": "<pad>", "[UNK]": "<unk>",
-                "[MASK]": "<mask>"}
+    # BERT's special tokens -> the fairseq symbols that take their embedding rows in a
+    # span-convert checkpoint (one table for both).
+    SPECIALS = {**dict(BERT_SPECIALS), BERT_MASK: "<mask>"}
     CACHE_LIMIT = 1 << 20
     _ASCII_WORD = regex.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
     _NOT_PLAIN_ASCII = regex.compile(r"[^\x20-\x7e\t\n\r]")
@@ -308,15 +309,12 @@ class WordPieceSpanEncoder(SpanEncoder):
             skip_special_tokens=False)
 
 
-def load_wordpiece(path):
-    """A ``tokenizers.Tokenizer`` (padding and truncation off) from a tokenizer.json, a
-    vocab.txt or a folder with one of them (tokenizer.json preferred). For a bare
-    vocab.txt, lower-casing follows ``do_lower_case`` of a tokenizer_config.json beside
-    it, else the vocabulary itself (no upper-case entry: an uncased model)."""
+def resolve_wordpiece(path):
+    """``(tokenizer file, tokenizer_config.json or None)`` that ``--wordpiece PATH``
+    stands for: a tokenizer.json or vocab.txt, or a folder holding one (tokenizer.json
+    preferred). The config is returned only for a bare vocab.txt that takes its casing
+    from a tokenizer_config.json beside it."""
     import os
-
-    from tokenizers import Tokenizer
-    from tokenizers.implementations import BertWordPieceTokenizer
 
     path = str(path)
     if os.path.isdir(path):
@@ -328,6 +326,21 @@ def load_wordpiece(path):
             raise FileNotFoundError(f"{path}: no tokenizer.json or vocab.txt in this folder")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: WordPiece tokenizer file not found")
+    config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    if path.endswith(".json") or not os.path.exists(config):
+        config = None
+    return path, config
+
+
+def load_wordpiece(path):
+    """A ``tokenizers.Tokenizer`` (padding and truncation off) from a tokenizer.json, a
+    vocab.txt or a folder with one of them (:func:`resolve_wordpiece`). For a bare
+    vocab.txt, lower-casing follows ``do_lower_case`` of a tokenizer_config.json beside
+    it, else the vocabulary itself (no upper-case entry: an uncased model)."""
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    path, config = resolve_wordpiece(path)
     if path.endswith(".json"):
         tok = Tokenizer.from_file(path)
         model = json.loads(tok.to_str())["model"]
@@ -337,8 +350,7 @@ def load_wordpiece(path):
     else:
         with open(path, encoding="utf-8") as f:
             vocab = [line.rstrip("\n") for line in f]
-        config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
-        if os.path.exists(config):
+        if config:
             with open(config, encoding="utf-8") as f:
                 lower = bool(json.load(f).get("do_lower_case", True))
         else:

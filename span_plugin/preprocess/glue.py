@@ -11,6 +11,8 @@ writes (``examples/roberta/preprocess_GLUE_tasks.sh`` layout, plus spans and raw
     out/label/{split}.{bin,idx}, dict.txt  labels, by fairseq-preprocess --only-source
     out/label/{split}.label               STS-B: score / 5 as the recipe's awk prints it
     out/dropped_rows.tsv                  rows left out (QQP's malformed rows, SNLI's "-")
+    out/provenance.json                   the data record (span_plugin.provenance), with
+                                          the task's F1 positive class (Task.positive)
 
 Splits: train, dev -> valid, test -> test; MNLI dev_matched/dev_mismatched -> valid/
 valid1 and test_matched/test_mismatched -> test/test1. Labels are written for train and
@@ -26,10 +28,10 @@ whole row from every input and the label, so nothing shifts.
 
 import logging
 import os
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .binarize import BadInputError, binarize_file, read_lines, write_dict
+from .binarize import BadInputError, read_lines
+from .folder import SplitRows, write_task_folder
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +49,21 @@ class Task:
     drop_malformed: bool = False  # QQP train/dev: drop rows with a wrong field count
     labelled_test: bool = False
     drop_labels: tuple = ()  # rows whose label is one of these are left out
+    positive: str = None  # the class F1 counts as positive (binary tasks)
 
 
 TASKS = {t.name: t for t in [
-    Task("CoLA", (4,), (2,), 2, header="test"),
-    Task("SST-2", (1,), (2,), 2),
-    Task("MRPC", (4, 5), (4, 5), 1),
+    Task("CoLA", (4,), (2,), 2, header="test", positive="1"),
+    Task("SST-2", (1,), (2,), 2, positive="1"),
+    Task("MRPC", (4, 5), (4, 5), 1, positive="1"),
     Task("STS-B", (8, 9), (8, 9), 10, regression=True),
-    Task("QQP", (4, 5), (2, 3), 6, drop_malformed=True),
+    Task("QQP", (4, 5), (2, 3), 6, drop_malformed=True, positive="1"),
     Task("MNLI", (9, 10), (9, 10), 12, dev_label=16,
          splits=(("train", "train"), ("dev_matched", "valid"), ("dev_mismatched", "valid1"),
                  ("test_matched", "test"), ("test_mismatched", "test1"))),
-    Task("QNLI", (2, 3), (2, 3), 4),
-    Task("RTE", (2, 3), (2, 3), 4),
-    Task("WNLI", (2, 3), (2, 3), 4),
+    Task("QNLI", (2, 3), (2, 3), 4, positive="entailment"),
+    Task("RTE", (2, 3), (2, 3), 4, positive="entailment"),
+    Task("WNLI", (2, 3), (2, 3), 4, positive="1"),
     # GLUE's SNLI folder: sentence1/sentence2 in columns 8/9, gold_label last; "-"
     # (no annotator majority) is not a class and is dropped, as usual for SNLI.
     Task("SNLI", (8, 9), (8, 9), -1, labelled_test=True, drop_labels=("-",)),
@@ -69,14 +72,6 @@ TASKS = {t.name: t for t in [
 
 def _is_test(raw_split):
     return raw_split.startswith("test")
-
-
-@dataclass
-class SplitRows:
-    inputs: list  # [num_inputs][num_rows] strings
-    labels: list = None  # [num_rows] or None
-    dropped: list = field(default_factory=list)  # (line, reason)
-    rows: int = 0
 
 
 def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
@@ -135,105 +130,29 @@ def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
     return out
 
 
-def _write_lines(path, lines):
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for line in lines:
-            f.write(line + "\n")
-
-
-def _fairseq_preprocess(argv):
-    """Run fairseq-preprocess in this process (its own code writes the files)."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    args = options.get_preprocessing_parser().parse_args(argv)
-    before = list(preprocess.logger.handlers)
-    try:
-        preprocess.main(args)
-    finally:
-        for h in preprocess.logger.handlers[len(before):]:
-            h.close()
-            preprocess.logger.removeHandler(h)
-
-
-def _label_dict(files, dest):
-    """A label dictionary built like fairseq-preprocess builds one from --trainpref,
-    for when the train split is missing (it is then built from the labelled splits)."""
-    from fairseq.tasks.fairseq_task import LegacyFairseqTask
-
-    d = LegacyFairseqTask.build_dictionary(files, workers=1, threshold=-1, nwords=-1,
-                                           padding_factor=8)
-    d.save(dest)
-    return dest
-
-
 def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
-                 bad_rows="default", bad_utf8="error"):
-    """Build the binarized folder of one task. Returns {split: rows written}."""
+                 bad_rows="default", bad_utf8="error", command=None):
+    """Build the binarized folder of one task (and its data record). Returns
+    {split: rows written}."""
     task = TASKS[task_name]
     src = os.path.join(glue_dir, task.name)
     if not os.path.isdir(src):
         raise FileNotFoundError(f"{src}: no such task folder (expected glue_data layout)")
-    raw_dir = os.path.join(out_dir, "raw")
-    os.makedirs(raw_dir, exist_ok=True)
-    present, counts, dropped = [], {}, []
+    splits = []
     for raw_split, split in task.splits:
         path = os.path.join(src, raw_split + ".tsv")
         if not os.path.exists(path):
             logger.warning("%s: %s missing, split %s skipped", task.name, path, split)
             continue
-        rows = read_split(task, path, raw_split, bad_rows, bad_utf8)
-        for k, col in enumerate(rows.inputs):
-            _write_lines(os.path.join(raw_dir, f"{split}.input{k}"), col)
-        if rows.labels is not None:
-            _write_lines(os.path.join(raw_dir, f"{split}.label"), rows.labels)
-        dropped += [(split, path, ln, why) for ln, why in rows.dropped]
-        present.append((split, rows.labels is not None, len(rows.inputs)))
-        counts[split] = rows.rows
-    if not present:
+        splits.append((split, path, read_split(task, path, raw_split, bad_rows, bad_utf8)))
+    if not splits:
         raise FileNotFoundError(f"{src}: none of the split files "
                                 f"{[s + '.tsv' for s, _ in task.splits]} exist")
-    with open(os.path.join(out_dir, "dropped_rows.tsv"), "w", encoding="utf-8") as f:
-        f.write("split\tfile\tline\treason\n")
-        for split, path, ln, why in dropped:
-            f.write(f"{split}\t{path}\t{ln}\t{why}\n")
-
-    for split, _, n_inputs in present:
-        for k in range(n_inputs):
-            binarize_file(os.path.join(raw_dir, f"{split}.input{k}"),
-                          os.path.join(out_dir, f"input{k}", split), spec, dict_path,
-                          workers=workers, bad_utf8="error")
-    for k in range(max(n for _, _, n in present)):
-        write_dict(dict_path, os.path.join(out_dir, f"input{k}"))
-
-    labelled = [s for s, has_label, _ in present if has_label]
-    label_dir = os.path.join(out_dir, "label")
-    # fairseq-preprocess refuses to overwrite a label dict.txt it did not get as
-    # --srcdict: start the label folder afresh on a re-run.
-    shutil.rmtree(label_dir, ignore_errors=True)
-    os.makedirs(label_dir, exist_ok=True)
-    if task.regression:
-        for split in labelled:
-            os.replace(os.path.join(raw_dir, f"{split}.label"),
-                       os.path.join(label_dir, f"{split}.label"))
-    elif labelled:
-        def pref(kind):
-            return ",".join(os.path.join(raw_dir, f"{s}.label") for s in labelled
-                            if s.startswith(kind))
-        argv = ["--only-source", "--destdir", label_dir, "--workers", str(workers)]
-        if "train" in labelled:
-            argv += ["--trainpref", pref("train")]
-        else:
-            logger.warning("%s: no train split; label dictionary built from %s",
-                           task.name, labelled)
-            files = [os.path.join(raw_dir, f"{s}.label") for s in labelled]
-            argv += ["--srcdict", _label_dict(files, os.path.join(raw_dir, "label.dict.txt"))]
-        if pref("valid"):
-            argv += ["--validpref", pref("valid")]
-        if pref("test"):
-            argv += ["--testpref", pref("test")]
-        _fairseq_preprocess(argv)
-    return counts
+    return write_task_folder(
+        out_dir, splits, spec, dict_path, task=task.name, regression=task.regression,
+        workers=workers, positive=task.positive,
+        label_scale=5.0 if task.regression else 1.0,
+        label_range=[0.0, 5.0] if task.regression else None, command=command)
 
 
 def iter_glue_sentences(glue_dir, tasks=None):

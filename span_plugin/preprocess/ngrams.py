@@ -44,6 +44,7 @@ import re
 
 import numpy as np
 
+from . import progress
 from . import words as W
 
 logger = logging.getLogger(__name__)
@@ -372,14 +373,16 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
                           path in wikitext, words))
     word_counts = {}
     chunk_vocabs = []
-    for out_path, vocab, counts in pool.imap(_tokenize_chunk, tasks):
-        get = word_counts.get
-        for w, c in zip(vocab, counts.tolist()):
-            word_counts[w] = get(w, 0) + c
-        vocab_path = out_path + ".vocab"
-        with open(vocab_path, "w", encoding="utf-8") as f:
-            f.write("\n".join(vocab))
-        chunk_vocabs.append((out_path, vocab_path, len(vocab)))
+    with progress.bar(sum(t[2] - t[1] for t in tasks), "reading words") as shown:
+        for task, (out_path, vocab, counts) in zip(tasks, pool.imap(_tokenize_chunk, tasks)):
+            get = word_counts.get
+            for w, c in zip(vocab, counts.tolist()):
+                word_counts[w] = get(w, 0) + c
+            vocab_path = out_path + ".vocab"
+            with open(vocab_path, "w", encoding="utf-8") as f:
+                f.write("\n".join(vocab))
+            chunk_vocabs.append((out_path, vocab_path, len(vocab)))
+            shown.update(task[2] - task[1])
     word_counts.pop("", None)
     corpus_tokens = sum(word_counts.values())
     frequent = sorted((w for w, c in word_counts.items() if c >= min_count),
@@ -413,7 +416,9 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
     # Levels 2..max_n.
     levels = {}  # n -> (sorted keys int64, counts int64)
     prev = None
+    shown = progress.bar(max_n - 1, "counting n-grams", unit="level")
     for n in range(2, max_n + 1):
+        shown.update(1)
         spills = [os.path.join(tmp, f"l{n}.c{i}") for i in range(len(bounds))]
         pool.map(_count_level, [(corpus, prev, s, e, n, parts, sp)
                                 for (s, e), sp in zip(bounds, spills)])
@@ -436,6 +441,7 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
         if prev:
             os.remove(prev)
         prev = cur
+    shown.close()
 
     # Decode keys into word-id matrices, level by level: [num_grams, n].
     items = []

@@ -4,7 +4,9 @@ Everything ``sentence_prediction`` reads (``DATA/input0``, ``DATA/input1`` for p
 ``DATA/label``) is read the same way; each input also has its span index
 (``DATA/input0/{split}.spans.{bin,idx}``, see docs/DATA.md). The spans of an example
 reach the model as ``net_input["spans"]``: LongTensor ``[B, S, 2]`` of positions in
-``src_tokens``. See docs/TASK_MODEL.md for the options and rules.
+``src_tokens``. The folder's data record (``DATA/provenance.json``,
+:mod:`span_plugin.provenance`) is checked and saved in checkpoints. See
+docs/TASK_MODEL.md for the options and rules.
 """
 
 import contextlib
@@ -34,6 +36,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from omegaconf import OmegaConf, open_dict
 
+from .. import provenance
 from ..data import span_index
 from ..data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
 
@@ -74,6 +77,9 @@ class SpanClassificationTask(SentencePredictionTask):
                 "span_classification does not support --d2v2-multi or "
                 "--add-prev-output-tokens (encoder-only RoBERTa inputs only)"
             )
+        # The folder's record of how it was made: checked against the dictionaries
+        # here, stored in the task state (fairseq saves it in every checkpoint).
+        provenance.attach(self)
 
     def _load_input(self, key, split, combine):
         """Tokens and spans of one input (all shards of the split).
@@ -112,6 +118,8 @@ class SpanClassificationTask(SentencePredictionTask):
     def load_dataset(self, split, combine=False, **kwargs):
         """Load a split; raises if a span file is missing or does not fit its tokens."""
         cfg = self.cfg
+        # Every file of the folder must be the one its record lists (once per process).
+        provenance.verify_folder(cfg.data)
         input0, spans0 = self._load_input("input0", split, combine)
         if input0 is None:
             raise FileNotFoundError(

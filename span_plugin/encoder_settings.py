@@ -1,0 +1,126 @@
+"""The text encoder a checkpoint was trained with, rebuilt from its data record.
+
+A checkpoint's task state holds the record of its data folder
+(:mod:`span_plugin.provenance`): BPE kind and files with their hashes, n-gram dictionary
+(hash, top-k, word scheme), segmentation and seed. :func:`encoder_spec` turns it into an
+:class:`~span_plugin.preprocess.encoders.EncoderSpec`:
+
+- a setting not given is the record's; a file not given is the recorded path, which must
+  still hold the recorded content;
+- a file given again must have the recorded content (same sha256), wherever it lies;
+- any difference is a :class:`SettingsMismatch` naming both sides, so inference never
+  tokenizes or segments differently from training without saying so.
+
+Checkpoints without a record (data made before span_plugin 0.2) use the settings given,
+with a warning that they cannot be checked.
+"""
+
+import logging
+import os
+
+from . import provenance
+
+logger = logging.getLogger(__name__)
+
+# EncoderSpec field -> the hub's / span-predict's name for it.
+GIVEN_NAMES = {
+    "encoder_json": "gpt2_encoder_json", "vocab_bpe": "gpt2_vocab_bpe",
+    "sentencepiece_model": "sentencepiece_model", "bpe_codes": "bpe_codes",
+    "bpe_vocab": "bpe_vocab", "wordpiece": "wordpiece",
+}
+SETTINGS = ("bpe", *GIVEN_NAMES.values(), "ngrams", "ngrams_top_k", "segmentation", "seed")
+
+
+class SettingsMismatch(ValueError):
+    """A setting or file given for inference that differs from the checkpoint's."""
+
+
+def _file(name, given, entry, checkpoint):
+    """The path to use for one recorded file (``entry``: {"path", "sha256"})."""
+    recorded = f"{entry['path']} (sha256 {provenance.short(entry['sha256'])})"
+    if given is not None:
+        if not os.path.isfile(given):
+            raise FileNotFoundError(f"{name}={given}: no such file")
+        actual = provenance.sha256(given)
+        if actual != entry["sha256"]:
+            raise SettingsMismatch(
+                f"{name}={given} (sha256 {provenance.short(actual)}) is not the file "
+                f"{checkpoint} was trained with: {recorded}")
+        return str(given)
+    path = entry["path"]
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{checkpoint} was trained with {recorded}, which is not here: pass "
+            f"{name}=PATH of a file with that content")
+    actual = provenance.sha256(path)
+    if actual != entry["sha256"]:
+        raise SettingsMismatch(
+            f"{path} changed since {checkpoint} was trained (sha256 now "
+            f"{provenance.short(actual)}, recorded {provenance.short(entry['sha256'])}): "
+            f"pass {name}=PATH of a file with the recorded content")
+    return path
+
+
+def _same(name, given, recorded, checkpoint):
+    if given is not None and given != recorded:
+        raise SettingsMismatch(f"{name}={given!r}, but {checkpoint} was trained with "
+                               f"{name}={recorded!r}")
+
+
+def encoder_spec(record, given, checkpoint):
+    """EncoderSpec for inference. ``given``: {setting: value or None} with the keys of
+    :data:`SETTINGS`; ``record``: the checkpoint's data record, or None."""
+    from .preprocess.encoders import EncoderSpec, resolve_wordpiece
+    from .preprocess.ngrams import default_ngrams_path
+
+    given = {k: given.get(k) for k in SETTINGS}
+    if record is None:
+        logger.warning(
+            "%s holds no data record (its folder was made before span_plugin 0.2): the "
+            "encoder settings given are used as they are and cannot be checked", checkpoint)
+        spec = EncoderSpec(
+            bpe=given["bpe"] or "gpt2", ngrams=given["ngrams"],
+            ngrams_top_k=given["ngrams_top_k"], segmentation=given["segmentation"] or "greedy",
+            seed=given["seed"] or 0,
+            **{field: given[name] for field, name in GIVEN_NAMES.items()})
+        if spec.bpe == "gpt2" and not (spec.encoder_json and spec.vocab_bpe):
+            raise ValueError(f"{checkpoint} holds no data record: give the encoder files "
+                             f"its folder was made with (gpt2_encoder_json, gpt2_vocab_bpe)")
+        return spec
+
+    enc = record["encoder"]
+    _same("bpe", given["bpe"], enc["bpe"], checkpoint)
+    for field, name in GIVEN_NAMES.items():
+        if given[name] is not None and field not in enc["files"]:
+            raise SettingsMismatch(f"{name}={given[name]} given, but {checkpoint} was trained "
+                                   f"with the {enc['bpe']} encoder, which reads no such file")
+    files = {}
+    for field, entry in enc["files"].items():
+        if field == "wordpiece_config":
+            continue
+        path = given[GIVEN_NAMES[field]]
+        if field == "wordpiece" and path is not None:
+            path, config = resolve_wordpiece(path)
+            if "wordpiece_config" in enc["files"]:
+                _file("wordpiece config", config, enc["files"]["wordpiece_config"], checkpoint)
+        files[field] = _file(GIVEN_NAMES[field], path, entry, checkpoint)
+    if "wordpiece_config" in enc["files"] and given["wordpiece"] is None:
+        _file("wordpiece config", None, enc["files"]["wordpiece_config"], checkpoint)
+
+    ng = enc["ngrams"]
+    _same("segmentation", given["segmentation"], enc["segmentation"], checkpoint)
+    _same("seed", given["seed"], enc["seed"], checkpoint)
+    if ng is None:
+        if given["ngrams"] is not None:
+            raise SettingsMismatch(f"ngrams={given['ngrams']} given, but {checkpoint} was "
+                                   f"trained with segmentation 'none' (no dictionary)")
+        ngrams, top_k = None, None
+    else:
+        _same("ngrams_top_k", given["ngrams_top_k"], ng["top_k"], checkpoint)
+        entry = ng
+        if ng.get("packaged") and given["ngrams"] is None:
+            # The packaged dictionary of this installation must be the one trained with.
+            entry = dict(ng, path=default_ngrams_path(ng["words"]))
+        ngrams, top_k = _file("ngrams", given["ngrams"], entry, checkpoint), ng["top_k"]
+    return EncoderSpec(bpe=enc["bpe"], ngrams=ngrams, ngrams_top_k=top_k,
+                       segmentation=enc["segmentation"], seed=enc["seed"], **files)

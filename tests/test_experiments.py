@@ -1,0 +1,61 @@
+"""The GLUE grid and its report (experiments/), end to end on real MRPC rows with the
+converted all-MiniLM-L6-v2: runs land in the results file, a relaunch skips them, and
+the report's table, plot and McNemar tests come from the stored dev predictions."""
+
+import json
+import re
+import sys
+
+import pytest
+
+from conftest import ROOT, run_cli
+from test_task_data import mini_glue
+
+
+@pytest.mark.slow
+def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
+    results = tmp_path / "grid.jsonl"
+    grid = [ROOT / "experiments" / "glue_grid.py", "--model-dir", converted_minilm,
+            "--glue-dir", mini_glue(), "--tasks", "MRPC", "--variants", "plain", "sf",
+            "--seeds", "1", "--epochs", "1", "--batch-size", "80", "--lr", "5e-5",
+            "--workers", "1", "--device", "cpu", "--results", results,
+            "--work-dir", tmp_path / "work"]
+    out = run_cli(sys.executable, *grid).stdout
+    assert "0 of 2 runs already" in out, out
+    runs = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["task"], r["variant"], r["seed"]) for r in runs] == [("MRPC", "plain", 1), ("MRPC", "sf", 1)]
+    dev_rows = (mini_glue() / "MRPC" / "dev.tsv").read_text().splitlines()[1:]
+    for r in runs:
+        assert r["hparams"]["updates"] == 2 and r["hparams"]["lr"] == 5e-5
+        assert r["gold"] == [row.split("\t")[0] for row in dev_rows]
+        assert len(r["predictions"]) == len(dev_rows) and set(r["predictions"]) <= {"0", "1"}
+        assert r["metric"] == "f1" and r["value"] == r["dev"]["f1"]
+    assert runs[0]["settings"]["HEAD"] == "plain" and runs[1]["settings"]["HEAD"] == "span"
+    # Checkpoints are not kept unless asked; the data folder is shared by both variants.
+    assert not list((tmp_path / "work" / "runs").glob("*/checkpoints"))
+    assert [p.name for p in (tmp_path / "work" / "data").iterdir()] == ["MRPC-greedy"]
+
+    # A relaunch finds both runs in the file and adds nothing.
+    out = run_cli(sys.executable, *grid).stdout
+    assert "2 of 2 runs already" in out and len(results.read_text().splitlines()) == 2
+
+    md, png = tmp_path / "report.md", tmp_path / "grid.png"
+    out = run_cli(sys.executable, ROOT / "experiments" / "glue_report.py", "--results", results,
+                  "--out", md, "--plot", png).stdout
+    text = md.read_text()
+    assert text.splitlines()[0] in out
+    # The metric recomputed from the stored predictions (scikit-learn) agrees with fairseq's
+    # (which logs two decimals).
+    worst = re.search(r"agrees with fairseq's logged value within ([0-9.]+) points", text)
+    assert worst and float(worst.group(1)) <= 0.01, text
+    table = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert f"{runs[0]['value']:.1f} (n=1)" in table["encoder (plain head)"]
+    assert f"{runs[1]['value']:.1f} (n=1)" in table["+ SF (cnn-cnn, greedy)"]
+    mcnemar = [line for line in text.splitlines() if line.startswith("| MRPC | sf | 1 |")]
+    assert len(mcnemar) == 1
+    plain_right = [p == g for p, g in zip(runs[0]["predictions"], runs[0]["gold"])]
+    sf_right = [p == g for p, g in zip(runs[1]["predictions"], runs[1]["gold"])]
+    b = sum(p and not s for p, s in zip(plain_right, sf_right))
+    c = sum(s and not p for p, s in zip(plain_right, sf_right))
+    assert f"| {b} | {c} |" in mcnemar[0]
+    assert png.stat().st_size > 1000
