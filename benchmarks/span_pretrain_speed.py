@@ -1,0 +1,130 @@
+"""Does span masking keep up with training, and what does the SBO head cost?
+
+1. Masking: blocks of T tokens of real WikiText-2 (GPT-2 BPE), masked by the task's own
+   dataset (word starts, geometric spans, 80/10/10), in this process: blocks per second
+   of process CPU time.
+2. A base-size (12 layers, H = 768, GPT-2 vocabulary) ``roberta_spanbert_base`` training
+   step through fairseq's ``Trainer.train_step`` (forward, backward, Adam) on B masked
+   blocks, with the SBO head (criterion ``--sbo-weight 1``) and without it (``0``: the
+   plain masked-LM step of the same model), interleaved after a warm-up; medians of
+   process CPU time (this machine is shared: wall time mostly measures the neighbours).
+
+    .venv/bin/python benchmarks/span_pretrain_speed.py [--tokens 512] [--batch 2] [--repeats 3]
+
+Targets: masking >= 20x the sequences/s of the training step; SBO <= +10 % of the step.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+SHARED = os.path.join(ROOT, "..", "shared", "data")
+BPE = os.path.join(SHARED, "gpt2_bpe")
+WIKI = os.path.join(SHARED, "wikitext-2", "wiki.valid.tokens")
+
+from head_overhead import time_interleaved_cpu  # noqa: E402
+
+
+def prepare(folder, lines):
+    """A binarized folder of the first ``lines`` lines of WikiText-2 (valid split too)."""
+    from span_plugin.preprocess.binarize import binarize_file, write_dict
+    from span_plugin.preprocess.encoders import EncoderSpec
+
+    spec = EncoderSpec(encoder_json=os.path.join(BPE, "encoder.json"),
+                       vocab_bpe=os.path.join(BPE, "vocab.bpe"))
+    with open(WIKI, encoding="utf-8") as f:
+        text = "".join(line for _, line in zip(range(lines), f))
+    path = os.path.join(folder, "text.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    for split in ("train", "valid"):
+        binarize_file(path, os.path.join(folder, split), spec, os.path.join(BPE, "dict.txt"))
+    write_dict(os.path.join(BPE, "dict.txt"), folder)
+    return folder
+
+
+def build_trainer(data, tokens, batch):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--user-dir", os.path.join(ROOT, "span_plugin"), "--task", "spanbert_masked_lm",
+        "--criterion", "spanbert_masked_lm", "--arch", "roberta_spanbert_base",
+        "--tokens-per-sample", str(tokens), "--encoder-json", os.path.join(BPE, "encoder.json"),
+        "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--batch-size", str(batch),
+        "--dropout", "0.1", "--attention-dropout", "0.1"])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    return Trainer(cfg, task, model, criterion), task
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokens", type=int, default=512, help="block size T")
+    p.add_argument("--batch", type=int, default=2, help="blocks per training step")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--lines", type=int, default=600, help="WikiText-2 lines to mask")
+    args = p.parse_args()
+    import span_plugin  # noqa: F401
+
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = prepare(tmp, args.lines)
+        trainer, task = build_trainer(data, args.tokens, args.batch)
+        task.load_dataset("train")
+        dataset = task.dataset("train")
+        masked = dataset.dataset.defn["net_input.src_tokens"].dataset.dataset
+        blocks = [masked.dataset[i] for i in range(len(masked))]
+
+        # 1. masking, every block of several epochs (the item cache is bypassed).
+        rule, masker = masked.word_boundaries, masked.masker
+        c0, n = time.process_time(), 0
+        for epoch in range(1, 6):
+            for i, b in enumerate(blocks):
+                tokens = b.numpy()
+                rng = np.random.default_rng((1, epoch, i))
+                masker(rng, tokens, word_start=rule(tokens))
+                n += 1
+        mask_rate = n / (time.process_time() - c0)
+        print(f"1. masking: {n} blocks of <= {args.tokens} tokens, {mask_rate:,.0f} blocks/s "
+              f"(process CPU)", flush=True)
+
+        # 2. base-size step with and without the SBO head, same batch.
+        full = [i for i in range(len(dataset)) if dataset.size(i) == args.tokens][: args.batch]
+        sample = dataset.collater([dataset[i] for i in full])
+        criterion = trainer.criterion
+
+        def step(weight):
+            def run():
+                criterion.sbo_weight = weight
+                trainer.train_step([sample])
+            return run
+
+        m = time_interleaved_cpu({"mlm": step(0.0), "mlm+sbo": step(1.0)}, args.repeats)
+    step_rate = args.batch / m["mlm+sbo"][1]
+    overhead = m["mlm+sbo"][1] / m["mlm"][1] - 1
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; "
+          f"T={args.tokens}, B={args.batch}, {int(sample['target'].ne(1).sum())} masked tokens; "
+          f"median of {args.repeats} (after 1 warm-up)")
+    print(f"2. training step, roberta_spanbert_base: seconds wall / process CPU")
+    for name, (wall, cpu) in m.items():
+        print(f"   {name:8} {wall:8.2f} {cpu:8.2f}")
+    print(f"masking / training: {mask_rate:,.0f} / {step_rate:.3f} sequences/s = "
+          f"{mask_rate / step_rate:,.0f}x (target >= 20x)")
+    print(f"SBO head: +{100 * overhead:.1f}% of the masked-LM step (process CPU; target <= 10%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Continued pre-training with SpanBERT's objective (span masking + span boundary
+# objective): raw text -> binarized folder -> fairseq-train. docs/PRETRAIN.md.
+#
+# Inputs (environment variables, defaults in brackets):
+#   TRAIN_TEXT     raw text, one paragraph (or sentence) a line                    [required]
+#   VALID_TEXT     raw validation text, same form                                  [required]
+#   ROBERTA_PATH   roberta.{base,large}/model.pt to continue from (GPT-2 BPE)      []
+#   MODEL_DIR      a span-convert folder (model.pt, dict.txt, tokenizer) to continue
+#                  from (WordPiece); replaces ROBERTA_PATH and BPE_DIR              []
+#                  Neither: a model trained from scratch (smoke runs).
+#   BPE_DIR        folder with encoder.json, vocab.bpe, dict.txt (GPT-2)           [gpt2_bpe]
+#   ARCH           roberta_spanbert_base | roberta_spanbert_large; MODEL_DIR: roberta_spanbert
+#                  with the sizes read from the checkpoint          [roberta_spanbert_base]
+#   SPAN_MASKING   geometric (SpanBERT) | ngram (the n-gram segmenter's spans)   [geometric]
+#   NGRAMS         n-gram dictionary of the segmentation; empty: the packaged one  []
+#   TOKENS_PER_SAMPLE  block size, <s> included                                     [512]
+#   BREAK_MODE     fairseq's --sample-break-mode: none | complete | complete_doc | eos [none]
+#   BATCH_SIZE     blocks per GPU and step                                          [16]
+#   UPDATE_FREQ    steps per update (batch = BATCH_SIZE x UPDATE_FREQ x GPUs)       [1]
+#   LR             peak learning rate (polynomial decay, WARMUP_UPDATES of warm-up) [1e-4]
+#   TOTAL_UPDATES  [10000]     WARMUP_UPDATES [6% of TOTAL_UPDATES]
+#   SAVE_INTERVAL  updates between checkpoints and validations                      [1000]
+#   SBO_WEIGHT     weight of the span boundary objective (0: span masking alone)    [1.0]
+#   SEED           [1]      WORKERS   preprocessing processes [nproc]
+#   DATA_DIR       binarized folder; prepared when missing
+#                  [data-bin/pretrain/<TRAIN_TEXT name>, or .../<model>/... with MODEL_DIR]
+#   OUT_DIR        checkpoints/, tensorboard/, train.log, results.json (losses of the
+#                  last validation, and the best loss, checkpoint_best.pt's)      [runs/pretrain/<TRAIN_TEXT name>-$SPAN_MASKING]
+#   NUM_GPUS       GPUs to train on (more than 1: torchrun); 0 = CPU  [all visible]
+# Extra arguments go to fairseq-train last, so they override:
+#   TRAIN_TEXT=t.txt VALID_TEXT=v.txt recipes/pretrain/spanbert.sh --cpu --max-update 4
+# is a smoke run. A relaunch resumes from checkpoint_last.pt (the newest intact one).
+
+set -euo pipefail
+
+RECIPES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$RECIPES/../.." && pwd)
+if ! command -v fairseq-train >/dev/null && [ -x "$ROOT/.venv/bin/fairseq-train" ]; then
+    PATH="$ROOT/.venv/bin:$PATH"
+fi
+die() { echo "recipes/pretrain/spanbert.sh: $*" >&2; exit 2; }
+
+TRAIN_TEXT=${TRAIN_TEXT:-}
+VALID_TEXT=${VALID_TEXT:-}
+ROBERTA_PATH=${ROBERTA_PATH:-}
+MODEL_DIR=${MODEL_DIR:-}
+BPE_DIR=${BPE_DIR:-gpt2_bpe}
+SPAN_MASKING=${SPAN_MASKING:-geometric}
+NGRAMS=${NGRAMS:-}
+TOKENS_PER_SAMPLE=${TOKENS_PER_SAMPLE:-512}
+BREAK_MODE=${BREAK_MODE:-none}
+BATCH_SIZE=${BATCH_SIZE:-16}
+UPDATE_FREQ=${UPDATE_FREQ:-1}
+LR=${LR:-1e-4}
+TOTAL_UPDATES=${TOTAL_UPDATES:-10000}
+WARMUP_UPDATES=${WARMUP_UPDATES:-$(( TOTAL_UPDATES * 6 / 100 ))}
+SAVE_INTERVAL=${SAVE_INTERVAL:-1000}
+SBO_WEIGHT=${SBO_WEIGHT:-1.0}
+SEED=${SEED:-1}
+WORKERS=${WORKERS:-$(nproc)}
+
+case " $* " in
+    *" --cpu "*) NUM_GPUS=0 ;;
+    *) NUM_GPUS=${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")} ;;
+esac
+
+# ---- check the inputs before spending any time -------------------------------------
+command -v fairseq-train >/dev/null || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
+[ -n "$TRAIN_TEXT" ] && [ -n "$VALID_TEXT" ] || die "set TRAIN_TEXT and VALID_TEXT (raw text files, one paragraph a line)"
+for f in "$TRAIN_TEXT" "$VALID_TEXT"; do
+    [ -f "$f" ] || die "$f does not exist"
+    [ -s "$f" ] || die "$f is empty: span masking needs text"
+done
+case "$SPAN_MASKING" in geometric|ngram) ;; *) die "SPAN_MASKING=$SPAN_MASKING: expected geometric or ngram" ;; esac
+[ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
+[ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] || die "ROBERTA_PATH=$ROBERTA_PATH does not exist"
+if [ -n "$MODEL_DIR" ]; then
+    [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
+    for f in model.pt dict.txt; do
+        [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert'"
+    done
+    PRETRAINED=$MODEL_DIR/model.pt
+    SRCDICT=$MODEL_DIR/dict.txt
+    encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
+    sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED"
+    read -r -a size_args <<< "$sizes"
+    default_arch=roberta_spanbert
+else
+    PRETRAINED=$ROBERTA_PATH
+    SRCDICT=$BPE_DIR/dict.txt
+    for f in encoder.json vocab.bpe dict.txt; do
+        [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
+    done
+    encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
+    size_args=()
+    default_arch=roberta_spanbert_base
+fi
+ARCH=${ARCH:-$default_arch}
+name=$(basename "$TRAIN_TEXT"); name=${name%.*}
+prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
+DATA_DIR=${DATA_DIR:-data-bin/pretrain/$prefix$name}
+OUT_DIR=${OUT_DIR:-runs/pretrain/$prefix$name-$SPAN_MASKING}
+
+# ---- raw text -> binarized folder (tokens and n-gram spans in one pass) ---------------
+# Geometric masking reads only the tokens: its span files hold one word a span, written
+# without loading an n-gram dictionary. A folder made for ngram serves both.
+segmentation=$([ "$SPAN_MASKING" = ngram ] && echo greedy || echo none)
+if [ -d "$DATA_DIR" ] && [ "$SPAN_MASKING" = ngram ] && [ -f "$DATA_DIR/segmentation" ] \
+        && [ "$(cat "$DATA_DIR/segmentation")" != greedy ]; then
+    die "$DATA_DIR was prepared for SPAN_MASKING=geometric (no n-gram spans): delete it or set DATA_DIR"
+fi
+if [ ! -d "$DATA_DIR" ]; then
+    rm -rf "$DATA_DIR.tmp"
+    for split in train valid; do
+        text=$([ "$split" = train ] && echo "$TRAIN_TEXT" || echo "$VALID_TEXT")
+        echo "preparing $DATA_DIR/$split from $text"
+        span-preprocess binarize "$text" "$DATA_DIR.tmp/$split" "${encoder_args[@]}" \
+            --srcdict "$SRCDICT" ${NGRAMS:+--ngrams "$NGRAMS"} --segmentation "$segmentation" \
+            --workers "$WORKERS"
+    done
+    # GPT-2 word boundaries are read from the byte strings of the ids (docs/PRETRAIN.md).
+    if [ -z "$MODEL_DIR" ]; then cp "$BPE_DIR/encoder.json" "$DATA_DIR.tmp/encoder.json"; fi
+    echo "$segmentation" > "$DATA_DIR.tmp/segmentation"
+    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+fi
+cmp -s "$DATA_DIR/dict.txt" "$SRCDICT" \
+    || die "$DATA_DIR/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
+
+# ---- pre-train ------------------------------------------------------------------------
+args=(
+    "$DATA_DIR" --user-dir "$ROOT/span_plugin"
+    --task spanbert_masked_lm --criterion spanbert_masked_lm --arch "$ARCH" "${size_args[@]}"
+    --span-masking "$SPAN_MASKING" --sbo-weight "$SBO_WEIGHT"
+    --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode "$BREAK_MODE" --seed "$SEED"
+    --batch-size "$BATCH_SIZE" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1
+    --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.01 --clip-norm 1.0
+    --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$TOTAL_UPDATES"
+    --warmup-updates "$WARMUP_UPDATES" --max-update "$TOTAL_UPDATES"
+    --dropout 0.1 --attention-dropout 0.1
+    --save-interval-updates "$SAVE_INTERVAL" --validate-interval-updates "$SAVE_INTERVAL"
+    --keep-interval-updates 2 --no-epoch-checkpoints
+    --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
+    --log-format simple --log-interval 100
+)
+# First launch starts from the pretrained weights (fresh SBO head, optimizer, schedule);
+# a relaunch resumes checkpoint_last.pt.
+if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
+if [ "$NUM_GPUS" -ge 1 ]; then
+    args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
+fi
+
+mkdir -p "$OUT_DIR"
+if [ -d "$OUT_DIR/checkpoints" ]; then
+    python -m span_plugin.checkpoints resume "$OUT_DIR/checkpoints" \
+        || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
+fi
+# The log is kept: results.json comes from its validations.
+if [ "$NUM_GPUS" -gt 1 ]; then
+    torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
+        "${args[@]}" --distributed-world-size "$NUM_GPUS" "$@" 2>&1 | tee -a "$OUT_DIR/train.log"
+else
+    fairseq-train "${args[@]}" "$@" 2>&1 | tee -a "$OUT_DIR/train.log"
+fi
+
+# ---- results: the last validation of this run and the best loss so far -----------------
+best="$OUT_DIR/checkpoints/checkpoint_best.pt"
+python - "$OUT_DIR/train.log" "$best" "$OUT_DIR/results.json" <<'PY'
+import json, re, sys
+log, best, out = sys.argv[1:]
+lines = [l for l in open(log) if "valid on 'valid' subset" in l]
+if not lines:
+    sys.exit(f"no validation in {log}: nothing to report")
+stats = dict(re.findall(r"\| (\w+) ([-\d.]+)", lines[-1]))
+keep = {k: float(v) for k, v in stats.items()
+        if k in ("loss", "mlm_loss", "sbo_loss", "ppl", "best_loss", "num_updates")}
+json.dump({"checkpoint": best, "valid": keep}, open(out, "w"), indent=2)
+print(f"{out}: {keep}")
+PY
+echo "checkpoint: $best (fine-tune it: ROBERTA_PATH=$best recipes/glue/<TASK>.sh, README)"

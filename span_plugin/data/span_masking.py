@@ -1,0 +1,202 @@
+"""SpanBERT's span masking of one token block, in numpy (no fairseq, no torch).
+
+A block is an int array ``tokens [T]``. What may be masked: every token that is not
+special (``<s> </s> <pad> <unk> <mask>``), grouped into *units*:
+
+- ``geometric`` (SpanBERT): units are words. Span lengths in words are drawn from
+  Geo(p) truncated to 1..max_words and renormalised (p = 0.2, 10 words: mean 3.80),
+  until their words could hold the budget; the spans are then placed uniformly at
+  random among all placements in which no two spans overlap or touch (at least one
+  unmasked word between them), so every span has visible boundary tokens. Taken in a
+  random order, spans are kept until ``round(mask_prob * maskable tokens)`` tokens (at
+  least 1) are chosen; the last one kept is shortened, by whole words, to just reach
+  the budget (so realised spans are a little shorter than drawn ones: mean about 3.7
+  words in 512-token blocks). A special token inside a span (``</s>`` where a block
+  holds several lines) stays visible and splits the span's masked run in two.
+- ``units`` given (the n-gram segmenter's spans): the segments are taken in a random
+  order until the budget is reached, each one whole. Neighbouring segments may both
+  be chosen: then they form one masked run.
+
+The words or segments that contain the block's first or last token are never masked,
+so every masked run has a visible token on each side (fairseq blocks with
+``--sample-break-mode none`` end in the middle of a sentence, often of a word).
+
+Each chosen span as a whole becomes ``<mask>`` (80%), random tokens (10%) or stays
+unchanged (10%). The result is ``source`` (the model's input) and ``target`` (the
+original token at chosen positions, ``pad`` elsewhere), as fairseq's masked_lm has them.
+Everything draws from the ``numpy.random.Generator`` it is given: the caller seeds it
+with (seed, epoch, index), which makes the masking deterministic.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def truncated_geometric(p, max_len):
+    """Probabilities of lengths ``1..max_len`` under Geo(p) truncated and renormalised:
+    ``[max_len]`` float64, summing to 1."""
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"geometric p={p}: expected 0 < p <= 1")
+    if max_len < 1:
+        raise ValueError(f"max span length {max_len}: expected at least 1")
+    probs = p * (1.0 - p) ** np.arange(max_len)
+    return probs / probs.sum()
+
+
+def words_from_starts(word_start, maskable):
+    """Words of a block: ``(starts [W], lengths [W])`` in token positions.
+
+    word_start: bool ``[T]``, True where a token begins a word.
+    maskable: bool ``[T]``; a token that is not maskable belongs to no word and ends the
+    word before it.
+    """
+    begins = maskable & (word_start | ~np.concatenate(([False], maskable[:-1])))
+    starts = np.flatnonzero(begins)
+    ids = np.cumsum(begins) - 1
+    lengths = np.bincount(ids[maskable], minlength=len(starts))
+    return starts, lengths
+
+
+def expand(starts, lengths):
+    """Positions covered by spans ``(starts [n], lengths [n])``, in order: ``[sum]``."""
+    total = int(lengths.sum())
+    offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+    return offsets + np.arange(total)
+
+
+@dataclass
+class SpanMasker:
+    """Masks blocks the SpanBERT way (see the module docstring).
+
+    mask_idx, pad_idx: ids of ``<mask>`` and ``<pad>``.
+    replacement_ids: int ``[R]``, the ids a "random token" is drawn from (the
+    dictionary's ordinary symbols).
+    special: bool ``[V]``, True for ids that are never masked.
+    """
+
+    mask_idx: int
+    pad_idx: int
+    replacement_ids: np.ndarray
+    special: np.ndarray
+    mask_prob: float = 0.15
+    random_token_prob: float = 0.1
+    leave_unmasked_prob: float = 0.1
+    geometric_p: float = 0.2
+    max_span_words: int = 10
+
+    def __post_init__(self):
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ValueError(f"mask_prob={self.mask_prob}: expected 0 < p < 1")
+        if self.random_token_prob + self.leave_unmasked_prob > 1.0:
+            raise ValueError("random_token_prob + leave_unmasked_prob must be at most 1")
+        self.lengths = np.arange(1, self.max_span_words + 1)
+        self.length_probs = truncated_geometric(self.geometric_p, self.max_span_words)
+        self.replacement_ids = np.asarray(self.replacement_ids, dtype=np.int64)
+
+    # -- choosing spans -------------------------------------------------------------
+
+    def maskable(self, tokens):
+        return ~self.special[tokens]
+
+    def _budget(self, maskable_tokens):
+        return max(1, int(round(self.mask_prob * maskable_tokens)))
+
+    @staticmethod
+    def _drop_edges(starts, lengths, size):
+        """Units holding the block's first or last position are not maskable."""
+        keep = (starts > 0) & (starts + lengths < size)
+        return starts[keep], lengths[keep]
+
+    def geometric_spans(self, rng, word_starts, word_lengths, size):
+        """Spans of whole words: ``(starts [n], ends [n])`` token ranges, sorted,
+        separated by at least one word. A range may hold a special token (a ``</s>``
+        between two words of the span); :meth:`apply` leaves it unmasked.
+
+        word_starts, word_lengths: ``[W]`` token start and token count of each word.
+        """
+        word_starts, word_lengths = self._drop_edges(word_starts, word_lengths, size)
+        n_words = len(word_starts)
+        if n_words == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        budget = self._budget(int(word_lengths.sum()))
+        # Enough lengths that their words hold the budget (every word has a token).
+        span_words = rng.choice(self.lengths, size=budget, p=self.length_probs)
+        n = int(np.searchsorted(np.cumsum(span_words), budget)) + 1
+        span_words = span_words[:n]
+        # n spans of these lengths fit with one free word between neighbours.
+        while n > 1 and span_words.sum() + n - 1 > n_words:
+            n -= 1
+            span_words = span_words[:n]
+        span_words[0] = min(span_words[0], n_words)
+        free = n_words - int(span_words.sum()) - (n - 1)
+        # A uniform placement: spread the free words over the n + 1 gaps.
+        slots = np.sort(rng.choice(free + n, size=n, replace=False))
+        first = slots + np.cumsum(span_words) - span_words  # first word of each span
+        # Keep spans in a random order until the budget, so that the kept ones are
+        # spread over the block; the last one kept is cut at a word boundary.
+        cum = np.concatenate(([0], np.cumsum(word_lengths)))
+        order = rng.permutation(n)
+        reach = np.cumsum(cum[first + span_words][order] - cum[first][order])
+        k = min(int(np.searchsorted(reach, budget)), n - 1)
+        need = budget - (int(reach[k - 1]) if k else 0)  # tokens the last one must give
+        last = order[k]
+        w0, n0 = first[last], span_words[last]
+        span_words[last] = min(int(np.searchsorted(cum[w0 + 1:w0 + n0 + 1] - cum[w0], need)) + 1, n0)
+        kept = np.sort(order[: k + 1])
+        first, span_words = first[kept], span_words[kept]
+        last_word = first + span_words - 1
+        return word_starts[first], word_starts[last_word] + word_lengths[last_word]
+
+    def unit_spans(self, rng, unit_starts, unit_lengths, size):
+        """Whole units (n-gram segments) in a random order until the budget:
+        ``(starts [n], ends [n])``, sorted by position."""
+        unit_starts, unit_lengths = self._drop_edges(
+            np.asarray(unit_starts, dtype=np.int64), np.asarray(unit_lengths, dtype=np.int64), size)
+        if len(unit_starts) == 0:
+            return unit_starts, unit_lengths
+        order = rng.permutation(len(unit_starts))
+        reach = np.cumsum(unit_lengths[order])
+        budget = self._budget(int(reach[-1]))
+        chosen = np.sort(order[: int(np.searchsorted(reach, budget)) + 1])
+        return unit_starts[chosen], unit_starts[chosen] + unit_lengths[chosen]
+
+    # -- replacing ------------------------------------------------------------------
+
+    def apply(self, rng, tokens, starts, ends):
+        """``(source [T], target [T])`` int64 for the chosen spans (token ranges);
+        80/10/10 per span. Special tokens inside a range stay as they are."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        source = tokens.copy()
+        target = np.full_like(tokens, self.pad_idx)
+        lengths = ends - starts
+        positions = expand(starts, lengths)
+        u = np.repeat(rng.random(len(starts)), lengths)
+        keep = ~self.special[tokens[positions]]
+        positions, u = positions[keep], u[keep]
+        target[positions] = tokens[positions]
+        to_mask = u < 1.0 - self.random_token_prob - self.leave_unmasked_prob
+        to_random = ~to_mask & (u < 1.0 - self.leave_unmasked_prob)
+        source[positions[to_mask]] = self.mask_idx
+        picks = positions[to_random]
+        source[picks] = self.replacement_ids[rng.integers(0, len(self.replacement_ids), len(picks))]
+        return source, target
+
+    def __call__(self, rng, tokens, word_start=None, units=None):
+        """Mask one block.
+
+        tokens: int ``[T]``. Either word_start (bool ``[T]``, geometric spans over
+        words) or units (int ``[n, 2]`` (start, end) token ranges, the n-gram
+        segments, sorted, non-overlapping). Returns ``(source, target, spans)`` with
+        spans ``[n, 2]`` (start, end) of the chosen spans.
+        """
+        tokens = np.asarray(tokens)
+        size = len(tokens)
+        if units is None:
+            word_starts, word_lengths = words_from_starts(word_start, self.maskable(tokens))
+            starts, ends = self.geometric_spans(rng, word_starts, word_lengths, size)
+        else:
+            units = np.asarray(units, dtype=np.int64).reshape(-1, 2)
+            starts, ends = self.unit_spans(rng, units[:, 0], units[:, 1] - units[:, 0], size)
+        source, target = self.apply(rng, tokens, starts, ends)
+        return source, target, np.stack([starts, ends], axis=1)

@@ -1,0 +1,151 @@
+"""Model ``roberta_spanbert``: RoBERTa with SpanBERT's span boundary objective head.
+
+The encoder and the masked-LM head are fairseq's RoBERTa, unchanged, so
+``roberta.base`` and ``span-convert`` checkpoints continue pre-training from
+``--restore-file`` / ``--finetune-from-model`` (the SBO head starts fresh). The SBO head
+(:class:`~span_plugin.modules.SpanBoundaryHead`) is kept among RoBERTa's
+``classification_heads`` as ``span_boundary``: fine-tuning models (``roberta_span``,
+fairseq's ``roberta``) drop a checkpoint head they do not have, with a warning, so the
+pre-trained checkpoint fine-tunes with no conversion. See docs/PRETRAIN.md.
+"""
+
+import logging
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.roberta import (
+    RobertaModel,
+    roberta_base_architecture,
+    roberta_large_architecture,
+)
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from fairseq.utils import safe_getattr
+from omegaconf import OmegaConf
+
+from ..modules import SpanBoundaryHead
+
+logger = logging.getLogger(__name__)
+
+SBO_HEAD = "span_boundary"
+EMBED = "encoder.sentence_encoder.embed_tokens.weight"
+POSITIONS = "encoder.sentence_encoder.embed_positions.weight"
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint whose vocabulary or positions do not fit the model being trained."""
+
+
+def _saved(state_dict, prefix, key):
+    """A tensor of a checkpoint under ``encoder.`` or (older RoBERTa files) ``decoder.``."""
+    for k in (prefix + key, prefix + key.replace("encoder.", "decoder.", 1)):
+        if k in state_dict:
+            return state_dict[k]
+    return None
+
+
+@register_model("roberta_spanbert")
+class RobertaSpanBertModel(RobertaModel):
+    """RoBERTa + SBO head; ``forward(..., masked_tokens, span_boundary=True)`` also
+    returns the SBO logits of the masked tokens in ``extra["sbo_logits"]``."""
+
+    @staticmethod
+    def add_args(parser):
+        RobertaModel.add_args(parser)
+        parser.add_argument(
+            "--sbo-max-positions", type=int, metavar="N",
+            help="rows of the SBO head's relative position table (offsets in a masked "
+            "run; longer runs share the last row); default 128")
+
+    @classmethod
+    def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            OmegaConf.set_struct(args, False)
+        base_architecture(args)
+        model = super().build_model(args, task)
+        head = SpanBoundaryHead(
+            args.encoder_embed_dim, len(task.source_dictionary), args.sbo_max_positions)
+        head.apply(init_bert_params)  # BERT's initialisation, as the rest of RoBERTa
+        model.classification_heads[SBO_HEAD] = head
+        return model
+
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False,
+                classification_head_name=None, masked_tokens=None, span_boundary=False,
+                **kwargs):
+        """
+        Args:
+            src_tokens: LongTensor ``[B, T]``.
+            masked_tokens: bool ``[B, T]``, the tokens to predict.
+            span_boundary: also run the SBO head (needs masked_tokens).
+
+        Returns:
+            ``(mlm_logits [N, V], extra)``, with ``extra["sbo_logits"]`` ``[N, V]`` when
+            span_boundary; otherwise as RobertaModel.forward.
+        """
+        if not span_boundary:
+            return super().forward(src_tokens, features_only, return_all_hiddens,
+                                   classification_head_name, masked_tokens=masked_tokens,
+                                   **kwargs)
+        if masked_tokens is None:
+            raise ValueError("span_boundary=True needs masked_tokens (bool [B, T])")
+        x, extra = self.encoder.extract_features(src_tokens, return_all_hiddens=return_all_hiddens)
+        logits = self.encoder.output_layer(x, masked_tokens=masked_tokens)
+        extra["sbo_logits"] = self.classification_heads[SBO_HEAD](
+            x, masked_tokens, self.encoder.lm_head.weight)
+        return logits, extra
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Refuse a checkpoint of another vocabulary or fewer positions (with a message
+        that says so, instead of a size mismatch); give a RoBERTa or converted BERT
+        checkpoint, which has no SBO head, a fresh one (RobertaModel copies the
+        model's own head weights into the state for heads the checkpoint lacks)."""
+        prefix = name + "." if name != "" else ""
+        own = self.state_dict()
+        rows, saved = own[EMBED].size(0), _saved(state_dict, prefix, EMBED)
+        if saved is not None and saved.size(0) != rows:
+            hint = (" It has one row fewer: its dictionary had no <mask> symbol (tasks "
+                    "add <mask> to dict.txt at load; this one did)." if saved.size(0) == rows - 1
+                    else "")
+            raise CheckpointMismatchError(
+                f"the checkpoint has a vocabulary of {saved.size(0)} embedding rows, this "
+                f"model {rows} (the data folder's dict.txt plus <mask>): it was trained "
+                f"with another dictionary.{hint} Binarize the text with the checkpoint's "
+                f"own dict.txt (roberta.base: gpt2_bpe/dict.txt; span-convert: the "
+                f"dict.txt beside model.pt)")
+        pad = self.encoder.sentence_encoder.padding_idx
+        saved = _saved(state_dict, prefix, POSITIONS)
+        if saved is not None and POSITIONS in own and saved.size(0) != own[POSITIONS].size(0):
+            theirs, ours = saved.size(0) - pad - 1, own[POSITIONS].size(0) - pad - 1
+            raise CheckpointMismatchError(
+                f"the checkpoint has {theirs} positions, this model {ours}: set "
+                f"--tokens-per-sample (and --max-positions) to at most {theirs}, so that "
+                f"blocks fit the pre-trained position embeddings")
+        head = prefix + "classification_heads." + SBO_HEAD + "."
+        mine = {k: v for k, v in own.items() if k.startswith("classification_heads." + SBO_HEAD + ".")}
+        theirs = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(head)}
+        if theirs and (set(theirs) != set(mine)
+                       or any(theirs[k].shape != mine[k].shape for k in mine)):
+            logger.warning("the checkpoint's SBO head has other sizes (--sbo-max-positions?): "
+                           "it is dropped and the head starts fresh")
+            for k in theirs:
+                del state_dict[prefix + k]
+        super().upgrade_state_dict_named(state_dict, name)
+
+
+def _sbo_defaults(args):
+    args.sbo_max_positions = safe_getattr(args, "sbo_max_positions", 128)
+
+
+@register_model_architecture("roberta_spanbert", "roberta_spanbert")
+def base_architecture(args):
+    _sbo_defaults(args)
+    roberta_base_architecture(args)
+
+
+@register_model_architecture("roberta_spanbert", "roberta_spanbert_base")
+def roberta_spanbert_base_architecture(args):
+    base_architecture(args)
+
+
+@register_model_architecture("roberta_spanbert", "roberta_spanbert_large")
+def roberta_spanbert_large_architecture(args):
+    _sbo_defaults(args)
+    roberta_large_architecture(args)
