@@ -1,0 +1,146 @@
+"""Resumable CoNLL-2003 grid: token head vs token-level SF head vs span labeling.
+
+Every (variant, seed) run goes through recipes/ner/conll2003.sh with one set of
+hyperparameters for all variants and is appended, when finished, as one JSON line
+(dev and test P/R/F1 of checkpoint_best.pt, settings, minutes) to the results file
+(committed to the repo). A relaunch skips what the file holds and resumes an
+interrupted run from its checkpoint_last.pt, as experiments/glue_grid.py does.
+
+Variants:
+    token    span_tagging, a linear layer per token (the baseline)
+    sf       span_tagging, the token-level Span Fine-tuning head (paper's Table 8)
+    span     span_labeling, spans of up to 8 words, every candidate in the loss
+
+    python experiments/ner_grid.py --model-dir models/minilm --seeds 1 2 3
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+VARIANTS = {
+    "token": {"HEAD": "token"},
+    "sf": {"HEAD": "sf"},
+    "span": {"HEAD": "span", "MAX_SPAN_WORDS": "8", "NEGATIVE_SAMPLING": "0"},
+}
+
+
+def read_results(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def run_key(r):
+    return (r["variant"], r["seed"], r["hparams"]["lr"], r["hparams"]["epochs"])
+
+
+def run_one(a, variant, seed, device):
+    """Run the recipe for one cell; returns its result record."""
+    work = Path(a.work_dir).resolve()
+    model = os.path.basename(os.path.normpath(a.model_dir)) if a.model_dir else "scratch"
+    out_dir = work / "runs" / f"{model}-{variant}-lr{a.lr:g}-e{a.epochs}-s{seed}"
+    env = dict(os.environ, CONLL_DIR=str(Path(a.conll_dir).resolve()), SEED=str(seed),
+               DATA_DIR=str(work / "data" / model), OUT_DIR=str(out_dir),
+               WORKERS=str(a.workers), LR=f"{a.lr:g}", BATCH_SIZE=str(a.batch_size),
+               EPOCHS=str(a.epochs), **VARIANTS[variant])
+    if a.model_dir:
+        env["MODEL_DIR"] = str(Path(a.model_dir).resolve())
+    else:
+        env["BPE_DIR"] = str(Path(a.bpe_dir).resolve())
+    extra = ["--log-interval", "50", "--num-workers", "0", *a.extra]
+    if device == "cpu":
+        extra.append("--cpu")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(out_dir / "recipe.log", "a", encoding="utf-8") as log:
+        proc = subprocess.run(["bash", str(ROOT / "recipes" / "ner" / "conll2003.sh"), *extra],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"{variant} seed {seed}: the recipe failed; see {out_dir / 'recipe.log'}")
+    results = json.loads((out_dir / "results.json").read_text())["dev"]
+    record = {
+        "variant": variant, "seed": seed, "dev": results["valid"], "test": results["test"],
+        "dev_f1": results["valid"]["f1"], "test_f1": results["test"]["f1"],
+        "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
+                    "extra": a.extra},
+        "encoder": model, "device": device, "settings": VARIANTS[variant],
+        "minutes": round((time.time() - start) / 60, 1),
+    }
+    if not a.keep_checkpoints:
+        shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
+    return record
+
+
+def summary(records):
+    """Mean and spread of dev and test F1 per variant, as printable lines."""
+    lines = []
+    for variant in VARIANTS:
+        rows = [r for r in records if r["variant"] == variant]
+        if not rows:
+            continue
+        parts = []
+        for key in ("dev_f1", "test_f1"):
+            values = [r[key] for r in rows]
+            mean = sum(values) / len(values)
+            sd = math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
+            parts.append(f"{key} {mean:.2f} +- {sd:.2f}")
+        lines.append(f"{variant:>6}: {len(rows)} seeds, " + ", ".join(parts))
+    return lines
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", help="a span-convert output folder (WordPiece encoder); "
+                   "without it: GPT-2 BPE and a model trained from scratch (smoke runs)")
+    p.add_argument("--bpe-dir", default=str(ROOT.parent / "shared" / "data" / "gpt2_bpe"))
+    p.add_argument("--conll-dir", default=str(ROOT.parent / "shared" / "data" / "conll2003"))
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "ner_minilm.jsonl"))
+    p.add_argument("--work-dir", default=str(ROOT / "runs" / "ner_grid"))
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--max-runs", type=int, help="stop after this many new runs")
+    p.add_argument("--keep-checkpoints", action="store_true")
+    p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                   help="arguments for fairseq-train, last (smoke runs: --max-update 2 ...)")
+    a = p.parse_args(argv)
+    device = a.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    done = {run_key(r) for r in read_results(a.results)}
+    cells = [(v, s) for s in a.seeds for v in a.variants]  # a whole comparison per seed first
+    todo = [c for c in cells if (c[0], c[1], a.lr, a.epochs) not in done]
+    print(f"{len(cells) - len(todo)} of {len(cells)} runs already in {a.results}")
+    for n, (variant, seed) in enumerate(todo):
+        if a.max_runs is not None and n >= a.max_runs:
+            break
+        print(f"[{time.strftime('%H:%M:%S')}] {variant} seed {seed} ...", flush=True)
+        record = run_one(a, variant, seed, device)
+        os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
+        with open(a.results, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"    dev F1 {record['dev_f1']:.2f}, test F1 {record['test_f1']:.2f} "
+              f"({record['minutes']} min)", flush=True)
+    for line in summary(read_results(a.results)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

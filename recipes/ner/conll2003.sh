@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# CoNLL-2003 NER with spans: the token head (baseline), the token-level Span Fine-tuning
+# head, or span labeling (docs/NER.md). Same conventions as recipes/glue/common.sh.
+#
+# Inputs (environment variables, defaults in brackets):
+#   CONLL_DIR      folder with train.txt, valid.txt, test.txt (CoNLL columns,
+#                  word first, tag last)                             [conll2003]
+#   TAG_SCHEME     iob1 | iob2 | bioes: the files' tags (stored as IOB2)  [iob2]
+#   HEAD           token: linear layer per token (task span_tagging, baseline)
+#                  sf: within-span CNN joined with the token features (span_tagging)
+#                  span: span labeling, spans of up to MAX_SPAN_WORDS words  [sf]
+#   MAX_SPAN_WORDS L of span labeling                                  [8]
+#   NEGATIVE_SAMPLING  span labeling: 0 trains on every candidate span; r > 0 on the
+#                  entities plus round(r * words) random non-entity spans  [0]
+#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
+#                  (smoke runs)                                        []
+#   MODEL_DIR      a converted BERT-family model (span-convert bert): WordPiece, sizes
+#                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR   []
+#   BPE_DIR        GPT-2 BPE folder: encoder.json, vocab.bpe, dict.txt  [gpt2_bpe]
+#   NGRAMS, SEGMENTATION   n-gram dictionary (empty: packaged) and greedy | random |
+#                  none                                                [, greedy]
+#   SEED [1]  LR [3e-05]  BATCH_SIZE [32]  EPOCHS [5]  WARMUP [0.06: share of updates]
+#   DATA_DIR       the tagging folder; prepared when missing
+#                  [data-bin/conll2003, MODEL_DIR: data-bin/<model>/conll2003]
+#   OUT_DIR        checkpoints/, tensorboard/, results.json (dev and test P/R/F1 of
+#                  checkpoint_best.pt), predictions/{valid,test}.conll (the source files
+#                  with the predicted tag appended: conlleval's input)
+#                  [runs/conll2003-$HEAD, runs/<model>/conll2003-$HEAD; -seed$SEED]
+#   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   WORKERS        preprocessing processes                             [nproc]
+# Extra arguments go to fairseq-train last, so they override:
+#   recipes/ner/conll2003.sh --cpu --max-update 5   is a smoke run.
+# Relaunching resumes checkpoint_last.pt.
+
+set -euo pipefail
+RECIPE_NAME=recipes/ner/conll2003.sh
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if ! command -v fairseq-train >/dev/null && [ -x "$ROOT/.venv/bin/fairseq-train" ]; then
+    PATH="$ROOT/.venv/bin:$PATH"
+fi
+die() { echo "$RECIPE_NAME: $*" >&2; exit 2; }
+
+CONLL_DIR=${CONLL_DIR:-conll2003}
+TAG_SCHEME=${TAG_SCHEME:-iob2}
+HEAD=${HEAD:-sf}
+MAX_SPAN_WORDS=${MAX_SPAN_WORDS:-8}
+NEGATIVE_SAMPLING=${NEGATIVE_SAMPLING:-0}
+ROBERTA_PATH=${ROBERTA_PATH:-}
+MODEL_DIR=${MODEL_DIR:-}
+BPE_DIR=${BPE_DIR:-gpt2_bpe}
+NGRAMS=${NGRAMS:-}
+SEGMENTATION=${SEGMENTATION:-greedy}
+SEED=${SEED:-1}
+LR=${LR:-3e-05}
+BATCH_SIZE=${BATCH_SIZE:-32}
+EPOCHS=${EPOCHS:-5}
+WARMUP=${WARMUP:-0.06}
+WORKERS=${WORKERS:-$(nproc)}
+case " $* " in
+    *" --cpu "*) NUM_GPUS=0 ;;
+    *) NUM_GPUS=${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")} ;;
+esac
+
+# ---- check the inputs before spending any time -------------------------------------
+command -v fairseq-train >/dev/null || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
+case "$HEAD" in
+    token|sf) TASK_NAME=span_tagging; head_args=(--tagging-head "$HEAD") ;;
+    span) TASK_NAME=span_labeling
+          head_args=(--max-span-words "$MAX_SPAN_WORDS" --negative-sampling "$NEGATIVE_SAMPLING") ;;
+    *) die "HEAD=$HEAD: expected token, sf or span" ;;
+esac
+[ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] || die "ROBERTA_PATH=$ROBERTA_PATH does not exist"
+[ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
+if [ -n "$MODEL_DIR" ]; then
+    [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
+    for f in model.pt dict.txt; do
+        [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert'"
+    done
+    PRETRAINED=$MODEL_DIR/model.pt
+    SRCDICT=$MODEL_DIR/dict.txt
+    encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
+    sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED"
+    read -r -a size_args <<< "$sizes"
+else
+    PRETRAINED=$ROBERTA_PATH
+    SRCDICT=$BPE_DIR/dict.txt
+    encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
+    size_args=()
+fi
+prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
+seg_suffix=$([ "$SEGMENTATION" = greedy ] || echo "-$SEGMENTATION")
+DATA_DIR=${DATA_DIR:-data-bin/${prefix}conll2003$seg_suffix}
+OUT_DIR=${OUT_DIR:-runs/${prefix}conll2003-$HEAD$seg_suffix$([ "$SEED" = 1 ] || echo "-seed$SEED")}
+
+# ---- the tagging folder --------------------------------------------------------------
+if [ ! -d "$DATA_DIR" ]; then
+    for s in train valid test; do
+        [ -f "$CONLL_DIR/$s.txt" ] || die "$CONLL_DIR/$s.txt not found: set CONLL_DIR to the folder with train.txt, valid.txt, test.txt"
+    done
+    if [ -z "$MODEL_DIR" ]; then
+        for f in encoder.json vocab.bpe dict.txt; do
+            [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder"
+        done
+    fi
+    rm -rf "$DATA_DIR.tmp"
+    echo "preparing $DATA_DIR from $CONLL_DIR"
+    span-preprocess conll --out "$DATA_DIR.tmp" --name conll2003 --train "$CONLL_DIR/train.txt" \
+        --valid "$CONLL_DIR/valid.txt" --test "$CONLL_DIR/test.txt" --tag-scheme "$TAG_SCHEME" \
+        "${encoder_args[@]}" --srcdict "$SRCDICT" ${NGRAMS:+--ngrams "$NGRAMS"} \
+        --segmentation "$SEGMENTATION" --workers "$WORKERS"
+    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+fi
+# An existing folder is checked by the task when it loads it (alignment of tokens, spans,
+# words and tags; every file against provenance.json), before any training.
+cmp -s "$DATA_DIR/input0/dict.txt" "$SRCDICT" \
+    || die "$DATA_DIR/input0/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
+rows=$(wc -l < "$DATA_DIR/raw/train.input0")
+UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
+WARMUP_UPDATES=$(python -c "print(int(round($WARMUP * $UPDATES)))")
+
+# ---- fine-tune --------------------------------------------------------------------------
+args=(
+    "$DATA_DIR" --user-dir "$ROOT/span_plugin"
+    --task "$TASK_NAME" --criterion "$TASK_NAME" --arch roberta_tagging "${head_args[@]}"
+    --init-token 0 --max-positions 512 "${size_args[@]}" --seed "$SEED"
+    --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1
+    --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.01 --clip-norm 1.0
+    --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$UPDATES"
+    --warmup-updates "$WARMUP_UPDATES" --max-update "$UPDATES" --max-epoch "$EPOCHS"
+    --dropout 0.1 --attention-dropout 0.1
+    --best-checkpoint-metric f1 --maximize-best-checkpoint-metric --no-epoch-checkpoints
+    --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
+    --log-format simple --log-interval 100
+    --find-unused-parameters  # RoBERTa's LM head is not used
+)
+if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
+if [ "$NUM_GPUS" -ge 1 ]; then args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128); fi
+mkdir -p "$OUT_DIR"
+if [ -d "$OUT_DIR/checkpoints" ]; then
+    python -m span_plugin.checkpoints resume "$OUT_DIR/checkpoints" \
+        || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
+fi
+if [ "$NUM_GPUS" -gt 1 ]; then
+    torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
+        "${args[@]}" --distributed-world-size "$NUM_GPUS" "$@"
+else
+    fairseq-train "${args[@]}" "$@"
+fi
+
+# ---- dev and test results of the best checkpoint, CoNLL prediction files ---------------
+python -m span_plugin.ner_predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \
+    --data "$DATA_DIR" --split valid test \
+    --conll-out "$OUT_DIR/predictions/valid.conll" "$OUT_DIR/predictions/test.conll" \
+    --results "$OUT_DIR/results.json"
+echo "results: $OUT_DIR/results.json; predictions: $OUT_DIR/predictions/"

@@ -1,0 +1,78 @@
+"""From head outputs to entities, shared by the criteria, the hub and the CoNLL writer.
+
+Entities are ``(first word, last word + 1, type name)`` per example. Tagging heads
+give a tag per word (read at its first sub-token) and entities follow conlleval's chunk
+rules (:func:`span_plugin.tags.entities`: predictions are never repaired); the span
+head gives entities directly, decoded as the best non-overlapping spans.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from . import tags as T
+from .modules.span_decoding import best_non_overlapping
+
+
+def word_logits(token_logits, words):
+    """Logits ``[B, T, C]`` at each word's first sub-token -> ``[B, W, C]``
+    (padding words read position 0)."""
+    index = words[..., 0].clamp(min=0).unsqueeze(-1).expand(-1, -1, token_logits.size(-1))
+    return token_logits.gather(1, index)
+
+
+def word_counts(words):
+    """Words per example: LongTensor ``[B]`` from ``words [B, W, 2]``."""
+    return (words[..., 0] < words[..., 1]).sum(-1)
+
+
+def tagging_entities(token_logits, words, tag_names):
+    """``[B, T, C]``, ``[B, W, 2]`` -> (tags per example, entities per example)."""
+    preds = word_logits(token_logits, words).argmax(-1).tolist()
+    counts = word_counts(words).tolist()
+    tags = [[tag_names[i] for i in p[:n]] for p, n in zip(preds, counts)]
+    return tags, [T.entities(t) for t in tags]
+
+
+def labeling_entities(logits, valid, types):
+    """Span-head logits ``[B, W, L, C]`` (class 0: none) -> entities per example."""
+    lprobs = F.log_softmax(logits.float(), dim=-1)
+    best, kind = lprobs[..., 1:].max(-1)
+    chosen = best_non_overlapping(best - lprobs[..., 0], valid)
+    out = [[] for _ in range(logits.size(0))]
+    for b, i, w in chosen.nonzero().tolist():
+        out[b].append((i, i + w + 1, types[int(kind[b, i, w])]))
+    return [sorted(e) for e in out]
+
+
+def match_counts(predicted, gold):
+    """Exact-match counts over examples: ``(true positives, predicted, gold)``; an
+    entity matches when its boundaries and type are equal (CoNLL)."""
+    tp = sum(len(set(p) & set(g)) for p, g in zip(predicted, gold))
+    return tp, sum(len(set(p)) for p in predicted), sum(len(set(g)) for g in gold)
+
+
+def gold_entities(target, tag_names):
+    """Word tag ids ``[B, W]`` (padding -100) -> entities per example."""
+    rows = [[tag_names[i] for i in r if i >= 0] for r in target.tolist()]
+    return [T.entities(r) for r in rows]
+
+
+def prf(tp, n_pred, n_gold):
+    """Precision, recall, F1 (fractions; 0 when undefined), as seqeval computes them."""
+    p = tp / n_pred if n_pred else 0.0
+    r = tp / n_gold if n_gold else 0.0
+    return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+
+def labeling_targets(entities, valid):
+    """Gold label of every candidate: ``entities [B, E, 3]`` (first word, last + 1,
+    type; (0, 0, 0) padding), ``valid [B, W, L]`` -> LongTensor ``[B, W, L]`` (0: none)
+    and the number of gold entities longer than L words (no candidate holds them)."""
+    batch, num_words, max_words = valid.shape
+    start, end, kind = entities.unbind(-1)
+    width = end - start
+    fits = (width > 0) & (width <= max_words)
+    target = torch.zeros_like(valid, dtype=torch.long)
+    rows = torch.arange(batch, device=valid.device).unsqueeze(-1).expand_as(start)
+    target[rows[fits], start[fits], width[fits] - 1] = kind[fits]
+    return target, int((width > max_words).sum())

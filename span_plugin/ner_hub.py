@@ -1,0 +1,99 @@
+"""Inference for ``span_tagging`` and ``span_labeling`` checkpoints on raw text.
+
+    from span_plugin.hub import SpanHubInterface
+    hub = SpanHubInterface.from_pretrained("runs/ner/checkpoints/checkpoint_best.pt")
+    hub.predict_entities("EU rejects German call to boycott British lamb.")
+    # -> [{"text": "EU", "type": "ORG", "start": 0, "end": 2}, ...]   (end exclusive)
+
+``SpanHubInterface.from_pretrained`` returns a :class:`NerHubInterface` for these tasks
+(encoder and data folder from the checkpoint's record, as for GLUE checkpoints).
+Raw text is cut into CoNLL-like words (:data:`WORD_RE`: runs of letters and digits
+joined by ``-``, ``.`` or ``,``, abbreviations such as ``U.S.``, a clitic such as
+``'s``, and every other character alone); a list of words is encoded exactly as
+``span-preprocess conll`` encodes a line of them, and cut between words when it is
+longer than the model.
+"""
+
+import regex
+import torch
+
+from . import ner
+from .data.span_datasets import LayoutSpansDataset
+from .hub import SpanHubInterface
+from .preprocess.conll import split_points, word_token_counts
+
+WORD_RE = regex.compile(
+    r"(?:\p{L}\.){2,}|[\p{L}\p{N}]+(?:[-.,][\p{L}\p{N}]+)*|'\p{L}+|\S")
+
+
+def words_of(text):
+    """``[(word, start, end)]`` of raw text, character offsets, end exclusive."""
+    return [(m.group(), m.start(), m.end()) for m in WORD_RE.finditer(text)]
+
+
+class NerHubInterface(SpanHubInterface):
+    @property
+    def kind(self):
+        return self.task.cfg._name
+
+    def _encode_words(self, words):
+        """One item: ``(tokens [T], spans [S, 2], words [W, 2])``, positions in the
+        task's layout (``<s>`` first)."""
+        counts = word_token_counts(self.encoder, words, "input")
+        symbols, spans = self.encoder.encode(" ".join(words))
+        if len(symbols) != sum(counts):
+            raise ValueError(f"{words[:8]}...: the encoder cuts the words apart differently "
+                             f"from the line; cannot align them")
+        tokens = self.task.source_dictionary.encode_line(
+            " ".join(symbols), append_eos=True, add_if_not_exist=False).long()
+        shift = int(self.task.cfg.init_token is not None)
+        if shift:
+            tokens = torch.cat([tokens.new_tensor([self.task.cfg.init_token]), tokens])
+        ends = torch.tensor(counts).cumsum(0)
+        word_spans = torch.stack([ends - torch.tensor(counts), ends], -1) + shift
+        return tokens, torch.tensor(spans, dtype=torch.long).view(-1, 2) + shift, word_spans
+
+    def _parts(self, words):
+        """Word ranges of a sentence that each fit the model."""
+        limit = self.task.cfg.max_positions - 2
+        counts = word_token_counts(self.encoder, words, "input")
+        if sum(counts) <= limit:
+            return [(0, len(words))]
+        bounds = split_points(counts, ["O"] * len(words), limit,
+                              lambda k: word_token_counts(self.encoder, [words[k]], "input")[0])
+        return list(zip(bounds[:-1], bounds[1:]))
+
+    @torch.no_grad()
+    def predict_words(self, sentences, batch_size=32):
+        """Entities of word lists: ``[[(first word, last word + 1, type)]]``."""
+        items, owner = [], []
+        for n, words in enumerate(sentences):
+            for a, b in self._parts(words) if words else []:
+                items.append((a, self._encode_words(words[a:b])))
+                owner.append(n)
+        out = [[] for _ in sentences]
+        pad = self.task.source_dictionary.pad()
+        collate = LayoutSpansDataset([[]], [[]]).collater
+        for k in range(0, len(items), batch_size):
+            chunk = items[k:k + batch_size]
+            tokens = torch.nn.utils.rnn.pad_sequence([t for _, (t, _, _) in chunk],
+                                                     batch_first=True, padding_value=pad)
+            spans = collate([s for _, (_, s, _) in chunk]).to(self.device)
+            words = collate([w for _, (_, _, w) in chunk]).to(self.device)
+            result, _ = self.model(tokens.to(self.device), spans=spans, words=words,
+                                   classification_head_name=self.head)
+            if self.kind == "span_labeling":
+                found = ner.labeling_entities(*result, self.task.entity_types)
+            else:
+                found = ner.tagging_entities(result, words, self.task.tag_names)[1]
+            for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
+                out[n].extend((s + a, e + a, t) for s, e, t in ents)
+        return out
+
+    def predict_entities(self, text):
+        """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
+        offsets into ``text`` (end exclusive), in order."""
+        found = words_of(text)
+        ents = self.predict_words([[w for w, _, _ in found]])[0]
+        return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
+                 "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]

@@ -1,0 +1,324 @@
+"""CoNLL files -> a binarized tagging folder (``span-preprocess conll``).
+
+Input: one word a line, whitespace-separated columns (2 columns ``word tag``, or 4 as
+CoNLL-2003 ``word POS chunk tag``: the first column is the word, the last the tag, and
+every line of a file has the same count), a blank line after each sentence,
+``-DOCSTART-`` lines between documents. Tags in IOB1, IOB2 or BIOES
+(:mod:`span_plugin.tags`); the folder stores IOB2.
+
+Output, beside what ``span-preprocess glue`` writes for a one-input task::
+
+    out/raw/{split}.input0      a sentence's words joined by single spaces, one item a line
+    out/raw/{split}.label       its IOB2 tags, space-separated
+    out/raw/{split}.source      "LINE WORDS": the source line of the item's first word
+                                and its word count (CoNLL prediction files are written
+                                back onto the source lines with it)
+    out/input0/{split}.{bin,idx}, .spans.{bin,idx}, dict.txt
+                                tokens and n-gram spans (span-preprocess binarize of
+                                raw/{split}.input0: the same code as the GLUE folders)
+    out/words/{split}.{bin,idx} word boundaries: item i is the flat (start, end) token
+                                offsets of its words, in the span-file format
+    out/label/{split}.{bin,idx} tag ids, one per word (int32); label/tags.txt names them
+    out/provenance.json         the data record (labels: kind "tags")
+
+Every word carries its tag on its first sub-token (the task reads the tags at the word
+starts of ``words/``). N-gram spans come from the segmenter over the encoder's own words
+(which refine CoNLL's: ``U.S.`` is four GPT-2 words), so the dictionary and the
+segmenter share one word definition. A sentence with more than ``max_tokens`` tokens is
+split between words into items that fit (preferring a cut that does not fall inside an
+entity; a cut that must fall inside one starts the next item with ``B-``), never
+dropped. Every bad line is an error naming the file and the line.
+"""
+
+import glob
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from fairseq.data import indexed_dataset
+
+from .. import provenance, tags as T
+from ..data import span_index
+from .binarize import BadInputError, _get_encoder, binarize_file, read_lines, write_dict
+
+logger = logging.getLogger(__name__)
+
+DOCSTART = "-DOCSTART-"
+WORDS_DIR, LABEL_DIR = "words", "label"
+TAGS_FILE = "tags.txt"
+LABEL_DTYPE = np.int32
+
+
+@dataclass
+class Sentence:
+    words: list
+    tags: list  # IOB2
+    line: int  # 1-based source line of the first word
+
+
+@dataclass
+class ConllSplit:
+    sentences: list = field(default_factory=list)
+    documents: int = 0
+    empty_documents: int = 0
+    repairs: int = 0  # ill-formed I-/E- tags read as B-
+    columns: int = 0
+
+
+def read_conll(path, scheme="iob2", bad_tags="repair", bad_utf8="error"):
+    """Parse one CoNLL file into sentences with IOB2 tags (see the module docstring)."""
+    out = ConllSplit()
+    words, raw_tags, first = [], [], None
+    in_document = False
+
+    def close_sentence():
+        nonlocal words, raw_tags, first
+        if words:
+            try:
+                iob2, repairs = T.to_iob2(raw_tags, scheme, repair=bad_tags == "repair")
+            except T.TagError as err:
+                raise BadInputError(f"{path}:{first + err.position}: {err}") from None
+            out.repairs += repairs
+            out.sentences.append(Sentence(words, iob2, first))
+        words, raw_tags, first = [], [], None
+
+    def close_document():
+        # A -DOCSTART- with no sentence before the next one (or the end): skipped, counted.
+        if in_document and doc_start == len(out.sentences):
+            out.empty_documents += 1
+
+    doc_start = 0
+    lines = read_lines(path, 0, os.path.getsize(path), bad_utf8, first_line=1)
+    for number, line in enumerate(lines, start=1):
+        fields = line.split()
+        if not fields:
+            close_sentence()
+            continue
+        if fields[0] == DOCSTART:
+            close_sentence()
+            close_document()
+            in_document, doc_start = True, len(out.sentences)
+            out.documents += 1
+            continue
+        if out.columns == 0:
+            if len(fields) < 2:
+                raise BadInputError(f"{path}:{number}: {len(fields)} column; expected at least "
+                                    f"2 (word ... tag)")
+            out.columns = len(fields)
+        elif len(fields) != out.columns:
+            raise BadInputError(f"{path}:{number}: {len(fields)} columns, but the file's "
+                                f"first word line has {out.columns} (word ... tag); every "
+                                f"line must have the same columns")
+        if first is None:
+            first = number
+        words.append(fields[0])
+        raw_tags.append(fields[-1])
+    close_sentence()
+    close_document()
+    if not out.sentences:
+        raise BadInputError(f"{path}: no sentences (an empty file, or only -DOCSTART- lines)")
+    return out
+
+
+def word_token_counts(encoder, words, where):
+    """Tokens of each word as the encoder cuts the sentence ``" ".join(words)``.
+
+    Words are encoded one at a time (GPT-2 with the leading space it has inside the
+    sentence); every encoder here cuts a space-joined line into the concatenation of
+    its words' pieces, which :func:`prepare_conll` checks against the binarized line.
+    """
+    counts = []
+    for i, word in enumerate(words):
+        tokens, _, _ = encoder._pieces(word if i == 0 else " " + word)
+        if not tokens:
+            raise BadInputError(f"{where}: word {i + 1} ({word!r}) gives no tokens with the "
+                                f"{type(encoder).__name__}; remove or replace it")
+        counts.append(len(tokens))
+    return counts
+
+
+def split_points(counts, tags, max_tokens, first_count=None):
+    """Word indices where a sentence is cut so that every part has at most
+    ``max_tokens`` tokens: each part as long as fits, cut before a word that does not
+    continue an entity when the part has one. Returns ``[0, ..., len(counts)]``.
+
+    counts: tokens of each word inside the sentence; first_count(k): tokens of word k
+    when it begins a part (GPT-2 cuts a word without its leading space differently).
+    """
+    bounds, start = [0], 0
+    n = len(counts)
+    while start < n:
+        size = counts[start] if start == 0 or first_count is None else first_count(start)
+        if size > max_tokens:
+            raise BadInputError(f"word {start + 1} alone has {size} tokens, more than "
+                                f"--max-tokens {max_tokens}")
+        total, end = size, start + 1
+        while end < n and total + counts[end] <= max_tokens:
+            total += counts[end]
+            end += 1
+        if end < n:
+            clean = [k for k in range(start + 1, end + 1) if not tags[k].startswith("I-")]
+            end = clean[-1] if clean else end
+        bounds.append(end)
+        start = end
+    return bounds
+
+
+def _item_lengths(prefix):
+    """Own token count of each item of a token file (its appended </s> removed); a
+    copy, since the dataset's sizes live in a mapping closed with it."""
+    return _sizes(prefix) - 1
+
+
+def _sizes(prefix):
+    dataset = indexed_dataset.MMapIndexedDataset(prefix)  # alive while its sizes are copied
+    return np.array(dataset.sizes, dtype=np.int64)
+
+
+def _write_items(prefix, items):
+    builder = indexed_dataset.MMapIndexedDatasetBuilder(
+        indexed_dataset.data_file_path(prefix), dtype=LABEL_DTYPE)
+    for item in items:
+        builder.add_item(torch.from_numpy(np.asarray(item, dtype=LABEL_DTYPE)))
+    builder.finalize(indexed_dataset.index_file_path(prefix))
+
+
+def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="repair",
+                  max_tokens=510, workers=1, bad_utf8="error", name=None, command=None):
+    """Write the tagging folder of ``files`` ({split: path}, train first).
+
+    max_tokens: most tokens per item, without the specials the task adds (a model with
+    512 positions and ``<s> ... </s>``: 510). Returns ``{split: items written}``.
+    """
+    encoder = _get_encoder(spec)  # built once per process, shared with binarize_file
+    read = {split: read_conll(path, scheme, bad_tags, bad_utf8) for split, path in files.items()}
+    types = sorted({t[2:] for s in read.values() for x in s.sentences for t in x.tags if t != "O"})
+    names = T.tag_names(types)
+    tag_id = {t: i for i, t in enumerate(names)}
+    raw_dir = os.path.join(out_dir, "raw")
+    for d in (raw_dir, os.path.join(out_dir, WORDS_DIR), os.path.join(out_dir, LABEL_DIR)):
+        os.makedirs(d, exist_ok=True)
+    counts, stats = {}, {}
+    for split, parsed in read.items():
+        path = files[split]
+        items = []  # (words, tags, token counts, source line)
+        splits_made = 0
+        for s in parsed.sentences:
+            where = f"{path}:{s.line}"
+            tok = word_token_counts(encoder, s.words, where)
+            if sum(tok) <= max_tokens:
+                items.append((s.words, s.tags, tok, s.line))
+                continue
+
+            def first_count(k, words=s.words):
+                return word_token_counts(encoder, [words[k]], where)[0]
+
+            try:
+                bounds = split_points(tok, s.tags, max_tokens, first_count)
+            except BadInputError as err:
+                raise BadInputError(f"{where}: {err}") from None
+            splits_made += len(bounds) - 2
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                part_tags, part_tok = list(s.tags[a:b]), list(tok[a:b])
+                if part_tags[0].startswith("I-"):  # a cut inside an entity
+                    part_tags[0] = "B-" + part_tags[0][2:]
+                if a > 0:
+                    part_tok[0] = first_count(a)
+                # one word a line in CoNLL files: word a is on line s.line + a
+                items.append((s.words[a:b], part_tags, part_tok, s.line + a))
+        with open(os.path.join(raw_dir, f"{split}.input0"), "w", encoding="utf-8") as f:
+            f.writelines(" ".join(w) + "\n" for w, _, _, _ in items)
+        with open(os.path.join(raw_dir, f"{split}.label"), "w", encoding="utf-8") as f:
+            f.writelines(" ".join(t) + "\n" for _, t, _, _ in items)
+        with open(os.path.join(raw_dir, f"{split}.source"), "w", encoding="utf-8") as f:
+            f.writelines(f"{line} {len(w)}\n" for w, _, _, line in items)
+        prefix = os.path.join(out_dir, "input0", split)
+        binarize_file(os.path.join(raw_dir, f"{split}.input0"), prefix, spec, dict_path,
+                      workers=workers, bad_utf8="error")
+        lengths = _item_lengths(prefix)
+        with span_index.SpanIndexWriter(os.path.join(out_dir, WORDS_DIR, split)) as w:
+            for i, (_, _, tok, line) in enumerate(items):
+                if sum(tok) != lengths[i]:
+                    raise BadInputError(
+                        f"{path}:{line}: the words give {sum(tok)} tokens one by one but "
+                        f"{lengths[i]} as a sentence ({raw_dir}/{split}.input0 line {i + 1}); "
+                        f"this encoder does not cut space-joined words apart")
+                ends = np.cumsum(tok)
+                w.add(zip((ends - tok).tolist(), ends.tolist()))
+        _write_items(os.path.join(out_dir, LABEL_DIR, split),
+                     ([tag_id[t] for t in tags] for _, tags, _, _ in items))
+        counts[split] = len(items)
+        stats[split] = {"sentences": len(parsed.sentences), "items": len(items),
+                        "split_sentences": splits_made, "documents": parsed.documents,
+                        "empty_documents": parsed.empty_documents,
+                        "repaired_tags": parsed.repairs, "columns": parsed.columns}
+    write_dict(dict_path, os.path.join(out_dir, "input0"))
+    with open(os.path.join(out_dir, LABEL_DIR, TAGS_FILE), "w", encoding="utf-8") as f:
+        f.writelines(t + "\n" for t in names)
+    labels = {"kind": "tags", "scheme": "iob2", "input_scheme": scheme, "bad_tags": bad_tags,
+              "names": names, "types": types, "positive": None, "max_tokens": max_tokens,
+              "stats": stats}
+    provenance.write_record(
+        out_dir, task=name or os.path.basename(os.path.normpath(out_dir)), inputs=1,
+        encoder=provenance.encoder_record(spec, dict_path), labels=labels, rows=counts,
+        source={split: provenance.file_entry(path) for split, path in files.items()},
+        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
+    return counts, stats
+
+
+def read_tag_names(folder):
+    """The tag inventory of a tagging folder (``label/tags.txt``), id order."""
+    with open(os.path.join(folder, LABEL_DIR, TAGS_FILE), encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def is_tagging_folder(folder):
+    return os.path.exists(os.path.join(folder, LABEL_DIR, TAGS_FILE))
+
+
+def check_tagging_folder(folder):
+    """The checks a tagging folder adds to ``span-preprocess check``: word boundaries
+    tile each item's tokens, one tag id per word, every id in ``label/tags.txt``.
+    Returns report lines; raises BadInputError naming the file and 1-based line.
+    """
+    names = read_tag_names(folder)
+    report = []
+    for idx in sorted(glob.glob(os.path.join(folder, "input0", "*.idx"))):
+        split = os.path.basename(idx)[:-len(".idx")]
+        if "." in split:
+            continue  # span files
+        lengths = _item_lengths(os.path.join(folder, "input0", split))
+        wprefix = os.path.join(folder, WORDS_DIR, split)
+        words = span_index.load_spans(wprefix)
+        try:
+            span_index.check_alignment(wprefix, words, lengths)
+        except span_index.SpanAlignmentError as err:
+            raise BadInputError(str(err)) from None
+        wsizes = np.asarray(words.sizes) // 2
+        flat = np.fromfile(indexed_dataset.data_file_path(wprefix), dtype=span_index.SPAN_DTYPE)
+        # Sorted, non-overlapping and inside the item (checked above): they tile the
+        # item's tokens iff their widths add up to its length.
+        owner = np.repeat(np.arange(len(wsizes)), wsizes)
+        covered = np.bincount(owner, weights=flat[1::2] - flat[0::2], minlength=len(wsizes))
+        bad = np.flatnonzero(covered != lengths)
+        if bad.size:
+            i = int(bad[0])
+            raise BadInputError(f"{indexed_dataset.data_file_path(wprefix)}: line {i + 1}: its "
+                                f"words cover {int(covered[i])} of {lengths[i]} tokens; "
+                                f"rebuild the folder")
+        lprefix = os.path.join(folder, LABEL_DIR, split)
+        lsizes = _sizes(lprefix)
+        bad = np.flatnonzero(lsizes != wsizes)
+        if bad.size:
+            i = int(bad[0])
+            raise BadInputError(f"{indexed_dataset.data_file_path(lprefix)}: line {i + 1} has "
+                                f"{lsizes[i]} tags for {wsizes[i]} words")
+        ids = np.fromfile(indexed_dataset.data_file_path(lprefix), dtype=LABEL_DTYPE)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(names)):
+            raise BadInputError(f"{indexed_dataset.data_file_path(lprefix)}: tag ids outside "
+                                f"label/{TAGS_FILE} ({len(names)} tags)")
+        report.append(f"{wprefix}: {int(wsizes.sum())} words, tags ok")
+    return report

@@ -1,0 +1,127 @@
+"""recipes/ner/conll2003.sh end to end on real CoNLL-2003 rows (both tasks, fairseq-train,
+CoNLL prediction files scored by seqeval), the hub's predict_entities, the hydra twin."""
+
+import json
+import shlex
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import DATA, GPT2_BPE, ROOT, TINY_ROBERTA, run_cli
+
+RECIPE = ROOT / "recipes" / "ner" / "conll2003.sh"
+HYDRA = ROOT / "recipes" / "hydra" / "conll2003.yaml"
+
+
+def sentences(path, n):
+    """The first n sentences of a CoNLL file (with its -DOCSTART- lines)."""
+    out, count = [], 0
+    for line in open(path, encoding="utf-8"):
+        out.append(line)
+        if not line.strip() and out[-2:-1] and out[-2].strip() and not out[-2].startswith("-DOCSTART-"):
+            count += 1
+            if count == n:
+                break
+    return "".join(out)
+
+
+@pytest.fixture(scope="module")
+def conll_dir(tmp_path_factory):
+    """A few dozen real sentences per split, and their tagging folder ``bin/`` (made
+    here, in-process, as `span-preprocess conll` makes it: a process less per run)."""
+    from span_plugin.preprocess.conll import prepare_conll
+    from span_plugin.preprocess.encoders import EncoderSpec
+
+    root = tmp_path_factory.mktemp("conll")
+    files = {}
+    for split, n in (("train", 48), ("valid", 24), ("test", 24)):
+        files[split] = root / f"{split}.txt"
+        files[split].write_text(sentences(DATA / "conll2003" / f"{split}.txt", n))
+    spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
+                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
+    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
+                  str(GPT2_BPE / "dict.txt"), name="conll2003")
+    return root
+
+
+def recipe_env(conll_dir, tmp_path, **extra):
+    return {"CONLL_DIR": str(conll_dir), "BPE_DIR": str(GPT2_BPE), "WORKERS": "1",
+            "DATA_DIR": str(conll_dir / "bin"), "OUT_DIR": str(tmp_path / "run"),
+            "LR": "1e-3", "BATCH_SIZE": "8", **extra}
+
+
+def conll_columns(path):
+    """(gold, predicted) tag sequences of a CoNLL prediction file, by sentence."""
+    gold, pred, g, p = [], [], [], []
+    for line in open(path, encoding="utf-8").read().splitlines() + [""]:
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if g:
+                gold.append(g)
+                pred.append(p)
+            g, p = [], []
+            continue
+        g.append(fields[-2])
+        p.append(fields[-1])
+    return gold, pred
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", ["sf", "span"])
+def test_recipe_smoke_run_scores_like_seqeval(head, conll_dir, tmp_path):
+    seqeval = pytest.importorskip("seqeval.metrics")
+    run_cli("bash", RECIPE, "--cpu", "--max-update", "4", "--log-interval", "1",
+            "--num-workers", "0", *TINY_ROBERTA,
+            env=recipe_env(conll_dir, tmp_path, HEAD=head, MAX_SPAN_WORDS="4"))
+    out = tmp_path / "run"
+    assert (out / "checkpoints" / "checkpoint_best.pt").is_file()
+    assert any((out / "tensorboard").iterdir())
+    results = json.loads((out / "results.json").read_text())["dev"]
+    for split, n in (("valid", 24), ("test", 24)):
+        gold, pred = conll_columns(out / "predictions" / f"{split}.conll")
+        assert len(gold) == n
+        assert results[split]["f1"] == round(100 * seqeval.f1_score(gold, pred), 2)
+        assert results[split]["precision"] == round(100 * seqeval.precision_score(gold, pred), 2)
+    # Every source line is kept; word lines get one more column.
+    source = (conll_dir / "test.txt").read_text().splitlines()
+    written = (out / "predictions" / "test.conll").read_text().splitlines()
+    assert [w.rsplit(" ", 1)[0] if s.strip() and not s.startswith("-DOCSTART-") else w
+            for s, w in zip(source, written)] == source
+
+    from span_plugin.hub import SpanHubInterface
+
+    hub = SpanHubInterface.from_pretrained(out / "checkpoints" / "checkpoint_best.pt")
+    text = "EU rejects German call to boycott British lamb, says Peter Blackburn of the U.S."
+    for e in hub.predict_entities(text):
+        assert text[e["start"]:e["end"]] == e["text"]
+        assert e["type"] in ("LOC", "MISC", "ORG", "PER")
+    assert hub.predict_entities("") == []
+
+
+def test_recipe_refuses_bad_settings(tmp_path):
+    env = {"CONLL_DIR": str(tmp_path), "BPE_DIR": str(GPT2_BPE), "OUT_DIR": str(tmp_path / "r"),
+           "DATA_DIR": str(tmp_path / "bin")}
+    proc = run_cli("bash", RECIPE, "--cpu", env=dict(env, HEAD="crf"), check=False)
+    assert proc.returncode == 2 and "HEAD=crf: expected token, sf or span" in proc.stdout
+    proc = run_cli("bash", RECIPE, "--cpu", env=env, check=False)
+    assert proc.returncode == 2 and f"{tmp_path}/train.txt not found" in proc.stdout
+
+
+def test_hydra_twin_has_the_recipe_defaults():
+    cfg = OmegaConf.load(HYDRA)
+    recipe = RECIPE.read_text()
+
+    def default(name):
+        line = next(x for x in recipe.splitlines() if x.startswith(f"{name}=${{{name}:-"))
+        return shlex.split(line.split(":-", 1)[1].rstrip("}"))[0]
+
+    assert cfg.task._name == cfg.criterion._name == "span_tagging"
+    assert cfg.task.tagging_head == default("HEAD")
+    assert cfg.optimization.lr[0] == float(default("LR"))
+    assert cfg.dataset.batch_size == int(default("BATCH_SIZE"))
+    assert cfg.optimization.max_epoch == int(default("EPOCHS"))
+    updates = (14042 + cfg.dataset.batch_size - 1) // cfg.dataset.batch_size * cfg.optimization.max_epoch
+    assert cfg.optimization.max_update == cfg.lr_scheduler.total_num_update == updates
+    assert cfg.lr_scheduler.warmup_updates == round(float(default("WARMUP")) * updates)
+    assert cfg.model._name == "roberta_tagging"
+    assert cfg.checkpoint.best_checkpoint_metric == "f1"
