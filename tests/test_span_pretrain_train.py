@@ -126,3 +126,34 @@ def test_blocks_longer_than_the_positions_and_foreign_checkpoints_are_refused(tm
     # A plain RoBERTa state (no SBO head) loads; the head keeps its fresh weights.
     plain = {k: v for k, v in model.state_dict().items() if "span_boundary" not in k}
     model.load_state_dict(plain)
+
+
+def test_model_projects_both_objectives_as_fairseqs_lm_head_and_the_sbo_head_do(tmp_path):
+    """The model's one shared output projection (its fast path) gives the logits of
+    fairseq's RobertaLMHead and of SpanBoundaryHead.forward, with the same gradients."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dict.txt").write_bytes((GPT2_BPE / "dict.txt").read_bytes())
+    (data / "encoder.json").write_bytes((GPT2_BPE / "encoder.json").read_bytes())
+    model = _model(data, "--tokens-per-sample", "32").double().eval()
+    torch.manual_seed(0)
+    tokens = torch.randint(4, 1000, (2, 20))
+    tokens[:, 0] = 0
+    mask = torch.zeros(2, 20, dtype=torch.bool)
+    mask[0, 3:6] = mask[0, 9] = mask[1, 2:8] = True
+
+    def grads(loss):
+        model.zero_grad()
+        loss.backward()
+        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    mlm, extra = model(tokens, masked_tokens=mask, span_boundary=True)
+    fast = grads(mlm.sum() + (extra["sbo_logits"] ** 2).sum())
+    x, _ = model.encoder.extract_features(tokens)
+    ref_mlm = model.encoder.output_layer(x, masked_tokens=mask)
+    ref_sbo = model.classification_heads["span_boundary"](x, mask, model.encoder.lm_head.weight)
+    assert torch.allclose(mlm, ref_mlm, atol=1e-10) and torch.allclose(extra["sbo_logits"], ref_sbo, atol=1e-10)
+    slow = grads(ref_mlm.sum() + (ref_sbo ** 2).sum())
+    assert fast.keys() == slow.keys()
+    for k in fast:
+        assert torch.allclose(fast[k], slow[k], atol=1e-9), k

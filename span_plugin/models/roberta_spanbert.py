@@ -11,6 +11,9 @@ pre-trained checkpoint fine-tunes with no conversion. See docs/PRETRAIN.md.
 
 import logging
 
+import torch
+import torch.nn.functional as F
+
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import (
     RobertaModel,
@@ -87,10 +90,16 @@ class RobertaSpanBertModel(RobertaModel):
         if masked_tokens is None:
             raise ValueError("span_boundary=True needs masked_tokens (bool [B, T])")
         x, extra = self.encoder.extract_features(src_tokens, return_all_hiddens=return_all_hiddens)
-        logits = self.encoder.output_layer(x, masked_tokens=masked_tokens)
-        extra["sbo_logits"] = self.classification_heads[SBO_HEAD](
-            x, masked_tokens, self.encoder.lm_head.weight)
-        return logits, extra
+        lm, sbo = self.encoder.lm_head, self.classification_heads[SBO_HEAD]
+        # RobertaLMHead.forward up to its output projection, then one projection onto
+        # the tied embeddings for both objectives: one [2N, D] x [D, V] product and one
+        # [V, D] weight gradient instead of two of each (the projection is most of the
+        # heads' cost).
+        mlm_hidden = lm.layer_norm(lm.activation_fn(lm.dense(x[masked_tokens])))
+        both = F.linear(torch.cat([mlm_hidden, sbo.masked_hidden(x, masked_tokens)]), lm.weight)
+        n = mlm_hidden.size(0)
+        extra["sbo_logits"] = both[n:] + sbo.bias
+        return both[:n] + lm.bias, extra
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Refuse a checkpoint of another vocabulary or fewer positions (with a message

@@ -92,6 +92,10 @@ class SpanBoundaryHead(nn.Module):
             logits ``[N, V]`` for the masked tokens in row-major order (the order of
             ``features[mask]`` and of fairseq's LM head with ``masked_tokens``).
         """
+        return F.linear(self.masked_hidden(features, mask), output_weight) + self.bias
+
+    def masked_hidden(self, features, mask):
+        """``[N, D]`` (h2 above) for the masked tokens of ``mask`` (bool ``[B, T]``), in
+        row-major order; ``forward`` without the output projection."""
         batch, position, left, right = masked_runs(mask)
-        h = self.hidden(features, batch, left, right, position - left)
-        return F.linear(h, output_weight) + self.bias
+        return self.hidden(features, batch, left, right, position - left)
