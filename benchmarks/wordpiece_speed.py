@@ -85,8 +85,11 @@ def main():
                                           tmp / k / "train", "--workers", a.workers, *args]))
             from fairseq.data import indexed_dataset
 
-            ntok = {k: int(indexed_dataset.MMapIndexedDataset(str(tmp / k / "train")).sizes.sum()
-                           - lines) for k in commands}
+            # Keep each dataset alive while its sizes are read: they are a view of its
+            # memory map, which closes with the object.
+            datasets = {k: indexed_dataset.MMapIndexedDataset(str(tmp / k / "train")) for k in commands}
+            ntok = {k: int(d.sizes.sum()) - lines for k, d in datasets.items()}
+            del datasets
             med = {k: statistics.median(v) for k, v in runs.items()}
             ratio = med["wordpiece"] / med["gpt2"]
             print(f"| {name} | {lines:,} | {ntok['gpt2']:,} | {ntok['wordpiece']:,} | "
