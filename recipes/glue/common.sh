@@ -45,13 +45,8 @@ set -euo pipefail
 
 RECIPES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$RECIPES/../.." && pwd)
-# Use the project's environment when it is not already active.
-if ! command -v fairseq-train >/dev/null && [ -x "$ROOT/.venv/bin/fairseq-train" ]; then
-    PATH="$ROOT/.venv/bin:$PATH"
-fi
-
 RECIPE_NAME=${RECIPE_NAME:-recipes/glue/$TASK.sh}
-die() { echo "$RECIPE_NAME: $*" >&2; exit 2; }
+source "$RECIPES/../lib.sh"
 
 GLUE_DIR=${GLUE_DIR:-glue_data}
 HEAD=${HEAD:-span}
@@ -71,38 +66,16 @@ POSITIVE_LABEL=${POSITIVE_LABEL:-}
 TEST_FOLDER=${TEST_FOLDER:-glue_test}  # where test predictions go, under OUT_DIR
 EPOCHS=${EPOCHS:-10}
 
-# --cpu among the extra arguments means no GPU, whatever is visible.
-case " $* " in
-    *" --cpu "*) NUM_GPUS=0 ;;
-    *) NUM_GPUS=${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")} ;;
-esac
+count_gpus "$@"
 
 # ---- check the inputs before spending any time -------------------------------------
-command -v fairseq-train >/dev/null || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
 case "$HEAD" in span|plain) ;; *) die "HEAD=$HEAD: expected span or plain" ;; esac
-[ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] \
-    || die "ROBERTA_PATH=$ROBERTA_PATH does not exist (give roberta.base/model.pt, or leave it empty to train from scratch)"
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
+use_pretrained_encoder
 if [ -n "$MODEL_DIR" ]; then
-    [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
-    for f in model.pt dict.txt; do
-        [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert'"
-    done
-    [ -f "$MODEL_DIR/tokenizer.json" ] || [ -f "$MODEL_DIR/vocab.txt" ] \
-        || die "$MODEL_DIR has no tokenizer.json or vocab.txt"
-    PRETRAINED=$MODEL_DIR/model.pt
-    SRCDICT=$MODEL_DIR/dict.txt
-    encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
-    # The encoder's sizes come from the checkpoint, never typed by hand.
-    sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED"
-    read -r -a size_args <<< "$sizes"
     layout_args=(--init-token 0)  # BERT: [CLS] A [SEP] B [SEP], one separator
     default_arch=$([ "$HEAD" = span ] && echo roberta_span || echo roberta)
 else
-    PRETRAINED=$ROBERTA_PATH
-    SRCDICT=$BPE_DIR/dict.txt
-    encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
-    size_args=()
     layout_args=(--init-token 0 --separator-token 2)  # RoBERTa: <s> A </s> </s> B </s>
     default_arch=$([ "$HEAD" = span ] && echo roberta_span_base || echo roberta_base)
 fi
@@ -196,28 +169,13 @@ if [ -n "$POSITIVE_LABEL" ]; then args+=(--positive-label "$POSITIVE_LABEL"); fi
 if [ "$REGRESSION" = 1 ]; then args+=(--regression-target); fi
 # First launch starts from the pretrained weights; a relaunch resumes checkpoint_last.pt.
 if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
-if [ "$NUM_GPUS" -ge 1 ]; then
-    args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
-fi
 
 # MNLI validates on matched (valid, which picks the best checkpoint) and mismatched.
 VALID_SUBSETS=valid
 if [ -f "$DATA_DIR/input0/valid1.idx" ]; then VALID_SUBSETS=valid,valid1; fi
 args+=(--valid-subset "$VALID_SUBSETS")
 
-mkdir -p "$OUT_DIR"
-# A relaunch resumes from checkpoint_last.pt; if that file is damaged, the newest intact
-# checkpoint takes its place first (stale *.tmp files of a killed save are removed).
-if [ -d "$OUT_DIR/checkpoints" ]; then
-    python -m span_plugin.checkpoints resume "$OUT_DIR/checkpoints" \
-        || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
-fi
-if [ "$NUM_GPUS" -gt 1 ]; then
-    torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
-        "${args[@]}" --distributed-world-size "$NUM_GPUS" "$@"
-else
-    fairseq-train "${args[@]}" "$@"
-fi
+train_resumably "${args[@]}" "$@"
 
 # ---- dev result of the best checkpoint, and GLUE test predictions ----------------------
 best="$OUT_DIR/checkpoints/checkpoint_best.pt"

@@ -35,10 +35,7 @@
 set -euo pipefail
 RECIPE_NAME=recipes/ner/conll2003.sh
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-if ! command -v fairseq-train >/dev/null && [ -x "$ROOT/.venv/bin/fairseq-train" ]; then
-    PATH="$ROOT/.venv/bin:$PATH"
-fi
-die() { echo "$RECIPE_NAME: $*" >&2; exit 2; }
+source "$ROOT/recipes/lib.sh"
 
 CONLL_DIR=${CONLL_DIR:-conll2003}
 TAG_SCHEME=${TAG_SCHEME:-iob2}
@@ -56,37 +53,17 @@ BATCH_SIZE=${BATCH_SIZE:-32}
 EPOCHS=${EPOCHS:-5}
 WARMUP=${WARMUP:-0.06}
 WORKERS=${WORKERS:-$(nproc)}
-case " $* " in
-    *" --cpu "*) NUM_GPUS=0 ;;
-    *) NUM_GPUS=${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")} ;;
-esac
+count_gpus "$@"
 
 # ---- check the inputs before spending any time -------------------------------------
-command -v fairseq-train >/dev/null || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
 case "$HEAD" in
     token|sf) TASK_NAME=span_tagging; head_args=(--tagging-head "$HEAD") ;;
     span) TASK_NAME=span_labeling
           head_args=(--max-span-words "$MAX_SPAN_WORDS" --negative-sampling "$NEGATIVE_SAMPLING") ;;
     *) die "HEAD=$HEAD: expected token, sf or span" ;;
 esac
-[ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] || die "ROBERTA_PATH=$ROBERTA_PATH does not exist"
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
-if [ -n "$MODEL_DIR" ]; then
-    [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
-    for f in model.pt dict.txt; do
-        [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert'"
-    done
-    PRETRAINED=$MODEL_DIR/model.pt
-    SRCDICT=$MODEL_DIR/dict.txt
-    encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
-    sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED"
-    read -r -a size_args <<< "$sizes"
-else
-    PRETRAINED=$ROBERTA_PATH
-    SRCDICT=$BPE_DIR/dict.txt
-    encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
-    size_args=()
-fi
+use_pretrained_encoder
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 seg_suffix=$([ "$SEGMENTATION" = greedy ] || echo "-$SEGMENTATION")
 DATA_DIR=${DATA_DIR:-data-bin/${prefix}conll2003$seg_suffix}
@@ -134,18 +111,7 @@ args=(
     --find-unused-parameters  # RoBERTa's LM head is not used
 )
 if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
-if [ "$NUM_GPUS" -ge 1 ]; then args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128); fi
-mkdir -p "$OUT_DIR"
-if [ -d "$OUT_DIR/checkpoints" ]; then
-    python -m span_plugin.checkpoints resume "$OUT_DIR/checkpoints" \
-        || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
-fi
-if [ "$NUM_GPUS" -gt 1 ]; then
-    torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
-        "${args[@]}" --distributed-world-size "$NUM_GPUS" "$@"
-else
-    fairseq-train "${args[@]}" "$@"
-fi
+train_resumably "${args[@]}" "$@"
 
 # ---- dev and test results of the best checkpoint, CoNLL prediction files ---------------
 python -m span_plugin.ner_predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \

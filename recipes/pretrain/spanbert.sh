@@ -36,10 +36,8 @@ set -euo pipefail
 
 RECIPES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$RECIPES/../.." && pwd)
-if ! command -v fairseq-train >/dev/null && [ -x "$ROOT/.venv/bin/fairseq-train" ]; then
-    PATH="$ROOT/.venv/bin:$PATH"
-fi
-die() { echo "recipes/pretrain/spanbert.sh: $*" >&2; exit 2; }
+RECIPE_NAME=recipes/pretrain/spanbert.sh
+source "$ROOT/recipes/lib.sh"
 
 TRAIN_TEXT=${TRAIN_TEXT:-}
 VALID_TEXT=${VALID_TEXT:-}
@@ -60,13 +58,9 @@ SBO_WEIGHT=${SBO_WEIGHT:-1.0}
 SEED=${SEED:-1}
 WORKERS=${WORKERS:-$(nproc)}
 
-case " $* " in
-    *" --cpu "*) NUM_GPUS=0 ;;
-    *) NUM_GPUS=${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")} ;;
-esac
+count_gpus "$@"
 
 # ---- check the inputs before spending any time -------------------------------------
-command -v fairseq-train >/dev/null || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
 [ -n "$TRAIN_TEXT" ] && [ -n "$VALID_TEXT" ] || die "set TRAIN_TEXT and VALID_TEXT (raw text files, one paragraph a line)"
 for f in "$TRAIN_TEXT" "$VALID_TEXT"; do
     [ -f "$f" ] || die "$f does not exist"
@@ -74,26 +68,13 @@ for f in "$TRAIN_TEXT" "$VALID_TEXT"; do
 done
 case "$SPAN_MASKING" in geometric|ngram) ;; *) die "SPAN_MASKING=$SPAN_MASKING: expected geometric or ngram" ;; esac
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
-[ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] || die "ROBERTA_PATH=$ROBERTA_PATH does not exist"
+use_pretrained_encoder
 if [ -n "$MODEL_DIR" ]; then
-    [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
-    for f in model.pt dict.txt; do
-        [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert'"
-    done
-    PRETRAINED=$MODEL_DIR/model.pt
-    SRCDICT=$MODEL_DIR/dict.txt
-    encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
-    sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED"
-    read -r -a size_args <<< "$sizes"
     default_arch=roberta_spanbert
 else
-    PRETRAINED=$ROBERTA_PATH
-    SRCDICT=$BPE_DIR/dict.txt
     for f in encoder.json vocab.bpe dict.txt; do
         [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
     done
-    encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
-    size_args=()
     default_arch=roberta_spanbert_base
 fi
 ARCH=${ARCH:-$default_arch}
@@ -146,22 +127,10 @@ args=(
 # First launch starts from the pretrained weights (fresh SBO head, optimizer, schedule);
 # a relaunch resumes checkpoint_last.pt.
 if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
-if [ "$NUM_GPUS" -ge 1 ]; then
-    args+=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
-fi
 
 mkdir -p "$OUT_DIR"
-if [ -d "$OUT_DIR/checkpoints" ]; then
-    python -m span_plugin.checkpoints resume "$OUT_DIR/checkpoints" \
-        || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
-fi
 # The log is kept: results.json comes from its validations.
-if [ "$NUM_GPUS" -gt 1 ]; then
-    torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
-        "${args[@]}" --distributed-world-size "$NUM_GPUS" "$@" 2>&1 | tee -a "$OUT_DIR/train.log"
-else
-    fairseq-train "${args[@]}" "$@" 2>&1 | tee -a "$OUT_DIR/train.log"
-fi
+train_resumably "${args[@]}" "$@" 2>&1 | tee -a "$OUT_DIR/train.log"
 
 # ---- results: the last validation of this run and the best loss so far -----------------
 best="$OUT_DIR/checkpoints/checkpoint_best.pt"
