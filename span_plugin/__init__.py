@@ -18,3 +18,5 @@ from .models import roberta_span, roberta_tagging  # noqa: E402,F401
 from .tasks import span_classification, span_tagging  # noqa: E402,F401
 from .models import roberta_spanbert  # noqa: E402,F401
 from .tasks import spanbert_masked_lm  # noqa: E402,F401
+from .models import roberta_span_pair  # noqa: E402,F401
+from .tasks import span_pair_classification  # noqa: E402,F401

@@ -3,3 +3,4 @@
 
 from . import ner, span_classification  # noqa: F401
 from . import spanbert_masked_lm  # noqa: F401
+from . import span_pair_classification  # noqa: F401

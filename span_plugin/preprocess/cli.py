@@ -1,6 +1,6 @@
 """``span-preprocess``: thin command line over span_plugin.preprocess (docs/PREPROCESS.md).
 
-Subcommands: ngrams, glue, table, conll, binarize, check, stats, encode.
+Subcommands: ngrams, glue, table, pairs, align-pairs, conll, binarize, check, stats, encode.
 """
 
 import argparse
@@ -105,6 +105,29 @@ def cmd_table(a):
                            drop_labels=a.drop_labels or (), bad_rows=a.bad_rows,
                            bad_utf8=a.bad_utf8, workers=a.workers, command=_command())
     print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+
+
+def cmd_pairs(a):
+    from .pairs import prepare_pairs
+
+    spec = _spec(a)
+    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
+    counts, pairs = prepare_pairs(a.out, files, spec, a.srcdict, text_columns=a.text_columns,
+                                  label_column=a.label_column, phrases_key=a.phrases_key,
+                                  phrase_labels=a.phrase_labels, name=a.name,
+                                  positive=a.positive_label, bad_utf8=a.bad_utf8,
+                                  workers=a.workers, command=_command())
+    print(f"{a.out}: " + ", ".join(f"{s} {n} rows, {pairs[s]} phrase pairs"
+                                   for s, n in counts.items()))
+
+
+def cmd_align_pairs(a):
+    from .align import align_file
+
+    stats = align_file(a.input, a.out, source=a.source, ngrams=a.ngrams,
+                       random_ratio=a.random_sentence_ratio, seed=a.seed,
+                       require_overlap=a.require_overlap, min_score=a.min_score)
+    print(stats.report())
 
 
 def cmd_conll(a):
@@ -236,6 +259,37 @@ def build_parser():
                    "empty value): stop naming file and line, or leave them out")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_table)
+
+    q = sub.add_parser("pairs", help="build a span-pair folder (span_pair_classification) "
+                       "from JSON Lines sentence pairs with phrase pairs (docs/SPAN_PAIRS.md)")
+    q.add_argument("--out", required=True, help="task folder to write")
+    q.add_argument("--train", help="training file (.jsonl)")
+    q.add_argument("--valid", help="validation file (.jsonl)")
+    q.add_argument("--test", help="test file (.jsonl)")
+    q.add_argument("--text-columns", nargs=2, default=["sentence1", "sentence2"],
+                   metavar="KEY", help="the two text keys")
+    q.add_argument("--label-column", help="sentence label key (default: no sentence labels)")
+    q.add_argument("--phrases-key", default="phrases", help="key of the phrase pair list")
+    q.add_argument("--phrase-labels", nargs="+", default=["paraphrase", "random", "in-paraphrase"],
+                   metavar="LABEL", help="the declared phrase labels (ids in this order)")
+    q.add_argument("--positive-label", help="the sentence class F1 counts as positive")
+    q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_pairs)
+
+    q = sub.add_parser("align-pairs", help="weak aligner: phrase pairs from paraphrase "
+                       "sentence pairs (MRPC label 1, STS-B score >= 4) -> JSON Lines")
+    q.add_argument("--input", required=True, help="GLUE MRPC or STS-B train.tsv")
+    q.add_argument("--source", choices=("auto", "mrpc", "stsb"), default="auto")
+    q.add_argument("--out", required=True, help="JSON Lines file to write")
+    q.add_argument("--ngrams", help="n-gram dictionary of gpt2 words (default: packaged)")
+    q.add_argument("--random-sentence-ratio", type=float, default=0.5,
+                   help="random partners (sentence label 0, no phrase pairs) per paraphrase pair")
+    q.add_argument("--min-score", type=float, default=4.0, help="STS-B: lowest score kept")
+    q.add_argument("--require-overlap", action="store_true",
+                   help="in-paraphrase negatives must share a word with the source phrase")
+    q.add_argument("--seed", type=int, default=1)
+    q.set_defaults(func=cmd_align_pairs)
 
     q = sub.add_parser("conll", help="build a tagging folder (span_tagging, span_labeling) "
                        "from CoNLL files: word ... tag columns, blank lines between sentences")

@@ -1,0 +1,325 @@
+"""Sentence pairs with aligned phrase pairs (JSON Lines) -> a span-pair task folder.
+
+Input, one JSON object a line (read by the same reader as ``span-preprocess table``)::
+
+    {"sentence1": "Amrozi accused his brother", "sentence2": "Amrozi blamed his brother",
+     "label": "1",
+     "phrases": [{"source": [7, 14], "target": [7, 13], "label": "paraphrase"}]}
+
+- the two text keys (``--text-columns``, default ``sentence1 sentence2``);
+- an optional sentence label (``--label-column``; left out: no sentence labels);
+- ``phrases`` (``--phrases-key``): a list, possibly empty, of phrase pairs, each
+  ``source`` (a character range ``[start, end)`` of the first text, end exclusive, in
+  Python ``str`` indices of the text as written), ``target`` (the same in the second
+  text) and ``label`` (one of the declared phrase labels).
+
+A range must hold whole tokens of the sentence's own encoder: empty, outside the text,
+starting or ending inside a token's characters (a token's leading space is outside it)
+is an error ``FILE:LINE: ...``.
+
+Output: the folder ``span-preprocess table`` writes (tokens, n-gram spans, sentence
+labels, data record), plus::
+
+    out/input0/{split}.phrases.spans.{bin,idx} item i: phrase pair sources of line i, as flat
+                                           (start, end) offsets in that sentence's own
+                                           tokens (the span-file format, docs/DATA.md;
+                                           overlapping and nested spans allowed)
+    out/input1/{split}.phrases.spans.{bin,idx} the targets, pair j of input0 <-> pair j here
+    out/phrase_label/{split}.{bin,idx}     item i: one label id per phrase pair (int32)
+    out/phrase_label/labels.txt            the declared labels, one a line, id = line - 1
+
+The phrase files are written before the data record, so the record hashes them too.
+"""
+
+import bisect
+import json
+import os
+
+import numpy as np
+import torch
+from fairseq.data import indexed_dataset
+
+from ..data import span_index
+from . import words as W
+from .binarize import BadInputError, _get_encoder, read_lines
+from .folder import SplitRows, write_task_folder
+from .table import _BadRow, _check_label, _jsonl_rows, _value
+
+PHRASE_SUFFIX = ".phrases.spans"  # ends in .spans: `span-preprocess check` reads it as a span file, not tokens
+PHRASE_LABEL_DIR = "phrase_label"
+PHRASE_LABELS_FILE = "labels.txt"
+DEFAULT_PHRASE_LABELS = ("paraphrase", "random", "in-paraphrase")
+LABEL_DTYPE = np.int32
+
+
+def phrase_prefix(token_prefix):
+    """``DATA/input0/train`` -> ``DATA/input0/train.phrases.spans``."""
+    return token_prefix + PHRASE_SUFFIX
+
+
+# ----------------------------------------------------------------------------------
+# Character offsets of each token
+
+
+def _gpt2_offsets(enc, text):
+    """Per token ``(char_start, char_end)`` of its content (leading whitespace left
+    out; a whitespace-only token is the empty range at its end)."""
+    out, pos = [], 0
+    for pt in W.PRETOKEN_RE.findall(text):
+        char_of_byte = []
+        for k, ch in enumerate(pt):
+            char_of_byte += [k] * len(ch.encode("utf-8"))
+        byte = 0
+        for t in enc.pretoken_tokens(pt):
+            n = len(enc.decoder[int(t)])  # one mapped character per byte
+            lo, hi = char_of_byte[byte], char_of_byte[byte + n - 1] + 1
+            out.append((pos + lo, pos + hi))
+            byte += n
+        pos += len(pt)
+    return _skip_leading_space(text, out)
+
+
+def _skip_leading_space(text, offsets):
+    fixed = []
+    for lo, hi in offsets:
+        while lo < hi and text[lo].isspace():
+            lo += 1
+        fixed.append((lo, hi))
+    return fixed
+
+
+def _wordpiece_offsets(enc, text):
+    e = enc.tokenizer.encode(text, add_special_tokens=False)
+    return _skip_leading_space(text, [tuple(o) for o in e.offsets])
+
+
+def _word_offsets(enc, text, surface):
+    """Encoders that encode word by word (sentencepiece, fastBPE): a token's range is
+    its surface text inside its word when the surfaces spell the word, else the whole
+    word (only word boundaries are then addressable)."""
+    tokens, starts, _ = enc._pieces(text)
+    words = [(m.start(), m.end()) for m in W._WORD_RE.finditer(text) if m.end() > m.start()]
+    if len(words) != len(starts):
+        raise ValueError(f"{len(words)} words but the encoder gave {len(starts)}: {text[:80]!r}")
+    bounds = starts + [len(tokens)]
+    out = []
+    for (ws, we), a, b in zip(words, bounds, bounds[1:]):
+        lens = [len(surface(t)) for t in tokens[a:b]]
+        if sum(lens) == we - ws:
+            pos = ws
+            for n in lens:
+                out.append((pos, pos + n))
+                pos += n
+        else:
+            out += [(ws, we)] * (b - a)
+    return out
+
+
+def token_char_offsets(enc, text):
+    """``(tokens, offsets)`` of ``text`` (already stripped): ``offsets[i]`` is the
+    character range of token i's content, as :func:`ranges_to_tokens` reads it."""
+    tokens, _ = enc.encode(text)
+    kind = type(enc).__name__
+    if kind == "GPT2SpanEncoder":
+        offsets = _gpt2_offsets(enc, text)
+    elif kind == "WordPieceSpanEncoder":
+        offsets = _wordpiece_offsets(enc, text)
+    elif kind == "SentencePieceSpanEncoder":
+        offsets = _word_offsets(enc, text, lambda t: t.lstrip("\u2581"))
+    elif kind == "FastBPESpanEncoder":
+        offsets = _word_offsets(enc, text, lambda t: t[:-2] if t.endswith("@@") else t)
+    else:
+        raise ValueError(f"no character offsets for encoder {kind}")
+    if len(offsets) != len(tokens):
+        raise ValueError(f"{kind}: {len(offsets)} offsets for {len(tokens)} tokens in {text[:80]!r}")
+    return tokens, offsets
+
+
+class _BadRange(Exception):
+    pass
+
+
+def range_to_tokens(offsets, starts, ends, text, lo, hi):
+    """Character range ``[lo, hi)`` -> token range ``(first, last + 1)``.
+
+    offsets: per-token content ranges; starts/ends: their starts and ends as lists
+    (for bisect). Raises _BadRange saying what is wrong.
+    """
+    if not text:
+        raise _BadRange("phrase on an empty sentence")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
+        raise _BadRange(f"range {[lo, hi]} is not two integers")
+    if lo >= hi:
+        raise _BadRange(f"range {[lo, hi]} is empty")
+    if lo < 0 or hi > len(text):
+        raise _BadRange(f"range {[lo, hi]} is outside the sentence (length {len(text)})")
+    first = bisect.bisect_left(ends, lo + 1)  # first token ending after lo
+    last = bisect.bisect_right(starts, hi - 1) - 1  # last token starting before hi
+    if first < len(offsets) and offsets[first][0] < lo < offsets[first][1]:
+        raise _BadRange(f"range {[lo, hi]} starts inside token {first} (characters "
+                        f"{list(offsets[first])}: {text[offsets[first][0]:offsets[first][1]]!r})")
+    if last >= 0 and offsets[last][0] < hi < offsets[last][1]:
+        raise _BadRange(f"range {[lo, hi]} ends inside token {last} (characters "
+                        f"{list(offsets[last])}: {text[offsets[last][0]:offsets[last][1]]!r})")
+    # Whitespace-only tokens (empty content) hold no phrase characters.
+    while first <= last and offsets[first][0] == offsets[first][1]:
+        first += 1
+    if first > last:
+        raise _BadRange(f"range {[lo, hi]} ({text[lo:hi]!r}) holds no token")
+    return first, last + 1
+
+
+# ----------------------------------------------------------------------------------
+# Reading
+
+
+def read_pairs(path, enc, text_columns=("sentence1", "sentence2"), label_column=None,
+               phrases_key="phrases", phrase_labels=DEFAULT_PHRASE_LABELS,
+               bad_utf8="error"):
+    """Read one JSON Lines file (whatever its name) into :class:`SplitRows` with
+    ``phrases[i]`` (list of ((s0, e0), (s1, e1), label id), token offsets) and
+    ``token_counts[i]`` (the two sentences' token counts). Every bad row is an error
+    ``FILE:LINE: why``; there is no skipping of bad rows."""
+    if len(text_columns) != 2:
+        raise ValueError(f"give two text columns, got {list(text_columns)}")
+    label_id = {name: i for i, name in enumerate(phrase_labels)}
+    lines = read_lines(path, 0, os.path.getsize(path), bad_utf8, first_line=1)
+    out = SplitRows(inputs=[[], []], labels=[] if label_column is not None else None)
+    out.phrases, out.token_counts = [], []
+    items = list(_jsonl_rows(path, lines))
+    items.pop()  # the key list
+    for lineno, row in items:
+        try:
+            if isinstance(row, _BadRow):
+                raise row
+            raw = [_value(row, c, "text", row) for c in text_columns]
+            label = None
+            if label_column is not None:
+                label = _check_label(_value(row, label_column, "label", row).strip(),
+                                     label_column, False)
+            texts, shift = [], []
+            for t in raw:
+                t = t.replace("\r", " ").replace("\n", " ")  # same length: ranges keep
+                stripped = t.strip()
+                texts.append(stripped)
+                shift.append(len(t) - len(t.lstrip()))
+            encoded = [token_char_offsets(enc, t) for t in texts]
+            pairs = row.get(phrases_key, [])
+            if not isinstance(pairs, list):
+                raise _BadRow(f"{phrases_key!r} holds {json.dumps(pairs)[:40]}, expected a list")
+            converted = []
+            for j, pair in enumerate(pairs):
+                if not isinstance(pair, dict):
+                    raise _BadRow(f"phrase pair {j} is {json.dumps(pair)[:40]}, expected an "
+                                  f"object with source, target and label")
+                for key in ("source", "target", "label"):
+                    if key not in pair:
+                        raise _BadRow(f"phrase pair {j} has no {key!r}")
+                if pair["label"] not in label_id:
+                    raise _BadRow(f"phrase pair {j}: label {pair['label']!r} is not one of "
+                                  f"the declared phrase labels {list(phrase_labels)}")
+                spans = []
+                for side, key in enumerate(("source", "target")):
+                    rng = pair[key]
+                    if not (isinstance(rng, list) and len(rng) == 2):
+                        raise _BadRow(f"phrase pair {j} {key} {json.dumps(rng)[:40]}: expected "
+                                      f"[start, end]")
+                    tokens, offsets = encoded[side]
+                    try:
+                        lo, hi = rng
+                        if all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
+                            lo, hi = lo - shift[side], hi - shift[side]
+                        spans.append(range_to_tokens(
+                            offsets, [o[0] for o in offsets], [o[1] for o in offsets],
+                            texts[side], lo, hi))
+                    except _BadRange as bad:
+                        raise _BadRow(f"phrase pair {j} {key} ({text_columns[side]!r}): "
+                                      f"{bad}") from None
+                converted.append((spans[0], spans[1], label_id[pair["label"]]))
+        except _BadRow as bad:
+            raise BadInputError(f"{path}:{lineno}: {bad}") from None
+        for k, t in enumerate(texts):
+            out.inputs[k].append(t)
+        if label is not None:
+            out.labels.append(label)
+        out.phrases.append(converted)
+        out.token_counts.append((len(encoded[0][0]), len(encoded[1][0])))
+        out.rows += 1
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# Writing
+
+
+def write_phrase_files(out_dir, split, rows):
+    """Phrase offsets of both inputs and their labels for one split."""
+    for k in range(2):
+        prefix = phrase_prefix(os.path.join(out_dir, f"input{k}", split))
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        with span_index.SpanIndexWriter(prefix) as w:
+            for pairs in rows.phrases:
+                w.add([p[k] for p in pairs])
+    prefix = os.path.join(out_dir, PHRASE_LABEL_DIR, split)
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    builder = indexed_dataset.MMapIndexedDatasetBuilder(
+        indexed_dataset.data_file_path(prefix), dtype=LABEL_DTYPE)
+    for pairs in rows.phrases:
+        builder.add_item(torch.tensor([p[2] for p in pairs], dtype=torch.int32))
+    builder.finalize(indexed_dataset.index_file_path(prefix))
+
+
+def read_phrase_labels(folder):
+    path = os.path.join(folder, PHRASE_LABEL_DIR, PHRASE_LABELS_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: not a span-pair folder (build one with "
+                                f"`span-preprocess pairs`, docs/SPAN_PAIRS.md)")
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1", "sentence2"),
+                  label_column=None, phrases_key="phrases",
+                  phrase_labels=DEFAULT_PHRASE_LABELS, name=None, positive=None,
+                  bad_utf8="error", workers=1, command=None):
+    """Build a span-pair folder from ``files`` = {"train": path, "valid": path, ...}
+    (JSON Lines). Returns ``({split: rows}, {split: phrase pairs})``."""
+    if not files:
+        raise ValueError("give at least one of --train, --valid, --test")
+    if len(set(phrase_labels)) != len(phrase_labels) or any(
+            not lab or any(c.isspace() for c in lab) for lab in phrase_labels):
+        raise ValueError(f"phrase labels {list(phrase_labels)}: expected distinct names "
+                         f"without whitespace")
+    enc = _get_encoder(spec)
+    splits, n_pairs = [], {}
+    os.makedirs(out_dir, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        path = files.get(split)
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file (--{split})")
+        # As span-preprocess table: the labels of a test file are never read.
+        rows = read_pairs(path, enc, text_columns, None if split == "test" else label_column,
+                          phrases_key, phrase_labels, bad_utf8)
+        write_phrase_files(out_dir, split, rows)
+        n_pairs[split] = sum(len(p) for p in rows.phrases)
+        splits.append((split, str(path), rows))
+    os.makedirs(os.path.join(out_dir, PHRASE_LABEL_DIR), exist_ok=True)
+    with open(os.path.join(out_dir, PHRASE_LABEL_DIR, PHRASE_LABELS_FILE), "w",
+              encoding="utf-8", newline="\n") as f:
+        f.write("".join(lab + "\n" for lab in phrase_labels))
+    counts = write_task_folder(out_dir, splits, spec, dict_path,
+                               task=name or os.path.basename(os.path.normpath(out_dir)),
+                               workers=workers, positive=positive, command=command)
+    # The tokens were binarized in a second pass: its counts must equal ours.
+    for split, path, rows in splits:
+        for k in range(2):
+            toks = indexed_dataset.MMapIndexedDataset(os.path.join(out_dir, f"input{k}", split))
+            mine = np.asarray([c[k] for c in rows.token_counts]) + 1
+            bad = np.flatnonzero(np.asarray(toks.sizes) != mine)
+            if bad.size:
+                raise BadInputError(f"{path}: line {bad[0] + 1}: input{k} binarized to "
+                                    f"{toks.sizes[bad[0]] - 1} tokens, phrases counted "
+                                    f"{mine[bad[0]] - 1}")
+    return counts, n_pairs
