@@ -5,6 +5,10 @@
     hub.predict([("A man plays.", "A man is playing.")])
     # -> [{"label": "1", "probs": {"0": 0.2, "1": 0.8}}]    (regression: {"score": x})
 
+``span_tagging`` / ``span_labeling`` checkpoints load as :class:`ner_hub.NerHubInterface`
+(``predict_entities``), ``span_pair_classification`` ones as
+:class:`pair_hub.PairHubInterface` (``predict_pairs``).
+
 The data folder, BPE files, n-gram dictionary and segmentation come from the data
 record the checkpoint holds (:mod:`span_plugin.encoder_settings`); any of them may be
 given again and is then checked against it (files by sha256). BPE and segmentation run
@@ -39,6 +43,7 @@ class _Items(list):
 
 TASKS = ("span_classification", "sentence_prediction")
 NER_TASKS = ("span_tagging", "span_labeling")  # served by ner_hub.NerHubInterface
+PAIR_TASKS = ("span_pair_classification",)  # served by pair_hub.PairHubInterface
 
 
 class SpanHubInterface(nn.Module):
@@ -102,19 +107,23 @@ class SpanHubInterface(nn.Module):
         """
         from fairseq import checkpoint_utils
 
-        from .models import roberta_span  # noqa: F401  (registers the model)
-        from .tasks import span_classification, span_tagging  # noqa: F401  (registers the tasks)
+        from .models import roberta_span, roberta_span_pair  # noqa: F401  (registers the models)
+        from .tasks import (  # noqa: F401  (registers the tasks)
+            span_classification,
+            span_pair_classification,
+            span_tagging,
+        )
 
         state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
         cfg = state.get("cfg")
         task_name = cfg["task"]["_name"] if cfg is not None else getattr(state["args"], "task", None)
-        if task_name not in TASKS + NER_TASKS:
+        if task_name not in TASKS + NER_TASKS + PAIR_TASKS:
             model_cfg = cfg["model"] if cfg is not None else state.get("args")
             arch = _field(model_cfg, "arch") or _field(model_cfg, "_name")
             raise ValueError(
                 f"{checkpoint}: trained with task {task_name!r} and model {arch!r}; "
                 f"SpanHubInterface loads checkpoints fine-tuned with task "
-                f"{' or '.join(TASKS + NER_TASKS)}"
+                f"{' or '.join(TASKS + NER_TASKS + PAIR_TASKS)}"
             )
         record = (state.get("task_state") or {}).get(provenance.STATE_KEY)
         task_cfg = cfg["task"] if cfg is not None else state["args"]
@@ -141,6 +150,10 @@ class SpanHubInterface(nn.Module):
             from .ner_hub import NerHubInterface
 
             cls, head = NerHubInterface, task.cfg.classification_head_name
+        if task_name in PAIR_TASKS:  # phrase pairs: predict_pairs(sentence1, sentence2, pairs)
+            from .pair_hub import PairHubInterface
+
+            cls, head = PairHubInterface, task.cfg.classification_head_name
         hub = cls(task, models[0], spec.build(), head=head)
         hub.record = record
         hub.num_inputs = record["inputs"] if record else (

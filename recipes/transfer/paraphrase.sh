@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Transfer fine-tuning with phrasal and sentential paraphrases (Arase and Tsujii;
+# docs/SPAN_PAIRS.md): task span_pair_classification on phrase pairs, then the heads are
+# thrown away and the encoder is written where the GLUE recipes take it as their
+# starting model, with no conversion step:
+#   ROBERTA_PATH=$OUT_DIR/transferred.pt recipes/glue/MRPC.sh          (HEAD=span or plain)
+#   MODEL_DIR=$OUT_DIR/transferred recipes/glue/MRPC.sh                 (started from MODEL_DIR)
+# The written checkpoint holds no classification heads, so the GLUE run's heads always
+# start fresh (fairseq would keep a checkpoint head whose name and shapes match).
+# Same conventions as recipes/glue/common.sh.
+#
+# Inputs (environment variables, defaults in brackets):
+#   PAIRS          a pairs JSON Lines file for training (docs/SPAN_PAIRS.md, section 1);
+#                  replaces the aligner                                  []
+#   PAIRS_VALID    its validation file; with PAIRS and no PAIRS_VALID, the last
+#                  VALID_ROWS lines of PAIRS are held out                []
+#   VALID_ROWS     see PAIRS_VALID                                       [200]
+#   GLUE_DIR, ALIGN_FROM  without PAIRS: the weak aligner (span-preprocess align-pairs)
+#                  on $GLUE_DIR/$ALIGN_FROM/train.tsv (MRPC labels 1, STS-B scores >= 4)
+#                  for training and dev.tsv for validation      [glue_data, MRPC]
+#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
+#                  (smoke runs)                                          []
+#   MODEL_DIR      a converted BERT-family model (span-convert bert): WordPiece, sizes
+#                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR   []
+#   BPE_DIR        GPT-2 BPE folder: encoder.json, vocab.bpe, dict.txt    [gpt2_bpe]
+#   ARCH           [roberta_span_pair_base; MODEL_DIR: roberta_span_pair]
+#   FEATURES       phrase pair vector: max4 (2019) | mean2 (2021)         [max4]
+#   PHRASAL_WEIGHT, SENTENTIAL_WEIGHT   loss weights w_p, w_s             [1, 1]
+#   SEED [1]  LR [2e-05]  BATCH_SIZE [32]  EPOCHS [2]  WARMUP [0.06: share of updates]
+#   DATA_DIR       the span-pair folder; prepared when missing
+#                  [data-bin/transfer-$ALIGN_FROM or data-bin/transfer-<PAIRS name>;
+#                  MODEL_DIR: data-bin/<model>/...]
+#   OUT_DIR        checkpoints/, tensorboard/, aligned/ (the JSON Lines made by the
+#                  aligner), transferred.pt (encoder only, heads stripped) and, with
+#                  MODEL_DIR, transferred/ (a MODEL_DIR folder: that model.pt, dict.txt
+#                  and the tokenizer)     [runs/transfer-...; -seed$SEED]
+#   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   WORKERS        preprocessing processes                             [nproc]
+# Extra arguments go to fairseq-train last, so they override:
+#   recipes/transfer/paraphrase.sh --cpu --max-update 4   is a smoke run.
+# Relaunching resumes checkpoint_last.pt.
+
+set -euo pipefail
+RECIPE_NAME=recipes/transfer/paraphrase.sh
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+source "$ROOT/recipes/lib.sh"
+
+PAIRS=${PAIRS:-}
+PAIRS_VALID=${PAIRS_VALID:-}
+VALID_ROWS=${VALID_ROWS:-200}
+GLUE_DIR=${GLUE_DIR:-glue_data}
+ALIGN_FROM=${ALIGN_FROM:-MRPC}
+ROBERTA_PATH=${ROBERTA_PATH:-}
+MODEL_DIR=${MODEL_DIR:-}
+BPE_DIR=${BPE_DIR:-gpt2_bpe}
+FEATURES=${FEATURES:-max4}
+PHRASAL_WEIGHT=${PHRASAL_WEIGHT:-1}
+SENTENTIAL_WEIGHT=${SENTENTIAL_WEIGHT:-1}
+SEED=${SEED:-1}
+LR=${LR:-2e-05}
+BATCH_SIZE=${BATCH_SIZE:-32}
+EPOCHS=${EPOCHS:-2}
+WARMUP=${WARMUP:-0.06}
+WORKERS=${WORKERS:-$(nproc)}
+count_gpus "$@"
+
+# ---- check the inputs before spending any time -------------------------------------
+case "$FEATURES" in max4|mean2) ;; *) die "FEATURES=$FEATURES: expected max4 or mean2" ;; esac
+if [ -n "$PAIRS" ]; then
+    [ -f "$PAIRS" ] || die "PAIRS=$PAIRS does not exist (a JSON Lines file of phrase pairs, docs/SPAN_PAIRS.md)"
+    [ -z "$PAIRS_VALID" ] || [ -f "$PAIRS_VALID" ] || die "PAIRS_VALID=$PAIRS_VALID does not exist"
+    source_name=$(basename "$PAIRS" .jsonl)
+else
+    case "$ALIGN_FROM" in MRPC|STS-B) ;; *) die "ALIGN_FROM=$ALIGN_FROM: expected MRPC or STS-B (or give PAIRS)" ;; esac
+    for s in train dev; do
+        [ -f "$GLUE_DIR/$ALIGN_FROM/$s.tsv" ] \
+            || die "$GLUE_DIR/$ALIGN_FROM/$s.tsv not found: set GLUE_DIR to your glue_data folder, or give PAIRS"
+    done
+    source_name=$ALIGN_FROM
+fi
+use_pretrained_encoder
+if [ -n "$MODEL_DIR" ]; then
+    layout_args=(--init-token 0)  # BERT: [CLS] A [SEP] B [SEP], one separator
+    ARCH=${ARCH:-roberta_span_pair}
+else
+    layout_args=(--init-token 0 --separator-token 2)  # RoBERTa: <s> A </s> </s> B </s>
+    ARCH=${ARCH:-roberta_span_pair_base}
+fi
+prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
+DATA_DIR=${DATA_DIR:-data-bin/${prefix}transfer-$source_name}
+OUT_DIR=${OUT_DIR:-runs/${prefix}transfer-$source_name$([ "$SEED" = 1 ] || echo "-seed$SEED")}
+
+# ---- phrase pairs and the span-pair folder ---------------------------------------------
+if [ ! -d "$DATA_DIR" ]; then
+    if [ -z "$MODEL_DIR" ]; then
+        for f in encoder.json vocab.bpe dict.txt; do
+            [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder"
+        done
+    fi
+    aligned=$OUT_DIR/aligned
+    mkdir -p "$aligned"
+    if [ -n "$PAIRS" ]; then
+        train=$PAIRS valid=$PAIRS_VALID
+        if [ -z "$valid" ]; then  # hold out the last VALID_ROWS lines
+            rows=$(wc -l < "$PAIRS")
+            [ "$rows" -gt "$VALID_ROWS" ] || die "$PAIRS has $rows lines: give PAIRS_VALID or a VALID_ROWS below that"
+            head -n $(( rows - VALID_ROWS )) "$PAIRS" > "$aligned/train.jsonl"
+            tail -n "$VALID_ROWS" "$PAIRS" > "$aligned/valid.jsonl"
+            train=$aligned/train.jsonl valid=$aligned/valid.jsonl
+        fi
+    else
+        # The weak aligner (docs/SPAN_PAIRS.md, section 2); the seed makes it repeatable.
+        for s in train dev; do
+            echo "aligning $GLUE_DIR/$ALIGN_FROM/$s.tsv"
+            span-preprocess align-pairs --input "$GLUE_DIR/$ALIGN_FROM/$s.tsv" \
+                --out "$aligned/$s.jsonl" --seed "$SEED"
+        done
+        train=$aligned/train.jsonl valid=$aligned/dev.jsonl
+    fi
+    rm -rf "$DATA_DIR.tmp"
+    echo "preparing $DATA_DIR"
+    span-preprocess pairs --out "$DATA_DIR.tmp" --name "transfer-$source_name" \
+        --train "$train" --valid "$valid" --label-column label --positive-label 1 \
+        "${encoder_args[@]}" --srcdict "$SRCDICT" --workers "$WORKERS"
+    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+fi
+# The task checks an existing folder when it loads it (phrase files, record hashes).
+cmp -s "$DATA_DIR/input0/dict.txt" "$SRCDICT" \
+    || die "$DATA_DIR/input0/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
+rows=$(wc -l < "$DATA_DIR/raw/train.input0")
+UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
+WARMUP_UPDATES=$(python -c "print(int(round($WARMUP * $UPDATES)))")
+
+# ---- transfer fine-tuning ------------------------------------------------------------------
+args=(
+    "$DATA_DIR" --user-dir "$ROOT/span_plugin"
+    --task span_pair_classification --criterion span_pair_classification --arch "$ARCH"
+    --num-classes 2 "${layout_args[@]}" --max-positions 512 "${size_args[@]}"
+    --phrase-features "$FEATURES" --phrasal-weight "$PHRASAL_WEIGHT"
+    --sentential-weight "$SENTENTIAL_WEIGHT"
+    --shorten-method truncate --seed "$SEED"
+    --batch-size "$BATCH_SIZE" --max-tokens 4400 --required-batch-size-multiple 1
+    --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.1 --clip-norm 0.0
+    --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$UPDATES"
+    --warmup-updates "$WARMUP_UPDATES" --max-update "$UPDATES" --max-epoch "$EPOCHS"
+    --dropout 0.1 --attention-dropout 0.1
+    --best-checkpoint-metric loss --no-epoch-checkpoints
+    --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
+    --log-format simple --log-interval 100
+    --find-unused-parameters  # RoBERTa's LM head is not used
+)
+if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
+train_resumably "${args[@]}" "$@"
+
+# ---- the encoder, heads stripped, as the GLUE recipes' starting model ----------------------
+best=$OUT_DIR/checkpoints/checkpoint_best.pt
+if [ -n "$MODEL_DIR" ]; then
+    python -m span_plugin.transfer strip "$best" "$OUT_DIR/transferred" --model-dir "$MODEL_DIR" \
+        || die "could not write $OUT_DIR/transferred from $best (see above)"
+    echo "transferred encoder: $OUT_DIR/transferred/model.pt"
+    echo "fine-tune it: MODEL_DIR=$OUT_DIR/transferred recipes/glue/MRPC.sh   (HEAD=span or HEAD=plain)"
+else
+    python -m span_plugin.transfer strip "$best" "$OUT_DIR/transferred.pt" \
+        || die "could not write $OUT_DIR/transferred.pt from $best (see above)"
+    echo "transferred encoder: $OUT_DIR/transferred.pt"
+    echo "fine-tune it: ROBERTA_PATH=$OUT_DIR/transferred.pt BPE_DIR=$BPE_DIR recipes/glue/MRPC.sh   (HEAD=span or HEAD=plain; a large encoder also needs ARCH=roberta_span_large or roberta_large)"
+fi

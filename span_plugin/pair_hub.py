@@ -1,0 +1,126 @@
+"""Inference for ``span_pair_classification`` checkpoints (transfer fine-tuning,
+docs/SPAN_PAIRS.md) on raw sentence pairs with phrase pairs.
+
+    from span_plugin.hub import SpanHubInterface
+    hub = SpanHubInterface.from_pretrained("runs/transfer-MRPC/checkpoints/checkpoint_best.pt")
+    hub.predict_pairs("Amrozi accused his brother", "Amrozi blamed his brother",
+                      [{"source": [7, 14], "target": [7, 13]}])
+    # -> {"phrases": [{"label": "paraphrase", "scores": {"paraphrase": 0.7, ...}}],
+    #     "sentence": {"label": "1", "scores": {"0": 0.2, "1": 0.8}}}
+
+Phrase pairs are character ranges ``[start, end)`` as in the JSON Lines format; they
+are mapped to tokens by the code of ``span-preprocess pairs``
+(:func:`span_plugin.preprocess.pairs.token_char_offsets`, ``range_to_tokens``) and laid
+out by the task's own dataset wrappers, so the model sees what training fed it.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .data.phrase_pairs import PhrasePairsDataset
+from .data.span_datasets import CropWindowDataset, layout_starts
+from .hub import SpanHubInterface, _Items
+from .preprocess.pairs import _BadRange, range_to_tokens, token_char_offsets
+
+
+class PairHubInterface(SpanHubInterface):
+    @property
+    def phrase_labels(self):
+        return list(self.task.phrase_labels)
+
+    def _phrase_tokens(self, texts, shifts, encoded, phrase_pairs):
+        """Character ranges -> per-sentence token ranges, ``[(s0, e0), (s1, e1)]`` each."""
+        out = []
+        for j, pair in enumerate(phrase_pairs):
+            if isinstance(pair, dict):
+                missing = [k for k in ("source", "target") if k not in pair]
+                if missing:
+                    raise ValueError(f"phrase pair {j} has no {missing[0]!r}: expected "
+                                     f"{{'source': [start, end], 'target': [start, end]}}")
+                ranges = (pair["source"], pair["target"])
+            else:
+                ranges = tuple(pair)
+                if len(ranges) != 2:
+                    raise ValueError(f"phrase pair {j} is {pair!r}: expected (source range, "
+                                     f"target range) or a dict with source and target")
+            spans = []
+            for side, (key, rng) in enumerate(zip(("source", "target"), ranges)):
+                if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
+                    raise ValueError(f"phrase pair {j} {key} {rng!r}: expected [start, end]")
+                lo, hi = rng
+                if all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
+                    lo, hi = lo - shifts[side], hi - shifts[side]
+                offsets = encoded[side][1]
+                try:
+                    spans.append(range_to_tokens(offsets, [o[0] for o in offsets],
+                                                 [o[1] for o in offsets], texts[side], lo, hi))
+                except _BadRange as bad:
+                    raise ValueError(f"phrase pair {j} {key} (sentence{side + 1}): {bad}") from None
+            out.append(spans)
+        return out
+
+    @torch.no_grad()
+    def predict_pairs(self, sentence1, sentence2, phrase_pairs):
+        """Classify each phrase pair of one sentence pair (and the pair itself when the
+        checkpoint has a sentential head).
+
+        phrase_pairs: ``[{"source": [s, e], "target": [s, e]}, ...]`` or
+        ``[((s, e), (s, e)), ...]``, character ranges of sentence1 / sentence2.
+        Returns ``{"phrases": [{"label", "scores": {label: p}}], "sentence": {...} or
+        None}``. A pair that the truncation to the model's positions would cut is an
+        error (training leaves such pairs out).
+        """
+        texts, shifts = [], []
+        for t in (sentence1, sentence2):
+            t = t.replace("\r", " ").replace("\n", " ")  # as span-preprocess pairs reads it
+            texts.append(t.strip())
+            shifts.append(len(t) - len(t.lstrip()))
+        encoded = [token_char_offsets(self.encoder, t) for t in texts]
+        pairs = self._phrase_tokens(texts, shifts, encoded, list(phrase_pairs))
+        d, cfg = self.task.source_dictionary, self.task.cfg
+        toks = [d.encode_line(" ".join(tokens), append_eos=True, add_if_not_exist=False).long()
+                for tokens, _ in encoded]
+        starts = layout_starts([np.array([len(t)]) for t in toks], cfg.init_token,
+                               cfg.separator_token)
+        parts = [toks[0], toks[1]]
+        if cfg.init_token is not None:
+            parts[0] = torch.cat([torch.tensor([cfg.init_token]), parts[0]])
+        if cfg.separator_token is not None:
+            parts[1] = torch.cat([torch.tensor([cfg.separator_token]), parts[1]])
+        src = _Items([torch.cat(parts)])
+        max_len = None
+        if cfg.shorten_method == "truncate":
+            max_len = self.task.max_positions()
+            src = CropWindowDataset(src, max_len, mode="truncate")
+        tokens = src[0]
+        if tokens.numel() > self.model.max_positions():
+            raise ValueError(f"the pair has {tokens.numel()} tokens, more than the model's "
+                             f"{self.model.max_positions()}")
+        flat = [torch.tensor([o for p in pairs for o in p[k]], dtype=torch.long) for k in (0, 1)]
+        labels = _Items([torch.zeros(len(pairs), dtype=torch.int32)])
+        ds = PhrasePairsDataset(_Items([flat[0]]), _Items([flat[1]]), labels, starts[0],
+                                starts[1], max_len, "phrases")
+        item = ds[0]
+        if len(item) != len(pairs):
+            kept = {tuple(r) for r in item[:, :4].tolist()}
+            cut = [j for j, p in enumerate(pairs)
+                   if (p[0][0] + int(starts[0][0]), p[0][1] + int(starts[0][0]),
+                       p[1][0] + int(starts[1][0]), p[1][1] + int(starts[1][0])) not in kept]
+            raise ValueError(f"phrase pairs {cut} lie past the model's {max_len} positions "
+                             f"(the pair is truncated there); shorten the sentences")
+        phrases = ds.collater([item]).to(self.device)
+        out, _ = self.model(tokens[None].to(self.device), phrases=phrases,
+                            classification_head_name=self.head)
+        result = {"phrases": [], "sentence": None}
+        if out.get("phrasal") is not None:
+            names = self.phrase_labels
+            for p in F.softmax(out["phrasal"].float(), dim=-1).cpu():
+                result["phrases"].append({"label": names[int(p.argmax())],
+                                          "scores": dict(zip(names, map(float, p)))})
+        if out.get("sentential") is not None:
+            names = self.labels
+            p = F.softmax(out["sentential"][0].float(), dim=-1).cpu()
+            result["sentence"] = {"label": names[int(p.argmax())],
+                                  "scores": dict(zip(names, map(float, p)))}
+        return result

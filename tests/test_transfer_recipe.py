@@ -1,0 +1,218 @@
+"""Transfer, then fine-tune (issue 13 part 4): recipes/transfer/paraphrase.sh on real
+MRPC pairs, its hydra twin, recipes/glue/MRPC.sh started from the transferred encoder
+(fresh heads, same encoder weights), and the hub's predict_pairs."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import GLUE, GPT2_BPE, ROOT, USER_DIR, run_cli
+
+RECIPE = ROOT / "recipes" / "transfer" / "paraphrase.sh"
+GLUE_RECIPE = ROOT / "recipes" / "glue" / "MRPC.sh"
+HYDRA = ROOT / "recipes" / "hydra"
+# The tiny model of tests/test_recipes.py: the GLUE recipe sets --max-positions 512, so
+# the transfer run keeps the recipe's 512 too (the position table must match).
+TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32",
+        "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2"]
+TINY_HYDRA = ["+model.encoder_layers=2", "+model.encoder_embed_dim=32",
+              "+model.encoder_ffn_embed_dim=64", "+model.encoder_attention_heads=2"]
+HEADS = "classification_heads."
+
+
+def load(path):
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def valid_line(log):
+    lines = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
+    assert lines, log[-3000:]
+    return re.sub(r"\| (wps|wpb|bsz) [\d.]+ ", "", lines[-1].split("subset", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def transfer(tmp_path_factory):
+    """The recipe's smoke run on the first 64 rows of real MRPC (aligner on train.tsv
+    and dev.tsv): {cwd, glue, out, log}."""
+    cwd = tmp_path_factory.mktemp("transfer")
+    glue = cwd / "glue"
+    (glue / "MRPC").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        with open(GLUE / "MRPC" / f"{split}.tsv", "rb") as f:
+            head = [line for _, line in zip(range(65), f)]  # header + 64 rows
+        (glue / "MRPC" / f"{split}.tsv").write_bytes(b"".join(head))
+    env = {"GLUE_DIR": str(glue), "BPE_DIR": str(GPT2_BPE), "WORKERS": "1"}
+    log = run_cli("bash", RECIPE, "--cpu", "--max-update", "2", *TINY, "--num-workers", "0",
+                  cwd=cwd, env=env).stdout
+    return {"cwd": cwd, "glue": glue, "out": cwd / "runs" / "transfer-MRPC", "log": log, "env": env}
+
+
+@pytest.mark.slow
+def test_transfer_recipe_writes_the_encoder_without_heads(transfer):
+    out, log = transfer["out"], transfer["log"]
+    assert "transferred encoder: runs/transfer-MRPC/transferred.pt" in log
+    assert "fine-tune it: ROBERTA_PATH=runs/transfer-MRPC/transferred.pt" in log
+    assert "recipes/glue/MRPC.sh" in log
+    # No stack notices, as for the GLUE recipes (tests/test_recipes.py).
+    assert not re.findall(r".*(?:Please install tensorboardX|Warning:|DEBUG:).*", log)
+    best = load(out / "checkpoints" / "checkpoint_best.pt")
+    stripped = load(out / "transferred.pt")
+    heads = {k for k in best["model"] if k.startswith(HEADS)}
+    assert any(".phrasal." in k for k in heads) and any(".sentential." in k for k in heads)
+    assert not [k for k in stripped["model"] if k.startswith(HEADS)]
+    assert set(stripped["model"]) == set(best["model"]) - heads
+    assert all(torch.equal(v, best["model"][k]) for k, v in stripped["model"].items())
+    assert stripped["last_optimizer_state"] is None
+    assert stripped["span_transfer"]["heads_removed"] == ["sentence_classification_head"]
+    assert not list(out.glob("*.tmp"))
+
+
+@pytest.mark.slow
+def test_hydra_twin_gives_the_same_validation(transfer):
+    """The config's settings are the recipe's: the same smoke run validates the same
+    (the update count of the schedule taken from the shell run, which sized it to the
+    tiny folder)."""
+    log = transfer["log"]
+    total = re.search(r"'total_num_update': '?(\d+)", log).group(1)
+    warmup = re.search(r"'warmup_updates': (\d+)", log).group(1)
+    cwd = transfer["cwd"]
+    hydra_log = run_cli(
+        "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", "transfer_paraphrase",
+        f"common.user_dir={USER_DIR}", "common.cpu=true", "common.fp16=false",
+        f"task.data={cwd / 'data-bin' / 'transfer-MRPC'}", "optimization.max_update=2",
+        f"lr_scheduler.total_num_update={total}", f"lr_scheduler.warmup_updates={warmup}",
+        "checkpoint.save_dir=runs/hydra/checkpoints", "dataset.num_workers=0", *TINY_HYDRA,
+        cwd=cwd).stdout
+    assert valid_line(hydra_log) == valid_line(log)
+
+
+def fresh_model(checkpoint, data):
+    """The model of the run of ``checkpoint`` before it loaded any checkpoint: built
+    again under its seed, as fairseq_cli/train.py builds it."""
+    from fairseq import checkpoint_utils, tasks, utils
+    from omegaconf import open_dict
+
+    cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"]
+    with open_dict(cfg):
+        cfg.task.data = str(data)
+    np.random.seed(cfg.common.seed)
+    utils.set_torch_seed(cfg.common.seed)
+    task = tasks.setup_task(cfg.task)
+    return task.build_model(cfg.model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", ["plain", "span"])
+def test_glue_run_from_the_transferred_encoder_starts_with_fresh_heads(transfer, head):
+    """recipes/glue/MRPC.sh with ROBERTA_PATH=transferred.pt, no conversion step; --lr 0
+    keeps the weights it started from, so its checkpoint shows them: the encoder is the
+    transferred one, the heads are the new model's own initialisation (never the
+    transfer heads, although the 2-class sentential head has the plain head's shapes)."""
+    cwd = transfer["cwd"]
+    transferred = transfer["out"] / "transferred.pt"
+    out = cwd / f"glue-{head}"
+    run_cli("bash", GLUE_RECIPE, "--cpu", "--max-update", "1", "--lr", "0", *TINY,
+            "--num-workers", "0", cwd=cwd,
+            env={**transfer["env"], "HEAD": head, "ROBERTA_PATH": str(transferred),
+                 "OUT_DIR": str(out), "TEST_PREDICTIONS": "0"})
+    last = out / "checkpoints" / "checkpoint_last.pt"
+    started = load(last)["model"]
+    encoder = load(transferred)["model"]
+    heads = [k for k in started if k.startswith(HEADS)]
+    assert heads and set(started) - set(heads) == set(encoder)
+    assert all(torch.equal(started[k], encoder[k]) for k in encoder)
+    model = fresh_model(last, cwd / "data-bin" / "MRPC")
+    fresh = model.state_dict()
+    assert all(torch.equal(started[k], fresh[k]) for k in heads)
+    # The transfer heads differ from these (the plain head's shapes equal the
+    # sentential head's: the case fairseq would have kept).
+    transfer_heads = load(transfer["out"] / "checkpoints" / "checkpoint_best.pt")["model"]
+    if head == "plain":
+        p = HEADS + "sentence_classification_head."
+        for name in ("dense.weight", "out_proj.weight"):
+            assert started[p + name].shape == transfer_heads[p + "sentential." + name].shape
+            assert not torch.equal(started[p + name], transfer_heads[p + "sentential." + name])
+        # Why the heads are stripped: given a head of matching name and shapes, fairseq
+        # keeps it as the starting head instead of the fresh one.
+        unstripped = dict(encoder)
+        for name in ("dense.weight", "dense.bias", "out_proj.weight", "out_proj.bias"):
+            unstripped[p + name] = transfer_heads[p + "sentential." + name]
+        model.upgrade_state_dict_named(unstripped, "")
+        assert torch.equal(unstripped[p + "out_proj.weight"],
+                           transfer_heads[p + "sentential.out_proj.weight"])
+
+
+@pytest.mark.slow
+def test_glue_run_refuses_an_encoder_of_another_vocabulary(transfer, tmp_path):
+    """A transferred checkpoint whose vocabulary is not the target folder's: the run
+    stops at loading it, naming the file and the embedding whose size differs."""
+    other = tmp_path / "other-vocab.pt"
+    state = load(transfer["out"] / "transferred.pt")
+    for k in ("encoder.sentence_encoder.embed_tokens.weight", "encoder.lm_head.weight"):
+        state["model"][k] = state["model"][k][:1000].clone()
+    state["model"]["encoder.lm_head.bias"] = state["model"]["encoder.lm_head.bias"][:1000].clone()
+    torch.save(state, other)
+    proc = run_cli("bash", GLUE_RECIPE, "--cpu", "--max-update", "1", *TINY,
+                   "--num-workers", "0", cwd=transfer["cwd"], check=False,
+                   env={**transfer["env"], "HEAD": "plain", "ROBERTA_PATH": str(other),
+                        "OUT_DIR": str(tmp_path / "run"), "TEST_PREDICTIONS": "0"})
+    assert proc.returncode != 0
+    assert f"Cannot load model parameters from checkpoint {other}" in proc.stdout
+    assert re.search(r"size mismatch for encoder\.sentence_encoder\.embed_tokens\.weight: "
+                     r"copying a param with shape torch\.Size\(\[1000, 32\]\)", proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def hub(transfer):
+    from span_plugin.hub import SpanHubInterface
+
+    return SpanHubInterface.from_pretrained(transfer["out"] / "checkpoints" / "checkpoint_best.pt")
+
+
+@pytest.mark.slow
+def test_predict_pairs_equals_the_model_on_the_prepared_folder(transfer, hub):
+    """predict_pairs on the raw JSON Lines rows gives what the model gives on the items
+    span-preprocess pairs made of them (the same rows, in order, in the valid split)."""
+    from span_plugin.pair_hub import PairHubInterface
+
+    assert isinstance(hub, PairHubInterface)
+    rows = [json.loads(line) for line in
+            (transfer["out"] / "aligned" / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
+    hub.task.load_dataset("valid")
+    ds = hub.task.datasets["valid"]
+    assert len(ds) == len(rows)
+    picked = [0, 1, 2, len(rows) - 1]  # paraphrase rows, and a random partner (last)
+    for i in picked:
+        row = rows[i]
+        got = hub.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])
+        batch = ds.collater([ds[i]])
+        with torch.no_grad():
+            out, _ = hub.model(batch["net_input"]["src_tokens"],
+                               phrases=batch["net_input"]["phrases"],
+                               classification_head_name=hub.head)
+        want = F.softmax(out["phrasal"], dim=-1)
+        assert len(got["phrases"]) == len(row["phrases"]) == want.size(0), i
+        scores = torch.tensor([[p["scores"][n] for n in hub.phrase_labels] for p in got["phrases"]])
+        assert torch.allclose(scores.view_as(want), want, atol=1e-6), i
+        assert [p["label"] for p in got["phrases"]] == [hub.phrase_labels[j] for j in want.argmax(-1)]
+        sent = F.softmax(out["sentential"][0], dim=-1)
+        assert got["sentence"]["scores"] == pytest.approx(dict(zip(hub.labels, sent.tolist())), abs=1e-6)
+    # Tuples of ranges are the same request.
+    row = rows[0]
+    as_tuples = [(p["source"], p["target"]) for p in row["phrases"]]
+    assert hub.predict_pairs(row["sentence1"], row["sentence2"], as_tuples)["phrases"] == \
+        hub.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])["phrases"]
+
+
+@pytest.mark.slow
+def test_predict_pairs_refuses_a_range_inside_a_token(hub):
+    with pytest.raises(ValueError, match=r"phrase pair 1 target \(sentence2\): range \[1, 5\] "
+                                         r"starts inside token 0"):
+        hub.predict_pairs("Amrozi accused his brother", "Amrozi blamed his brother",
+                          [{"source": [7, 14], "target": [7, 13]}, ([0, 6], [1, 5])])
+    with pytest.raises(ValueError, match="phrase pair 0 has no 'target'"):
+        hub.predict_pairs("a b", "a b", [{"source": [0, 1]}])
