@@ -22,12 +22,12 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_lib import ROOT, read_results, resolve_device, run_grid, run_recipe  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 VARIANTS = {
@@ -41,13 +41,6 @@ METRICS = {"CoLA": "mcc", "SST-2": "accuracy", "MRPC": "f1", "STS-B": "pearson",
            "WNLI": "accuracy", "SNLI": "accuracy"}
 
 
-def read_results(path):
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def run_key(r):
     return (r["task"], r["variant"], r["seed"], r["hparams"]["lr"])
 
@@ -56,13 +49,12 @@ def dev_rows(glue_dir, task):
     """(inputs, gold labels) of the task's dev split, as span-preprocess reads them."""
     from span_plugin.preprocess.glue import TASKS, read_split
 
-    t = TASKS[task]
     raw = "dev_matched" if task == "MNLI" else "dev"
-    rows = read_split(t, os.path.join(glue_dir, task, raw + ".tsv"), raw)
-    return rows
+    return read_split(TASKS[task], os.path.join(glue_dir, task, raw + ".tsv"), raw)
 
 
 def train_rows(glue_dir, task):
+    """How many rows of the task's train.tsv span-preprocess reads."""
     from span_plugin.preprocess.glue import TASKS, read_split
 
     return read_split(TASKS[task], os.path.join(glue_dir, task, "train.tsv"), "train").rows
@@ -74,54 +66,57 @@ def read_predictions(path):
     return [line.split("\t")[1] for line in lines]
 
 
-def run_one(a, task, variant, seed, device):
-    """Run the recipe for one grid cell; returns the result record."""
-    settings = VARIANTS[variant]
-    work = Path(a.work_dir).resolve()
-    data_dir = work / "data" / f"{task}-{settings['SEGMENTATION']}"
-    out_dir = work / "runs" / f"{task}-{variant}-lr{a.lr:g}-s{seed}"
-    rows = train_rows(a.glue_dir, task)
-    updates = math.ceil(rows / a.batch_size) * a.epochs
-    warmup = int(round(a.warmup * updates))
-    env = dict(os.environ, GLUE_DIR=str(Path(a.glue_dir).resolve()),
-               MODEL_DIR=str(Path(a.model_dir).resolve()), SEED=str(seed),
-               DATA_DIR=str(data_dir), OUT_DIR=str(out_dir), WORKERS=str(a.workers),
-               TEST_PREDICTIONS="0",
-               **settings)
-    extra = ["--lr", f"{a.lr:g}", "--batch-size", str(a.batch_size),
-             "--max-epoch", str(a.epochs), "--max-update", str(updates),
-             "--total-num-update", str(updates), "--warmup-updates", str(warmup),
+def hparams(lr, batch_size, epochs, warmup, rows):
+    updates = math.ceil(rows / batch_size) * epochs
+    return {"lr": lr, "batch_size": batch_size, "epochs": epochs, "warmup": warmup,
+            "updates": updates}
+
+
+def run_glue(task, settings, seed, hp, model_dir, glue_dir, data_dir, out_dir, workers,
+             device, keep_checkpoints=False):
+    """Fine-tune ``model_dir`` on ``glue_dir``/TASK through recipes/glue/TASK.sh with the
+    recipe variables ``settings`` and hyperparameters ``hp`` (see :func:`hparams`);
+    returns the run's record (dev metrics, dev predictions and gold labels)."""
+    env = dict(GLUE_DIR=Path(glue_dir).resolve(), MODEL_DIR=Path(model_dir).resolve(),
+               SEED=seed, DATA_DIR=data_dir, OUT_DIR=out_dir, WORKERS=workers,
+               TEST_PREDICTIONS="0", **settings)
+    warmup = int(round(hp["warmup"] * hp["updates"]))
+    extra = ["--lr", f"{hp['lr']:g}", "--batch-size", hp["batch_size"],
+             "--max-epoch", hp["epochs"], "--max-update", hp["updates"],
+             "--total-num-update", hp["updates"], "--warmup-updates", warmup,
              "--log-interval", "50", "--num-workers", "0"]
     if device == "cpu":
         extra.append("--cpu")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    with open(out_dir / "recipe.log", "a", encoding="utf-8") as log:
-        proc = subprocess.run(["bash", str(ROOT / "recipes" / "glue" / f"{task}.sh"), *extra],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    if proc.returncode != 0:
-        raise SystemExit(f"{task} {variant} seed {seed}: the recipe failed; see "
-                         f"{out_dir / 'recipe.log'}")
+    minutes = run_recipe(f"recipes/glue/{task}.sh", env, extra, out_dir,
+                         f"{task} {settings} seed {seed}")
+    out_dir = Path(out_dir)
     results = json.loads((out_dir / "results.json").read_text())
     dev = next(iter(results["dev"].values()))
     name = "MNLI-m" if task == "MNLI" else task
     predictions = read_predictions(out_dir / "dev_predictions" / f"{name}.tsv")
-    gold = dev_rows(a.glue_dir, task).labels
+    gold = dev_rows(glue_dir, task).labels
     if len(predictions) != len(gold):
         raise SystemExit(f"{out_dir}: {len(predictions)} dev predictions for {len(gold)} rows")
-    record = {
-        "task": task, "variant": variant, "seed": seed, "metric": METRICS[task],
-        "dev": dev, "value": dev[METRICS[task]],
-        "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
-                    "warmup": a.warmup, "updates": updates},
-        "encoder": os.path.basename(os.path.normpath(a.model_dir)), "device": device,
-        "minutes": round((time.time() - start) / 60, 1),
-        "predictions": predictions, "gold": gold,
-        "settings": settings,
-    }
-    if not a.keep_checkpoints:
+    if not keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
-    return record
+    return {"task": task, "metric": METRICS[task], "dev": dev, "value": dev[METRICS[task]],
+            "seed": seed, "hparams": hp,
+            "encoder": os.path.basename(os.path.normpath(model_dir)), "device": device,
+            "minutes": minutes, "predictions": predictions, "gold": gold,
+            "settings": settings}
+
+
+def run_cell(a, task, variant, seed, device):
+    """One cell of the grid: the task's data folder is shared by the variants that
+    segment alike."""
+    settings = VARIANTS[variant]
+    work = Path(a.work_dir).resolve()
+    hp = hparams(a.lr, a.batch_size, a.epochs, a.warmup, train_rows(a.glue_dir, task))
+    record = run_glue(task, settings, seed, hp, a.model_dir, a.glue_dir,
+                      work / "data" / f"{task}-{settings['SEGMENTATION']}",
+                      work / "runs" / f"{task}-{variant}-lr{a.lr:g}-s{seed}",
+                      a.workers, device, a.keep_checkpoints)
+    return {"variant": variant, **record}
 
 
 def main(argv=None):
@@ -145,26 +140,15 @@ def main(argv=None):
     p.add_argument("--max-runs", type=int, help="stop after this many new runs")
     p.add_argument("--keep-checkpoints", action="store_true")
     a = p.parse_args(argv)
-    device = a.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    done = {run_key(r) for r in read_results(a.results)}
+    device = resolve_device(a.device)
     cells = [(t, v, s) for s in a.seeds for t in a.tasks for v in a.variants]
     if a.order == "task":
         cells.sort(key=lambda c: (a.tasks.index(c[0]), c[2], a.variants.index(c[1])))
-    todo = [c for c in cells if (c[0], c[1], c[2], a.lr) not in done]
-    print(f"{len(cells) - len(todo)} of {len(cells)} runs already in {a.results}")
-    for n, (task, variant, seed) in enumerate(todo):
-        if a.max_runs is not None and n >= a.max_runs:
-            break
-        print(f"[{time.strftime('%H:%M:%S')}] {task} {variant} seed {seed} ...", flush=True)
-        record = run_one(a, task, variant, seed, device)
-        os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
-        with open(a.results, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        print(f"    {record['metric']} {record['value']:.2f} ({record['minutes']} min)", flush=True)
+    run_grid({(t, v, s, a.lr): (t, v, s) for t, v, s in cells},
+             {run_key(r) for r in read_results(a.results)},
+             lambda c: run_cell(a, *c, device), a.results, a.max_runs,
+             name=lambda c: f"{c[0]} {c[1]} seed {c[2]}",
+             show=lambda r: f"{r['metric']} {r['value']:.2f}")
     return 0
 
 

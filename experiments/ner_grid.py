@@ -16,28 +16,19 @@ Variants:
 
 import argparse
 import json
-import math
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_lib import ROOT, mean_sd, read_results, resolve_device, run_grid, run_recipe  # noqa: E402
 
 VARIANTS = {
     "token": {"HEAD": "token"},
     "sf": {"HEAD": "sf"},
     "span": {"HEAD": "span", "MAX_SPAN_WORDS": "8", "NEGATIVE_SAMPLING": "0"},
 }
-
-
-def read_results(path):
-    if not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def run_key(r):
@@ -49,24 +40,18 @@ def run_one(a, variant, seed, device):
     work = Path(a.work_dir).resolve()
     model = os.path.basename(os.path.normpath(a.model_dir)) if a.model_dir else "scratch"
     out_dir = work / "runs" / f"{model}-{variant}-lr{a.lr:g}-e{a.epochs}-s{seed}"
-    env = dict(os.environ, CONLL_DIR=str(Path(a.conll_dir).resolve()), SEED=str(seed),
-               DATA_DIR=str(work / "data" / model), OUT_DIR=str(out_dir),
-               WORKERS=str(a.workers), LR=f"{a.lr:g}", BATCH_SIZE=str(a.batch_size),
-               EPOCHS=str(a.epochs), **VARIANTS[variant])
+    env = dict(CONLL_DIR=Path(a.conll_dir).resolve(), SEED=seed, DATA_DIR=work / "data" / model,
+               OUT_DIR=out_dir, WORKERS=a.workers, LR=f"{a.lr:g}", BATCH_SIZE=a.batch_size,
+               EPOCHS=a.epochs, **VARIANTS[variant])
     if a.model_dir:
-        env["MODEL_DIR"] = str(Path(a.model_dir).resolve())
+        env["MODEL_DIR"] = Path(a.model_dir).resolve()
     else:
-        env["BPE_DIR"] = str(Path(a.bpe_dir).resolve())
+        env["BPE_DIR"] = Path(a.bpe_dir).resolve()
     extra = ["--log-interval", "50", "--num-workers", "0", *a.extra]
     if device == "cpu":
         extra.append("--cpu")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    with open(out_dir / "recipe.log", "a", encoding="utf-8") as log:
-        proc = subprocess.run(["bash", str(ROOT / "recipes" / "ner" / "conll2003.sh"), *extra],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    if proc.returncode != 0:
-        raise SystemExit(f"{variant} seed {seed}: the recipe failed; see {out_dir / 'recipe.log'}")
+    minutes = run_recipe("recipes/ner/conll2003.sh", env, extra, out_dir,
+                         f"{variant} seed {seed}")
     results = json.loads((out_dir / "results.json").read_text())["dev"]
     record = {
         "variant": variant, "seed": seed, "dev": results["valid"], "test": results["test"],
@@ -74,7 +59,7 @@ def run_one(a, variant, seed, device):
         "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
                     "extra": a.extra},
         "encoder": model, "device": device, "settings": VARIANTS[variant],
-        "minutes": round((time.time() - start) / 60, 1),
+        "minutes": minutes,
     }
     if not a.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
@@ -90,9 +75,7 @@ def summary(records):
             continue
         parts = []
         for key in ("dev_f1", "test_f1"):
-            values = [r[key] for r in rows]
-            mean = sum(values) / len(values)
-            sd = math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
+            mean, sd = mean_sd([r[key] for r in rows])
             parts.append(f"{key} {mean:.2f} +- {sd:.2f}")
         lines.append(f"{variant:>6}: {len(rows)} seeds, " + ", ".join(parts))
     return lines
@@ -118,25 +101,12 @@ def main(argv=None):
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                    help="arguments for fairseq-train, last (smoke runs: --max-update 2 ...)")
     a = p.parse_args(argv)
-    device = a.device
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    done = {run_key(r) for r in read_results(a.results)}
-    cells = [(v, s) for s in a.seeds for v in a.variants]  # a whole comparison per seed first
-    todo = [c for c in cells if (c[0], c[1], a.lr, a.epochs) not in done]
-    print(f"{len(cells) - len(todo)} of {len(cells)} runs already in {a.results}")
-    for n, (variant, seed) in enumerate(todo):
-        if a.max_runs is not None and n >= a.max_runs:
-            break
-        print(f"[{time.strftime('%H:%M:%S')}] {variant} seed {seed} ...", flush=True)
-        record = run_one(a, variant, seed, device)
-        os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
-        with open(a.results, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        print(f"    dev F1 {record['dev_f1']:.2f}, test F1 {record['test_f1']:.2f} "
-              f"({record['minutes']} min)", flush=True)
+    device = resolve_device(a.device)
+    cells = {(v, s, a.lr, a.epochs): (v, s) for s in a.seeds for v in a.variants}
+    run_grid(cells, {run_key(r) for r in read_results(a.results)},
+             lambda c: run_one(a, *c, device), a.results, a.max_runs,
+             name=lambda c: f"{c[0]} seed {c[1]}",
+             show=lambda r: f"dev F1 {r['dev_f1']:.2f}, test F1 {r['test_f1']:.2f}")
     for line in summary(read_results(a.results)):
         print(line)
     return 0

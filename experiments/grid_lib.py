@@ -1,0 +1,70 @@
+"""What every resumable experiment grid of experiments/ shares: the results file (one
+JSON line per finished run, committed), a recipe launch whose output goes to the run's
+log, and the loop that skips finished runs and stops after ``--max-runs`` new ones."""
+
+import json
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_results(path):
+    """The records of a results file; [] when it does not exist yet."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_result(path, record):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def run_recipe(recipe, env, extra, out_dir, what):
+    """Run ``bash ROOT/recipe extra...`` with ``env`` added to the environment, its output
+    appended to OUT_DIR/recipe.log; returns the minutes it took. A failure stops the grid
+    naming ``what`` and the log."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with open(out_dir / "recipe.log", "a", encoding="utf-8") as log:
+        proc = subprocess.run(["bash", str(ROOT / recipe), *map(str, extra)],
+                              env=dict(os.environ, **{k: str(v) for k, v in env.items()}),
+                              stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"{what}: {recipe} failed; see {out_dir / 'recipe.log'}")
+    return round((time.time() - start) / 60, 1)
+
+
+def run_grid(cells, done, run, results, max_runs=None, name=str, show=str):
+    """Run every cell whose key (``cells`` maps key -> cell) is not in ``done``, in
+    order, appending each record to ``results``; at most ``max_runs`` new runs."""
+    todo = [(k, c) for k, c in cells.items() if k not in done]
+    print(f"{len(cells) - len(todo)} of {len(cells)} runs already in {results}", flush=True)
+    for n, (key, cell) in enumerate(todo):
+        if max_runs is not None and n >= max_runs:
+            break
+        print(f"[{time.strftime('%H:%M:%S')}] {name(cell)} ...", flush=True)
+        record = run(cell)
+        append_result(results, record)
+        print(f"    {show(record)} ({record['minutes']} min)", flush=True)
+
+
+def resolve_device(device):
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def mean_sd(values):
+    """Mean and sample standard deviation (0 for one value)."""
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
