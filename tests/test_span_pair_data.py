@@ -277,3 +277,38 @@ def test_load_check_names_file_and_line(tmp_path):
     used = max(LABELS.index(y) for e in expected for _, _, y in e)
     with pytest.raises(SpanAlignmentError, match=r"phrase label id"):
         check_phrase_files(prefixes, labels, lengths, used)
+
+
+def test_aligner_drops_pairs_sharing_a_target_sentence(tmp_path):
+    """STS-B's MSRpar genre comes from the MRPC corpus: transfer data made from STS-B
+    train for an MRPC target must hold none of MRPC's dev or test sentences (case, spaces
+    and punctuation ignored)."""
+    import csv
+
+    def sentences(path, columns):
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        return rows, {re.sub(r"[\W_]", "", r[c].lower()) for r in rows for c in columns}
+
+    mrpc_cols = ("#1 String", "#2 String")
+    _, banned = sentences(GLUE / "MRPC" / "dev.tsv", mrpc_cols)
+    banned |= sentences(GLUE / "MRPC" / "test.tsv", mrpc_cols)[1]
+    stsb, _ = sentences(GLUE / "STS-B" / "train.tsv", ())
+    positives = [r for r in stsb if float(r["score"]) >= 4]
+    leaking = [r for r in positives
+               if {re.sub(r"[\W_]", "", r[c].lower()) for c in ("sentence1", "sentence2")} & banned]
+    assert 100 < len(leaking) < len(positives) // 2  # the overlap is real, and partial
+
+    out = tmp_path / "pairs.jsonl"
+    stats = align_file(GLUE / "STS-B" / "train.tsv", out, seed=1,
+                       exclude=[GLUE / "MRPC" / "dev.tsv", GLUE / "MRPC" / "test.tsv"])
+    kept = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert stats.excluded_rows == len(leaking)
+    assert stats.paraphrase_rows == len(positives) - len(leaking)
+    assert "dropped" in stats.report()
+    for row in kept:
+        for s in (row["sentence1"], row["sentence2"]):
+            assert re.sub(r"[\W_]", "", s.lower()) not in banned, s
+
+    with pytest.raises(BadInputError, match=r"pairs\.jsonl:1: no text column"):
+        align_file(GLUE / "STS-B" / "train.tsv", tmp_path / "b.jsonl", exclude=[out])

@@ -25,6 +25,11 @@ Per paraphrase pair (words are GPT-2 pre-token words, as the segmenter's):
 
 Everything is drawn from one ``random.Random(seed)``: the same input and seed give the
 same file.
+
+``exclude``: paraphrase rows that share a sentence with these files (GLUE TSVs: the
+target task's dev and test files) are dropped before anything is drawn, with case,
+spaces and punctuation ignored, so that transfer data cannot leak a target's evaluation
+sentences (STS-B's MSRpar genre comes from the MRPC corpus).
 """
 
 import json
@@ -44,6 +49,7 @@ MAX_GAP_WORDS = 4
 @dataclass
 class AlignStats:
     paraphrase_rows: int = 0
+    excluded_rows: int = 0
     random_rows: int = 0
     classes: Counter = field(default_factory=Counter)
     identical: int = 0
@@ -56,7 +62,9 @@ class AlignStats:
         per = self.pairs_per_row or [0]
         lens = self.source_words or [0]
         return "\n".join([
-            f"rows: {self.paraphrase_rows} paraphrase pairs, {self.random_rows} random partners",
+            f"rows: {self.paraphrase_rows} paraphrase pairs, {self.random_rows} random partners"
+            + (f" ({self.excluded_rows} paraphrase pairs dropped: they share a sentence with "
+               f"an excluded file)" if self.excluded_rows else ""),
             "phrase pairs: " + ", ".join(f"{k} {v}" for k, v in sorted(self.classes.items())),
             f"positives: {100.0 * self.identical / max(pos, 1):.1f}% identical strings, "
             f"{100.0 * self.one_word / max(pos, 1):.1f}% one word on both sides",
@@ -95,6 +103,34 @@ def read_paraphrases(path, source="auto", min_score=4.0):
         keep = y == "1" if source == "mrpc" else float(y) >= min_score
         if keep:
             out.append((f[idx["a"]].strip(), f[idx["b"]].strip()))
+    return out
+
+
+TEXT_COLUMNS = ("#1 String", "#2 String", "sentence1", "sentence2", "sentence",
+                "question1", "question2", "question")
+
+
+def normalise(sentence):
+    """A sentence's comparison key: lower-cased letters and digits only."""
+    return "".join(c for c in sentence.lower() if c.isalnum())
+
+
+def sentences_of(path):
+    """Normalised sentences of every text column (:data:`TEXT_COLUMNS`) of a TSV file
+    with a header, such as any GLUE split."""
+    import os
+
+    lines = read_lines(path, 0, os.path.getsize(path), first_line=1)
+    header = lines[0].split("\t") if lines else []
+    cols = [i for i, name in enumerate(header) if name in TEXT_COLUMNS]
+    if not cols:
+        raise BadInputError(f"{path}:1: no text column ({', '.join(TEXT_COLUMNS)}) in the "
+                            f"header {header}")
+    out = set()
+    for line in lines[1:]:
+        fields = line.split("\t")
+        out.update(normalise(fields[i]) for i in cols if i < len(fields))
+    out.discard("")
     return out
 
 
@@ -166,16 +202,20 @@ def align_pair(s, t, rng, require_overlap=False):
 
 
 def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, seed=1,
-               require_overlap=False, min_score=4.0):
+               require_overlap=False, min_score=4.0, exclude=()):
     """Write the JSON Lines file of :mod:`span_plugin.preprocess.pairs` from the
-    paraphrase rows of ``path``; returns :class:`AlignStats`."""
+    paraphrase rows of ``path``, without those sharing a sentence with the files
+    ``exclude``; returns :class:`AlignStats`."""
     rng = random.Random(seed)
     segmenter = Segmenter(load_ngrams(ngrams, words="gpt2"), method="greedy")
     rows = read_paraphrases(path, source, min_score)
+    banned = set().union(*(sentences_of(p) for p in exclude))
+    kept = [(a, b) for a, b in rows if normalise(a) not in banned and normalise(b) not in banned]
+    excluded, rows = len(rows) - len(kept), kept
     if len(rows) < 2:
         raise BadInputError(f"{path}: {len(rows)} paraphrase rows; need at least 2")
     sents = [(_Sentence(a, segmenter), _Sentence(b, segmenter)) for a, b in rows]
-    stats = AlignStats()
+    stats = AlignStats(excluded_rows=excluded)
     positives_of = []
     with open(out_path, "w", encoding="utf-8", newline="\n") as f:
         def write(s, t, label, pairs):

@@ -126,7 +126,8 @@ def cmd_align_pairs(a):
 
     stats = align_file(a.input, a.out, source=a.source, ngrams=a.ngrams,
                        random_ratio=a.random_sentence_ratio, seed=a.seed,
-                       require_overlap=a.require_overlap, min_score=a.min_score)
+                       require_overlap=a.require_overlap, min_score=a.min_score,
+                       exclude=a.exclude_sentences_of)
     print(stats.report())
 
 
@@ -288,6 +289,10 @@ def build_parser():
     q.add_argument("--min-score", type=float, default=4.0, help="STS-B: lowest score kept")
     q.add_argument("--require-overlap", action="store_true",
                    help="in-paraphrase negatives must share a word with the source phrase")
+    q.add_argument("--exclude-sentences-of", nargs="+", default=[], metavar="TSV",
+                   help="drop paraphrase pairs sharing a sentence (case, spaces and "
+                   "punctuation ignored) with these files, e.g. the target task's dev.tsv "
+                   "and test.tsv, so transfer data cannot leak them")
     q.add_argument("--seed", type=int, default=1)
     q.set_defaults(func=cmd_align_pairs)
 
