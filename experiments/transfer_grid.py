@@ -1,0 +1,198 @@
+"""Resumable transfer fine-tuning grid (issue 13): does transfer fine-tuning with phrasal
+and sentential paraphrases (recipes/transfer/paraphrase.sh) help the target task, with
+little or with all of its training data?
+
+Cells are (target, share of its train rows, condition, seed):
+    target     MRPC or STS-B, fine-tuned with the plain head through recipes/glue/
+    share      10 or 100 (%); the 10% subset is drawn once per (target, seed), written
+               to --subsets (committed) and shared by every condition
+    condition  none        the encoder as converted
+               transfer    phrasal + sentential paraphrase objectives first
+               phrasal     phrasal objective only   (the method's own hypotheses)
+               sentential  sentential objective only
+Transfer data for a target comes from the other task's training pairs only (the weak
+aligner, span-preprocess align-pairs), without every pair that shares a sentence with the
+target's dev or test file (STS-B's MSRpar genre comes from the MRPC corpus); the dropped
+count is recorded. One transfer run per (target, condition, seed), reused by both shares.
+
+Every finished fine-tuning run is a JSON line of --results (kind "finetune"), every
+transfer run one too (kind "transfer"); a relaunch skips them. A 100% run without
+transfer whose settings equal a plain run of the GLUE grid (--glue-results) is taken
+from there instead of being run again.
+
+    python experiments/transfer_grid.py --model-dir models/minilm --seeds 1 2 3
+"""
+
+import argparse
+import json
+import random
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from glue_grid import VARIANTS, hparams, run_glue, train_rows  # noqa: E402
+from grid_lib import ROOT, read_results, resolve_device, run_grid, run_recipe, append_result  # noqa: E402
+
+CONDITIONS = {  # condition -> loss weights of the transfer run (None: no transfer)
+    "none": None,
+    "transfer": {"PHRASAL_WEIGHT": "1", "SENTENTIAL_WEIGHT": "1"},
+    "phrasal": {"PHRASAL_WEIGHT": "1", "SENTENTIAL_WEIGHT": "0"},
+    "sentential": {"PHRASAL_WEIGHT": "0", "SENTENTIAL_WEIGHT": "1"},
+}
+SOURCE = {"MRPC": "STS-B", "STS-B": "MRPC"}  # target -> where its transfer data comes from
+
+
+def cell_key(target, share, condition, seed, hp):
+    return ("finetune", target, share, condition, seed, hp["lr"], hp["epochs"])
+
+
+def record_key(r):
+    if r["kind"] != "finetune":
+        return ("transfer", r["target"], r["condition"], r["seed"])
+    return cell_key(r["task"], r["share"], r["condition"], r["seed"], r["hparams"])
+
+
+def subset_rows(subsets_path, glue_dir, task, share, seed):
+    """Line numbers (0-based, header excluded) of the ``share`` % train subset of
+    (task, seed): drawn once, then read back from ``subsets_path``."""
+    subsets = json.loads(Path(subsets_path).read_text()) if Path(subsets_path).exists() else {}
+    key = f"{task} {share}% seed {seed}"
+    if key not in subsets:
+        n = train_rows(glue_dir, task)
+        picked = random.Random(f"{task}-{share}-{seed}").sample(range(n), round(n * share / 100))
+        subsets[key] = sorted(picked)
+        Path(subsets_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(subsets_path).write_text("{\n" + ",\n".join(  # one subset a line
+            f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(subsets.items())) + "\n}\n")
+    return subsets[key]
+
+
+def subset_glue_dir(a, task, share, seed):
+    """A GLUE folder for ``task`` whose train.tsv holds only the subset's rows (header
+    kept; dev and test copied)."""
+    if share == 100:
+        return Path(a.glue_dir)
+    out = Path(a.work_dir).resolve() / "glue" / f"{task}-p{share}-s{seed}"
+    if not (out / task / "train.tsv").exists():
+        keep = subset_rows(a.subsets, a.glue_dir, task, share, seed)
+        src = Path(a.glue_dir) / task
+        lines = (src / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+        if len(lines) - 1 != train_rows(a.glue_dir, task):
+            raise SystemExit(f"{src / 'train.tsv'}: {len(lines) - 1} lines after the header "
+                             f"but {train_rows(a.glue_dir, task)} rows; a subset of lines "
+                             f"would not be a subset of rows")
+        (out / task).mkdir(parents=True, exist_ok=True)
+        for split in ("dev.tsv", "test.tsv"):
+            if (src / split).exists():
+                shutil.copy(src / split, out / task / split)
+        tmp = out / task / "train.tsv.tmp"
+        tmp.write_text("".join([lines[0]] + [lines[1 + i] for i in keep]), encoding="utf-8")
+        tmp.rename(out / task / "train.tsv")
+    return out
+
+
+def transferred_model(a, target, condition, seed, device, done):
+    """The MODEL_DIR folder of the transfer run of (target, condition, seed), run first
+    when missing; its record goes to the results file."""
+    from span_plugin.preprocess.align import align_file
+
+    work = Path(a.work_dir).resolve() / "transfer" / f"{target}-{condition}-s{seed}"
+    model = work / "out" / "transferred"
+    if ("transfer", target, condition, seed) in done and (model / "model.pt").exists():
+        return model
+    source, glue = SOURCE[target], Path(a.glue_dir)
+    exclude = [glue / target / f for f in ("dev.tsv", "test.tsv") if (glue / target / f).exists()]
+    pairs = work / "pairs"
+    pairs.mkdir(parents=True, exist_ok=True)
+    stats = {}
+    for split in ("train", "dev"):
+        s = align_file(glue / source / f"{split}.tsv", pairs / f"{split}.jsonl", seed=seed,
+                       exclude=exclude)
+        stats[split] = {"paraphrase_rows": s.paraphrase_rows, "random_rows": s.random_rows,
+                        "excluded_rows": s.excluded_rows, "phrase_pairs": dict(s.classes)}
+        print(f"    transfer data from {source} {split}: {s.report().splitlines()[0]}", flush=True)
+    env = dict(MODEL_DIR=Path(a.model_dir).resolve(), PAIRS=pairs / "train.jsonl",
+               PAIRS_VALID=pairs / "dev.jsonl", SEED=seed, LR=f"{a.transfer_lr:g}",
+               EPOCHS=a.transfer_epochs, DATA_DIR=work / "data", OUT_DIR=work / "out",
+               WORKERS=a.workers, **CONDITIONS[condition])
+    extra = ["--log-interval", "50", "--num-workers", "0"] + (["--cpu"] if device == "cpu" else [])
+    minutes = run_recipe("recipes/transfer/paraphrase.sh", env, extra, work / "out",
+                         f"transfer for {target} ({condition}) seed {seed}")
+    shutil.rmtree(work / "out" / "checkpoints", ignore_errors=True)
+    append_result(a.results, {
+        "kind": "transfer", "target": target, "source": source, "condition": condition,
+        "seed": seed, "data": stats, "weights": CONDITIONS[condition],
+        "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs},
+        "minutes": minutes, "device": device})
+    done.add(("transfer", target, condition, seed))
+    return model
+
+
+def reusable(glue_results, task, seed, hp):
+    """A plain-head run of the GLUE grid with these settings, or None."""
+    for r in read_results(glue_results):
+        if (r["task"], r["variant"], r["seed"]) == (task, "plain", seed) and r["hparams"] == hp:
+            return r
+    return None
+
+
+def run_cell(a, target, share, condition, seed, device, done):
+    glue_dir = subset_glue_dir(a, target, share, seed)
+    epochs = a.epochs if share == 100 else a.small_epochs
+    hp = hparams(a.lr, a.batch_size, epochs, a.warmup, train_rows(glue_dir, target))
+    tag = {"kind": "finetune", "share": share, "condition": condition}
+    if condition == "none" and share == 100 and (r := reusable(a.glue_results, target, seed, hp)):
+        return {**r, **tag, "reused_from": Path(a.glue_results).name}
+    model = (Path(a.model_dir) if condition == "none"
+             else transferred_model(a, target, condition, seed, device, done))
+    work = Path(a.work_dir).resolve()
+    data = work / "data" / (f"{target}-p{share}" + (f"-s{seed}" if share != 100 else ""))
+    out = work / "runs" / f"{target}-p{share}-{condition}-s{seed}"
+    record = run_glue(target, VARIANTS["plain"], seed, hp, model, glue_dir, data, out,
+                      a.workers, device)
+    return {**record, **tag, "variant": "plain"}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", required=True, help="a span-convert output folder")
+    p.add_argument("--glue-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
+    p.add_argument("--targets", nargs="+", default=["MRPC", "STS-B"], choices=list(SOURCE))
+    p.add_argument("--shares", nargs="+", type=int, default=[10, 100])
+    p.add_argument("--conditions", nargs="+", default=["none", "transfer"], choices=list(CONDITIONS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "transfer_minilm.jsonl"))
+    p.add_argument("--subsets", default=str(ROOT / "experiments" / "results" / "transfer_subsets.json"))
+    p.add_argument("--glue-results", default=str(ROOT / "experiments" / "results" / "glue_minilm.jsonl"),
+                   help="GLUE grid results whose plain runs stand for 100%% runs without transfer")
+    p.add_argument("--work-dir", default=str(ROOT / "runs" / "transfer_grid"))
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs on 100%% of the rows")
+    p.add_argument("--small-epochs", type=int, default=10, help="fine-tuning epochs on a subset")
+    p.add_argument("--warmup", type=float, default=0.06, help="share of updates")
+    p.add_argument("--transfer-lr", type=float, default=5e-5)
+    p.add_argument("--transfer-epochs", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--max-runs", type=int, help="stop after this many new fine-tuning runs")
+    a = p.parse_args(argv)
+    device = resolve_device(a.device)
+    done = {record_key(r) for r in read_results(a.results)}
+    cells = {}
+    for share in a.shares:  # the small-data comparison, where the effect should show, first
+        for seed in a.seeds:
+            for target in a.targets:
+                for condition in a.conditions:
+                    epochs = a.epochs if share == 100 else a.small_epochs
+                    key = cell_key(target, share, condition, seed, {"lr": a.lr, "epochs": epochs})
+                    cells[key] = (target, share, condition, seed)
+    run_grid(cells, done, lambda c: run_cell(a, *c, device, done), a.results, a.max_runs,
+             name=lambda c: f"{c[0]} {c[1]}% {c[2]} seed {c[3]}",
+             show=lambda r: f"{r['metric']} {r['value']:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
