@@ -8,7 +8,6 @@ batches and workers they give the epoch's exact figures, whatever the batching, 
 ``--best-checkpoint-metric f1 --maximize-best-checkpoint-metric`` selects on them.
 """
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +18,7 @@ from fairseq.logging import metrics
 
 from .. import ner
 from ..data.tagging_datasets import IGNORE
+from .sums import log_loss, summer
 
 COUNTS = ("_ent_tp", "_ent_pred", "_ent_gold")
 
@@ -43,12 +43,8 @@ class _EntityCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
-            return sum(_item(log.get(key, 0)) for log in logging_outputs)
-
-        sample_size = total("sample_size")
-        metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2),
-                           sample_size, round=3)
+        total = summer(logging_outputs)
+        sample_size = log_loss(total)
         if "n_correct" in set().union(*(log.keys() for log in logging_outputs)):
             metrics.log_scalar("accuracy", 100.0 * total("n_correct") / max(sample_size, 1),
                                sample_size, round=2)
@@ -62,10 +58,6 @@ class _EntityCriterion(FairseqCriterion):
         unreachable = total("unreachable")
         if unreachable:
             metrics.log_scalar_sum("unreachable", unreachable)
-
-
-def _item(v):
-    return v.item() if torch.is_tensor(v) else v
 
 
 @register_criterion("span_tagging", dataclass=NerCriterionConfig)

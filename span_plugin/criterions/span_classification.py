@@ -41,6 +41,7 @@ from fairseq.logging import metrics
 
 from .. import provenance
 from . import glue_metrics
+from .sums import log_loss, summer
 
 logger = logging.getLogger(__name__)
 
@@ -153,13 +154,9 @@ class SpanClassificationCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
-            return sum(_item(log.get(key, 0)) for log in logging_outputs)
-
-        loss_sum = total("loss")
+        total = summer(logging_outputs)
+        log_loss(total)
         nsentences = total("nsentences")
-        sample_size = total("sample_size")
-        metrics.log_scalar("loss", loss_sum / max(sample_size, 1) / math.log(2), sample_size, round=3)
         if not logging_outputs:
             return
         keys = set().union(*(log.keys() for log in logging_outputs))
@@ -196,10 +193,6 @@ class SpanClassificationCriterion(FairseqCriterion):
                     glue_metrics.spearman(m["_pred"].tensor.numpy(), m["_targ"].tensor.numpy())
                 ),
             )
-
-
-def _item(v):
-    return v.item() if torch.is_tensor(v) else v
 
 
 def _cm(meters, n):

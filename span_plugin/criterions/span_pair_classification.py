@@ -18,6 +18,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from ..data.phrase_pairs import IGNORE
+from .sums import log_loss, summer
 
 
 @dataclass
@@ -68,11 +69,8 @@ class SpanPairClassificationCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
-            return sum(float(log.get(key, 0)) for log in logging_outputs)
-
-        batches = total("sample_size")
-        metrics.log_scalar("loss", total("loss") / max(batches, 1) / math.log(2), batches, round=3)
+        total = summer(logging_outputs)
+        log_loss(total)
         for part in ("phrasal", "sentential"):
             n = total(f"{part}_n")
             if not any(f"{part}_n" in log for log in logging_outputs):
