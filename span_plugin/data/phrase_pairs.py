@@ -8,8 +8,9 @@ overlap and nest) and ``phrase_label/{split}`` (item i = one label id per pair).
 
 import numpy as np
 import torch
-from fairseq.data import FairseqDataset, indexed_dataset
+from fairseq.data import indexed_dataset
 
+from .span_datasets import SideDataset
 from .span_index import SPAN_DTYPE, SpanAlignmentError, load_spans
 
 IGNORE = -100  # padding of phrase targets: cross-entropy's ignore_index
@@ -70,7 +71,7 @@ def count_cut_pairs(prefix1, spans1, starts1, max_len):
     return int((ends + np.asarray(starts1)[owner] > max_len).sum())
 
 
-class PhrasePairsDataset(FairseqDataset):
+class PhrasePairsDataset(SideDataset):
     """The phrase pairs of each example in the model's input layout.
 
     ``__getitem__(i)`` -> LongTensor ``[P_i, 5]``: source start, end, target start, end
@@ -112,17 +113,3 @@ class PhrasePairsDataset(FairseqDataset):
             for b, s in enumerate(samples):
                 out[b, : s.size(0)] = s[:, 4]
         return out
-
-    @property
-    def sizes(self):
-        return np.zeros(len(self), dtype=np.int64)
-
-    def num_tokens(self, index):
-        return 0
-
-    def size(self, index):
-        return 0
-
-    @property
-    def supports_prefetch(self):
-        return False

@@ -92,7 +92,26 @@ def layout_starts(input_sizes, init_token, separator_token):
     return starts
 
 
-class LayoutSpansDataset(FairseqDataset):
+class SideDataset(FairseqDataset):
+    """Items that ride along with an example's tokens (spans, phrase pairs): they add
+    nothing to its size, so batching by tokens counts the tokens alone."""
+
+    @property
+    def sizes(self):
+        return np.zeros(len(self), dtype=np.int64)
+
+    def num_tokens(self, index):
+        return 0
+
+    def size(self, index):
+        return 0
+
+    @property
+    def supports_prefetch(self):
+        return False
+
+
+class LayoutSpansDataset(SideDataset):
     """The spans of each example, in the model's input layout.
 
     span_datasets: one dataset per input; item i is the flat offset vector
@@ -146,17 +165,3 @@ class LayoutSpansDataset(FairseqDataset):
         for b, s in enumerate(samples):
             out[b, : s.size(0)] = s
         return out
-
-    @property
-    def sizes(self):
-        return np.zeros(len(self), dtype=np.int64)
-
-    def num_tokens(self, index):
-        return 0
-
-    def size(self, index):
-        return 0
-
-    @property
-    def supports_prefetch(self):
-        return False
