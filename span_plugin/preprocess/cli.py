@@ -37,6 +37,16 @@ def _add_encoder_args(p):
                    help="invalid UTF-8: stop naming file and line, or use U+FFFD")
 
 
+def _add_split_files(p, kind):
+    """The task folder to write, its name and the split files of the table and pairs
+    subcommands."""
+    p.add_argument("--out", required=True, help="task folder to write")
+    p.add_argument("--name", help="task name in the record (default: the --out folder's name)")
+    p.add_argument("--train", help="training file" + kind)
+    p.add_argument("--valid", help="validation file (labelled)" + kind)
+    p.add_argument("--test", help="test file (its labels, if any, are not read)" + kind)
+
+
 def _spec(a, need_dict=True):
     from .encoders import EncoderSpec
 
@@ -237,10 +247,7 @@ def build_parser():
 
     q = sub.add_parser("table", help="build a task folder from your own TSV, CSV or "
                        "JSON Lines files with named columns")
-    q.add_argument("--out", required=True, help="task folder to write")
-    q.add_argument("--train", help="training file")
-    q.add_argument("--valid", help="validation file (labelled)")
-    q.add_argument("--test", help="test file (its labels, if any, are not read)")
+    _add_split_files(q, "")
     q.add_argument("--text-columns", nargs="+", required=True, metavar="COLUMN",
                    help="one column (single sentences) or two (pairs), by header name "
                    "or JSON key")
@@ -254,7 +261,6 @@ def build_parser():
                    help="auto: from the file name (.tsv .csv .jsonl)")
     q.add_argument("--delimiter", default=",", help="CSV field separator ('\\t' or tab "
                    "for quoted TSV)")
-    q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
     q.add_argument("--bad-rows", choices=("error", "skip"), default="error",
                    help="rows that do not fit (wrong field count, bad JSON, missing or "
                    "empty value): stop naming file and line, or leave them out")
@@ -263,10 +269,7 @@ def build_parser():
 
     q = sub.add_parser("pairs", help="build a span-pair folder (span_pair_classification) "
                        "from JSON Lines sentence pairs with phrase pairs (docs/SPAN_PAIRS.md)")
-    q.add_argument("--out", required=True, help="task folder to write")
-    q.add_argument("--train", help="training file (.jsonl)")
-    q.add_argument("--valid", help="validation file (.jsonl)")
-    q.add_argument("--test", help="test file (.jsonl)")
+    _add_split_files(q, " (.jsonl)")
     q.add_argument("--text-columns", nargs=2, default=["sentence1", "sentence2"],
                    metavar="KEY", help="the two text keys")
     q.add_argument("--label-column", help="sentence label key (default: no sentence labels)")
@@ -274,7 +277,6 @@ def build_parser():
     q.add_argument("--phrase-labels", nargs="+", default=["paraphrase", "random", "in-paraphrase"],
                    metavar="LABEL", help="the declared phrase labels (ids in this order)")
     q.add_argument("--positive-label", help="the sentence class F1 counts as positive")
-    q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_pairs)
 
