@@ -6,6 +6,11 @@
 #                            from the checkpoint) or ROBERTA_PATH (fairseq RoBERTa, GPT-2
 #                            BPE files in BPE_DIR) or neither (from scratch): sets
 #                            PRETRAINED, SRCDICT, encoder_args, size_args
+#   need_gpt2_files          without MODEL_DIR: BPE_DIR must hold the GPT-2 BPE files
+#   same_vocabulary DICT     DICT (a folder's dict.txt) must equal SRCDICT, the model's,
+#                            and so must the dictionary PRETRAINED records, if it does
+#   count_updates ROWS_FILE  UPDATES (EPOCHS passes over ROWS_FILE's lines in batches of
+#                            BATCH_SIZE) and WARMUP_UPDATES (the WARMUP share of them)
 #   train_resumably ARGS...  fairseq-train ARGS (fp16 on GPU, every GPU through torchrun),
 #                            after putting the newest intact checkpoint of
 #                            $OUT_DIR/checkpoints in place, so a relaunch resumes
@@ -51,6 +56,30 @@ use_pretrained_encoder() {
         encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
         size_args=()
     fi
+}
+
+need_gpt2_files() {
+    [ -z "$MODEL_DIR" ] || return 0
+    local f
+    for f in encoder.json vocab.bpe dict.txt; do
+        [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
+    done
+}
+
+same_vocabulary() {  # a folder tokenized with another vocabulary trains on the wrong rows
+    cmp -s "$1" "$SRCDICT" \
+        || die "$1 is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
+    # A starting checkpoint of a span_plugin run (a transferred encoder, a GLUE run) records
+    # the dictionary it was trained with; one of the same size would load without error.
+    [ -z "$PRETRAINED" ] || python -m span_plugin.checkpoints same-dictionary "$PRETRAINED" "$SRCDICT" \
+        || die "the starting model $PRETRAINED does not fit this run's vocabulary (see above)"
+}
+
+count_updates() {
+    local rows
+    rows=$(wc -l < "$1")
+    UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
+    WARMUP_UPDATES=$(python -c "print(int(round($WARMUP * $UPDATES)))")
 }
 
 train_resumably() {

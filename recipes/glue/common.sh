@@ -102,11 +102,7 @@ if ! declare -F prepare_data >/dev/null; then
     }
 fi
 if [ ! -d "$DATA_DIR" ]; then
-    if [ -z "$MODEL_DIR" ]; then
-        for f in encoder.json vocab.bpe dict.txt; do
-            [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
-        done
-    fi
+    need_gpt2_files
     rm -rf "$DATA_DIR.tmp"
     prepare_data "$DATA_DIR.tmp"
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
@@ -115,9 +111,7 @@ else
     span-preprocess check "$DATA_DIR" \
         || die "$DATA_DIR is not a complete span-annotated task folder (see the error above); delete it to rebuild it"
 fi
-# A folder tokenized with another vocabulary would train on the wrong embedding rows.
-cmp -s "$DATA_DIR/input0/dict.txt" "$SRCDICT" \
-    || die "$DATA_DIR/input0/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
+same_vocabulary "$DATA_DIR/input0/dict.txt"
 RECORD=$DATA_DIR/provenance.json
 if [ "$REGRESSION" != 1 ]; then
     # fairseq-preprocess pads dictionaries to a multiple of 8 with "madeupword" entries.

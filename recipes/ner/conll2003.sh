@@ -74,11 +74,7 @@ if [ ! -d "$DATA_DIR" ]; then
     for s in train valid test; do
         [ -f "$CONLL_DIR/$s.txt" ] || die "$CONLL_DIR/$s.txt not found: set CONLL_DIR to the folder with train.txt, valid.txt, test.txt"
     done
-    if [ -z "$MODEL_DIR" ]; then
-        for f in encoder.json vocab.bpe dict.txt; do
-            [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder"
-        done
-    fi
+    need_gpt2_files
     rm -rf "$DATA_DIR.tmp"
     echo "preparing $DATA_DIR from $CONLL_DIR"
     span-preprocess conll --out "$DATA_DIR.tmp" --name conll2003 --train "$CONLL_DIR/train.txt" \
@@ -89,11 +85,8 @@ if [ ! -d "$DATA_DIR" ]; then
 fi
 # An existing folder is checked by the task when it loads it (alignment of tokens, spans,
 # words and tags; every file against provenance.json), before any training.
-cmp -s "$DATA_DIR/input0/dict.txt" "$SRCDICT" \
-    || die "$DATA_DIR/input0/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
-rows=$(wc -l < "$DATA_DIR/raw/train.input0")
-UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
-WARMUP_UPDATES=$(python -c "print(int(round($WARMUP * $UPDATES)))")
+same_vocabulary "$DATA_DIR/input0/dict.txt"
+count_updates "$DATA_DIR/raw/train.input0"
 
 # ---- fine-tune --------------------------------------------------------------------------
 args=(

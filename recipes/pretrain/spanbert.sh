@@ -69,15 +69,8 @@ done
 case "$SPAN_MASKING" in geometric|ngram) ;; *) die "SPAN_MASKING=$SPAN_MASKING: expected geometric or ngram" ;; esac
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
 use_pretrained_encoder
-if [ -n "$MODEL_DIR" ]; then
-    default_arch=roberta_spanbert
-else
-    for f in encoder.json vocab.bpe dict.txt; do
-        [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder (encoder.json, vocab.bpe, dict.txt)"
-    done
-    default_arch=roberta_spanbert_base
-fi
-ARCH=${ARCH:-$default_arch}
+need_gpt2_files
+ARCH=${ARCH:-$([ -n "$MODEL_DIR" ] && echo roberta_spanbert || echo roberta_spanbert_base)}
 name=$(basename "$TRAIN_TEXT"); name=${name%.*}
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 DATA_DIR=${DATA_DIR:-data-bin/pretrain/$prefix$name}
@@ -105,8 +98,7 @@ if [ ! -d "$DATA_DIR" ]; then
     echo "$segmentation" > "$DATA_DIR.tmp/segmentation"
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 fi
-cmp -s "$DATA_DIR/dict.txt" "$SRCDICT" \
-    || die "$DATA_DIR/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
+same_vocabulary "$DATA_DIR/dict.txt"
 
 # ---- pre-train ------------------------------------------------------------------------
 args=(

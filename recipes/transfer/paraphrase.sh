@@ -92,11 +92,7 @@ OUT_DIR=${OUT_DIR:-runs/${prefix}transfer-$source_name$([ "$SEED" = 1 ] || echo 
 
 # ---- phrase pairs and the span-pair folder ---------------------------------------------
 if [ ! -d "$DATA_DIR" ]; then
-    if [ -z "$MODEL_DIR" ]; then
-        for f in encoder.json vocab.bpe dict.txt; do
-            [ -f "$BPE_DIR/$f" ] || die "$BPE_DIR/$f not found: set BPE_DIR to the GPT-2 BPE folder"
-        done
-    fi
+    need_gpt2_files
     aligned=$OUT_DIR/aligned
     mkdir -p "$aligned"
     if [ -n "$PAIRS" ]; then
@@ -125,11 +121,8 @@ if [ ! -d "$DATA_DIR" ]; then
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 fi
 # The task checks an existing folder when it loads it (phrase files, record hashes).
-cmp -s "$DATA_DIR/input0/dict.txt" "$SRCDICT" \
-    || die "$DATA_DIR/input0/dict.txt is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
-rows=$(wc -l < "$DATA_DIR/raw/train.input0")
-UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
-WARMUP_UPDATES=$(python -c "print(int(round($WARMUP * $UPDATES)))")
+same_vocabulary "$DATA_DIR/input0/dict.txt"
+count_updates "$DATA_DIR/raw/train.input0"
 
 # ---- transfer fine-tuning ------------------------------------------------------------------
 args=(
