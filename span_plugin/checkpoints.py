@@ -16,6 +16,10 @@ Invalid argument`` or a zip error that names no file. With the plugin loaded
   ``checkpoint_last.pt`` aside and, when another intact checkpoint has more updates
   (a save cut off between its files) or ``checkpoint_last.pt`` is gone, puts the newest
   intact one in its place, so that fairseq resumes from it.
+
+``python -m span_plugin.checkpoints same-dictionary CHECKPOINT DICT`` (run by the
+recipes on the checkpoint they start from) refuses a starting checkpoint trained with
+another dictionary than DICT (:func:`span_plugin.provenance.check_checkpoint_dictionary`).
 """
 
 import argparse
@@ -180,11 +184,25 @@ def prepare_resume(save_dir, log=print):
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m span_plugin.checkpoints",
-        description="resume: make SAVE_DIR/checkpoint_last.pt the newest intact checkpoint")
+        description="resume: make SAVE_DIR/checkpoint_last.pt the newest intact checkpoint; "
+        "same-dictionary: CHECKPOINT was trained with the fairseq dict.txt DICT")
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("resume", help="prepare a save dir for a relaunch")
     q.add_argument("save_dir")
+    q = sub.add_parser("same-dictionary", help="refuse a starting checkpoint of another "
+                       "vocabulary (same size or not)")
+    q.add_argument("checkpoint")
+    q.add_argument("srcdict")
     a = p.parse_args(argv)
+    if a.cmd == "same-dictionary":
+        from .provenance import ProvenanceError, check_checkpoint_dictionary
+
+        try:
+            check_checkpoint_dictionary(a.checkpoint, a.srcdict)
+        except (OSError, ProvenanceError) as err:
+            print(f"span_plugin.checkpoints: {err}", file=sys.stderr)
+            return 2
+        return 0
     prepare_resume(a.save_dir, log=lambda m: print(f"span_plugin.checkpoints: {m}",
                                                    file=sys.stderr))
     return 0

@@ -282,3 +282,31 @@ def describe(record):
         f"  labels: {lab}",
         f"  files: {len(record['files'])} recorded, hashes match",
     ]
+
+
+# ---------------------------------------------------------------------------------
+# Starting checkpoints
+
+
+def check_checkpoint_dictionary(checkpoint, srcdict):
+    """Raise :class:`ProvenanceError` when ``checkpoint`` was trained on a folder
+    tokenized with another dictionary than ``srcdict``. A checkpoint of a span_plugin
+    task (a GLUE run, a transfer run, its stripped encoder) records its folder's
+    dict.txt; with the same number of entries but other content, loading would succeed
+    and every embedding row would stand for another token. A checkpoint without a
+    record (pretrained, converted) passes: there is nothing to compare."""
+    import torch
+
+    import span_plugin  # noqa: F401  (lets torch.load read fairseq checkpoints)
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    record = (state.get("task_state") or {}).get(STATE_KEY) or {}
+    trained = (record.get("encoder") or {}).get("srcdict")
+    if trained is None or trained["sha256"] == sha256(srcdict):
+        return
+    raise ProvenanceError(
+        f"{checkpoint} was trained on {record.get('data_dir', 'a folder')} tokenized with "
+        f"{trained['path']} (sha256 {short(trained['sha256'])}), not with {srcdict} "
+        f"(sha256 {short(sha256(srcdict))}): its embedding rows stand for other tokens. "
+        f"Start from it with the dictionary (BPE_DIR or MODEL_DIR) it was trained with.")
+

@@ -4,6 +4,7 @@ MRPC pairs, its hydra twin, recipes/glue/MRPC.sh started from the transferred en
 
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -164,6 +165,35 @@ def test_glue_run_refuses_an_encoder_of_another_vocabulary(transfer, tmp_path):
     assert f"Cannot load model parameters from checkpoint {other}" in proc.stdout
     assert re.search(r"size mismatch for encoder\.sentence_encoder\.embed_tokens\.weight: "
                      r"copying a param with shape torch\.Size\(\[1000, 32\]\)", proc.stdout)
+
+
+@pytest.mark.slow
+def test_glue_run_refuses_an_encoder_of_a_same_size_vocabulary(transfer, tmp_path):
+    """Same number of entries, other content: the weights would load without error and
+    every embedding row would stand for another token. The transferred checkpoint records
+    the dictionary it was trained with; the recipe compares it before training."""
+    bpe = tmp_path / "bpe"
+    bpe.mkdir()
+    for name in ("encoder.json", "vocab.bpe"):
+        (bpe / name).write_bytes((GPT2_BPE / name).read_bytes())
+    lines = (GPT2_BPE / "dict.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[10], lines[11] = lines[11], lines[10]  # two tokens trade embedding rows
+    (bpe / "dict.txt").write_text("".join(lines), encoding="utf-8")
+    transferred = transfer["out"] / "transferred.pt"
+    proc = run_cli("bash", GLUE_RECIPE, "--cpu", "--max-update", "1", *TINY,
+                   "--num-workers", "0", cwd=transfer["cwd"], check=False,
+                   env={**transfer["env"], "HEAD": "plain", "ROBERTA_PATH": str(transferred),
+                        "BPE_DIR": str(bpe), "DATA_DIR": str(tmp_path / "data"),
+                        "OUT_DIR": str(tmp_path / "run"), "TEST_PREDICTIONS": "0"})
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert f"{transferred} was trained on" in proc.stdout
+    assert f"tokenized with {GPT2_BPE / 'dict.txt'}" in proc.stdout
+    assert f"not with {bpe / 'dict.txt'}" in proc.stdout
+    assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
+    # With the dictionary it was trained with, the same check passes.
+    ok = run_cli(sys.executable, "-m", "span_plugin.checkpoints", "same-dictionary",
+                 transferred, GPT2_BPE / "dict.txt", check=False)
+    assert ok.returncode == 0, ok.stdout
 
 
 @pytest.fixture(scope="module")
