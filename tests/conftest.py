@@ -14,6 +14,15 @@ import span_plugin  # noqa: F401  (its import lets torch.load read fairseq check
 # stays open (CI): every child inherits /dev/null as its fd 0.
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 
+# Two test workers share the machine's cores (pytest.ini): one thread each, and one for
+# every command they start, instead of each oversubscribing every core.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 DATA = SHARED / "data"
