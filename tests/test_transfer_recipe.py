@@ -46,10 +46,18 @@ def transfer(tmp_path_factory):
         with open(GLUE / "MRPC" / f"{split}.tsv", "rb") as f:
             head = [line for _, line in zip(range(65), f)]  # header + 64 rows
         (glue / "MRPC" / f"{split}.tsv").write_bytes(b"".join(head))
-    env = {"GLUE_DIR": str(glue), "BPE_DIR": str(GPT2_BPE), "WORKERS": "1"}
+    # A "target dev file" holding the first training paraphrase, re-cased and
+    # re-punctuated: the aligner keeps that pair out (EXCLUDE).
+    train = (glue / "MRPC" / "train.tsv").read_bytes().splitlines()[1:]
+    first = next(line.split(b"\t") for line in train if line.startswith(b"1\t"))
+    a, b = (x.decode().strip() for x in first[3:5])
+    (cwd / "target_dev.tsv").write_text(f"sentence1\tsentence2\n{a.upper()}\t{b.rstrip('.')}\n")
+    env = {"GLUE_DIR": str(glue), "BPE_DIR": str(GPT2_BPE), "WORKERS": "1",
+           "EXCLUDE": str(cwd / "target_dev.tsv")}
     log = run_cli("bash", RECIPE, "--cpu", "--max-update", "2", *TINY, "--num-workers", "0",
                   cwd=cwd, env=env).stdout
-    return {"cwd": cwd, "glue": glue, "out": cwd / "runs" / "transfer-MRPC", "log": log, "env": env}
+    return {"cwd": cwd, "glue": glue, "out": cwd / "runs" / "transfer-MRPC", "log": log,
+            "env": env, "excluded": (a, b)}
 
 
 @pytest.mark.slow
@@ -58,6 +66,12 @@ def test_transfer_recipe_writes_the_encoder_without_heads(transfer):
     assert "transferred encoder: runs/transfer-MRPC/transferred.pt" in log
     assert "fine-tune it: ROBERTA_PATH=runs/transfer-MRPC/transferred.pt" in log
     assert "recipes/glue/MRPC.sh" in log
+    # EXCLUDE: the one training paraphrase sharing a sentence with the target file is out.
+    assert log.count("(1 paraphrase pairs dropped: they share a sentence with") == 1, log[-3000:]
+    train = transfer["out"] / "aligned" / "train.jsonl"
+    texts = {json.loads(line)[k] for line in train.read_text().splitlines()
+             for k in ("sentence1", "sentence2")}
+    assert not set(transfer["excluded"]) & texts
     # No stack notices, as for the GLUE recipes (tests/test_recipes.py).
     assert not re.findall(r".*(?:Please install tensorboardX|Warning:|DEBUG:).*", log)
     best = load(out / "checkpoints" / "checkpoint_best.pt")

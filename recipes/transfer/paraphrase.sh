@@ -18,6 +18,9 @@
 #   GLUE_DIR, ALIGN_FROM  without PAIRS: the weak aligner (span-preprocess align-pairs)
 #                  on $GLUE_DIR/$ALIGN_FROM/train.tsv (MRPC labels 1, STS-B scores >= 4)
 #                  for training and dev.tsv for validation      [glue_data, MRPC]
+#   EXCLUDE        TSV files (space-separated) whose sentences the aligner keeps out:
+#                  the target task's dev.tsv and test.tsv, so no evaluation sentence
+#                  is seen in transfer (the MSRpar genre of STS-B comes from MRPC)  []
 #   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
 #                  (smoke runs)                                          []
 #   MODEL_DIR      a converted BERT-family model (span-convert bert): WordPiece, sizes
@@ -50,6 +53,8 @@ PAIRS_VALID=${PAIRS_VALID:-}
 VALID_ROWS=${VALID_ROWS:-200}
 GLUE_DIR=${GLUE_DIR:-glue_data}
 ALIGN_FROM=${ALIGN_FROM:-MRPC}
+read -r -a exclude <<< "${EXCLUDE:-}"
+exclude_args=(); [ "${#exclude[@]}" -eq 0 ] || exclude_args=(--exclude-sentences-of "${exclude[@]}")
 ROBERTA_PATH=${ROBERTA_PATH:-}
 MODEL_DIR=${MODEL_DIR:-}
 BPE_DIR=${BPE_DIR:-gpt2_bpe}
@@ -72,6 +77,7 @@ if [ -n "$PAIRS" ]; then
     source_name=$(basename "$PAIRS" .jsonl)
 else
     case "$ALIGN_FROM" in MRPC|STS-B) ;; *) die "ALIGN_FROM=$ALIGN_FROM: expected MRPC or STS-B (or give PAIRS)" ;; esac
+    for f in "${exclude[@]}"; do [ -f "$f" ] || die "EXCLUDE: $f does not exist"; done
     for s in train dev; do
         [ -f "$GLUE_DIR/$ALIGN_FROM/$s.tsv" ] \
             || die "$GLUE_DIR/$ALIGN_FROM/$s.tsv not found: set GLUE_DIR to your glue_data folder, or give PAIRS"
@@ -109,7 +115,7 @@ if [ ! -d "$DATA_DIR" ]; then
         for s in train dev; do
             echo "aligning $GLUE_DIR/$ALIGN_FROM/$s.tsv"
             span-preprocess align-pairs --input "$GLUE_DIR/$ALIGN_FROM/$s.tsv" \
-                --out "$aligned/$s.jsonl" --seed "$SEED"
+                --out "$aligned/$s.jsonl" --seed "$SEED" "${exclude_args[@]}"
         done
         train=$aligned/train.jsonl valid=$aligned/dev.jsonl
     fi
