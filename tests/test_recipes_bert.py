@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from conftest import run_cli
-from test_recipes import RECIPES
+from conftest import USER_DIR, run_cli
+from test_recipes import HYDRA, RECIPES, valid_line
 from test_task_data import glue_folder, mini_glue
 
 from span_plugin.hub import SpanHubInterface
@@ -91,6 +91,25 @@ def test_plain_head_runs_fairseqs_own_model_on_the_same_data(span_run, converted
     hub = SpanHubInterface.from_pretrained(out / "checkpoints" / "checkpoint_best.pt",
                                            data=data, bpe="wordpiece", wordpiece=converted_minilm)
     assert not hub.reads_spans and len(hub.predict([("A man.", "A man is here.")])) == 1
+
+
+@pytest.mark.slow
+def test_hydra_twin_of_a_model_dir_run(span_run, converted_minilm):
+    """The recipes/hydra config with span-convert's hydra-overrides of the model folder
+    runs what MODEL_DIR=... recipes/glue/MRPC.sh ran: the same validation after the same
+    updates on the same folder."""
+    cwd, span_log = span_run
+    overrides = run_cli("span-convert", "hydra-overrides", converted_minilm).stdout.split()
+    assert f"checkpoint.restore_file={converted_minilm}/model.pt" in overrides
+    assert "++model.encoder_layers=6" in overrides and "task.separator_token=null" in overrides
+    log = run_cli(
+        "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", "mrpc", *overrides,
+        f"task.data={cwd / 'data-bin' / 'minilm' / 'MRPC'}", f"common.user_dir={USER_DIR}",
+        "common.cpu=true", "common.fp16=false", "common.log_interval=1",
+        "dataset.batch_size=8", "dataset.num_workers=0", "optimization.max_update=2",
+        f"checkpoint.save_dir={cwd / 'hydra' / 'checkpoints'}", cwd=cwd).stdout
+    assert f"loaded checkpoint {converted_minilm}/model.pt" in log.lower()
+    assert valid_line(log) == valid_line(span_log)
 
 
 @pytest.mark.slow

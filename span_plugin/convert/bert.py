@@ -680,6 +680,19 @@ def checkpoint_train_flags(path) -> List[str]:
     raise ConversionError(f"{path}: neither cfg nor args in the checkpoint")
 
 
+def hydra_overrides(model_dir) -> List[str]:
+    """fairseq-hydra-train overrides that turn a ``recipes/hydra`` GLUE config (span
+    head, RoBERTa layout) into the run ``MODEL_DIR=model_dir recipes/glue/TASK.sh``
+    makes: the converted weights, their sizes, BERT's one-separator pair layout. The
+    data folder (``task.data``) must be one built with that model's WordPiece."""
+    model = Path(model_dir).resolve() / "model.pt"
+    flags = checkpoint_train_flags(model)
+    sizes = [f"++model.{flag[2:].replace('-', '_')}={value}"
+             for flag, value in zip(flags[::2], flags[1::2])]
+    return [f"checkpoint.restore_file={model}", "model._name=roberta_span",
+            "task.separator_token=null", *sizes]
+
+
 # --------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------

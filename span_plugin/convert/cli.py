@@ -2,6 +2,7 @@
 
     span-convert bert --hf-dir HF_MODEL_DIR --out OUT_DIR [--force] [--seed N]
     span-convert flags OUT_DIR/model.pt      # fairseq-train size flags, one line
+    span-convert hydra-overrides OUT_DIR     # the hydra twin of MODEL_DIR=OUT_DIR recipes
 """
 
 import argparse
@@ -28,6 +29,10 @@ def _parser():
 
     p = sub.add_parser("flags", help="print the fairseq-train size flags of a checkpoint")
     p.add_argument("checkpoint", help="a fairseq checkpoint, or a folder with model.pt")
+
+    p = sub.add_parser("hydra-overrides", help="print the fairseq-hydra-train overrides that "
+                       "make a recipes/hydra GLUE config start from a converted model")
+    p.add_argument("model_dir", help="a span-convert output folder")
     return parser
 
 
@@ -52,13 +57,19 @@ def _flags(args):
     print(shlex.join(checkpoint_train_flags(args.checkpoint)))
 
 
+def _hydra(args):
+    from .bert import hydra_overrides
+
+    print(shlex.join(hydra_overrides(args.model_dir)))
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from .bert import ConversionError
 
     try:
-        {"bert": _bert, "flags": _flags}[args.cmd](args)
+        {"bert": _bert, "flags": _flags, "hydra-overrides": _hydra}[args.cmd](args)
     except ConversionError as err:
         print(f"span-convert {args.cmd}: error: {err}", file=sys.stderr)
         return 1
