@@ -8,7 +8,8 @@
 #                            PRETRAINED, SRCDICT, encoder_args, size_args
 #   need_gpt2_files          without MODEL_DIR: BPE_DIR must hold the GPT-2 BPE files
 #   same_vocabulary DICT     DICT (a folder's dict.txt) must equal SRCDICT, the model's,
-#                            and so must the dictionary PRETRAINED records, if it does
+#                            and so must the dictionary ROBERTA_PATH records, if any,
+#                            before a first launch (needs OUT_DIR)
 #   count_updates ROWS_FILE  UPDATES (EPOCHS passes over ROWS_FILE's lines in batches of
 #                            BATCH_SIZE) and WARMUP_UPDATES (the WARMUP share of them)
 #   train_resumably ARGS...  fairseq-train ARGS (fp16 on GPU, every GPU through torchrun),
@@ -71,8 +72,11 @@ same_vocabulary() {  # a folder tokenized with another vocabulary trains on the 
         || die "$1 is not $SRCDICT: the folder was built with another vocabulary than the model's; delete it or set DATA_DIR"
     # A starting checkpoint of a span_plugin run (a transferred encoder, a GLUE run) records
     # the dictionary it was trained with; one of the same size would load without error.
-    [ -z "$PRETRAINED" ] || python -m span_plugin.checkpoints same-dictionary "$PRETRAINED" "$SRCDICT" \
-        || die "the starting model $PRETRAINED does not fit this run's vocabulary (see above)"
+    # (A MODEL_DIR folder carries its own dict.txt: span-convert and transfer strip check it.)
+    if [ -n "$ROBERTA_PATH" ] && [ ! -f "$OUT_DIR/checkpoints/checkpoint_last.pt" ]; then
+        python -m span_plugin.checkpoints same-dictionary "$ROBERTA_PATH" "$SRCDICT" \
+            || die "ROBERTA_PATH=$ROBERTA_PATH does not fit this run's vocabulary (see above)"
+    fi
 }
 
 count_updates() {

@@ -20,6 +20,7 @@ import os
 import sys
 
 from .checkpoints import atomic_copy, atomic_write
+from .provenance import check_checkpoint_dictionary
 
 HEAD_PREFIX = "classification_heads."
 RECORD_KEY = "span_transfer"  # where the stripped checkpoint says what it came from
@@ -50,6 +51,8 @@ def write_stripped(checkpoint, out, model_dir=None):
     if not os.path.isfile(checkpoint):
         raise FileNotFoundError(f"{checkpoint}: no such checkpoint (did the transfer run finish?)")
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    if model_dir is not None:  # the folder's dict.txt goes with the weights: the right one
+        check_checkpoint_dictionary(checkpoint, os.path.join(model_dir, "dict.txt"), state)
     heads = strip_heads(state)
     state[RECORD_KEY] = {"from": os.path.abspath(checkpoint), "heads_removed": heads}
     target = out

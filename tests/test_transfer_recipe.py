@@ -210,6 +210,25 @@ def test_glue_run_refuses_an_encoder_of_a_same_size_vocabulary(transfer, tmp_pat
     assert ok.returncode == 0, ok.stdout
 
 
+@pytest.mark.slow
+def test_strip_refuses_a_model_folder_of_another_dictionary(transfer, tmp_path):
+    """transfer strip --model-dir copies that folder's dict.txt next to the weights: a
+    folder other than the one the run was trained with is refused."""
+    from span_plugin.provenance import ProvenanceError
+    from span_plugin.transfer import write_stripped
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.pt").write_bytes(b"")
+    lines = (GPT2_BPE / "dict.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "dict.txt").write_text("".join(lines[1:] + lines[:1]), encoding="utf-8")
+    best = transfer["out"] / "checkpoints" / "checkpoint_best.pt"
+    with pytest.raises(ProvenanceError, match=r"checkpoint_best\.pt was trained on .* not with "
+                       + str(folder / "dict.txt")):
+        write_stripped(best, tmp_path / "out", model_dir=folder)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def hub(transfer):
     from span_plugin.hub import SpanHubInterface
