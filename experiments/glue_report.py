@@ -15,10 +15,15 @@
 
 import argparse
 import json
+import sys
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_lib import write_report  # noqa: E402
 
 VARIANT_NAMES = {"plain": "encoder (plain head)", "sf": "+ SF (cnn-cnn, greedy)",
                  "cnn": "+ CNN, no segmentation", "random": "+ SF, random segmentation"}
@@ -182,8 +187,7 @@ def main(argv=None):
     text = report([r for r in runs if r["hparams"]["lr"] == lr], plot=a.plot)
     text += "\n" + "\n".join(selection(runs))
     if a.out:
-        with open(a.out, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_report(a.out, text)
     print(text)
 
 

@@ -56,6 +56,20 @@ def run_grid(cells, done, run, results, max_runs=None, name=str, show=str):
         print(f"    {show(record)} ({record['minutes']} min)", flush=True)
 
 
+HEADER_END = "\n---\n"
+
+
+def write_report(path, text):
+    """Write a generated report to ``path``, keeping the hand-written part of an existing
+    file: everything above its first ``---`` line (status, verdict)."""
+    header = ""
+    if os.path.exists(path):
+        old = Path(path).read_text(encoding="utf-8")
+        if HEADER_END in old:
+            header = old[: old.index(HEADER_END) + len(HEADER_END)] + "\n"
+    Path(path).write_text(header + text, encoding="utf-8")
+
+
 def resolve_device(device):
     if device == "auto":
         import torch

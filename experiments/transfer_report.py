@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, read_results  # noqa: E402
+from grid_lib import mean_sd, read_results, write_report  # noqa: E402
 
 ORDER = ["none", "transfer", "phrasal", "sentential"]
 
@@ -99,7 +99,7 @@ def main(argv=None):
     p.add_argument("--plot")
     a = p.parse_args(argv)
     text, by, conditions = report(read_results(a.results))
-    Path(a.out).write_text(text, encoding="utf-8")
+    write_report(a.out, text)
     print(text)
     if a.plot and by:
         draw(by, conditions, a.plot)
