@@ -108,7 +108,7 @@ def transferred_model(a, target, condition, seed, device, done):
     stats = {}
     for split in ("train", "dev"):
         s = align_file(glue / source / f"{split}.tsv", pairs / f"{split}.jsonl", seed=seed,
-                       exclude=exclude)
+                       exclude=exclude, words="bert")  # a span-convert model: WordPiece
         stats[split] = {"paraphrase_rows": s.paraphrase_rows, "random_rows": s.random_rows,
                         "excluded_rows": s.excluded_rows, "phrase_pairs": dict(s.classes)}
         print(f"    transfer data from {source} {split}: {s.report().splitlines()[0]}", flush=True)

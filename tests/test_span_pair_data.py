@@ -312,3 +312,28 @@ def test_aligner_drops_pairs_sharing_a_target_sentence(tmp_path):
 
     with pytest.raises(BadInputError, match=r"pairs\.jsonl:1: no text column"):
         align_file(GLUE / "STS-B" / "train.tsv", tmp_path / "b.jsonl", exclude=[out])
+
+
+def test_aligner_words_fit_the_encoder(tmp_path, converted_minilm):
+    """Phrases end at word boundaries of the aligner's word scheme. GPT-2 words cut
+    "100th" into "100" + "th" where WordPiece keeps one word ("100", "##th"): on real
+    STS-B training pairs, GPT-2-word phrases hit such a cut and the WordPiece reader
+    refuses them (naming the line), while BERT-word phrases all read back, each range
+    decoding to its own text."""
+    stsb = GLUE / "STS-B" / "train.tsv"
+    wordpiece = EncoderSpec(bpe="wordpiece", wordpiece=str(converted_minilm)).build()
+    align_file(stsb, tmp_path / "gpt2.jsonl", seed=1, words="gpt2")
+    with pytest.raises(BadInputError, match=r"gpt2\.jsonl:\d+: phrase pair \d+ .* (starts|ends) inside token"):
+        read_pairs(str(tmp_path / "gpt2.jsonl"), wordpiece, label_column="label")
+    stats = align_file(stsb, tmp_path / "bert.jsonl", seed=1, words="bert")
+    rows = read_pairs(str(tmp_path / "bert.jsonl"), wordpiece, label_column="label")
+    assert rows.rows == stats.paraphrase_rows + stats.random_rows
+    assert sum(map(len, rows.phrases)) == sum(stats.classes.values()) > 10_000
+    lines = (tmp_path / "bert.jsonl").read_text(encoding="utf-8").splitlines()
+    for line in lines[:300]:
+        row = json.loads(line)
+        for p in row["phrases"]:
+            for side, key in (("source", "sentence1"), ("target", "sentence2")):
+                a, b = p[side]
+                text = row[key][a:b]
+                assert text == text.strip() and text, (row, p)

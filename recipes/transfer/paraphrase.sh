@@ -115,7 +115,8 @@ if [ ! -d "$DATA_DIR" ]; then
         for s in train dev; do
             echo "aligning $GLUE_DIR/$ALIGN_FROM/$s.tsv"
             span-preprocess align-pairs --input "$GLUE_DIR/$ALIGN_FROM/$s.tsv" \
-                --out "$aligned/$s.jsonl" --seed "$SEED" "${exclude_args[@]}"
+                --out "$aligned/$s.jsonl" --seed "$SEED" "${exclude_args[@]}" \
+                --words "$([ -n "$MODEL_DIR" ] && echo bert || echo gpt2)"
         done
         train=$aligned/train.jsonl valid=$aligned/dev.jsonl
     fi

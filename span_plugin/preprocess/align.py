@@ -5,7 +5,9 @@ paraphrase pairs (MRPC train rows labelled 1, STS-B train rows scored >= 4) by s
 matching. It is a weak aligner: users with better alignments write them in the same
 JSON Lines format (docs/SPAN_PAIRS.md) and skip this step.
 
-Per paraphrase pair (words are GPT-2 pre-token words, as the segmenter's):
+Per paraphrase pair (words are those of the encoder's word scheme, ``words``: GPT-2
+pre-token words, or BERT pre-tokens for WordPiece; every phrase then starts and ends at
+a word boundary of that encoder, so ``span-preprocess pairs`` can map it to tokens):
 
 1. each sentence is segmented by the n-gram segmenter (greedy longest match);
 2. anchors: segments whose lower-cased words occur exactly once as a segment in each
@@ -134,14 +136,26 @@ def sentences_of(path):
     return out
 
 
+def word_ranges(text, scheme):
+    """(start, end) character ranges of the words of ``text`` and their match keys, in
+    the word scheme ``scheme`` (:data:`span_plugin.preprocess.words.WORD_SCHEMES`)."""
+    if scheme == "gpt2":
+        found = [(m.start(), m.end()) for m in W._WORD_RE.finditer(text) if m.end() > m.start()]
+        return found, W.match_keys([text[a:b] for a, b in found])
+    if scheme == "bert":
+        # Cut the raw text: whitespace and punctuation cuts are cuts of the normalised
+        # text too, so each word ends where a WordPiece token ends.
+        found = [span for _, span in W._bert_parts()[1].pre_tokenize_str(text)]
+        return found, W.bert_keys([text[a:b] for a, b in found])
+    raise ValueError(f"word scheme {scheme!r}: expected one of {W.WORD_SCHEMES}")
+
+
 class _Sentence:
     """Words with character ranges and the segments (word ranges) of one sentence."""
 
-    def __init__(self, text, segmenter):
+    def __init__(self, text, segmenter, scheme):
         self.text = text
-        found = [(m.start(), m.end()) for m in W._WORD_RE.finditer(text) if m.end() > m.start()]
-        self.chars = found
-        self.keys = W.match_keys([text[a:b] for a, b in found])
+        self.chars, self.keys = word_ranges(text, scheme)
         self.segments, i = [], 0
         for n in segmenter(self.keys, text) if self.keys else []:
             self.segments.append((i, i + n))
@@ -202,19 +216,20 @@ def align_pair(s, t, rng, require_overlap=False):
 
 
 def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, seed=1,
-               require_overlap=False, min_score=4.0, exclude=()):
+               require_overlap=False, min_score=4.0, exclude=(), words="gpt2"):
     """Write the JSON Lines file of :mod:`span_plugin.preprocess.pairs` from the
     paraphrase rows of ``path``, without those sharing a sentence with the files
-    ``exclude``; returns :class:`AlignStats`."""
+    ``exclude``; ``words``: the word scheme of the encoder that will read the file (and
+    of the n-gram dictionary); returns :class:`AlignStats`."""
     rng = random.Random(seed)
-    segmenter = Segmenter(load_ngrams(ngrams, words="gpt2"), method="greedy")
+    segmenter = Segmenter(load_ngrams(ngrams, words=words), method="greedy")
     rows = read_paraphrases(path, source, min_score)
     banned = set().union(*(sentences_of(p) for p in exclude))
     kept = [(a, b) for a, b in rows if normalise(a) not in banned and normalise(b) not in banned]
     excluded, rows = len(rows) - len(kept), kept
     if len(rows) < 2:
         raise BadInputError(f"{path}: {len(rows)} paraphrase rows; need at least 2")
-    sents = [(_Sentence(a, segmenter), _Sentence(b, segmenter)) for a, b in rows]
+    sents = [(_Sentence(a, segmenter, words), _Sentence(b, segmenter, words)) for a, b in rows]
     stats = AlignStats(excluded_rows=excluded)
     positives_of = []
     with open(out_path, "w", encoding="utf-8", newline="\n") as f:

@@ -137,7 +137,7 @@ def cmd_align_pairs(a):
     stats = align_file(a.input, a.out, source=a.source, ngrams=a.ngrams,
                        random_ratio=a.random_sentence_ratio, seed=a.seed,
                        require_overlap=a.require_overlap, min_score=a.min_score,
-                       exclude=a.exclude_sentences_of)
+                       exclude=a.exclude_sentences_of, words=a.words)
     print(stats.report())
 
 
@@ -285,7 +285,11 @@ def build_parser():
     q.add_argument("--input", required=True, help="GLUE MRPC or STS-B train.tsv")
     q.add_argument("--source", choices=("auto", "mrpc", "stsb"), default="auto")
     q.add_argument("--out", required=True, help="JSON Lines file to write")
-    q.add_argument("--ngrams", help="n-gram dictionary of gpt2 words (default: packaged)")
+    q.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
+                   help="word scheme of the encoder that will read the pairs: gpt2 (GPT-2 "
+                   "BPE, sentencepiece) or bert (WordPiece); phrases start and end at its "
+                   "word boundaries")
+    q.add_argument("--ngrams", help="n-gram dictionary of that word scheme (default: packaged)")
     q.add_argument("--random-sentence-ratio", type=float, default=0.5,
                    help="random partners (sentence label 0, no phrase pairs) per paraphrase pair")
     q.add_argument("--min-score", type=float, default=4.0, help="STS-B: lowest score kept")
