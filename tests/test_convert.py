@@ -217,6 +217,34 @@ def test_minilm_features_match_transformers(minilm_out, minilm_ids):
     assert 1e-4 < diff < 0.1
 
 
+def test_fairseqs_own_hub_loads_the_converted_folder(minilm_out, minilm_ids):
+    """fairseq's RobertaModel.from_pretrained on the folder, nothing else given: its
+    encode() (fairseq's bert BPE over the folder's vocab.txt) gives the reference
+    tokenizer's ids, and with BERT's eps (fairseq's roberta keeps 1e-5, see above) its
+    features are transformers' within 1e-4."""
+    from fairseq.models.roberta import RobertaModel
+
+    hub = RobertaModel.from_pretrained(str(minilm_out), "model.pt", str(minilm_out)).eval()
+    to_fs = vocab_mapping(read_vocab(os.path.join(minilm_dir(), "vocab.txt"))).bert_to_fairseq
+    singles, pairs = glue_texts()
+    encoded = [hub.encode(s) for s in singles] + [hub.encode(a, b) for a, b in pairs]
+    # RoBERTa's hub puts two separators between the sentences of a pair (</s> </s>),
+    # BERT one: compare pairs with the doubled separator removed.
+    sep = hub.task.source_dictionary.eos()
+    for i, (got, want) in enumerate(zip(encoded, minilm_ids)):
+        got = got.tolist()
+        if i >= len(singles):
+            j = got.index(sep)
+            assert got[j + 1] == sep
+            del got[j + 1]
+        assert got == to_fs[torch.tensor(want)].tolist(), i
+    set_layernorm_eps(hub.model, 1e-12)
+    reference = hf_features(transformers.BertModel.from_pretrained(minilm_dir()).eval(), minilm_ids[:4])
+    with torch.no_grad():
+        got = [hub.extract_features(to_fs[torch.tensor(s)])[0] for s in minilm_ids[:4]]
+    assert max_diff(got, reference) < 1e-4
+
+
 def test_flags(minilm_out, capsys):
     expected = ["--encoder-layers", "6", "--encoder-embed-dim", "384",
                 "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12",

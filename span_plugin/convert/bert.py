@@ -598,9 +598,14 @@ def fairseq_model_cfg(shape: BertShape, record: Optional[Dict] = None) -> Dict:
     return cfg
 
 
-def build_checkpoint(state_dict: Dict[str, torch.Tensor], model_cfg: Dict, data_dir) -> Dict:
+def build_checkpoint(state_dict: Dict[str, torch.Tensor], model_cfg: Dict, data_dir,
+                     cased: bool = False) -> Dict:
     """A fairseq checkpoint dict of plain containers and tensors only (it loads with
     ``torch.load(weights_only=True)``).
+
+    ``bpe`` names fairseq's own ``bert`` BPE over the folder's vocab.txt, so fairseq's
+    ``RobertaModel.from_pretrained(folder, "model.pt", folder)`` encodes text too (it
+    needs the ``transformers`` package; pass ``bpe_vocab_file=`` after moving the folder).
 
     ``optimizer_history`` holds one empty entry rather than none: fairseq's
     ``_upgrade_state_dict`` indexes ``optimizer_history[-1]``. With
@@ -618,6 +623,8 @@ def build_checkpoint(state_dict: Dict[str, torch.Tensor], model_cfg: Dict, data_
                 "tokens_per_sample": model_cfg["max_positions"],
             },
             "criterion": {"_name": "masked_lm"},
+            "bpe": {"_name": "bert", "bpe_cased": bool(cased),
+                    "bpe_vocab_file": str(Path(data_dir) / "vocab.txt")},
         },
         "model": state_dict,
         "optimizer_history": [{
@@ -738,9 +745,12 @@ class Conversion:
     record: Dict
 
     def checkpoint(self, out_dir) -> Dict:
+        from ..preprocess.encoders import load_wordpiece
+
+        normalizer = json.loads(load_wordpiece(str(self.hf_dir)).to_str()).get("normalizer") or {}
         return build_checkpoint(
-            self.state_dict, fairseq_model_cfg(self.shape, self.record), Path(out_dir).resolve()
-        )
+            self.state_dict, fairseq_model_cfg(self.shape, self.record), Path(out_dir).resolve(),
+            cased=not normalizer.get("lowercase", True))
 
 
 def plan_bert_conversion(hf_dir, seed: int = 0) -> Conversion:
