@@ -18,8 +18,8 @@ Invalid argument`` or a zip error that names no file. With the plugin loaded
   intact one in its place, so that fairseq resumes from it.
 
 ``python -m span_plugin.checkpoints same-dictionary CHECKPOINT DICT`` (run by the
-recipes on the checkpoint they start from) refuses a starting checkpoint trained with
-another dictionary than DICT (:func:`span_plugin.provenance.check_checkpoint_dictionary`).
+recipes on ROBERTA_PATH before a first launch) refuses a starting checkpoint trained
+with another dictionary than DICT (:func:`span_plugin.provenance.check_checkpoint_dictionary`).
 """
 
 import argparse
