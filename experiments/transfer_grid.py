@@ -123,10 +123,23 @@ def transferred_model(a, target, condition, seed, device, done):
     append_result(a.results, {
         "kind": "transfer", "target": target, "source": source, "condition": condition,
         "seed": seed, "data": stats, "weights": CONDITIONS[condition],
+        "valid": last_validation(work / "out" / "recipe.log"),  # of the transfer objectives
         "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs},
         "minutes": minutes, "device": device})
     done.add(("transfer", target, condition, seed))
     return model
+
+
+def last_validation(log_path):
+    """The figures of the last ``valid on 'valid' subset`` line of a fairseq log
+    (simple format): {name: value}, speed figures left out."""
+    lines = [line for line in Path(log_path).read_text(encoding="utf-8").splitlines()
+             if "valid on 'valid' subset" in line]
+    if not lines:
+        return {}
+    fields = (f.strip().split(" ", 1) for f in lines[-1].split("subset", 1)[1].split("|"))
+    return {k: float(v) for k, v in (f for f in fields if len(f) == 2)
+            if k not in ("wps", "wpb", "bsz", "num_updates")}
 
 
 def reusable(glue_results, task, seed, hp):

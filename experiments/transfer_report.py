@@ -54,13 +54,17 @@ def report(records):
     lines += ["", "Transfer runs (data: the weak aligner on the other task's train.tsv; rows "
               "sharing a normalised sentence with the target's dev/test dropped):", "",
               "| target | source | condition | seed | paraphrase rows | random partners | "
-              "dropped (overlap) | phrase pairs | minutes |", "|---" * 9 + "|"]
+              "dropped (overlap) | phrase pairs | dev phrasal / sentential accuracy | minutes |",
+              "|---" * 10 + "|"]
     for t in sorted(transfers, key=lambda t: (t["target"], ORDER.index(t["condition"]), t["seed"])):
         d = t["data"]["train"]
         pp = ", ".join(f"{k} {v}" for k, v in sorted(d["phrase_pairs"].items()))
+        v = t.get("valid") or {}
+        acc = " / ".join(f"{v[k]:.1f}" if k in v else "-"
+                         for k in ("phrasal_accuracy", "sentential_accuracy"))
         lines.append(f"| {t['target']} | {t['source']} train | {t['condition']} | {t['seed']} | "
                      f"{d['paraphrase_rows']} | {d['random_rows']} | {d['excluded_rows']} | "
-                     f"{pp} | {t['minutes']} |")
+                     f"{pp} | {acc} | {t['minutes']} |")
     return "\n".join(lines) + "\n", by, conditions
 
 

@@ -45,6 +45,8 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     positives = sum(float(line.split("\t")[-1]) >= 4 for line in stsb)
     data = transfer["data"]["train"]
     assert transfer["source"] == "STS-B" and data["paraphrase_rows"] + data["excluded_rows"] == positives
+    # The transfer run's own last validation (its two objectives) is kept with it.
+    assert {"phrasal_accuracy", "sentential_accuracy", "loss"} <= set(transfer["valid"])
     pairs = tmp_path / "work" / "transfer" / "MRPC-transfer-s1" / "pairs" / "train.jsonl"
     mrpc_text = {s for line in train[1:] for s in line.split("\t")[3:5]}
     for line in pairs.read_text(encoding="utf-8").splitlines():
