@@ -78,10 +78,10 @@ def subset_glue_dir(a, task, share, seed):
         keep = subset_rows(a.subsets, a.glue_dir, task, share, seed)
         src = Path(a.glue_dir) / task
         lines = (src / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-        if len(lines) - 1 != train_rows(a.glue_dir, task):
+        rows = train_rows(a.glue_dir, task)
+        if len(lines) - 1 != rows:
             raise SystemExit(f"{src / 'train.tsv'}: {len(lines) - 1} lines after the header "
-                             f"but {train_rows(a.glue_dir, task)} rows; a subset of lines "
-                             f"would not be a subset of rows")
+                             f"but {rows} rows; a subset of lines would not be a subset of rows")
         (out / task).mkdir(parents=True, exist_ok=True)
         for split in ("dev.tsv", "test.tsv"):
             if (src / split).exists():
