@@ -54,7 +54,8 @@ def report(records):
     lines += ["", "Transfer runs (data: the weak aligner on the other task's train.tsv; rows "
               "sharing a normalised sentence with the target's dev/test dropped):", "",
               "| target | source | condition | seed | paraphrase rows | random partners | "
-              "dropped (overlap) | phrase pairs | dev phrasal / sentential accuracy | minutes |",
+              "dropped (overlap) | phrase pairs | dev phrasal / sentential accuracy (sentential F1) | "
+              "minutes |",
               "|---" * 10 + "|"]
     for t in sorted(transfers, key=lambda t: (t["target"], ORDER.index(t["condition"]), t["seed"])):
         d = t["data"]["train"]
@@ -62,6 +63,8 @@ def report(records):
         v = t.get("valid") or {}
         acc = " / ".join(f"{v[k]:.1f}" if k in v else "-"
                          for k in ("phrasal_accuracy", "sentential_accuracy"))
+        if "sentential_f1" in v:  # logged since the first runs of the grid
+            acc += f" ({v['sentential_f1']:.1f})"
         lines.append(f"| {t['target']} | {t['source']} train | {t['condition']} | {t['seed']} | "
                      f"{d['paraphrase_rows']} | {d['random_rows']} | {d['excluded_rows']} | "
                      f"{pp} | {acc} | {t['minutes']} |")

@@ -10,7 +10,10 @@ from fairseq.logging import metrics
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
+from span_plugin import provenance
 from span_plugin.criterions import glue_metrics
+from span_plugin.criterions.span_pair_classification import (
+    SpanPairClassificationCriterion, SpanPairCriterionConfig)
 from span_plugin.criterions.span_classification import (
     SpanClassificationCriterion,
     SpanClassificationCriterionConfig,
@@ -191,3 +194,49 @@ def test_best_checkpoint_metric_that_validation_did_not_report_is_explained():
         train.get_valid_stats(cfg, trainer, {"loss": 1.0, "accuracy": 50.0, "mcc": 0.0}, True)
     stats = train.get_valid_stats(cfg, trainer, {"loss": 1.0, "f1": 40.0}, False)
     assert stats["num_updates"] == 3
+
+
+class _PairTask:
+    """What the span-pair criterion reads of its task: weights, labels, the record."""
+
+    def __init__(self, labels, positive):
+        self.cfg = type("Cfg", (), {"phrasal_weight": 0.0, "sentential_weight": 1.0,
+                                    "data": None})()
+        self.label_dictionary = Dictionary()
+        for name in labels:
+            self.label_dictionary.add_symbol(name)
+        record = {"labels": {"positive": positive}}
+        self.state = type("State", (), {"state_dict": {provenance.STATE_KEY: record}})()
+
+
+class _PairModel(nn.Module):
+    def forward(self, logits, **kwargs):
+        return {"sentential": logits}, None
+
+
+@pytest.mark.parametrize("labels", [["0", "1"], ["1", "0"]])
+def test_sentential_f1_of_the_recorded_positive_label_over_workers(labels):
+    crit = SpanPairClassificationCriterion(SpanPairCriterionConfig(), _PairTask(labels, "1"))
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(53, 2, generator=g)
+    y = torch.randint(0, 2, (53,), generator=g)
+    logs = [crit(_PairModel(), {"net_input": {"logits": logits[i:i + 8]}, "target": y[i:i + 8],
+                                "nsentences": len(y[i:i + 8]), "ntokens": 1})[2]
+            for i in range(0, 53, 8)]
+    per_worker = [{k: sum(log[k] for log in logs[w::2]) for k in logs[0]} for w in range(2)]
+    with metrics.aggregate(new_root=True) as agg:
+        SpanPairClassificationCriterion.reduce_metrics(per_worker)
+        stats = agg.get_smoothed_values()
+    positive = labels.index("1")
+    truth = (y == positive).long().numpy()
+    pred = (logits.argmax(-1) == positive).long().numpy()
+    assert stats["sentential_f1"] == pytest.approx(100 * f1_score(truth, pred), abs=0.01)
+    assert stats["sentential_accuracy"] == pytest.approx(
+        100 * (logits.argmax(-1) == y).float().mean().item(), abs=0.01)
+
+
+def test_sentential_f1_needs_a_known_positive_label():
+    crit = SpanPairClassificationCriterion(SpanPairCriterionConfig(), _PairTask(["a", "b"], None))
+    assert crit.positive is None
+    with pytest.raises(ValueError, match="positive label 'yes'.*not a sentence label"):
+        SpanPairClassificationCriterion(SpanPairCriterionConfig(), _PairTask(["a", "b"], "yes"))

@@ -57,7 +57,7 @@ def test_train_both_heads(pair_folders, tmp_path):
         "--maximize-best-checkpoint-metric")).stdout
     stats = valid_stats(log)
     assert {"loss", "phrasal_loss", "phrasal_accuracy", "sentential_loss",
-            "sentential_accuracy", "best_phrasal_accuracy"} <= set(stats), stats
+            "sentential_accuracy", "sentential_f1", "best_phrasal_accuracy"} <= set(stats), stats
     # The logged total is w_p * phrasal + w_s * sentential (both weights 1), per batch.
     state = torch.load(tmp_path / "checkpoint_best.pt", map_location="cpu", weights_only=False)
     keys = state["model"].keys()

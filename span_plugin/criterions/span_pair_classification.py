@@ -4,8 +4,11 @@ Each part is a mean cross-entropy over its own items (phrase pairs, sentence pai
 the batch, weighted by the task's ``--phrasal-weight`` / ``--sentential-weight``;
 sample_size is 1 per batch, so the gradient is that weighted sum of means. Logged:
 ``loss`` (the weighted sum), ``phrasal_loss`` and ``phrasal_accuracy`` over phrase pairs,
-``sentential_loss`` and ``sentential_accuracy`` over sentence pairs (losses in bits,
-accuracies in percent), all from sums and counts, so exact whatever the batching.
+``sentential_loss`` and ``sentential_accuracy`` over sentence pairs, and
+``sentential_f1`` of the positive sentence label when the folder's record names one
+(``span-preprocess pairs --positive-label``; the recipe passes 1, "paraphrase"); losses
+in bits, accuracies and F1 in percent, all from sums and counts, so exact whatever the
+batching.
 """
 
 import math
@@ -17,7 +20,9 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
+from .. import provenance
 from ..data.phrase_pairs import IGNORE
+from . import glue_metrics
 from .sums import log_loss, summer
 
 
@@ -36,6 +41,22 @@ class SpanPairClassificationCriterion(FairseqCriterion):
         self.head_name = cfg.classification_head_name
         self.w_p = float(task.cfg.phrasal_weight)
         self.w_s = float(task.cfg.sentential_weight)
+        self.positive = self._positive_class(task) if self.w_s > 0 else None
+
+    @staticmethod
+    def _positive_class(task):
+        """Index (among the label classes) of the record's positive label, or None."""
+        provenance.attach(task)
+        name = provenance.positive_label(provenance.task_record(task))
+        d = task.label_dictionary
+        if name is None or d is None:
+            return None
+        idx = d.index(name)
+        if idx == d.unk():
+            labels = [s for s in d.symbols[d.nspecial:] if not s.startswith("madeupword")]
+            raise ValueError(f"{task.cfg.data}: positive label {name!r} (from the folder's "
+                             f"record) is not a sentence label (labels: {labels})")
+        return idx - d.nspecial
 
     def forward(self, model, sample, reduce=True):
         out, _ = model(**sample["net_input"], classification_head_name=self.head_name)
@@ -56,8 +77,14 @@ class SpanPairClassificationCriterion(FairseqCriterion):
             summed = F.cross_entropy(logits.float(), target, reduction="sum")
             n = target.numel()
             loss = loss + self.w_s * summed / max(n, 1)
+            pred = logits.argmax(-1)
             log.update(sentential_loss_sum=summed.detach(), sentential_n=n,
-                       sentential_correct=(logits.argmax(-1) == target).sum().detach())
+                       sentential_correct=(pred == target).sum().detach())
+            if self.positive is not None:
+                hit, said = target == self.positive, pred == self.positive
+                log.update(sentential_tp=(hit & said).sum().detach(),
+                           sentential_fp=(~hit & said).sum().detach(),
+                           sentential_fn=(hit & ~said).sum().detach())
         if not torch.is_tensor(loss):
             loss = torch.zeros((), requires_grad=True)
         log["loss"] = loss.detach()
@@ -79,3 +106,10 @@ class SpanPairClassificationCriterion(FairseqCriterion):
                                n, round=3)
             metrics.log_scalar(f"{part}_accuracy", 100.0 * total(f"{part}_correct") / max(n, 1),
                                n, round=2)
+        if any("sentential_tp" in log for log in logging_outputs):
+            for k in ("tp", "fp", "fn"):
+                metrics.log_scalar_sum(f"_sentential_{k}", total(f"sentential_{k}"))
+            # Rows are gold, columns predicted, the positive class at index 1.
+            metrics.log_derived("sentential_f1", lambda m: round(100.0 * glue_metrics.f1(
+                [[0, m["_sentential_fp"].sum], [m["_sentential_fn"].sum, m["_sentential_tp"].sum]]),
+                2))
