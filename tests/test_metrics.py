@@ -238,5 +238,6 @@ def test_sentential_f1_of_the_recorded_positive_label_over_workers(labels):
 def test_sentential_f1_needs_a_known_positive_label():
     crit = SpanPairClassificationCriterion(SpanPairCriterionConfig(), _PairTask(["a", "b"], None))
     assert crit.positive is None
-    with pytest.raises(ValueError, match="positive label 'yes'.*not a sentence label"):
+    with pytest.raises(ValueError, match="positive label 'yes' .from the record of None. is "
+                                         "not a label"):
         SpanPairClassificationCriterion(SpanPairCriterionConfig(), _PairTask(["a", "b"], "yes"))

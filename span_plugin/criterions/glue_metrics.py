@@ -12,6 +12,23 @@ from scipy.stats import spearmanr
 MOMENT_KEYS = ("n", "x", "y", "xx", "yy", "xy")
 
 
+def label_names(dictionary):
+    """The labels of a fairseq label dictionary, without specials and padding words."""
+    return [s for s in dictionary.symbols[dictionary.nspecial:] if not s.startswith("madeupword")]
+
+
+def positive_class(dictionary, name, source):
+    """Index among the classes of label ``name`` (None stays None); an unknown label is
+    an error naming ``source``, where the name came from."""
+    if name is None:
+        return None
+    idx = dictionary.index(name)
+    if idx == dictionary.unk():
+        raise ValueError(f"positive label {name!r} (from {source}) is not a label of this "
+                         f"task (labels: {label_names(dictionary)})")
+    return idx - dictionary.nspecial
+
+
 def confusion_counts(preds, targets, num_classes):
     """LongTensor ``[C, C]``: cell (i, j) counts examples of true class i predicted j.
 

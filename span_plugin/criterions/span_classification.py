@@ -75,8 +75,6 @@ class SpanClassificationCriterion(FairseqCriterion):
             provenance.verify_folder(data)
         self.positive = None
         if not self.regression_target and self.num_classes == 2:
-            d = task.label_dictionary
-            labels = [s for s in d.symbols[d.nspecial:] if not s.startswith("madeupword")]
             name = cfg.positive_label
             source = "--positive-label"
             if name is None:
@@ -86,15 +84,8 @@ class SpanClassificationCriterion(FairseqCriterion):
                 logger.warning(
                     "f1 is not reported: no positive label is known for this task "
                     "(labels: %s); pass --positive-label NAME to get it. Reported: "
-                    "accuracy, mcc.", labels)
-            else:
-                idx = d.index(name)
-                if idx == d.unk():
-                    raise ValueError(
-                        f"positive label {name!r} (from {source}) is not a label of this "
-                        f"task (labels: {labels})"
-                    )
-                self.positive = idx - d.nspecial
+                    "accuracy, mcc.", glue_metrics.label_names(task.label_dictionary))
+            self.positive = glue_metrics.positive_class(task.label_dictionary, name, source)
 
     def forward(self, model, sample, reduce=True):
         """Loss (summed over the batch), sample size, logging output."""

@@ -48,15 +48,10 @@ class SpanPairClassificationCriterion(FairseqCriterion):
         """Index (among the label classes) of the record's positive label, or None."""
         provenance.attach(task)
         name = provenance.positive_label(provenance.task_record(task))
-        d = task.label_dictionary
-        if name is None or d is None:
+        if task.label_dictionary is None:
             return None
-        idx = d.index(name)
-        if idx == d.unk():
-            labels = [s for s in d.symbols[d.nspecial:] if not s.startswith("madeupword")]
-            raise ValueError(f"{task.cfg.data}: positive label {name!r} (from the folder's "
-                             f"record) is not a sentence label (labels: {labels})")
-        return idx - d.nspecial
+        return glue_metrics.positive_class(task.label_dictionary, name,
+                                           f"the record of {task.cfg.data}")
 
     def forward(self, model, sample, reduce=True):
         out, _ = model(**sample["net_input"], classification_head_name=self.head_name)
