@@ -17,8 +17,9 @@ count is recorded. One transfer run per (target, condition, seed), reused by bot
 
 Every finished fine-tuning run is a JSON line of --results (kind "finetune"), every
 transfer run one too (kind "transfer"); a relaunch skips them. A 100% run without
-transfer whose settings equal a plain run of the GLUE grid (--glue-results) is taken
-from there instead of being run again.
+transfer is a plain run of the GLUE grid (--glue-results): taken from there when it has
+one with these settings, else run and appended there too, so that neither grid runs it
+twice.
 
     python experiments/transfer_grid.py --model-dir models/minilm --seeds 1 2 3
 """
@@ -162,9 +163,12 @@ def run_cell(a, target, share, condition, seed, device, done):
     work = Path(a.work_dir).resolve()
     data = work / "data" / (f"{target}-p{share}" + (f"-s{seed}" if share != 100 else ""))
     out = work / "runs" / f"{target}-p{share}-{condition}-s{seed}"
-    record = run_glue(target, VARIANTS["plain"], seed, hp, model, glue_dir, data, out,
-                      a.workers, device)
-    return {**record, **tag, "variant": "plain"}
+    record = {**run_glue(target, VARIANTS["plain"], seed, hp, model, glue_dir, data, out,
+                         a.workers, device), "variant": "plain"}
+    if condition == "none" and share == 100:
+        append_result(a.glue_results, record)
+        return {**record, **tag, "reused_from": Path(a.glue_results).name}
+    return {**record, **tag}
 
 
 def main(argv=None):

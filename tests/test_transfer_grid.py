@@ -57,6 +57,21 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     out = run_cli(sys.executable, *grid).stdout
     assert "2 of 2 runs already" in out and len(results.read_text().splitlines()) == 3
 
+    # A 100% run without transfer is a plain run of the GLUE grid: run once, recorded in
+    # the GLUE grid's results too (which then skips it), and found there on a relaunch.
+    full = grid + ["--shares", "100", "--conditions", "none", "--epochs", "1"]
+    run_cli(sys.executable, *full)
+    plain, = [json.loads(line) for line in (tmp_path / "none.jsonl").read_text().splitlines()]
+    assert (plain["task"], plain["variant"], plain["seed"]) == ("MRPC", "plain", 1)
+    assert plain["hparams"]["updates"] == 2  # ceil(160 / 80) x 1 epoch
+    last = json.loads(results.read_text().splitlines()[-1])
+    assert last["reused_from"] == "none.jsonl" and last["value"] == plain["value"]
+    assert "1 of 1 runs already" in run_cli(sys.executable, *full).stdout
+    glue_grid = [ROOT / "experiments" / "glue_grid.py", "--model-dir", converted_minilm,
+                 "--glue-dir", glue, "--tasks", "MRPC", "--variants", "plain", "--seeds", "1",
+                 "--results", tmp_path / "none.jsonl", "--work-dir", tmp_path / "grid"]
+    assert "1 of 1 runs already" in run_cli(sys.executable, *glue_grid).stdout
+
     md = tmp_path / "report.md"
     run_cli(sys.executable, ROOT / "experiments" / "transfer_report.py", "--results", results,
             "--out", md, "--plot", tmp_path / "t.png")
