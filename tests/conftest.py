@@ -23,6 +23,19 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     torch.set_num_threads(1)
 
+# The two workers take whole files (--dist loadfile) in collection order
+# (--no-loadscope-reorder; xdist would otherwise start files with many tests first and
+# leave the one-test grid runs of two or three minutes to the end, one worker idle).
+# The files with the longest indivisible runs go first.
+LONGEST_FIRST = ("test_recipes.py", "test_transfer_grid.py", "test_glue_grid.py",
+                 "test_crash_safety.py", "test_recipes_bert.py", "test_transfer_recipe.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found
+
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 DATA = SHARED / "data"
