@@ -63,7 +63,7 @@ def report(records):
         v = t.get("valid") or {}
         acc = " / ".join(f"{v[k]:.1f}" if k in v else "-"
                          for k in ("phrasal_accuracy", "sentential_accuracy"))
-        if "sentential_f1" in v:  # logged since the first runs of the grid
+        if "sentential_f1" in v:  # not logged by the grid's first transfer runs
             acc += f" ({v['sentential_f1']:.1f})"
         lines.append(f"| {t['target']} | {t['source']} train | {t['condition']} | {t['seed']} | "
                      f"{d['paraphrase_rows']} | {d['random_rows']} | {d['excluded_rows']} | "
