@@ -40,7 +40,8 @@ def run_one(a, variant, seed, device):
     work = Path(a.work_dir).resolve()
     model = os.path.basename(os.path.normpath(a.model_dir)) if a.model_dir else "scratch"
     out_dir = work / "runs" / f"{model}-{variant}-lr{a.lr:g}-e{a.epochs}-s{seed}"
-    env = dict(CONLL_DIR=Path(a.conll_dir).resolve(), SEED=seed, DATA_DIR=work / "data" / model,
+    data_dir = Path(a.data_dir).resolve() if a.data_dir else work / "data" / model
+    env = dict(CONLL_DIR=Path(a.conll_dir).resolve(), SEED=seed, DATA_DIR=data_dir,
                OUT_DIR=out_dir, WORKERS=a.workers, LR=f"{a.lr:g}", BATCH_SIZE=a.batch_size,
                EPOCHS=a.epochs, **VARIANTS[variant])
     if a.model_dir:
@@ -87,6 +88,8 @@ def main(argv=None):
                    "without it: GPT-2 BPE and a model trained from scratch (smoke runs)")
     p.add_argument("--bpe-dir", default=str(ROOT.parent / "shared" / "data" / "gpt2_bpe"))
     p.add_argument("--conll-dir", default=str(ROOT.parent / "shared" / "data" / "conll2003"))
+    p.add_argument("--data-dir", help="the tagging folder, prepared there when missing "
+                   "[WORK_DIR/data/<model>]")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "ner_minilm.jsonl"))

@@ -3,6 +3,7 @@ CoNLL prediction files scored by seqeval), the hub's predict_entities, the hydra
 
 import json
 import shlex
+import sys
 
 import pytest
 from omegaconf import OmegaConf
@@ -96,6 +97,41 @@ def test_recipe_smoke_run_scores_like_seqeval(head, conll_dir, tmp_path):
         assert text[e["start"]:e["end"]] == e["text"]
         assert e["type"] in ("LOC", "MISC", "ORG", "PER")
     assert hub.predict_entities("") == []
+
+
+@pytest.mark.slow
+def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
+    """experiments/ner_grid.py runs the recipe per (head, seed) and appends its dev and
+    test scores; a relaunch runs nothing; ner_report.py pairs the heads by seed."""
+    results = tmp_path / "ner.jsonl"
+    grid = [ROOT / "experiments" / "ner_grid.py", "--conll-dir", conll_dir,
+            "--data-dir", conll_dir / "bin", "--variants", "token", "span", "--seeds", "1",
+            "--lr", "1e-3", "--batch-size", "8", "--epochs", "1", "--device", "cpu",
+            "--workers", "1", "--results", results, "--work-dir", tmp_path / "work",
+            "--extra", "--max-update", "2", *TINY_ROBERTA]
+    assert "0 of 2 runs already" in run_cli(sys.executable, *grid).stdout
+    records = {r["variant"]: r for r in map(json.loads, results.read_text().splitlines())}
+    assert set(records) == {"token", "span"}
+    for variant, r in records.items():
+        run = tmp_path / "work" / "runs" / f"scratch-{variant}-lr0.001-e1-s1"
+        scores = json.loads((run / "results.json").read_text())["dev"]
+        assert r["dev"] == scores["valid"] and r["test"] == scores["test"]
+        assert r["dev_f1"] == scores["valid"]["f1"] and scores["test"]["items"] == 24
+        assert not (run / "checkpoints").exists()  # removed unless --keep-checkpoints
+    assert records["span"]["settings"]["MAX_SPAN_WORDS"] == "8"
+    assert "2 of 2 runs already" in run_cli(sys.executable, *grid).stdout
+    assert len(results.read_text().splitlines()) == 2
+
+    md = tmp_path / "ner.md"
+    run_cli(sys.executable, ROOT / "experiments" / "ner_report.py", "--results", results,
+            "--out", md, "--plot", tmp_path / "ner.png")
+    text = md.read_text()
+    token, span = records["token"], records["span"]
+    assert f"| token | 1 | {token['dev']['precision']:.2f} |" in text
+    diff = span["test_f1"] - token["test_f1"]
+    assert f"| span | {span['dev_f1'] - token['dev_f1']:+.2f} +- 0.00" in text
+    assert f"{diff:+.2f} +- 0.00 ({int(diff > 0)} of 1) |" in text
+    assert (tmp_path / "ner.png").stat().st_size > 0
 
 
 def test_recipe_refuses_bad_settings(tmp_path):

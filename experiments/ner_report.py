@@ -1,0 +1,116 @@
+"""Table and plot of the CoNLL-2003 grid (experiments/ner_grid.py).
+
+    python experiments/ner_report.py --results experiments/results/ner_minilm.jsonl \\
+        --out experiments/RESULTS_NER_MINILM.md --plot docs/figures/ner_minilm.png
+
+One row per head: dev and test entity-level precision, recall and F1 of the best-dev
+checkpoint as mean +- sample standard deviation over seeds; then, for each head, the
+paired difference to the token head (same seed) in dev and test F1, with how many seeds
+it won.
+"""
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_lib import mean_sd, read_results, write_report  # noqa: E402
+
+ORDER = ["token", "sf", "span"]
+BASELINE = "token"
+
+
+def fmt(values):
+    if not values:
+        return "-"
+    mean, sd = mean_sd(values)
+    return f"{mean:.2f} +- {sd:.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
+def report(records):
+    by = defaultdict(dict)  # variant -> seed -> record (the last one, if a run was redone)
+    for r in records:
+        by[r["variant"]][r["seed"]] = r
+    variants = [v for v in ORDER if v in by] + sorted(set(by) - set(ORDER))
+    lines = ["| head | seeds | dev P | dev R | dev F1 | test P | test R | test F1 | minutes |",
+             "|---" * 9 + "|"]
+    for v in variants:
+        runs = list(by[v].values())
+        cells = [fmt([r[split][k] for r in runs]) for split in ("dev", "test")
+                 for k in ("precision", "recall", "f1")]
+        minutes = mean_sd([r["minutes"] for r in runs])[0]
+        lines.append(f"| {v} | {len(runs)} | " + " | ".join(cells) + f" | {minutes:.0f} |")
+    if BASELINE in by and len(variants) > 1:
+        lines += ["", f"Paired by seed, minus the {BASELINE} head (mean +- sd, seeds won):", "",
+                  "| head | dev F1 | test F1 |", "|---|---|---|"]
+        for v in variants:
+            if v == BASELINE:
+                continue
+            seeds = sorted(set(by[v]) & set(by[BASELINE]))
+            cells = []
+            for key in ("dev_f1", "test_f1"):
+                diffs = [by[v][s][key] - by[BASELINE][s][key] for s in seeds]
+                if diffs:
+                    mean, sd = mean_sd(diffs)
+                    cells.append(f"{mean:+.2f} +- {sd:.2f} ({sum(d > 0 for d in diffs)} of {len(diffs)})")
+                else:
+                    cells.append("-")
+            lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    settings, = {settings_text(r["hparams"]) for r in records}
+    lines += ["", f"Settings: {settings}, encoder "
+              + ", ".join(sorted({r["encoder"] for r in records})) + ", device "
+              + ", ".join(sorted({r["device"] for r in records})) + "."]
+    return "\n".join(lines) + "\n", by, variants
+
+
+def settings_text(hparams):
+    extra = " ".join(hparams.get("extra") or [])
+    return (f"lr {hparams['lr']:g}, batch {hparams['batch_size']}, {hparams['epochs']} epochs"
+            + (f", extra `{extra}`" if extra else ""))
+
+
+def draw(by, variants, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    width = 0.38
+    for i, key in enumerate(("dev_f1", "test_f1")):
+        means, sds = zip(*(mean_sd([r[key] for r in by[v].values()]) for v in variants))
+        xs = [j + (i - 0.5) * width for j in range(len(variants))]
+        ax.bar(xs, means, width, yerr=sds, capsize=3, label=key.replace("_f1", ""))
+    ax.set_xticks(range(len(variants)), variants)
+    low = min(r[k] for v in variants for r in by[v].values() for k in ("dev_f1", "test_f1"))
+    ax.set_ylim(max(0, low - 5), None)
+    ax.set_ylabel("entity F1 (CoNLL-2003)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--plot")
+    p.add_argument("--lr", type=float, help="only the runs with this learning rate")
+    a = p.parse_args(argv)
+    records = [r for r in read_results(a.results)
+               if a.lr is None or r["hparams"]["lr"] == a.lr]
+    settings = {settings_text(r["hparams"]) for r in records}
+    if len(settings) != 1:
+        raise SystemExit(f"{a.results}: expected the runs of one setting (choose with --lr), "
+                         f"found {len(settings)}: {sorted(settings)}")
+    text, by, variants = report(records)
+    write_report(a.out, text)
+    print(text)
+    if a.plot:
+        draw(by, variants, a.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
