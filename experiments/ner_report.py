@@ -57,6 +57,15 @@ def report(records):
                 else:
                     cells.append("-")
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    kinds = sorted({k for r in records for k in r["test"].get("by_type", {})})
+    if kinds:
+        lines += ["", "Test F1 by entity type (mean +- sd over seeds):", "",
+                  "| head | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
+        for v in variants:
+            runs = [r for r in by[v].values() if "by_type" in r["test"]]
+            lines.append(f"| {v} | " + " | ".join(
+                fmt([r["test"]["by_type"][k]["f1"] for r in runs if k in r["test"]["by_type"]])
+                for k in kinds) + " |")
     settings, = {settings_text(r["hparams"]) for r in records}
     lines += ["", f"Settings: {settings}, encoder "
               + ", ".join(sorted({r["encoder"] for r in records})) + ", device "

@@ -36,11 +36,24 @@ def _lines(path):
 
 
 def predicted_tags(hub, words, gold):
-    """IOB2 tags of the predicted entities per item, and the entity counts against
-    ``gold``."""
+    """IOB2 tags of the predicted entities per item, and the scores against ``gold``."""
     entities = hub.predict_words(words)
     tags = [T.tags_of(e, len(w)) for e, w in zip(entities, words)]
-    return tags, ner.match_counts(entities, [T.entities(g) for g in gold])
+    return tags, scores(entities, [T.entities(g) for g in gold])
+
+
+def scores(predicted, gold):
+    """Entity-level precision, recall, F1 (percent) over all types and per type."""
+    def prf(pred, gold_):
+        tp, n_pred, n_gold = ner.match_counts(pred, gold_)
+        return dict(zip(("precision", "recall", "f1"),
+                        (round(100 * x, 2) for x in ner.prf(tp, n_pred, n_gold))),
+                    entities=n_gold)
+
+    kinds = sorted({e[2] for items in (predicted, gold) for es in items for e in es})
+    by_type = {k: prf([[e for e in es if e[2] == k] for es in predicted],
+                      [[e for e in es if e[2] == k] for es in gold]) for k in kinds}
+    return {**prf(predicted, gold), "by_type": by_type}
 
 
 def write_conll(source_path, out_path, source, tags):
@@ -65,7 +78,7 @@ def main(argv=None):
     p.add_argument("--split", nargs="+", default=["valid"])
     p.add_argument("--conll-out", nargs="*", default=[],
                    help="one CoNLL prediction file per --split (optional)")
-    p.add_argument("--results", help="write {split: {precision, recall, f1}} here (JSON)")
+    p.add_argument("--results", help="write {split: {precision, recall, f1, by_type}} here (JSON)")
     a = p.parse_args(argv)
     if a.conll_out and len(a.conll_out) != len(a.split):
         p.error("give one --conll-out per --split")
@@ -78,11 +91,11 @@ def main(argv=None):
     results = {}
     for n, split in enumerate(a.split):
         words, gold, source = read_items(hub.data, split)
-        tags, counts = predicted_tags(hub, words, gold)
-        p_, r_, f_ = ner.prf(*counts)
-        results[split] = {"precision": round(100 * p_, 2), "recall": round(100 * r_, 2),
-                          "f1": round(100 * f_, 2), "entities": counts[2], "items": len(words)}
-        print(f"{split}: " + ", ".join(f"{k} {v}" for k, v in results[split].items()))
+        tags, results[split] = predicted_tags(hub, words, gold)
+        results[split]["items"] = len(words)
+        print(f"{split}: " + ", ".join(f"{k} {v}" for k, v in results[split].items()
+                                       if k != "by_type"))
+        print("    " + "; ".join(f"{k} F1 {v['f1']}" for k, v in results[split]["by_type"].items()))
         if a.conll_out:
             if split not in sources or not os.path.exists(sources[split]):
                 raise SystemExit(f"the source file of {split} ({sources.get(split)}) is not here: "

@@ -83,6 +83,11 @@ def test_recipe_smoke_run_scores_like_seqeval(head, conll_dir, tmp_path):
         assert len(gold) == n
         assert results[split]["f1"] == round(100 * seqeval.f1_score(gold, pred), 2)
         assert results[split]["precision"] == round(100 * seqeval.precision_score(gold, pred), 2)
+        by_type = seqeval.classification_report(gold, pred, output_dict=True, zero_division=0)
+        assert set(results[split]["by_type"]) == set(by_type) - {"micro avg", "macro avg", "weighted avg"}
+        for kind, scores in results[split]["by_type"].items():
+            assert scores["f1"] == round(100 * by_type[kind]["f1-score"], 2)
+            assert scores["entities"] == by_type[kind]["support"]
     # Every source line is kept; word lines get one more column.
     source = (conll_dir / "test.txt").read_text().splitlines()
     written = (out / "predictions" / "test.conll").read_text().splitlines()
@@ -131,6 +136,10 @@ def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
     diff = span["test_f1"] - token["test_f1"]
     assert f"| span | {span['dev_f1'] - token['dev_f1']:+.2f} +- 0.00" in text
     assert f"{diff:+.2f} +- 0.00 ({int(diff > 0)} of 1) |" in text
+    kinds = sorted(set(token["test"]["by_type"]) | set(span["test"]["by_type"]))
+    by_type = token["test"]["by_type"]
+    assert "| token | " + " | ".join(f"{by_type[k]['f1']:.2f}" if k in by_type else "-"
+                                    for k in kinds) + " |" in text
     assert (tmp_path / "ner.png").stat().st_size > 0
 
 
