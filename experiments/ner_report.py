@@ -53,7 +53,8 @@ def report(records):
                 diffs = [by[v][s][key] - by[BASELINE][s][key] for s in seeds]
                 if diffs:
                     mean, sd = mean_sd(diffs)
-                    cells.append(f"{mean:+.2f} +- {sd:.2f} ({sum(d > 0 for d in diffs)} of {len(diffs)})")
+                    spread = f" +- {sd:.2f}" if len(diffs) > 1 else ""
+                    cells.append(f"{mean:+.2f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)})")
                 else:
                     cells.append("-")
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
