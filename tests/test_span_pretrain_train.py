@@ -101,7 +101,7 @@ def _model(data, *extra):
 
 
 def test_blocks_longer_than_the_positions_and_foreign_checkpoints_are_refused(tmp_path):
-    from span_plugin.models.roberta_spanbert import CheckpointMismatchError
+    from span_plugin.models.checkpoint_fit import CheckpointMismatchError
 
     data = tmp_path / "data"
     data.mkdir()

@@ -158,3 +158,22 @@ def test_restore_plain_roberta_checkpoint_gives_fresh_span_head(tmp_path):
     emb = "encoder.sentence_encoder.embed_tokens.weight"
     assert torch.allclose(tuned[emb], plain[emb], atol=1e-6)
     assert any(k.startswith("classification_heads.sentence_classification_head.span_encoder") for k in tuned)
+
+    # A checkpoint of another vocabulary, or of other positions, is refused at load,
+    # before any update, with what to change (not only fairseq's size mismatch).
+    foreign = tmp_path / "foreign.pt"
+    state = torch.load(pre / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state["model"][emb] = state["model"][emb][:-8]
+    torch.save(state, foreign)
+    for extra, message in (
+        ([], r"vocabulary of \d+ embedding rows, this model \d+ .*another dictionary"),
+        (["--max-positions", "64"], r"the checkpoint has 128 positions, this model 64: "
+                                    r"set --max-positions 128"),
+    ):
+        source = foreign if not extra else pre / "checkpoint_last.pt"
+        save = tmp_path / f"refused{len(extra)}"
+        out = run_cli("fairseq-train", *span_args(data, save, "--finetune-from-model", source,
+                                                  *extra, max_update=1), check=False)
+        assert out.returncode != 0
+        assert re.search(message, out.stdout), out.stdout[-3000:]
+        assert "num_updates" not in out.stdout and not list(save.glob("*.pt"))

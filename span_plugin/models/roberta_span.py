@@ -23,6 +23,7 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from ..modules import SPAN_ENCODERS, build_span_encoder
+from .checkpoint_fit import check_encoder_fits
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +214,9 @@ class RobertaSpanModel(RobertaModel):
         self.classification_heads[name] = self._build_head(num_classes, inner_dim)
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """Drop checkpoint heads that do not fit this model's span heads.
+        """Refuse an encoder of another vocabulary or positions (a clear error instead
+        of fairseq's size mismatch); drop checkpoint heads that do not fit this model's
+        span heads.
 
         A plain RoBERTa head (``dense``/``out_proj`` only) or a span head of other
         settings (encoder kind, width, concat) is removed here, so RobertaModel's
@@ -221,6 +224,7 @@ class RobertaSpanModel(RobertaModel):
         checkpoint (no heads) loads with fresh span heads as well.
         """
         prefix = name + "." if name != "" else ""
+        check_encoder_fits(self, state_dict, prefix, "set --max-positions {n}")
         head_prefix = prefix + "classification_heads."
         ckpt_heads = {
             k[len(head_prefix):].split(".")[0] for k in state_dict if k.startswith(head_prefix)

@@ -25,24 +25,11 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from ..modules import SpanBoundaryHead
+from .checkpoint_fit import check_encoder_fits
 
 logger = logging.getLogger(__name__)
 
 SBO_HEAD = "span_boundary"
-EMBED = "encoder.sentence_encoder.embed_tokens.weight"
-POSITIONS = "encoder.sentence_encoder.embed_positions.weight"
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint whose vocabulary or positions do not fit the model being trained."""
-
-
-def _saved(state_dict, prefix, key):
-    """A tensor of a checkpoint under ``encoder.`` or (older RoBERTa files) ``decoder.``."""
-    for k in (prefix + key, prefix + key.replace("encoder.", "decoder.", 1)):
-        if k in state_dict:
-            return state_dict[k]
-    return None
 
 
 @register_model("roberta_spanbert")
@@ -107,26 +94,11 @@ class RobertaSpanBertModel(RobertaModel):
         checkpoint, which has no SBO head, a fresh one (RobertaModel copies the
         model's own head weights into the state for heads the checkpoint lacks)."""
         prefix = name + "." if name != "" else ""
+        check_encoder_fits(
+            self, state_dict, prefix,
+            "set --max-positions {n} and --tokens-per-sample to at most {n}, so that "
+            "blocks fit the pre-trained position embeddings")
         own = self.state_dict()
-        rows, saved = own[EMBED].size(0), _saved(state_dict, prefix, EMBED)
-        if saved is not None and saved.size(0) != rows:
-            hint = (" It has one row fewer: its dictionary had no <mask> symbol (tasks "
-                    "add <mask> to dict.txt at load; this one did)." if saved.size(0) == rows - 1
-                    else "")
-            raise CheckpointMismatchError(
-                f"the checkpoint has a vocabulary of {saved.size(0)} embedding rows, this "
-                f"model {rows} (the data folder's dict.txt plus <mask>): it was trained "
-                f"with another dictionary.{hint} Binarize the text with the checkpoint's "
-                f"own dict.txt (roberta.base: gpt2_bpe/dict.txt; span-convert: the "
-                f"dict.txt beside model.pt)")
-        pad = self.encoder.sentence_encoder.padding_idx
-        saved = _saved(state_dict, prefix, POSITIONS)
-        if saved is not None and POSITIONS in own and saved.size(0) != own[POSITIONS].size(0):
-            theirs, ours = saved.size(0) - pad - 1, own[POSITIONS].size(0) - pad - 1
-            raise CheckpointMismatchError(
-                f"the checkpoint has {theirs} positions, this model {ours}: set "
-                f"--tokens-per-sample (and --max-positions) to at most {theirs}, so that "
-                f"blocks fit the pre-trained position embeddings")
         head = prefix + "classification_heads." + SBO_HEAD + "."
         mine = {k: v for k, v in own.items() if k.startswith("classification_heads." + SBO_HEAD + ".")}
         theirs = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(head)}
