@@ -82,3 +82,13 @@ def mean_sd(values):
     """Mean and sample standard deviation (0 for one value)."""
     mean = sum(values) / len(values)
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
+
+
+def paired_cell(diffs, digits):
+    """A paired difference (same seed, minus the baseline): mean +- sample sd, and the
+    seeds it won; no spread for one seed, "-" for none."""
+    if not diffs:
+        return "-"
+    mean, sd = mean_sd(diffs)
+    spread = f" +- {sd:.{digits}f}" if len(diffs) > 1 else ""
+    return f"{mean:+.{digits}f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)})"

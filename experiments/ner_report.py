@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, read_results, write_report  # noqa: E402
+from grid_lib import mean_sd, paired_cell, read_results, write_report  # noqa: E402
 
 ORDER = ["token", "sf", "span"]
 BASELINE = "token"
@@ -48,15 +48,8 @@ def report(records):
             if v == BASELINE:
                 continue
             seeds = sorted(set(by[v]) & set(by[BASELINE]))
-            cells = []
-            for key in ("dev_f1", "test_f1"):
-                diffs = [by[v][s][key] - by[BASELINE][s][key] for s in seeds]
-                if diffs:
-                    mean, sd = mean_sd(diffs)
-                    spread = f" +- {sd:.2f}" if len(diffs) > 1 else ""
-                    cells.append(f"{mean:+.2f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)})")
-                else:
-                    cells.append("-")
+            cells = [paired_cell([by[v][s][key] - by[BASELINE][s][key] for s in seeds], 2)
+                     for key in ("dev_f1", "test_f1")]
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
     kinds = sorted({k for r in records for k in r["test"].get("by_type", {})})
     if kinds:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, read_results, write_report  # noqa: E402
+from grid_lib import mean_sd, paired_cell, read_results, write_report  # noqa: E402
 
 ORDER = ["none", "transfer", "phrasal", "sentential"]
 
@@ -43,13 +43,7 @@ def report(records):
         cells = [fmt(list(cond.get(c, {}).values())) for c in conditions]
         for c in conditions[1:]:
             seeds = sorted(set(cond.get(c, {})) & set(cond.get("none", {})))
-            diffs = [cond[c][s] - cond["none"][s] for s in seeds]
-            if diffs:
-                mean, sd = mean_sd(diffs)
-                wins = sum(d > 0 for d in diffs)
-                cells.append(f"{mean:+.1f} +- {sd:.1f} ({wins} of {len(diffs)})")
-            else:
-                cells.append("-")
+            cells.append(paired_cell([cond[c][s] - cond["none"][s] for s in seeds], 1))
         lines.append(f"| {task} | {share}% | {metric[task]} | " + " | ".join(cells) + " |")
     lines += ["", "Transfer runs (data: the weak aligner on the other task's train.tsv; rows "
               "sharing a normalised sentence with the target's dev/test dropped):", "",

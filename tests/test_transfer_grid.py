@@ -77,4 +77,4 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
             "--out", md, "--plot", tmp_path / "t.png")
     row, = [line for line in md.read_text().splitlines() if line.startswith("| MRPC | 50% |")]
     diff = runs["transfer"]["value"] - runs["none"]["value"]
-    assert f"{runs['none']['value']:.1f} (n=1)" in row and f"{diff:+.1f} +- 0.0" in row
+    assert f"{runs['none']['value']:.1f} (n=1)" in row and f"{diff:+.1f} ({int(diff > 0)} of 1)" in row
