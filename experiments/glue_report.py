@@ -97,7 +97,6 @@ def report(runs, plot=None):
                    if t in ("CoLA", "STS-B", "MRPC") else 9)
     variants = [v for v in ORDER if any((t, v) in by for t in tasks)]
     lines = []
-    hp = {json.dumps(r["hparams"], sort_keys=True) for r in runs}
     lines.append(f"Runs: {len(runs)}; encoder: {', '.join(sorted({r['encoder'] for r in runs}))}; "
                  f"devices: {', '.join(sorted({r['device'] for r in runs}))}.")
     lines.append("")
@@ -144,7 +143,12 @@ def report(runs, plot=None):
                 lines.append(f"| {t} | {v} | {seed} | {base['value']:.1f} | {run['value']:.1f} "
                              f"| {b} | {c} | {p:.3f} |")
     lines.append("")
-    lines.append("Hyperparameters (one set for every variant): " + "; ".join(sorted(hp)))
+    lines.append("Hyperparameters (one set for every variant of a task; updates = epochs x "
+                 "batches of the task's train set):")
+    lines.append("")
+    for t in tasks:
+        hp = {json.dumps(r["hparams"], sort_keys=True) for r in runs if r["task"] == t}
+        lines.append(f"- {t}: " + "; ".join(sorted(hp)))
     if plot:
         draw(by, tasks, variants, metrics, plot)
     return "\n".join(lines) + "\n"

@@ -156,18 +156,21 @@ def run_cell(a, target, share, condition, seed, device, done):
     epochs = a.epochs if share == 100 else a.small_epochs
     hp = hparams(a.lr, a.batch_size, epochs, a.warmup, train_rows(glue_dir, target))
     tag = {"kind": "finetune", "share": share, "condition": condition}
-    if condition == "none" and share == 100 and (r := reusable(a.glue_results, target, seed, hp)):
-        return {**r, **tag, "reused_from": Path(a.glue_results).name}
-    model = (Path(a.model_dir) if condition == "none"
-             else transferred_model(a, target, condition, seed, device, done))
+    # Fine-tuning the encoder itself on all rows is the GLUE grid's plain run: share it.
+    baseline = condition == "none" and share == 100
+    if baseline:
+        tag["reused_from"] = Path(a.glue_results).name
+        if r := reusable(a.glue_results, target, seed, hp):
+            return {**r, **tag}
+    model = Path(a.model_dir) if condition == "none" else transferred_model(
+        a, target, condition, seed, device, done)
     work = Path(a.work_dir).resolve()
     data = work / "data" / (f"{target}-p{share}" + (f"-s{seed}" if share != 100 else ""))
     out = work / "runs" / f"{target}-p{share}-{condition}-s{seed}"
     record = {**run_glue(target, VARIANTS["plain"], seed, hp, model, glue_dir, data, out,
                          a.workers, device), "variant": "plain"}
-    if condition == "none" and share == 100:
+    if baseline:
         append_result(a.glue_results, record)
-        return {**record, **tag, "reused_from": Path(a.glue_results).name}
     return {**record, **tag}
 
 

@@ -58,5 +58,6 @@ def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
     b = sum(p and not s for p, s in zip(plain_right, sf_right))
     c = sum(s and not p for p, s in zip(plain_right, sf_right))
     assert f"| {b} | {c} |" in mcnemar[0]
+    assert f"- MRPC: {json.dumps(runs[0]['hparams'], sort_keys=True)}" in text.splitlines()
     assert png.stat().st_size > 1000
 
