@@ -36,9 +36,9 @@ setup(
     extras_require={"test": ["pytest"]},
     entry_points={
         "console_scripts": [
-            "span-preprocess = span_plugin.preprocess.cli:main",
-            "span-predict = span_plugin.predict:main",
-            "span-convert = span_plugin.convert.cli:main",
+            "span-preprocess = span_plugin.cli.preprocess:main",
+            "span-predict = span_plugin.cli.predict:main",
+            "span-convert = span_plugin.cli.convert:main",
         ],
     },
 )

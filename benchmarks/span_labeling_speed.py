@@ -39,8 +39,8 @@ def real_batches(batch, seq_len, count):
     """``count`` batches of (tokens [B, T], words [B, W, 2], tags [B, W], entities) from
     consecutive real dev sentences, each item filled up to T - 2 own tokens."""
     from span_plugin.preprocess.conll import read_conll, word_token_counts
-    from span_plugin.preprocess.encoders import EncoderSpec
-    from span_plugin.tags import entities, tag_names, types_of
+    from span_plugin.tokenizers.encoders import EncoderSpec
+    from span_plugin.formats.tags import entities, tag_names, types_of
 
     bpe = os.path.join(SHARED, "gpt2_bpe")
     enc = EncoderSpec(bpe="gpt2", encoder_json=os.path.join(bpe, "encoder.json"),
@@ -100,7 +100,7 @@ def build_model(dict_path, max_words):
 
 
 def token_step(model, tokens, words, tags, entities):
-    from span_plugin.ner import word_logits
+    from span_plugin.modules.entities import word_logits
 
     logits, _ = model(tokens, words=words, classification_head_name="token")
     scores = word_logits(logits, words)
@@ -109,7 +109,7 @@ def token_step(model, tokens, words, tags, entities):
 
 
 def span_step(model, tokens, words, tags, entities):
-    from span_plugin.ner import labeling_targets
+    from span_plugin.modules.entities import labeling_targets
 
     (logits, valid), _ = model(tokens, words=words, classification_head_name="span")
     target, _ = labeling_targets(entities, valid)
@@ -119,7 +119,7 @@ def span_step(model, tokens, words, tags, entities):
 
 def head_alone(model, name, features, tokens, words, tags, entities):
     """The head's part of a step: head forward, loss, backward into the features."""
-    from span_plugin.ner import labeling_targets, word_logits
+    from span_plugin.modules.entities import labeling_targets, word_logits
 
     head = model.classification_heads[name]
     out = head(features, words=words)

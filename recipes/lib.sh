@@ -74,7 +74,7 @@ same_vocabulary() {  # a folder tokenized with another vocabulary trains on the 
     # the dictionary it was trained with; one of the same size would load without error.
     # (A MODEL_DIR folder carries its own dict.txt: span-convert and transfer strip check it.)
     if [ -n "$ROBERTA_PATH" ] && [ ! -f "$OUT_DIR/checkpoints/checkpoint_last.pt" ]; then
-        python -m span_plugin.checkpoints same-dictionary "$ROBERTA_PATH" "$SRCDICT" \
+        python -m span_plugin.runtime.checkpoints same-dictionary "$ROBERTA_PATH" "$SRCDICT" \
             || die "ROBERTA_PATH=$ROBERTA_PATH does not fit this run's vocabulary (see above)"
     fi
 }
@@ -95,7 +95,7 @@ train_resumably() {
     # A damaged checkpoint_last.pt is replaced by the newest intact checkpoint first
     # (stale *.tmp files of a killed save are removed).
     if [ -d "$OUT_DIR/checkpoints" ]; then
-        python -m span_plugin.checkpoints resume "$OUT_DIR/checkpoints" \
+        python -m span_plugin.runtime.checkpoints resume "$OUT_DIR/checkpoints" \
             || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
     fi
     if [ "$NUM_GPUS" -gt 1 ]; then

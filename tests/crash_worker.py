@@ -16,7 +16,7 @@ import sys
 
 import fairseq_cli.train  # noqa: F401  (before the plugin, as fairseq-train imports it)
 
-from span_plugin import checkpoints
+from span_plugin.runtime import checkpoints
 
 MODE, _, AT = sys.argv[1].partition(":")
 _commit = checkpoints.commit

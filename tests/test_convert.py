@@ -23,7 +23,7 @@ from span_plugin.convert import (
     read_vocab,
     vocab_mapping,
 )
-from span_plugin.convert.cli import main as cli_main
+from span_plugin.cli.convert import main as cli_main
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")

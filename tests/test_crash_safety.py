@@ -1,6 +1,6 @@
 """Crash-safe training: tiny CPU runs killed with SIGKILL at many moments, also in the
 middle of checkpoint writes, and relaunched as the recipes relaunch them
-(``span_plugin.checkpoints.prepare_resume``, then fairseq-train): every relaunch
+(``span_plugin.runtime.checkpoints.prepare_resume``, then fairseq-train): every relaunch
 resumes, and the run ends with exactly the parameters of an uninterrupted run. A
 damaged checkpoint is an error naming the file and the fix. (The recipe's own relaunch
 over a damaged checkpoint_last.pt: tests/test_recipes.py.)"""
@@ -21,7 +21,7 @@ from conftest import BIN, ROOT, run_cli
 from test_task_data import glue_folder
 from test_task_train import span_args
 
-from span_plugin.checkpoints import prepare_resume
+from span_plugin.runtime.checkpoints import prepare_resume
 
 UPDATES = 18  # 20 updates make an epoch: every save is mid-epoch
 SCHEDULE = ["--lr-scheduler", "polynomial_decay", "--total-num-update", str(UPDATES),
@@ -137,4 +137,4 @@ def test_killed_runs_resume_and_end_like_an_uninterrupted_run(tmp_path, capsys):
     proc = run_cli("fairseq-train", *args, check=False)
     assert proc.returncode != 0
     assert f"checkpoint {last} is damaged" in proc.stdout, proc.stdout[-3000:]
-    assert f"python -m span_plugin.checkpoints resume {save}" in proc.stdout
+    assert f"python -m span_plugin.runtime.checkpoints resume {save}" in proc.stdout

@@ -10,7 +10,7 @@ from fairseq.logging import metrics
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from span_plugin import provenance
+from span_plugin.preprocess import provenance
 from span_plugin.criterions import glue_metrics
 from span_plugin.criterions.span_pair_classification import (
     SpanPairClassificationCriterion, SpanPairCriterionConfig)
@@ -182,7 +182,7 @@ def test_best_checkpoint_metric_that_validation_did_not_report_is_explained():
     import fairseq_cli.train as train
     from omegaconf import OmegaConf
 
-    from span_plugin import compat
+    from span_plugin.runtime import compat
 
     compat.explain_missing_best_metric()  # as when the plugin loads inside fairseq-train
     cfg = OmegaConf.create({"checkpoint": {"best_checkpoint_metric": "f1",

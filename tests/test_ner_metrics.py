@@ -7,7 +7,8 @@ import pytest
 from fairseq.logging import metrics
 
 from conftest import DATA
-from span_plugin import ner, tags as T
+from span_plugin.modules import entities as ner
+from span_plugin.formats import tags as T
 from span_plugin.criterions.ner import SpanTaggingCriterion
 from span_plugin.preprocess.conll import read_conll
 

@@ -5,11 +5,11 @@ import pytest
 from fairseq.data import indexed_dataset
 
 from conftest import DATA, GPT2_BPE, minilm_dir
-from span_plugin import tags as T
+from span_plugin.formats import tags as T
 from span_plugin.preprocess import conll as C
 from span_plugin.preprocess.binarize import BadInputError, _get_encoder
 from span_plugin.preprocess.check import check_folder
-from span_plugin.preprocess.encoders import EncoderSpec
+from span_plugin.tokenizers.encoders import EncoderSpec
 
 CONLL = DATA / "conll2003"
 

@@ -31,7 +31,7 @@ def conll_dir(tmp_path_factory):
     """A few dozen real sentences per split, and their tagging folder ``bin/`` (made
     here, in-process, as `span-preprocess conll` makes it: a process less per run)."""
     from span_plugin.preprocess.conll import prepare_conll
-    from span_plugin.preprocess.encoders import EncoderSpec
+    from span_plugin.tokenizers.encoders import EncoderSpec
 
     root = tmp_path_factory.mktemp("conll")
     files = {}
@@ -94,7 +94,7 @@ def test_recipe_smoke_run_scores_like_seqeval(head, conll_dir, tmp_path):
     assert [w.rsplit(" ", 1)[0] if s.strip() and not s.startswith("-DOCSTART-") else w
             for s, w in zip(source, written)] == source
 
-    from span_plugin.hub import SpanHubInterface
+    from span_plugin.inference.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(out / "checkpoints" / "checkpoint_best.pt")
     text = "EU rejects German call to boycott British lamb, says Peter Blackburn of the U.S."

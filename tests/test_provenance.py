@@ -13,10 +13,10 @@ from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
 from test_task_data import mini_glue, spec_args
 from test_task_train import span_args
 
-from span_plugin import provenance
-from span_plugin.encoder_settings import SettingsMismatch, encoder_spec
-from span_plugin.hub import SpanHubInterface
-from span_plugin.preprocess.encoders import EncoderSpec
+from span_plugin.preprocess import provenance
+from span_plugin.preprocess.encoder_settings import SettingsMismatch, encoder_spec
+from span_plugin.inference.hub import SpanHubInterface
+from span_plugin.tokenizers.encoders import EncoderSpec
 from span_plugin.preprocess.ngrams import default_ngrams_path
 
 BPE = {"gpt2_encoder_json": GPT2_BPE / "encoder.json", "gpt2_vocab_bpe": GPT2_BPE / "vocab.bpe"}

@@ -205,7 +205,7 @@ def test_glue_run_refuses_an_encoder_of_a_same_size_vocabulary(transfer, tmp_pat
     assert f"not with {bpe / 'dict.txt'}" in proc.stdout
     assert not (tmp_path / "run" / "checkpoints").exists()  # stopped before training
     # With the dictionary it was trained with, the same check passes.
-    ok = run_cli(sys.executable, "-m", "span_plugin.checkpoints", "same-dictionary",
+    ok = run_cli(sys.executable, "-m", "span_plugin.runtime.checkpoints", "same-dictionary",
                  transferred, GPT2_BPE / "dict.txt", check=False)
     assert ok.returncode == 0, ok.stdout
 
@@ -214,8 +214,8 @@ def test_glue_run_refuses_an_encoder_of_a_same_size_vocabulary(transfer, tmp_pat
 def test_strip_refuses_a_model_folder_of_another_dictionary(transfer, tmp_path):
     """transfer strip --model-dir copies that folder's dict.txt next to the weights: a
     folder other than the one the run was trained with is refused."""
-    from span_plugin.provenance import ProvenanceError
-    from span_plugin.transfer import write_stripped
+    from span_plugin.preprocess.provenance import ProvenanceError
+    from span_plugin.runtime.transfer import write_stripped
 
     folder = tmp_path / "model"
     folder.mkdir()
@@ -231,7 +231,7 @@ def test_strip_refuses_a_model_folder_of_another_dictionary(transfer, tmp_path):
 
 @pytest.fixture(scope="module")
 def hub(transfer):
-    from span_plugin.hub import SpanHubInterface
+    from span_plugin.inference.hub import SpanHubInterface
 
     return SpanHubInterface.from_pretrained(transfer["out"] / "checkpoints" / "checkpoint_best.pt")
 
@@ -240,7 +240,7 @@ def hub(transfer):
 def test_predict_pairs_equals_the_model_on_the_prepared_folder(transfer, hub):
     """predict_pairs on the raw JSON Lines rows gives what the model gives on the items
     span-preprocess pairs made of them (the same rows, in order, in the valid split)."""
-    from span_plugin.pair_hub import PairHubInterface
+    from span_plugin.inference.pairs import PairHubInterface
 
     assert isinstance(hub, PairHubInterface)
     rows = [json.loads(line) for line in

@@ -9,7 +9,7 @@ import pytest
 from conftest import GLUE, GPT2_BPE, minilm_dir, run_cli
 
 from span_plugin.preprocess import load_ngrams, make_encoder
-from span_plugin.preprocess import words as W
+from span_plugin.tokenizers import words as W
 from span_plugin.preprocess.glue import TASKS, read_split
 
 SOURCES = [("CoLA", "train"), ("SST-2", "dev"), ("MRPC", "train"), ("STS-B", "train"),

@@ -107,7 +107,7 @@ if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
 train_resumably "${args[@]}" "$@"
 
 # ---- dev and test results of the best checkpoint, CoNLL prediction files ---------------
-python -m span_plugin.ner_predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \
+python -m span_plugin.cli.ner_predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \
     --data "$DATA_DIR" --split valid test \
     --conll-out "$OUT_DIR/predictions/valid.conll" "$OUT_DIR/predictions/test.conll" \
     --results "$OUT_DIR/results.json"

@@ -155,12 +155,12 @@ train_resumably "${args[@]}" "$@"
 # ---- the encoder, heads stripped, as the GLUE recipes' starting model ----------------------
 best=$OUT_DIR/checkpoints/checkpoint_best.pt
 if [ -n "$MODEL_DIR" ]; then
-    python -m span_plugin.transfer strip "$best" "$OUT_DIR/transferred" --model-dir "$MODEL_DIR" \
+    python -m span_plugin.runtime.transfer strip "$best" "$OUT_DIR/transferred" --model-dir "$MODEL_DIR" \
         || die "could not write $OUT_DIR/transferred from $best (see above)"
     echo "transferred encoder: $OUT_DIR/transferred/model.pt"
     echo "fine-tune it: MODEL_DIR=$OUT_DIR/transferred recipes/glue/MRPC.sh   (HEAD=span or HEAD=plain)"
 else
-    python -m span_plugin.transfer strip "$best" "$OUT_DIR/transferred.pt" \
+    python -m span_plugin.runtime.transfer strip "$best" "$OUT_DIR/transferred.pt" \
         || die "could not write $OUT_DIR/transferred.pt from $best (see above)"
     echo "transferred encoder: $OUT_DIR/transferred.pt"
     echo "fine-tune it: ROBERTA_PATH=$OUT_DIR/transferred.pt BPE_DIR=$BPE_DIR recipes/glue/MRPC.sh   (HEAD=span or HEAD=plain; a large encoder also needs ARCH=roberta_span_large or roberta_large)"

@@ -4,7 +4,7 @@
 MiniLM, ...); :mod:`.cli` is the command line.
 """
 
-from .bert import (  # noqa: F401
+from span_plugin.convert.bert import (  # noqa: F401
     BertShape,
     BertWeights,
     Conversion,

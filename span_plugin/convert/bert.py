@@ -50,6 +50,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from span_plugin.tokenizers.encoders import BERT_MASK, BERT_SPECIALS
+
 logger = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = ("bert",)
@@ -60,8 +62,6 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate"}
 
 # BERT special token -> fairseq symbol, in fairseq id order 0..3 (Dictionary's defaults).
-BERT_SPECIALS = (("[CLS]", "<s>"), ("[PAD]", "<pad>"), ("[SEP]", "</s>"), ("[UNK]", "<unk>"))
-BERT_MASK = "[MASK]"  # becomes <mask>, which the task appends last
 FAIRSEQ_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 FAIRSEQ_PAD = 1  # positions start at padding_idx + 1
 POSITION_OFFSET = FAIRSEQ_PAD + 1
@@ -745,7 +745,7 @@ class Conversion:
     record: Dict
 
     def checkpoint(self, out_dir) -> Dict:
-        from ..preprocess.encoders import load_wordpiece
+        from span_plugin.tokenizers.encoders import load_wordpiece
 
         normalizer = json.loads(load_wordpiece(str(self.hf_dir)).to_str()).get("normalizer") or {}
         return build_checkpoint(

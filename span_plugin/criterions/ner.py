@@ -16,9 +16,9 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from .. import ner
-from ..data.tagging_datasets import IGNORE
-from .sums import log_loss, summer
+from span_plugin.modules import entities as ner
+from span_plugin.data.tagging_datasets import IGNORE
+from span_plugin.criterions.sums import log_loss, summer
 
 COUNTS = ("_ent_tp", "_ent_pred", "_ent_gold")
 

@@ -20,10 +20,10 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from .. import provenance
-from ..data.phrase_pairs import IGNORE
-from . import glue_metrics
-from .sums import log_loss, summer
+from span_plugin.preprocess import provenance
+from span_plugin.data.phrase_pairs import IGNORE
+from span_plugin.criterions import glue_metrics
+from span_plugin.criterions.sums import log_loss, summer
 
 
 @dataclass

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from fairseq.data import indexed_dataset
 
-from .span_datasets import SideDataset
-from .span_index import SPAN_DTYPE, SpanAlignmentError, load_spans
+from span_plugin.data.span_datasets import SideDataset
+from span_plugin.data.span_index import SPAN_DTYPE, SpanAlignmentError, load_spans
 
 IGNORE = -100  # padding of phrase targets: cross-entropy's ignore_index
 

@@ -6,7 +6,7 @@ Each item of a tag file holds one tag id per word (ids index ``label/tags.txt``,
 import torch
 from fairseq.data import BaseWrapperDataset, data_utils
 
-from .. import tags as T
+from span_plugin.formats import tags as T
 
 IGNORE = -100  # padding of word targets: cross-entropy's ignore_index
 
@@ -28,7 +28,7 @@ class EntitySpansDataset(BaseWrapperDataset):
     """Gold entities of each item, from its IOB2 tag ids.
 
     Item: LongTensor ``[E_i, 3]`` of (first word, last word + 1, type), type 1-based
-    in the order of :func:`span_plugin.tags.types_of` (0 is "none"). Collated to
+    in the order of :func:`span_plugin.formats.tags.types_of` (0 is "none"). Collated to
     ``[B, E, 3]``, padded with (0, 0, 0) rows (empty spans).
     """
 

@@ -1,7 +1,7 @@
 """Where words begin in a block of token ids, from the dictionary alone (numpy only).
 
 Span masking counts whole words, and a word is the pre-token that the subword model
-splits (the word schemes of :mod:`span_plugin.preprocess.words`). Binarized text keeps
+splits (the word schemes of :mod:`span_plugin.tokenizers.words`). Binarized text keeps
 only ids, so the word starts are recovered from the symbols of ``dict.txt``:
 
 - ``wordpiece`` (BERT family, a ``span-convert`` dictionary): a token begins a word
@@ -15,7 +15,7 @@ only ids, so the word starts are recovered from the symbols of ``dict.txt``:
   first character is of another class (letter / digit / other) than the previous
   token's last one. A token that continues a UTF-8 character split by BPE never begins
   a word; a whitespace-only token joins the word after it (as the encoders of
-  :mod:`span_plugin.preprocess.encoders` count it). A character split across tokens
+  :mod:`span_plugin.tokenizers.encoders` count it). A character split across tokens
   counts as a word edge (rare outside CJK text, where GPT-2 splits characters into
   bytes). These are the ``gpt2`` scheme's words (tested against the encoder).
 - ``token``: every token is a word (any other vocabulary).
@@ -135,7 +135,7 @@ class GPT2WordBoundaries(WordBoundaries):
 
 def gpt2_boundaries(symbols, nspecial, encoder_json):
     """Tables of a GPT-2 ``dict.txt`` (decimal ids) from its ``encoder.json``."""
-    from ..preprocess.encoders import _bytes_to_unicode
+    from span_plugin.tokenizers.encoders import _bytes_to_unicode
 
     with open(encoder_json, encoding="utf-8") as f:
         decoder = {v: k for k, v in json.load(f).items()}

@@ -22,8 +22,8 @@ from fairseq.modules.quant_noise import quant_noise as apply_quant_noise_
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from ..modules import SPAN_ENCODERS, build_span_encoder
-from .checkpoint_fit import check_encoder_fits
+from span_plugin.modules import SPAN_ENCODERS, build_span_encoder
+from span_plugin.models.checkpoint_fit import check_encoder_fits
 
 logger = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ them; a checkpoint head that does not fit (another task's head) starts fresh, as
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import roberta_large_architecture
 
-from ..modules.span_pair_heads import SpanPairHeads
-from .roberta_span import _span_defaults
-from .roberta_span import base_architecture as span_base_architecture
-from .roberta_tagging import RobertaTaggingModel
+from span_plugin.modules.span_pair_heads import SpanPairHeads
+from span_plugin.models.roberta_span import _span_defaults
+from span_plugin.models.roberta_span import base_architecture as span_base_architecture
+from span_plugin.models.roberta_tagging import RobertaTaggingModel
 
 
 @register_model("roberta_span_pair")
@@ -39,7 +39,7 @@ class RobertaSpanPairModel(RobertaTaggingModel):
 
 @register_model_architecture("roberta_span_pair", "roberta_span_pair")
 def base_architecture(args):
-    from .roberta_tagging import _tagging_defaults
+    from span_plugin.models.roberta_tagging import _tagging_defaults
 
     _tagging_defaults(args)
     span_base_architecture(args)
@@ -52,7 +52,7 @@ def roberta_span_pair_base_architecture(args):
 
 @register_model_architecture("roberta_span_pair", "roberta_span_pair_large")
 def roberta_span_pair_large_architecture(args):
-    from .roberta_tagging import _tagging_defaults
+    from span_plugin.models.roberta_tagging import _tagging_defaults
 
     _tagging_defaults(args)
     _span_defaults(args)

@@ -24,8 +24,8 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from ..modules import SpanBoundaryHead
-from .checkpoint_fit import check_encoder_fits
+from span_plugin.modules import SpanBoundaryHead
+from span_plugin.models.checkpoint_fit import check_encoder_fits
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta import roberta_large_architecture
 from fairseq.utils import safe_getattr
 
-from ..modules.tagging_heads import SpanLabelingHead, SpanTokenTaggingHead, TokenTaggingHead
-from .roberta_span import RobertaSpanModel, _span_defaults
-from .roberta_span import base_architecture as span_base_architecture
+from span_plugin.modules.tagging_heads import SpanLabelingHead, SpanTokenTaggingHead, TokenTaggingHead
+from span_plugin.models.roberta_span import RobertaSpanModel, _span_defaults
+from span_plugin.models.roberta_span import base_architecture as span_base_architecture
 
 logger = logging.getLogger(__name__)
 

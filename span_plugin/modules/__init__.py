@@ -1,8 +1,8 @@
 """Pure-torch span encoders (no fairseq import: they are tested on their own)."""
 
-from .segment_conv import SegmentConv1d
-from .segment_pooling import segment_attentive_pool, segment_max
-from .span_encoder import (
+from span_plugin.modules.segment_conv import SegmentConv1d
+from span_plugin.modules.segment_pooling import segment_attentive_pool, segment_max
+from span_plugin.modules.span_encoder import (
     SPAN_ENCODERS,
     AttentivePooler,
     ConvMaxPooler,
@@ -11,8 +11,8 @@ from .span_encoder import (
     SpanEncoder,
     build_span_encoder,
 )
-from .span_layout import clip_spans, token_span_ids
-from .span_pooling import (
+from span_plugin.modules.span_layout import clip_spans, token_span_ids
+from span_plugin.modules.span_pooling import (
     SPAN_POOLERS,
     build_span_pooler,
     span_attentive_pool,
@@ -42,6 +42,6 @@ __all__ = [
     "span_mean",
 ]
 
-from .span_boundary import SpanBoundaryHead, masked_runs  # noqa: E402
+from span_plugin.modules.span_boundary import SpanBoundaryHead, masked_runs  # noqa: E402
 
 __all__ += ["SpanBoundaryHead", "masked_runs"]

@@ -10,9 +10,9 @@ non-empty span gets a zero vector. See docs/SPAN_ENCODER.md.
 import torch
 import torch.nn as nn
 
-from .segment_conv import SegmentConv1d
-from .segment_pooling import segment_attentive_pool, segment_max
-from .span_layout import covered_run_ids, pack_covered_tokens, token_span_ids, valid_span_ids
+from span_plugin.modules.segment_conv import SegmentConv1d
+from span_plugin.modules.segment_pooling import segment_attentive_pool, segment_max
+from span_plugin.modules.span_layout import covered_run_ids, pack_covered_tokens, token_span_ids, valid_span_ids
 
 
 def gather_tokens(features: torch.Tensor, flat_index: torch.Tensor) -> torch.Tensor:

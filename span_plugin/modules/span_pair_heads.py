@@ -16,7 +16,7 @@ into ``[P, ...]`` and classified, with no loop over examples or pairs.
 import torch
 import torch.nn as nn
 
-from .span_pooling import span_max, span_mean
+from span_plugin.modules.span_pooling import span_max, span_mean
 
 PAIR_FEATURES = {"max4": 4, "mean2": 2}  # name -> multiple of H in the pair vector
 

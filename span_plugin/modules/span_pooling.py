@@ -19,7 +19,7 @@ The classes are one pooling scheme each behind one interface,
 import torch
 import torch.nn as nn
 
-from .segment_pooling import segment_max
+from span_plugin.modules.segment_pooling import segment_max
 
 
 def span_bounds(spans: torch.Tensor, seq_len: int):

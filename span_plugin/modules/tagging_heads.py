@@ -16,9 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .segment_conv import SegmentConv1d
-from .span_layout import token_span_ids
-from .span_pooling import gather_positions, span_attentive_pool
+from span_plugin.modules.segment_conv import SegmentConv1d
+from span_plugin.modules.span_layout import token_span_ids
+from span_plugin.modules.span_pooling import gather_positions, span_attentive_pool
 
 
 class TokenTaggingHead(nn.Module):

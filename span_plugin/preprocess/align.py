@@ -40,10 +40,10 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from . import words as W
-from .binarize import BadInputError, read_lines
-from .ngrams import load_ngrams
-from .segment import Segmenter
+from span_plugin.tokenizers import words as W
+from span_plugin.preprocess.binarize import BadInputError, read_lines
+from span_plugin.preprocess.ngrams import load_ngrams
+from span_plugin.preprocess.segment import Segmenter
 
 MAX_GAP_WORDS = 4
 
@@ -138,7 +138,7 @@ def sentences_of(path):
 
 def word_ranges(text, scheme):
     """(start, end) character ranges of the words of ``text`` and their match keys, in
-    the word scheme ``scheme`` (:data:`span_plugin.preprocess.words.WORD_SCHEMES`)."""
+    the word scheme ``scheme`` (:data:`span_plugin.tokenizers.words.WORD_SCHEMES`)."""
     if scheme == "gpt2":
         found = [(m.start(), m.end()) for m in W._WORD_RE.finditer(text) if m.end() > m.start()]
         return found, W.match_keys([text[a:b] for a, b in found])

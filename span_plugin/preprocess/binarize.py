@@ -31,7 +31,7 @@ from fairseq.data import Dictionary, indexed_dataset
 
 from span_plugin.data import span_index
 
-from . import progress
+from span_plugin.preprocess import progress
 
 BOM = b"\xef\xbb\xbf"
 PROGRESS_BYTES = 1 << 20  # files above this show a progress bar on a terminal
@@ -174,7 +174,7 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
                   text_out=None, bad_utf8="error"):
     """Encode, segment and binarize one text file (see the module docstring).
 
-    spec: an :class:`~span_plugin.preprocess.encoders.EncoderSpec`.
+    spec: an :class:`~span_plugin.tokenizers.encoders.EncoderSpec`.
     Returns a :class:`BinarizeSummary`.
     """
     input_path, output_prefix = str(input_path), str(output_prefix)

@@ -8,7 +8,7 @@ import re
 
 from fairseq.data import indexed_dataset
 
-from span_plugin import provenance
+from span_plugin.preprocess import provenance
 from span_plugin.data import span_index
 
 

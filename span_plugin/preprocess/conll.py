@@ -4,7 +4,7 @@ Input: one word a line, whitespace-separated columns (2 columns ``word tag``, or
 CoNLL-2003 ``word POS chunk tag``: the first column is the word, the last the tag, and
 every line of a file has the same count), a blank line after each sentence,
 ``-DOCSTART-`` lines between documents. Tags in IOB1, IOB2 or BIOES
-(:mod:`span_plugin.tags`); the folder stores IOB2.
+(:mod:`span_plugin.formats.tags`); the folder stores IOB2.
 
 Output, beside what ``span-preprocess glue`` writes for a one-input task::
 
@@ -40,9 +40,11 @@ import numpy as np
 import torch
 from fairseq.data import indexed_dataset
 
-from .. import provenance, tags as T
-from ..data import span_index
-from .binarize import BadInputError, _get_encoder, binarize_file, read_lines, write_dict
+from span_plugin.preprocess import provenance
+
+from span_plugin.formats import tags as T
+from span_plugin.data import span_index
+from span_plugin.preprocess.binarize import BadInputError, _get_encoder, binarize_file, read_lines, write_dict
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ fairseq's RoBERTa GLUE recipe lays it out, with span files and the data record::
     out/label/{split}.{bin,idx}, dict.txt  class labels, by fairseq-preprocess --only-source
     out/label/{split}.label               regression: one value per line
     out/dropped_rows.tsv                  rows left out, with file, line and reason
-    out/provenance.json                   how all of it was made (span_plugin.provenance)
+    out/provenance.json                   how all of it was made (span_plugin.preprocess.provenance)
 
 Splits are written in the order given; labels for every split whose rows carry them.
 The label dictionary is built by fairseq-preprocess from the train labels (from the
@@ -21,8 +21,8 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
-from .. import provenance
-from .binarize import BadInputError, binarize_file, write_dict
+from span_plugin.preprocess import provenance
+from span_plugin.preprocess.binarize import BadInputError, binarize_file, write_dict
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ writes (``examples/roberta/preprocess_GLUE_tasks.sh`` layout, plus spans and raw
     out/label/{split}.{bin,idx}, dict.txt  labels, by fairseq-preprocess --only-source
     out/label/{split}.label               STS-B: score / 5 as the recipe's awk prints it
     out/dropped_rows.tsv                  rows left out (QQP's malformed rows, SNLI's "-")
-    out/provenance.json                   the data record (span_plugin.provenance), with
+    out/provenance.json                   the data record (span_plugin.preprocess.provenance), with
                                           the task's F1 positive class (Task.positive)
 
 Splits: train, dev -> valid, test -> test; MNLI dev_matched/dev_mismatched -> valid/
@@ -30,8 +30,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-from .binarize import BadInputError, read_lines
-from .folder import SplitRows, write_task_folder
+from span_plugin.preprocess.binarize import BadInputError, read_lines
+from span_plugin.preprocess.folder import SplitRows, write_task_folder
 
 logger = logging.getLogger(__name__)
 

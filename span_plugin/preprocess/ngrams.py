@@ -8,7 +8,7 @@ Dictionary format (UTF-8 text, optionally gzip-compressed when the name ends in
     the united states<TAB>9011
 
 Lines starting with ``#`` are comments. Every other line is one n-gram: its words
-(matching keys from :mod:`span_plugin.preprocess.words`: lower-cased GPT-2 pre-tokens
+(matching keys from :mod:`span_plugin.tokenizers.words`: lower-cased GPT-2 pre-tokens
 without whitespace for ``words=gpt2``, canonical BERT pre-tokens for ``words=bert``;
 a header without ``words=`` means gpt2) joined by single spaces, a tab, and its
 corpus count.
@@ -44,8 +44,8 @@ import re
 
 import numpy as np
 
-from . import progress
-from . import words as W
+from span_plugin.preprocess import progress
+from span_plugin.tokenizers import words as W
 
 logger = logging.getLogger(__name__)
 

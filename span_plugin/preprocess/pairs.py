@@ -39,11 +39,11 @@ import numpy as np
 import torch
 from fairseq.data import indexed_dataset
 
-from ..data import span_index
-from . import words as W
-from .binarize import BadInputError, _get_encoder, read_lines
-from .folder import SplitRows, write_task_folder
-from .table import _BadRow, _check_label, _jsonl_rows, _value
+from span_plugin.data import span_index
+from span_plugin.tokenizers import words as W
+from span_plugin.preprocess.binarize import BadInputError, _get_encoder, read_lines
+from span_plugin.preprocess.folder import SplitRows, write_task_folder
+from span_plugin.preprocess.table import _BadRow, _check_label, _jsonl_rows, _value
 
 PHRASE_SUFFIX = ".phrases.spans"  # ends in .spans: `span-preprocess check` reads it as a span file, not tokens
 PHRASE_LABEL_DIR = "phrase_label"

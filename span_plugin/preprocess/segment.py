@@ -5,7 +5,7 @@ A segmentation is a list of span lengths in words that sums to the number of wor
 - ``greedy`` (the paper's): from the left, at word i try n = min(longest n-gram
   starting with word i, words left) down to 2; a dictionary hit makes an n-word span,
   no hit a one-word span. Matching uses the case-folded keys of
-  :mod:`span_plugin.preprocess.words`. Unlike the public reference code, an n-gram
+  :mod:`span_plugin.tokenizers.words`. Unlike the public reference code, an n-gram
   ending on the last word is found, and punctuation is a word of its own.
 - ``random``: the greedy span lengths of the same sentence, shuffled. The span-length
   distribution is exactly the greedy one; the boundaries are random. The shuffle is

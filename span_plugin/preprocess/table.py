@@ -34,8 +34,8 @@ import json
 import math
 import os
 
-from .binarize import BadInputError, read_lines
-from .folder import SplitRows, write_task_folder
+from span_plugin.preprocess.binarize import BadInputError, read_lines
+from span_plugin.preprocess.folder import SplitRows, write_task_folder
 
 FORMATS = ("tsv", "csv", "jsonl")
 EXTENSIONS = {".tsv": "tsv", ".tab": "tsv", ".csv": "csv", ".jsonl": "jsonl",

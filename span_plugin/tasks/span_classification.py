@@ -5,7 +5,7 @@ Everything ``sentence_prediction`` reads (``DATA/input0``, ``DATA/input1`` for p
 (``DATA/input0/{split}.spans.{bin,idx}``, see docs/DATA.md). The spans of an example
 reach the model as ``net_input["spans"]``: LongTensor ``[B, S, 2]`` of positions in
 ``src_tokens``. The folder's data record (``DATA/provenance.json``,
-:mod:`span_plugin.provenance`) is checked and saved in checkpoints. See
+:mod:`span_plugin.preprocess.provenance`) is checked and saved in checkpoints. See
 docs/TASK_MODEL.md for the options and rules.
 """
 
@@ -36,9 +36,9 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig, SentencePredictionTask
 from omegaconf import OmegaConf, open_dict
 
-from .. import provenance
-from ..data import span_index
-from ..data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
+from span_plugin.preprocess import provenance
+from span_plugin.data import span_index
+from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class SpanClassificationTask(SentencePredictionTask):
     def build_model(self, cfg, from_checkpoint=False):
         from fairseq import models
 
-        from ..models.roberta_span import RobertaSpanModel
+        from span_plugin.models.roberta_span import RobertaSpanModel
 
         with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
             cfg.max_positions = self.cfg.max_positions

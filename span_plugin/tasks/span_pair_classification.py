@@ -34,11 +34,11 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from omegaconf import OmegaConf, open_dict
 
-from .. import provenance
-from ..data.phrase_pairs import PhrasePairsDataset, check_phrase_files, count_cut_pairs
-from ..data.span_datasets import CropWindowDataset, layout_starts
-from ..preprocess.pairs import PHRASE_LABEL_DIR, phrase_prefix, read_phrase_labels
-from .span_classification import SpanClassificationConfig, SpanClassificationTask
+from span_plugin.preprocess import provenance
+from span_plugin.data.phrase_pairs import PhrasePairsDataset, check_phrase_files, count_cut_pairs
+from span_plugin.data.span_datasets import CropWindowDataset, layout_starts
+from span_plugin.preprocess.pairs import PHRASE_LABEL_DIR, phrase_prefix, read_phrase_labels
+from span_plugin.tasks.span_classification import SpanClassificationConfig, SpanClassificationTask
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class SpanPairClassificationTask(SpanClassificationTask):
     def build_model(self, cfg, from_checkpoint=False):
         from fairseq import models
 
-        from ..models.roberta_span_pair import RobertaSpanPairModel
+        from span_plugin.models.roberta_span_pair import RobertaSpanPairModel
 
         with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
             cfg.max_positions = self.cfg.max_positions

@@ -31,11 +31,13 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING, OmegaConf, open_dict
 
-from .. import provenance, tags as T
-from ..data import span_index
-from ..data.span_datasets import LayoutSpansDataset, layout_starts
-from ..data.tagging_datasets import EntitySpansDataset, WordTagsDataset
-from ..preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
+from span_plugin.preprocess import provenance
+
+from span_plugin.formats import tags as T
+from span_plugin.data import span_index
+from span_plugin.data.span_datasets import LayoutSpansDataset, layout_starts
+from span_plugin.data.tagging_datasets import EntitySpansDataset, WordTagsDataset
+from span_plugin.preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +152,7 @@ class SpanTaggingTask(FairseqTask):
     def build_model(self, cfg, from_checkpoint=False):
         from fairseq import models
 
-        from ..models.roberta_tagging import RobertaTaggingModel
+        from span_plugin.models.roberta_tagging import RobertaTaggingModel
 
         with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
             cfg.max_positions = self.cfg.max_positions

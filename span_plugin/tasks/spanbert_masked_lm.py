@@ -42,10 +42,10 @@ from fairseq.tasks import FairseqTask, register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
 from omegaconf import II, MISSING, OmegaConf, open_dict
 
-from ..data import span_index
-from ..data.masked_blocks import BlockSegmentsDataset, FieldDataset, SpanMaskedDataset
-from ..data.span_masking import SpanMasker
-from ..data.word_boundaries import KINDS, build_word_boundaries
+from span_plugin.data import span_index
+from span_plugin.data.masked_blocks import BlockSegmentsDataset, FieldDataset, SpanMaskedDataset
+from span_plugin.data.span_masking import SpanMasker
+from span_plugin.data.word_boundaries import KINDS, build_word_boundaries
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Inference for ``span_tagging`` and ``span_labeling`` checkpoints on raw text.
 
-    from span_plugin.hub import SpanHubInterface
+    from span_plugin.inference.hub import SpanHubInterface
     hub = SpanHubInterface.from_pretrained("runs/ner/checkpoints/checkpoint_best.pt")
     hub.predict_entities("EU rejects German call to boycott British lamb.")
     # -> [{"text": "EU", "type": "ORG", "start": 0, "end": 2}, ...]   (end exclusive)
@@ -17,10 +17,10 @@ longer than the model.
 import regex
 import torch
 
-from . import ner
-from .data.span_datasets import LayoutSpansDataset
-from .hub import SpanHubInterface
-from .preprocess.conll import split_points, word_token_counts
+from span_plugin.modules import entities as ner
+from span_plugin.data.span_datasets import LayoutSpansDataset
+from span_plugin.inference.hub import SpanHubInterface
+from span_plugin.preprocess.conll import split_points, word_token_counts
 
 WORD_RE = regex.compile(
     r"(?:\p{L}\.){2,}|[\p{L}\p{N}]+(?:[-.,][\p{L}\p{N}]+)*|'\p{L}+|\S")

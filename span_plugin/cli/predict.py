@@ -59,7 +59,7 @@ def build_parser():
 
 def read_test_rows(glue_dir, task_name, split):
     """The input columns of a GLUE TSV: list of str (single) or tuples (pairs)."""
-    from .preprocess.glue import TASKS, read_split
+    from span_plugin.preprocess.glue import TASKS, read_split
 
     if task_name not in TASKS:
         raise SystemExit(f"span-predict: unknown task {task_name!r}; one of {sorted(TASKS)}")
@@ -119,8 +119,8 @@ def main(argv=None):
                          f"--output; give one output file per split")
     if a.glue_dir and not a.task:
         raise SystemExit("span-predict: --glue-dir needs --task")
-    from .checkpoints import DamagedCheckpointError
-    from .hub import SpanHubInterface
+    from span_plugin.runtime.checkpoints import DamagedCheckpointError
+    from span_plugin.inference.hub import SpanHubInterface
 
     _quiet_logging()
     try:

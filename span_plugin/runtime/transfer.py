@@ -1,8 +1,8 @@
 """The encoder of a transfer fine-tuning run (``recipes/transfer/paraphrase.sh``) as a
 starting model for the GLUE recipes.
 
-    python -m span_plugin.transfer strip CHECKPOINT OUT.pt
-    python -m span_plugin.transfer strip CHECKPOINT OUT_DIR --model-dir MODEL_DIR
+    python -m span_plugin.runtime.transfer strip CHECKPOINT OUT.pt
+    python -m span_plugin.runtime.transfer strip CHECKPOINT OUT_DIR --model-dir MODEL_DIR
 
 Every ``classification_heads.*`` weight and the optimizer state are removed, so a run
 started from it with ``--finetune-from-model`` gets fresh heads: fairseq's
@@ -11,7 +11,7 @@ match the new one, so a 2-class transfer head could otherwise become MRPC's star
 head. The encoder (and its LM head) is kept as trained. With ``--model-dir`` (the run
 started from a ``span-convert bert`` folder) OUT_DIR becomes such a folder: the new
 model.pt next to copies of that folder's dict.txt and tokenizer files. Files are written
-atomically (:mod:`span_plugin.checkpoints`).
+atomically (:mod:`span_plugin.runtime.checkpoints`).
 """
 
 import argparse
@@ -19,8 +19,8 @@ import io
 import os
 import sys
 
-from .checkpoints import atomic_copy, atomic_write
-from .provenance import check_checkpoint_dictionary
+from span_plugin.runtime.checkpoints import atomic_copy, atomic_write
+from span_plugin.preprocess.provenance import check_checkpoint_dictionary
 
 HEAD_PREFIX = "classification_heads."
 RECORD_KEY = "span_transfer"  # where the stripped checkpoint says what it came from
@@ -74,7 +74,7 @@ def write_stripped(checkpoint, out, model_dir=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m span_plugin.transfer",
+    p = argparse.ArgumentParser(prog="python -m span_plugin.runtime.transfer",
                                 description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("strip", help="write a checkpoint without its classification heads")
@@ -85,9 +85,9 @@ def main(argv=None):
     try:
         target, heads = write_stripped(a.checkpoint, a.out, a.model_dir)
     except (OSError, ValueError) as err:
-        print(f"span_plugin.transfer: {err}", file=sys.stderr)
+        print(f"span_plugin.runtime.transfer: {err}", file=sys.stderr)
         return 2
-    print(f"span_plugin.transfer: wrote {target} (encoder of {a.checkpoint}; heads removed: "
+    print(f"span_plugin.runtime.transfer: wrote {target} (encoder of {a.checkpoint}; heads removed: "
           f"{', '.join(heads) or 'none'})")
     return 0
 

@@ -55,7 +55,7 @@ def allow_fairseq_checkpoints():
             try:
                 return load(path, *args, **kwargs)
             except Exception as err:
-                from . import checkpoints  # imported when used: `python -m` runs it
+                from span_plugin.runtime import checkpoints  # imported when used: `python -m` runs it
 
                 if checkpoints.is_damage(err):
                     raise checkpoints.damaged_error(path, err) from err
@@ -80,7 +80,7 @@ def _is_local(path):
 
 
 def atomic_checkpoints():
-    """Write every checkpoint file atomically (span_plugin.checkpoints).
+    """Write every checkpoint file atomically (span_plugin.runtime.checkpoints).
 
     fairseq renames its first file into place but copies it to the other names
     (checkpoint_last.pt, ...) in place, so a kill during the copy leaves a cut-off
@@ -91,7 +91,7 @@ def atomic_checkpoints():
 
     def wrap_save(save):
         def torch_persistent_save(obj, filename, async_write=False):
-            from . import checkpoints
+            from span_plugin.runtime import checkpoints
 
             if async_write or not _is_local(filename):
                 return save(obj, filename, async_write)
@@ -120,7 +120,7 @@ def atomic_checkpoints():
                 return inner.copy(src_path, dst_path, overwrite)
             if os.path.exists(dst_path) and not overwrite:
                 return False
-            from . import checkpoints
+            from span_plugin.runtime import checkpoints
 
             checkpoints.atomic_copy(src_path, dst_path)
             return True

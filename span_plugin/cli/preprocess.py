@@ -10,8 +10,8 @@ import shlex
 import sys
 import tempfile
 
-from . import SEGMENTATIONS, BPE_KINDS
-from .words import WORD_SCHEMES
+from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
+from span_plugin.tokenizers.words import WORD_SCHEMES
 
 logger = logging.getLogger("span-preprocess")
 
@@ -48,7 +48,7 @@ def _add_split_files(p, kind):
 
 
 def _spec(a, need_dict=True):
-    from .encoders import EncoderSpec
+    from span_plugin.tokenizers.encoders import EncoderSpec
 
     if need_dict and not a.srcdict:
         raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")
@@ -57,15 +57,15 @@ def _spec(a, need_dict=True):
                        bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece,
                        ngrams=a.ngrams,
                        ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed)
-    from .binarize import _get_encoder
+    from span_plugin.preprocess.binarize import _get_encoder
 
     _get_encoder(spec)  # fail early on a bad path or dictionary line (built once, kept)
     return spec
 
 
 def cmd_ngrams(a):
-    from .glue import iter_glue_sentences
-    from .ngrams import build_dictionary
+    from span_plugin.preprocess.glue import iter_glue_sentences
+    from span_plugin.preprocess.ngrams import build_dictionary
 
     paths = list(a.text or []) + list(a.wikitext or [])
     with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
@@ -88,7 +88,7 @@ def cmd_ngrams(a):
 
 
 def cmd_glue(a):
-    from .glue import TASKS, prepare_task
+    from span_plugin.preprocess.glue import TASKS, prepare_task
 
     if a.task != "ALL" and a.task not in TASKS:
         raise SystemExit(f"span-preprocess glue: unknown task {a.task!r}; expected one of "
@@ -104,7 +104,7 @@ def cmd_glue(a):
 
 
 def cmd_table(a):
-    from .table import prepare_table
+    from span_plugin.preprocess.table import prepare_table
 
     spec = _spec(a)
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
@@ -118,7 +118,7 @@ def cmd_table(a):
 
 
 def cmd_pairs(a):
-    from .pairs import prepare_pairs
+    from span_plugin.preprocess.pairs import prepare_pairs
 
     spec = _spec(a)
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
@@ -132,7 +132,7 @@ def cmd_pairs(a):
 
 
 def cmd_align_pairs(a):
-    from .align import align_file
+    from span_plugin.preprocess.align import align_file
 
     stats = align_file(a.input, a.out, source=a.source, ngrams=a.ngrams,
                        random_ratio=a.random_sentence_ratio, seed=a.seed,
@@ -142,7 +142,7 @@ def cmd_align_pairs(a):
 
 
 def cmd_conll(a):
-    from .conll import prepare_conll
+    from span_plugin.preprocess.conll import prepare_conll
 
     spec = _spec(a)
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
@@ -163,7 +163,7 @@ def _command():
 
 
 def cmd_binarize(a):
-    from .binarize import binarize_file, write_dict
+    from span_plugin.preprocess.binarize import binarize_file, write_dict
 
     spec = _spec(a)
     s = binarize_file(a.input, a.output_prefix, spec, a.srcdict, workers=a.workers,
@@ -174,8 +174,8 @@ def cmd_binarize(a):
 
 
 def cmd_check(a):
-    from .check import CheckError, check_folder
-    from .conll import check_tagging_folder, is_tagging_folder
+    from span_plugin.preprocess.check import CheckError, check_folder
+    from span_plugin.preprocess.conll import check_tagging_folder, is_tagging_folder
 
     for folder in a.folders:
         try:
@@ -192,14 +192,14 @@ def cmd_check(a):
 
 
 def cmd_stats(a):
-    from .stats import run_stats
+    from span_plugin.preprocess.stats import run_stats
 
     run_stats(texts=a.text, folders=a.folder, ngrams_path=a.ngrams, sizes=a.sizes,
               plot=a.plot, max_lines=a.max_lines)
 
 
 def cmd_encode(a):
-    from .binarize import _get_encoder
+    from span_plugin.preprocess.binarize import _get_encoder
 
     enc = _get_encoder(_spec(a, need_dict=False))
     for line in (a.sentences or sys.stdin):
@@ -350,8 +350,8 @@ def build_parser():
 
 def main(argv=None):
     a = build_parser().parse_args(argv)
-    from .binarize import BadInputError
-    from .ngrams import NgramFormatError
+    from span_plugin.preprocess.binarize import BadInputError
+    from span_plugin.preprocess.ngrams import NgramFormatError
 
     # fairseq's import configures the root logger; set our level after it.
     level = os.environ.get("LOGLEVEL", "WARNING").upper()

@@ -37,7 +37,7 @@ def _parser():
 
 
 def _bert(args):
-    from .bert import convert_bert, fairseq_model_cfg, train_flags
+    from span_plugin.convert.bert import convert_bert, fairseq_model_cfg, train_flags
 
     plan = convert_bert(args.hf_dir, args.out, overwrite=args.force, seed=args.seed)
     rec, shape = plan.record, plan.shape
@@ -52,13 +52,13 @@ def _bert(args):
 
 
 def _flags(args):
-    from .bert import checkpoint_train_flags
+    from span_plugin.convert.bert import checkpoint_train_flags
 
     print(shlex.join(checkpoint_train_flags(args.checkpoint)))
 
 
 def _hydra(args):
-    from .bert import hydra_overrides
+    from span_plugin.convert.bert import hydra_overrides
 
     print(shlex.join(hydra_overrides(args.model_dir)))
 
@@ -66,7 +66,7 @@ def _hydra(args):
 def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from .bert import ConversionError
+    from span_plugin.convert.bert import ConversionError
 
     try:
         {"bert": _bert, "flags": _flags, "hydra-overrides": _hydra}[args.cmd](args)

@@ -20,7 +20,7 @@ preparation did not finish)::
      "rows": {"train": 2490, "valid": 277, "test": 3000},
      "files": {"input0/train.bin": "<sha256>", ..., "label/dict.txt": "<sha256>"}}
 
-``encoder.files`` is keyed by :class:`~span_plugin.preprocess.encoders.EncoderSpec`
+``encoder.files`` is keyed by :class:`~span_plugin.tokenizers.encoders.EncoderSpec`
 field names; a WordPiece folder is recorded as the tokenizer file it resolves to
 (``wordpiece``), plus ``wordpiece_config`` when a bare vocab.txt took its casing from a
 tokenizer_config.json. ``files`` covers every file of the folder except ``raw/`` and the
@@ -33,7 +33,7 @@ Who reads it:
   and :func:`verify_folder`, and put it into the task state, which fairseq saves in
   every checkpoint as ``task_state`` (key :data:`STATE_KEY`);
 - the hub and ``span-predict`` rebuild the encoder from the checkpoint's copy
-  (:mod:`span_plugin.encoder_settings`);
+  (:mod:`span_plugin.preprocess.encoder_settings`);
 - ``span-preprocess check`` prints it (:func:`describe`) and verifies the folder.
 """
 
@@ -88,15 +88,15 @@ def short(digest):
 
 
 def plugin_version():
-    from . import __version__
+    from span_plugin import __version__
 
     return __version__
 
 
 def encoder_record(spec, srcdict):
     """The ``encoder`` part of a record for an EncoderSpec and its fairseq dict.txt."""
-    from .preprocess.encoders import SpanEncoder, WordPieceSpanEncoder, resolve_wordpiece
-    from .preprocess.ngrams import DEFAULT_FILES, default_ngrams_path
+    from span_plugin.tokenizers.encoders import SpanEncoder, WordPieceSpanEncoder, resolve_wordpiece
+    from span_plugin.preprocess.ngrams import DEFAULT_FILES, default_ngrams_path
 
     files = {}
     if spec.bpe == "wordpiece":

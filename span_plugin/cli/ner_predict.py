@@ -3,7 +3,7 @@ splits: entity P/R/F1 against the folder's gold tags, and the CoNLL source file 
 predicted tag appended to every word line (conlleval's input format: ``word ... gold
 predicted``; blank and ``-DOCSTART-`` lines as they are).
 
-    python -m span_plugin.ner_predict --checkpoint runs/ner/checkpoints/checkpoint_best.pt \\
+    python -m span_plugin.cli.ner_predict --checkpoint runs/ner/checkpoints/checkpoint_best.pt \\
         --split valid test --conll-out dev.conll test.conll --results results.json
 
 Items come from ``raw/{split}.input0`` (the words the model was trained on) and go back
@@ -18,8 +18,10 @@ import json
 import os
 import sys
 
-from . import ner, tags as T
-from .preprocess.binarize import read_lines
+from span_plugin.modules import entities as ner
+
+from span_plugin.formats import tags as T
+from span_plugin.preprocess.binarize import read_lines
 
 
 def read_items(data, split):
@@ -82,7 +84,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.conll_out and len(a.conll_out) != len(a.split):
         p.error("give one --conll-out per --split")
-    from .hub import SpanHubInterface
+    from span_plugin.inference.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(a.checkpoint, data=a.data)
     if not hasattr(hub, "predict_words"):

@@ -1,7 +1,7 @@
 """Inference for ``span_pair_classification`` checkpoints (transfer fine-tuning,
 docs/SPAN_PAIRS.md) on raw sentence pairs with phrase pairs.
 
-    from span_plugin.hub import SpanHubInterface
+    from span_plugin.inference.hub import SpanHubInterface
     hub = SpanHubInterface.from_pretrained("runs/transfer-MRPC/checkpoints/checkpoint_best.pt")
     hub.predict_pairs("Amrozi accused his brother", "Amrozi blamed his brother",
                       [{"source": [7, 14], "target": [7, 13]}])
@@ -18,10 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data.phrase_pairs import PhrasePairsDataset
-from .data.span_datasets import CropWindowDataset, layout_starts
-from .hub import SpanHubInterface, _Items
-from .preprocess.pairs import _BadRange, range_to_tokens, token_char_offsets
+from span_plugin.data.phrase_pairs import PhrasePairsDataset
+from span_plugin.data.span_datasets import CropWindowDataset, layout_starts
+from span_plugin.inference.hub import SpanHubInterface, _Items
+from span_plugin.preprocess.pairs import _BadRange, range_to_tokens, token_char_offsets
 
 
 class PairHubInterface(SpanHubInterface):

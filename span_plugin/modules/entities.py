@@ -2,15 +2,15 @@
 
 Entities are ``(first word, last word + 1, type name)`` per example. Tagging heads
 give a tag per word (read at its first sub-token) and entities follow conlleval's chunk
-rules (:func:`span_plugin.tags.entities`: predictions are never repaired); the span
+rules (:func:`span_plugin.formats.tags.entities`: predictions are never repaired); the span
 head gives entities directly, decoded as the best non-overlapping spans.
 """
 
 import torch
 import torch.nn.functional as F
 
-from . import tags as T
-from .modules.span_decoding import best_non_overlapping
+from span_plugin.formats import tags as T
+from span_plugin.modules.span_decoding import best_non_overlapping
 
 
 def word_logits(token_logits, words):

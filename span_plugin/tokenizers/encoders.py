@@ -26,7 +26,7 @@ How words map to tokens:
   vocabulary's strings, with BERT's ``[CLS] [SEP] [PAD] [UNK] [MASK]`` written as
   fairseq's ``<s> </s> <pad> <unk> <mask>`` (the names span-convert's ``dict.txt``
   uses). Words are in the ``bert`` word scheme, the others in ``gpt2``
-  (:mod:`span_plugin.preprocess.words`).
+  (:mod:`span_plugin.tokenizers.words`).
 
 Nothing is downloaded: every encoder takes local file paths.
 """
@@ -36,12 +36,16 @@ from dataclasses import dataclass
 
 import regex
 
-from ..convert.bert import BERT_MASK, BERT_SPECIALS
-from . import words as W
-from .ngrams import load_ngrams
-from .segment import Segmenter
+from span_plugin.tokenizers import words as W
+from span_plugin.preprocess.ngrams import load_ngrams
+from span_plugin.preprocess.segment import Segmenter
 
 BPE_KINDS = ("gpt2", "sentencepiece", "fastbpe", "wordpiece")
+
+
+# BERT's special tokens and the fairseq symbols they become (span-convert maps them).
+BERT_SPECIALS = (("[CLS]", "<s>"), ("[PAD]", "<pad>"), ("[SEP]", "</s>"), ("[UNK]", "<unk>"))
+BERT_MASK = "[MASK]"  # becomes <mask>, which the task appends last
 
 
 def _bytes_to_unicode():

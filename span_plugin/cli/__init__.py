@@ -1,0 +1,1 @@
+"""Thin command lines over the library: span-preprocess, span-convert, span-predict."""
