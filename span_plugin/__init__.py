@@ -1,22 +1,30 @@
 """span_plugin: Span Fine-tuning for fairseq, used as ``--user-dir span_plugin``.
 
-fairseq imports ``tasks/`` and ``models/`` of a user dir by itself; everything else
-that registers with fairseq (criterions) is imported here.
+Importing the package is cheap: the preprocessing layers (``formats``, ``tokenizers``,
+``preprocess``) load neither torch nor fairseq. What registers with fairseq (the stack
+fixes, tasks, models and criterions) is imported by :func:`register`, which runs here
+when fairseq is already loaded (``fairseq-train --user-dir span_plugin``, a script that
+imported fairseq first) and from the inference layer; call it yourself in a script that
+imports span_plugin before fairseq and then runs fairseq's own entry points in-process.
+docs/ARCHITECTURE.md shows the layers.
 """
 
-__version__ = "0.2.0"  # also in setup.py; recorded in every data folder
+import sys
 
-from span_plugin.runtime import compat  # noqa: E402
+from span_plugin.version import __version__  # noqa: F401
 
-compat.apply()
 
-# Register everything here: fairseq does not auto-import criterions, and it skips its
-# own import of tasks/ and models/ when span_plugin was imported before --user-dir
-# was processed (a script or test that imports span_plugin first).
-from span_plugin import criterions  # noqa: E402,F401
-from span_plugin.models import roberta_span, roberta_tagging  # noqa: E402,F401
-from span_plugin.tasks import span_classification, span_tagging  # noqa: E402,F401
-from span_plugin.models import roberta_spanbert  # noqa: E402,F401
-from span_plugin.tasks import spanbert_masked_lm  # noqa: E402,F401
-from span_plugin.models import roberta_span_pair  # noqa: E402,F401
-from span_plugin.tasks import span_pair_classification  # noqa: E402,F401
+def register():
+    """Apply the stack fixes and register every task, model and criterion (idempotent)."""
+    from span_plugin.runtime import compat
+
+    compat.apply()
+    # fairseq imports tasks/ and models/ of a user dir by itself, but not criterions, and
+    # skips both when span_plugin was imported before --user-dir was processed.
+    import span_plugin.criterions  # noqa: F401
+    import span_plugin.models  # noqa: F401
+    import span_plugin.tasks  # noqa: F401
+
+
+if "fairseq" in sys.modules:
+    register()

@@ -8,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import span_plugin  # noqa: F401  (its import lets torch.load read fairseq checkpoints)
+import span_plugin
+
+# Tests call fairseq's entry points in-process after importing span_plugin: register the
+# stack fixes (torch.load of fairseq checkpoints), tasks, models and criterions first.
+span_plugin.register()
 
 # No test reads its input, and no command it starts may wait on a runner's stdin that
 # stays open (CI): every child inherits /dev/null as its fd 0.

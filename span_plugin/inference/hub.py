@@ -26,10 +26,13 @@ import torch.nn.functional as F
 from fairseq.data import ConcatSentencesDataset, PrependTokenDataset, RightPadDataset
 from fairseq.dataclass.utils import overwrite_args_by_name
 
+import span_plugin
 from span_plugin.preprocess import encoder_settings
 
 from span_plugin.preprocess import provenance
 from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
+
+span_plugin.register()  # the stack fixes, and every task and model a checkpoint may name
 
 
 class _Items(list):

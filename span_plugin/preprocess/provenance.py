@@ -88,7 +88,7 @@ def short(digest):
 
 
 def plugin_version():
-    from span_plugin import __version__
+    from span_plugin.version import __version__
 
     return __version__
 
@@ -288,20 +288,14 @@ def describe(record):
 # Starting checkpoints
 
 
-def check_checkpoint_dictionary(checkpoint, srcdict, state=None):
+def check_checkpoint_dictionary(checkpoint, srcdict, state):
     """Raise :class:`ProvenanceError` when ``checkpoint`` was trained on a folder
     tokenized with another dictionary than ``srcdict``. A checkpoint of a span_plugin
     task (a GLUE run, a transfer run, its stripped encoder) records its folder's
     dict.txt; with the same number of entries but other content, loading would succeed
     and every embedding row would stand for another token. A checkpoint without a
     record (pretrained, converted) passes: there is nothing to compare. ``state``: the
-    checkpoint already loaded."""
-    if state is None:
-        import torch
-
-        import span_plugin  # noqa: F401  (lets torch.load read fairseq checkpoints)
-
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    checkpoint, loaded (:func:`span_plugin.runtime.checkpoints.load_state`)."""
     record = (state.get("task_state") or {}).get(STATE_KEY) or {}
     trained = (record.get("encoder") or {}).get("srcdict")
     if trained is None or trained["sha256"] == sha256(srcdict):

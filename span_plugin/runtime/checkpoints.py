@@ -108,6 +108,16 @@ def damaged_error(path, err):
         f"before every launch)")
 
 
+def load_state(path):
+    """A fairseq checkpoint file as a dict, on the CPU (fairseq's allow-listed types)."""
+    import torch
+
+    from span_plugin.runtime import compat
+
+    compat.apply()
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
 def read_updates(path):
     """``(num_updates, None)`` of a checkpoint that loads; ``(None, why)`` for a damaged
     one; ``(-1, why)`` for one that cannot be inspected here but is not damaged (it
@@ -115,7 +125,9 @@ def read_updates(path):
     memory-mapped, so its tensors are not read."""
     import torch
 
-    import span_plugin  # noqa: F401  (the allow-list of fairseq checkpoint types)
+    from span_plugin.runtime import compat
+
+    compat.apply()  # the allow-list of fairseq checkpoint types
 
     try:
         try:
@@ -198,7 +210,7 @@ def main(argv=None):
         from span_plugin.preprocess.provenance import ProvenanceError, check_checkpoint_dictionary
 
         try:
-            check_checkpoint_dictionary(a.checkpoint, a.srcdict)
+            check_checkpoint_dictionary(a.checkpoint, a.srcdict, load_state(a.checkpoint))
         except (OSError, ProvenanceError) as err:
             print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
             return 2

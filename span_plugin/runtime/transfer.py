@@ -19,7 +19,7 @@ import io
 import os
 import sys
 
-from span_plugin.runtime.checkpoints import atomic_copy, atomic_write
+from span_plugin.runtime.checkpoints import atomic_copy, atomic_write, load_state
 from span_plugin.preprocess.provenance import check_checkpoint_dictionary
 
 HEAD_PREFIX = "classification_heads."
@@ -44,13 +44,9 @@ def write_stripped(checkpoint, out, model_dir=None):
     """Write ``checkpoint`` without heads to ``out`` (a file), or with ``model_dir`` to
     the folder ``out`` (model.pt plus the model folder's other files). Returns the path
     of the written model file."""
-    import torch
-
-    import span_plugin  # noqa: F401  (lets torch.load read fairseq checkpoints)
-
     if not os.path.isfile(checkpoint):
         raise FileNotFoundError(f"{checkpoint}: no such checkpoint (did the transfer run finish?)")
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = load_state(checkpoint)
     if model_dir is not None:  # the folder's dict.txt goes with the weights: the right one
         check_checkpoint_dictionary(checkpoint, os.path.join(model_dir, "dict.txt"), state)
     heads = strip_heads(state)
@@ -67,6 +63,8 @@ def write_stripped(checkpoint, out, model_dir=None):
             if name != "model.pt" and os.path.isfile(src):
                 atomic_copy(src, os.path.join(out, name))
         target = os.path.join(out, "model.pt")
+    import torch
+
     buf = io.BytesIO()
     torch.save(state, buf)
     atomic_write(target, lambda f: f.write(buf.getbuffer()))

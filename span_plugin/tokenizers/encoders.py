@@ -37,8 +37,6 @@ from dataclasses import dataclass
 import regex
 
 from span_plugin.tokenizers import words as W
-from span_plugin.preprocess.ngrams import load_ngrams
-from span_plugin.preprocess.segment import Segmenter
 
 BPE_KINDS = ("gpt2", "sentencepiece", "fastbpe", "wordpiece")
 
@@ -398,6 +396,9 @@ def make_encoder(bpe="gpt2", encoder_json=None, vocab_bpe=None, sentencepiece_mo
     """Build a span encoder. ``ngrams`` is a path, a loaded NgramDict, or None for the
     packaged default dictionary of the encoder's word scheme (not loaded at all for
     ``segmentation="none"``)."""
+    from span_plugin.preprocess.ngrams import load_ngrams
+    from span_plugin.preprocess.segment import Segmenter
+
     if bpe not in BPE_KINDS:
         raise ValueError(f"bpe {bpe!r}: expected one of {BPE_KINDS}")
     scheme = WordPieceSpanEncoder.word_scheme if bpe == "wordpiece" else SpanEncoder.word_scheme
