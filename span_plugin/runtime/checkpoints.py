@@ -30,6 +30,8 @@ import pickle
 import shutil
 import sys
 
+import numpy as np
+
 TMP_SUFFIX = ".tmp"
 LAST = "checkpoint_last.pt"
 
@@ -108,13 +110,29 @@ def damaged_error(path, err):
         f"before every launch)")
 
 
+# What fairseq checkpoints hold besides tensors and builtin containers:
+# the legacy ``args`` namespace, and numpy scalars that metrics may leave in
+# ``extra_state``. All are plain data; nothing here can run code when unpickled.
+CHECKPOINT_SAFE_GLOBALS = [
+    argparse.Namespace,
+    np.dtype,
+    np.core.multiarray.scalar,
+    *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
+]
+
+
+def allow_checkpoint_types():
+    """Let ``torch.load(weights_only=True)`` read fairseq checkpoints: exactly the types
+    above join torch's allow-list; a checkpoint holding anything else is still refused."""
+    import torch
+
+    torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
+
+
 def load_state(path):
     """A fairseq checkpoint file as a dict, on the CPU (fairseq's allow-listed types)."""
     import torch
 
-    from span_plugin.runtime import compat
-
-    compat.apply()
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
@@ -125,9 +143,7 @@ def read_updates(path):
     memory-mapped, so its tensors are not read."""
     import torch
 
-    from span_plugin.runtime import compat
-
-    compat.apply()  # the allow-list of fairseq checkpoint types
+    allow_checkpoint_types()
 
     try:
         try:

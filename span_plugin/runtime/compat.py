@@ -4,7 +4,6 @@ Applied once, when the plugin is imported: that happens in every process fairseq
 starts, because each worker imports ``--user-dir`` / ``common.user_dir`` itself.
 """
 
-import argparse
 import functools
 import logging
 import os
@@ -14,6 +13,8 @@ import sys
 
 import numpy as np
 import torch
+
+from span_plugin.runtime import checkpoints
 
 logger = logging.getLogger(__name__)
 
@@ -28,25 +29,14 @@ def _replace(owner, name, wrap):
     replacement._span_plugin_wrapped = True
     setattr(owner, name, replacement)
 
-# What fairseq checkpoints hold besides tensors and builtin containers:
-# the legacy ``args`` namespace, and numpy scalars that metrics may leave in
-# ``extra_state``. All are plain data; nothing here can run code when unpickled.
-CHECKPOINT_SAFE_GLOBALS = [
-    argparse.Namespace,
-    np.dtype,
-    np.core.multiarray.scalar,
-    *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
-]
-
-
 def allow_fairseq_checkpoints():
     """Let ``torch.load(weights_only=True)`` read fairseq checkpoints.
 
     torch >= 2.6 refuses any global it does not know; fairseq's checkpoints hold
-    an ``argparse.Namespace``. Only the classes above are added to the allow-list:
+    an ``argparse.Namespace``. Only the classes of ``checkpoints.CHECKPOINT_SAFE_GLOBALS`` are added to the allow-list:
     a checkpoint holding anything else is still refused.
     """
-    torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
+    checkpoints.allow_checkpoint_types()
 
     from fairseq import checkpoint_utils
 
@@ -55,8 +45,6 @@ def allow_fairseq_checkpoints():
             try:
                 return load(path, *args, **kwargs)
             except Exception as err:
-                from span_plugin.runtime import checkpoints  # imported when used: `python -m` runs it
-
                 if checkpoints.is_damage(err):
                     raise checkpoints.damaged_error(path, err) from err
                 if not isinstance(err, pickle.UnpicklingError):
@@ -91,8 +79,6 @@ def atomic_checkpoints():
 
     def wrap_save(save):
         def torch_persistent_save(obj, filename, async_write=False):
-            from span_plugin.runtime import checkpoints
-
             if async_write or not _is_local(filename):
                 return save(obj, filename, async_write)
             checkpoints.atomic_write(
@@ -120,8 +106,6 @@ def atomic_checkpoints():
                 return inner.copy(src_path, dst_path, overwrite)
             if os.path.exists(dst_path) and not overwrite:
                 return False
-            from span_plugin.runtime import checkpoints
-
             checkpoints.atomic_copy(src_path, dst_path)
             return True
 
