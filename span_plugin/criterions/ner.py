@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from span_plugin.modules import entities as ner
 from span_plugin.data.tagging_datasets import IGNORE
-from span_plugin.criterions.sums import log_loss, summer
+from span_plugin.criterions.sums import SummedCriterion
 
 COUNTS = ("_ent_tp", "_ent_pred", "_ent_gold")
 
@@ -28,7 +28,7 @@ class NerCriterionConfig(FairseqDataclass):
     classification_head_name: str = field(default="tagging_head")
 
 
-class _EntityCriterion(FairseqCriterion):
+class _EntityCriterion(SummedCriterion):
     def __init__(self, cfg, task):
         super().__init__(task)
         self.head_name = cfg.classification_head_name
@@ -38,13 +38,7 @@ class _EntityCriterion(FairseqCriterion):
             log[key] = value
 
     @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True
-
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        total = summer(logging_outputs)
-        sample_size = log_loss(total)
+    def log_metrics(total, sample_size, logging_outputs) -> None:
         if "n_correct" in set().union(*(log.keys() for log in logging_outputs)):
             metrics.log_scalar("accuracy", 100.0 * total("n_correct") / max(sample_size, 1),
                                sample_size, round=2)

@@ -35,13 +35,13 @@ from typing import Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from span_plugin.preprocess import provenance
 from span_plugin.criterions import glue_metrics
-from span_plugin.criterions.sums import log_loss, summer
+from span_plugin.criterions.sums import SummedCriterion
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class SpanClassificationCriterionConfig(FairseqDataclass):
 
 
 @register_criterion("span_classification", dataclass=SpanClassificationCriterionConfig)
-class SpanClassificationCriterion(FairseqCriterion):
+class SpanClassificationCriterion(SummedCriterion):
     def __init__(self, cfg: SpanClassificationCriterionConfig, task):
         super().__init__(task)
         self.head_name = cfg.classification_head_name
@@ -140,13 +140,7 @@ class SpanClassificationCriterion(FairseqCriterion):
         return out
 
     @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True
-
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        total = summer(logging_outputs)
-        log_loss(total)
+    def log_metrics(total, sample_size, logging_outputs) -> None:
         nsentences = total("nsentences")
         if not logging_outputs:
             return

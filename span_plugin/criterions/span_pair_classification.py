@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from span_plugin.preprocess import provenance
 from span_plugin.data.phrase_pairs import IGNORE
 from span_plugin.criterions import glue_metrics
-from span_plugin.criterions.sums import log_loss, summer
+from span_plugin.criterions.sums import SummedCriterion
 
 
 @dataclass
@@ -35,7 +35,7 @@ class SpanPairCriterionConfig(FairseqDataclass):
 
 
 @register_criterion("span_pair_classification", dataclass=SpanPairCriterionConfig)
-class SpanPairClassificationCriterion(FairseqCriterion):
+class SpanPairClassificationCriterion(SummedCriterion):
     def __init__(self, cfg, task):
         super().__init__(task)
         self.head_name = cfg.classification_head_name
@@ -86,13 +86,7 @@ class SpanPairClassificationCriterion(FairseqCriterion):
         return loss, 1, log
 
     @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True
-
-    @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        total = summer(logging_outputs)
-        log_loss(total)
+    def log_metrics(total, sample_size, logging_outputs) -> None:
         for part in ("phrasal", "sentential"):
             n = total(f"{part}_n")
             if not any(f"{part}_n" in log for log in logging_outputs):

@@ -10,9 +10,11 @@ import math
 from dataclasses import dataclass, field
 
 from fairseq import modules, utils
-from fairseq.criterions import FairseqCriterion, register_criterion
+from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
+
+from span_plugin.criterions.sums import SummedCriterion
 
 
 @dataclass
@@ -25,7 +27,7 @@ class SpanBertMaskedLMCriterionConfig(FairseqDataclass):
 
 
 @register_criterion("spanbert_masked_lm", dataclass=SpanBertMaskedLMCriterionConfig)
-class SpanBertMaskedLMLoss(FairseqCriterion):
+class SpanBertMaskedLMLoss(SummedCriterion):
     def __init__(self, cfg: SpanBertMaskedLMCriterionConfig, task):
         super().__init__(task)
         self.sbo_weight = cfg.sbo_weight
@@ -59,14 +61,9 @@ class SpanBertMaskedLMLoss(FairseqCriterion):
         return loss, sample_size, logging_output
 
     @staticmethod
-    def reduce_metrics(logging_outputs) -> None:
-        sample_size = max(float(sum(log.get("sample_size", 0) for log in logging_outputs)), 1.0)
-        for key in ("loss", "mlm_loss", "sbo_loss"):
+    def log_metrics(total, sample_size, logging_outputs) -> None:
+        for key in ("mlm_loss", "sbo_loss"):
             if any(key in log for log in logging_outputs):
-                total = sum(log.get(key, 0) for log in logging_outputs)
-                metrics.log_scalar(key, total / sample_size / math.log(2), sample_size, round=3)
+                metrics.log_scalar(key, total(key) / max(sample_size, 1) / math.log(2),
+                                   sample_size, round=3)
         metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["mlm_loss"].avg))
-
-    @staticmethod
-    def logging_outputs_can_be_summed() -> bool:
-        return True

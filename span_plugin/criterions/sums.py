@@ -1,9 +1,11 @@
-"""What the criteria's ``reduce_metrics`` share: sums over the workers' logging outputs
-(so every metric is exact whatever the batching) and the loss in bits."""
+"""What the plugin's criteria share: logging outputs that are sums over the workers (so
+every metric is exact whatever the batching), the loss in bits, and the base class that
+reduces them."""
 
 import math
 
 import torch
+from fairseq.criterions import FairseqCriterion
 from fairseq.logging import metrics
 
 
@@ -26,3 +28,22 @@ def log_loss(total):
 
 def _number(v):
     return v.item() if torch.is_tensor(v) else v
+
+
+class SummedCriterion(FairseqCriterion):
+    """Base of the plugin's criteria: every logging output sums over workers; ``loss``
+    is logged in bits per ``sample_size``, and :meth:`log_metrics` adds the rest."""
+
+    @staticmethod
+    def logging_outputs_can_be_summed() -> bool:
+        return True
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        total = summer(logging_outputs)
+        cls.log_metrics(total, log_loss(total), logging_outputs)
+
+    @staticmethod
+    def log_metrics(total, sample_size, logging_outputs) -> None:
+        """Log the criterion's own metrics. ``total(key)`` sums ``key`` over
+        ``logging_outputs``; ``sample_size`` is ``total("sample_size")``."""
