@@ -47,7 +47,7 @@ def big(path, min_tokens):
     tokens (estimated at 1.3 tokens per whitespace word, then counted exactly by the
     runs themselves)."""
     sys.path.insert(0, str(ROOT))
-    from span_plugin.preprocess.glue import iter_glue_sentences
+    from span_plugin.formats.glue import iter_glue_sentences
 
     text = []
     for name in ("wiki.valid.tokens", "wiki.test.tokens"):

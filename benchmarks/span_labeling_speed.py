@@ -38,7 +38,8 @@ SHARED = os.path.join(ROOT, "..", "shared", "data")
 def real_batches(batch, seq_len, count):
     """``count`` batches of (tokens [B, T], words [B, W, 2], tags [B, W], entities) from
     consecutive real dev sentences, each item filled up to T - 2 own tokens."""
-    from span_plugin.preprocess.conll import read_conll, word_token_counts
+    from span_plugin.formats.conll import read_conll
+    from span_plugin.preprocess.conll import word_token_counts
     from span_plugin.tokenizers.encoders import EncoderSpec
     from span_plugin.formats.tags import entities, tag_names, types_of
 

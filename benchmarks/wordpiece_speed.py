@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def corpus(path, kind, min_lines):
-    from span_plugin.preprocess.glue import iter_glue_sentences
+    from span_plugin.formats.glue import iter_glue_sentences
 
     if kind == "sst2":
         with open(DATA / "glue" / "SST-2" / "train.tsv", encoding="utf-8") as f:

@@ -47,7 +47,7 @@ def run_key(r):
 
 def dev_rows(glue_dir, task):
     """(inputs, gold labels) of the task's dev split, as span-preprocess reads them."""
-    from span_plugin.preprocess.glue import TASKS, read_split
+    from span_plugin.formats.glue import TASKS, read_split
 
     raw = "dev_matched" if task == "MNLI" else "dev"
     return read_split(TASKS[task], os.path.join(glue_dir, task, raw + ".tsv"), raw)
@@ -55,7 +55,7 @@ def dev_rows(glue_dir, task):
 
 def train_rows(glue_dir, task):
     """How many rows of the task's train.tsv span-preprocess reads."""
-    from span_plugin.preprocess.glue import TASKS, read_split
+    from span_plugin.formats.glue import TASKS, read_split
 
     return read_split(TASKS[task], os.path.join(glue_dir, task, "train.tsv"), "train").rows
 

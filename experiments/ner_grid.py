@@ -46,8 +46,9 @@ def run_one(a, variant, seed, device):
                EPOCHS=a.epochs, **VARIANTS[variant])
     if a.model_dir:
         env["MODEL_DIR"] = Path(a.model_dir).resolve()
-    else:
+    else:  # the recipe's default would be the packaged MiniLM
         env["BPE_DIR"] = Path(a.bpe_dir).resolve()
+        env["FROM_SCRATCH"] = 1
     extra = ["--log-interval", "50", "--num-workers", "0", *a.extra]
     if device == "cpu":
         extra.append("--cpu")

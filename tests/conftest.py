@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,10 @@ span_plugin.register()
 # No test reads its input, and no command it starts may wait on a runner's stdin that
 # stays open (CI): every child inherits /dev/null as its fd 0.
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+
+# A recipe run that forgets FROM_SCRATCH=1 converts the packaged encoder into the cache:
+# keep that out of the user's ~/.cache.
+os.environ.setdefault("SPAN_CACHE", os.path.join(tempfile.gettempdir(), "span_plugin_test_cache"))
 
 # Two test workers share the machine's cores (pytest.ini): one thread each, and one for
 # every command they start, instead of each oversubscribing every core.

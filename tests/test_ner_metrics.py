@@ -10,7 +10,7 @@ from conftest import DATA
 from span_plugin.modules import entities as ner
 from span_plugin.formats import tags as T
 from span_plugin.criterions.ner import SpanTaggingCriterion
-from span_plugin.preprocess.conll import read_conll
+from span_plugin.formats.conll import read_conll
 
 seqeval = pytest.importorskip("seqeval.metrics")
 

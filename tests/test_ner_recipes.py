@@ -46,7 +46,7 @@ def conll_dir(tmp_path_factory):
 
 
 def recipe_env(conll_dir, tmp_path, **extra):
-    return {"CONLL_DIR": str(conll_dir), "BPE_DIR": str(GPT2_BPE), "WORKERS": "1",
+    return {"CONLL_DIR": str(conll_dir), "BPE_DIR": str(GPT2_BPE), "WORKERS": "1", "FROM_SCRATCH": "1",
             "DATA_DIR": str(conll_dir / "bin"), "OUT_DIR": str(tmp_path / "run"),
             "LR": "1e-3", "BATCH_SIZE": "8", **extra}
 
@@ -145,7 +145,7 @@ def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
 
 def test_recipe_refuses_bad_settings(tmp_path):
     env = {"CONLL_DIR": str(tmp_path), "BPE_DIR": str(GPT2_BPE), "OUT_DIR": str(tmp_path / "r"),
-           "DATA_DIR": str(tmp_path / "bin")}
+           "DATA_DIR": str(tmp_path / "bin"), "FROM_SCRATCH": "1"}
     proc = run_cli("bash", RECIPE, "--cpu", env=dict(env, HEAD="crf"), check=False)
     assert proc.returncode == 2 and "HEAD=crf: expected token, sf or span" in proc.stdout
     proc = run_cli("bash", RECIPE, "--cpu", env=env, check=False)

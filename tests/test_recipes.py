@@ -44,7 +44,10 @@ def shell_settings(task):
 
 
 def recipe_env(tmp_path, **extra):
-    return {"GLUE_DIR": str(GLUE), "BPE_DIR": str(GPT2_BPE), "WORKERS": "2",
+    # Tiny models from random weights, unless a model is given (the recipes' default is
+    # the packaged all-MiniLM-L6-v2: tests/test_default_model.py).
+    scratch = {} if {"ROBERTA_PATH", "MODEL_DIR"} & extra.keys() else {"FROM_SCRATCH": "1"}
+    return {"GLUE_DIR": str(GLUE), "BPE_DIR": str(GPT2_BPE), "WORKERS": "2", **scratch,
             **{k: str(v) for k, v in extra.items()}}
 
 

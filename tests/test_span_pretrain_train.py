@@ -23,7 +23,8 @@ def pretrain_run(tmp_path_factory):
         (cwd / "wiki.txt").write_text("".join(wikitext_lines("wiki.valid.tokens", 300)))
         (cwd / "wiki_valid.txt").write_text("".join(wikitext_lines("wiki.test.tokens", 60)))
         env = {"TRAIN_TEXT": "wiki.txt", "VALID_TEXT": "wiki_valid.txt", "BPE_DIR": str(GPT2_BPE),
-               "WORKERS": "1", "TOKENS_PER_SAMPLE": "64", "BATCH_SIZE": "8", "OMP_NUM_THREADS": "1"}
+               "WORKERS": "1", "TOKENS_PER_SAMPLE": "64", "BATCH_SIZE": "8", "OMP_NUM_THREADS": "1",
+               "FROM_SCRATCH": "1"}
         log = run_cli("bash", ROOT / "recipes" / "pretrain" / "spanbert.sh", "--cpu",
                       "--max-update", "16", *TINY, "--lr", "5e-3", "--warmup-updates", "0",
                       "--log-interval", "4", "--num-workers", "0", cwd=cwd, env=env).stdout

@@ -9,8 +9,8 @@ import pytest
 from conftest import GLUE, GPT2_BPE, ROOT, run_cli
 from test_recipes import TINY
 
-from span_plugin.preprocess.binarize import BadInputError
-from span_plugin.preprocess.table import read_table
+from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.table import read_table
 
 ENC = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
        GPT2_BPE / "vocab.bpe", "--srcdict", GPT2_BPE / "dict.txt", "--workers", "1"]
@@ -60,7 +60,8 @@ def sts_csv(folder):
 
 
 def table_recipe(cwd, **env):
-    env = {"BPE_DIR": str(GPT2_BPE), "WORKERS": "1", **{k: str(v) for k, v in env.items()}}
+    env = {"BPE_DIR": str(GPT2_BPE), "WORKERS": "1", "FROM_SCRATCH": "1",
+           **{k: str(v) for k, v in env.items()}}
     return run_cli("bash", ROOT / "recipes" / "table.sh", "--cpu", "--max-update", "2", *TINY,
                    cwd=cwd, env=env).stdout
 

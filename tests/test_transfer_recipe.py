@@ -55,7 +55,7 @@ def transfer(tmp_path_factory):
     env = {"GLUE_DIR": str(glue), "BPE_DIR": str(GPT2_BPE), "WORKERS": "1",
            "EXCLUDE": str(cwd / "target_dev.tsv")}
     log = run_cli("bash", RECIPE, "--cpu", "--max-update", "2", *TINY, "--num-workers", "0",
-                  cwd=cwd, env=env).stdout
+                  cwd=cwd, env={**env, "FROM_SCRATCH": "1"}).stdout
     return {"cwd": cwd, "glue": glue, "out": cwd / "runs" / "transfer-MRPC", "log": log,
             "env": env, "excluded": (a, b)}
 

@@ -10,7 +10,7 @@ from conftest import GLUE, GPT2_BPE, minilm_dir, run_cli
 
 from span_plugin.preprocess import load_ngrams, make_encoder
 from span_plugin.tokenizers import words as W
-from span_plugin.preprocess.glue import TASKS, read_split
+from span_plugin.formats.glue import TASKS, read_split
 
 SOURCES = [("CoLA", "train"), ("SST-2", "dev"), ("MRPC", "train"), ("STS-B", "train"),
            ("QNLI", "dev"), ("WNLI", "train")]

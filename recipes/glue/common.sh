@@ -10,11 +10,14 @@
 #   HEAD           span: roberta_span, the span head (Span Fine-tuning)
 #                  plain: fairseq's own roberta model and sentence_prediction head on
 #                  the same data, hyperparameters and seed (the baseline)  [span]
-#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
-#                  (smoke runs)                                        []
+#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt            []
 #   MODEL_DIR      a converted BERT-family model (span-convert bert: model.pt, dict.txt,
 #                  tokenizer). Replaces ROBERTA_PATH and BPE_DIR: WordPiece, BERT's pair
-#                  layout [CLS] A [SEP] B [SEP], sizes read from the checkpoint   []
+#                  layout [CLS] A [SEP] B [SEP], sizes read from the checkpoint
+#                  [neither given: the packaged all-MiniLM-L6-v2, converted on first use
+#                  into $SPAN_CACHE/models/all-MiniLM-L6-v2 (recipes/lib.sh)]
+#   FROM_SCRATCH   1: neither, a model from random weights (smoke runs)  [0]
+#   SPAN_CACHE     where the default model is converted    [~/.cache/span_plugin]
 #   ARCH           roberta_span_base or roberta_span_large; HEAD=plain: roberta_base or
 #                  roberta_large; MODEL_DIR: roberta_span / roberta  [roberta_span_base]
 #   SEED           fairseq's --seed                                    [1]

@@ -12,10 +12,11 @@
 #   MAX_SPAN_WORDS L of span labeling                                  [8]
 #   NEGATIVE_SAMPLING  span labeling: 0 trains on every candidate span; r > 0 on the
 #                  entities plus round(r * words) random non-entity spans  [0]
-#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
-#                  (smoke runs)                                        []
+#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt            []
 #   MODEL_DIR      a converted BERT-family model (span-convert bert): WordPiece, sizes
-#                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR   []
+#                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR
+#                  [neither given: the packaged all-MiniLM-L6-v2 (recipes/lib.sh)]
+#   FROM_SCRATCH   1: neither, a model from random weights (smoke runs)  [0]
 #   BPE_DIR        GPT-2 BPE folder: encoder.json, vocab.bpe, dict.txt  [gpt2_bpe]
 #   NGRAMS, SEGMENTATION   n-gram dictionary (empty: packaged) and greedy | random |
 #                  none                                                [, greedy]
@@ -107,7 +108,7 @@ if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
 train_resumably "${args[@]}" "$@"
 
 # ---- dev and test results of the best checkpoint, CoNLL prediction files ---------------
-python -m span_plugin.cli.ner_predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \
+span-predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \
     --data "$DATA_DIR" --split valid test \
     --conll-out "$OUT_DIR/predictions/valid.conll" "$OUT_DIR/predictions/test.conll" \
     --results "$OUT_DIR/results.json"

@@ -7,8 +7,9 @@
 #   VALID_TEXT     raw validation text, same form                                  [required]
 #   ROBERTA_PATH   roberta.{base,large}/model.pt to continue from (GPT-2 BPE)      []
 #   MODEL_DIR      a span-convert folder (model.pt, dict.txt, tokenizer) to continue
-#                  from (WordPiece); replaces ROBERTA_PATH and BPE_DIR              []
-#                  Neither: a model trained from scratch (smoke runs).
+#                  from (WordPiece); replaces ROBERTA_PATH and BPE_DIR
+#                  [neither given: the packaged all-MiniLM-L6-v2 (recipes/lib.sh)]
+#   FROM_SCRATCH   1: neither, a model trained from random weights (smoke runs)    [0]
 #   BPE_DIR        folder with encoder.json, vocab.bpe, dict.txt (GPT-2)           [gpt2_bpe]
 #   ARCH           roberta_spanbert_base | roberta_spanbert_large; MODEL_DIR: roberta_spanbert
 #                  with the sizes read from the checkpoint          [roberta_spanbert_base]

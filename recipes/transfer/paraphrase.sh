@@ -21,10 +21,11 @@
 #   EXCLUDE        TSV files (space-separated) whose sentences the aligner keeps out:
 #                  the target task's dev.tsv and test.tsv, so no evaluation sentence
 #                  is seen in transfer (the MSRpar genre of STS-B comes from MRPC)  []
-#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt; empty trains from scratch
-#                  (smoke runs)                                          []
+#   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt              []
 #   MODEL_DIR      a converted BERT-family model (span-convert bert): WordPiece, sizes
-#                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR   []
+#                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR
+#                  [neither given: the packaged all-MiniLM-L6-v2 (recipes/lib.sh)]
+#   FROM_SCRATCH   1: neither, a model from random weights (smoke runs)    [0]
 #   BPE_DIR        GPT-2 BPE folder: encoder.json, vocab.bpe, dict.txt    [gpt2_bpe]
 #   ARCH           [roberta_span_pair_base; MODEL_DIR: roberta_span_pair]
 #   FEATURES       phrase pair vector: max4 (2019) | mean2 (2021)         [max4]

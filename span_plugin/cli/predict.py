@@ -1,27 +1,45 @@
-"""``span-predict``: predictions of a fine-tuned checkpoint, in the GLUE submission format
-(``index<TAB>prediction`` with a header, one row per input row, in order).
+"""``span-predict``: predictions of a fine-tuned checkpoint, for the task it records.
 
+    # span_classification / sentence_prediction: GLUE submission files
     span-predict --checkpoint runs/RTE/checkpoints/checkpoint_best.pt \\
         --split valid test --output dev/RTE.tsv submission/RTE.tsv
+    # span_tagging / span_labeling: entity P/R/F1, CoNLL files with the predicted tags
+    span-predict --checkpoint runs/ner/checkpoints/checkpoint_best.pt \\
+        --split valid test --conll-out dev.conll test.conll --results results.json
+    # span_pair_classification: phrase-pair (and sentence-pair) labels of a JSON Lines file
+    span-predict --checkpoint runs/transfer-MRPC/checkpoints/checkpoint_best.pt \\
+        --input pairs.jsonl --output predictions.jsonl
 
-Rows come from the data folder's ``raw/{split}.input*`` text (the folder the
-checkpoint was trained on, or ``--data``): ``valid``, ``test``, MNLI's ``valid1`` and
-``test1``, or any split of a ``span-preprocess table`` folder. With ``--glue-dir DIR
---task TASK`` they come from ``DIR/TASK/{split}.tsv`` instead (``--split test``; MNLI
-``test_matched``), read with the column rules of ``span-preprocess glue``.
+Sentence checkpoints: rows come from the data folder's ``raw/{split}.input*`` text (the
+folder the checkpoint was trained on, or ``--data``; default split ``test``): ``valid``,
+``test``, MNLI's ``valid1`` and ``test1``, or any split of a ``span-preprocess table``
+folder. With ``--glue-dir DIR --task TASK`` they come from ``DIR/TASK/{split}.tsv``
+instead (MNLI ``test_matched``), read with the column rules of ``span-preprocess glue``.
+Classification writes label names as the data spells them; regression writes the value
+times the folder's label scale (STS-B: 5, ``--regression-scale``), clipped to its range.
+
+Tagging checkpoints: the tagging folder's splits (default ``valid``) against its gold
+tags; ``--conll-out`` writes the CoNLL source file with a predicted tag appended to every
+word line (conlleval's input); ``--results`` the scores as JSON.
+
+Span-pair checkpoints: ``--input`` in the format of docs/SPAN_PAIRS.md, ``--output``
+one JSON object a line (see :mod:`span_plugin.inference.pair_files`).
 
 The encoder (BPE files, n-gram dictionary, segmentation) is the one the checkpoint's
 data record names; encoder options given here are checked against it (files by their
 content) and a difference is an error naming both. Checkpoints without a record need
-them. Classification writes label names as the data spells them; regression writes
-the value times the folder's label scale (STS-B: 5, ``--regression-scale``), clipped
-to its range (STS-B: [0, 5]).
+them. A flag of another task's output is an error.
 """
 
 import argparse
 import logging
 import os
 import sys
+
+# The flags of each task's output (all default to None: given or not).
+GLUE_FLAGS = ("split", "output", "glue_dir", "task", "regression_scale", "batch_size")
+CONLL_FLAGS = ("split", "conll_out", "results", "batch_size")
+PAIR_FLAGS = ("input", "output")
 
 
 def build_parser():
@@ -30,17 +48,25 @@ def build_parser():
     p.add_argument("--checkpoint", required=True, help="fine-tuned checkpoint_*.pt")
     p.add_argument("--data", help="the task folder it was trained on (default: the one "
                    "its record names; its dict.txt files are checked)")
-    p.add_argument("--split", nargs="+", default=["test"],
-                   help="splits to predict: of the data folder (valid, test, valid1, "
-                   "test1, ...) or, with --glue-dir, TSV names without .tsv")
-    p.add_argument("--output", nargs="+", required=True,
-                   help="one submission file per --split, in the same order")
-    p.add_argument("--glue-dir", help="read the rows from DIR/TASK/SPLIT.tsv (GLUE layout)")
-    p.add_argument("--task", help="GLUE task name, with --glue-dir (CoLA, SST-2, MRPC, ...)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--regression-scale", type=float,
+    p.add_argument("--split", nargs="+",
+                   help="splits to predict (sentence tasks, default test; tagging, default "
+                   "valid): of the data folder (valid, test, valid1, test1, ...) or, with "
+                   "--glue-dir, TSV names without .tsv")
+    p.add_argument("--output", nargs="+",
+                   help="sentence tasks: one submission file per --split, in the same order; "
+                   "span pairs: the predictions file (JSON Lines)")
+    p.add_argument("--batch-size", type=int, help="examples per forward pass (default 32)")
+    g = p.add_argument_group("sentence tasks (GLUE)")
+    g.add_argument("--glue-dir", help="read the rows from DIR/TASK/SPLIT.tsv (GLUE layout)")
+    g.add_argument("--task", help="GLUE task name, with --glue-dir (CoLA, SST-2, MRPC, ...)")
+    g.add_argument("--regression-scale", type=float,
                    help="multiply regression outputs by this (default: the folder's label "
                    "scale: 5 for STS-B, else 1)")
+    g = p.add_argument_group("tagging (CoNLL)")
+    g.add_argument("--conll-out", nargs="+", help="one CoNLL prediction file per --split")
+    g.add_argument("--results", help="write {split: {precision, recall, f1, by_type}} here (JSON)")
+    g = p.add_argument_group("span pairs")
+    g.add_argument("--input", help="sentence pairs with phrase pairs (JSON Lines)")
     g = p.add_argument_group("text encoder (default: the checkpoint's record; given "
                              "again, checked against it)")
     g.add_argument("--bpe", choices=("gpt2", "sentencepiece", "fastbpe", "wordpiece"))
@@ -57,50 +83,49 @@ def build_parser():
     return p
 
 
-def read_test_rows(glue_dir, task_name, split):
-    """The input columns of a GLUE TSV: list of str (single) or tuples (pairs)."""
-    from span_plugin.preprocess.glue import TASKS, read_split
+def predict_glue(hub, a):
+    from span_plugin.inference.glue_files import write_submissions
 
-    if task_name not in TASKS:
-        raise SystemExit(f"span-predict: unknown task {task_name!r}; one of {sorted(TASKS)}")
-    path = os.path.join(glue_dir, task_name, split + ".tsv")
-    if not os.path.exists(path):
-        raise SystemExit(f"span-predict: {path} not found")
-    rows = read_split(TASKS[task_name], path, split, bad_rows="default")
-    columns = rows.inputs
-    return columns[0] if len(columns) == 1 else list(zip(*columns))
-
-
-def read_folder_rows(data, split):
-    """The raw text of a split of a prepared folder: list of str or tuples."""
-    paths = []
-    for k in range(2):
-        path = os.path.join(data, "raw", f"{split}.input{k}")
-        if os.path.exists(path):
-            paths.append(path)
-    if not paths:
-        raise SystemExit(f"span-predict: {data}/raw/{split}.input0 not found: the folder "
-                         f"has no raw text of split {split!r} (give --glue-dir and --task "
-                         f"to read a GLUE TSV instead)")
-    columns = []
-    for path in paths:
-        with open(path, encoding="utf-8", newline="\n") as f:
-            columns.append(f.read().split("\n")[:-1])
-    return columns[0] if len(columns) == 1 else list(zip(*columns))
+    splits = a.split or ["test"]
+    if not a.output or len(a.output) != len(splits):
+        raise ValueError(f"{len(splits)} --split but {len(a.output or [])} --output; give "
+                         f"one output file per split")
+    if a.glue_dir and not a.task:
+        raise ValueError("--glue-dir needs --task")
+    write_submissions(hub, splits, a.output, a.glue_dir, a.task, a.regression_scale,
+                      a.batch_size or 32)
 
 
-def format_predictions(predictions, regression_scale=1.0, clip=None):
-    """Submission lines (header first) for the dicts of SpanHubInterface.predict."""
-    lines = ["index\tprediction"]
-    for i, p in enumerate(predictions):
-        if "score" in p:
-            value = p["score"] * regression_scale
-            if clip is not None:
-                value = min(clip[1], max(clip[0], value))
-            lines.append(f"{i}\t{value:.3f}")
-        else:
-            lines.append(f"{i}\t{p['label']}")
-    return lines
+def predict_conll(hub, a):
+    from span_plugin.inference.conll_files import write_conll_predictions
+
+    splits = a.split or ["valid"]
+    if a.conll_out and len(a.conll_out) != len(splits):
+        raise ValueError(f"{len(splits)} --split but {len(a.conll_out)} --conll-out; give "
+                         f"one --conll-out per --split")
+    write_conll_predictions(hub, splits, a.conll_out or (), a.results, a.checkpoint,
+                            a.batch_size or 32)
+
+
+def predict_pairs(hub, a):
+    from span_plugin.inference.pair_files import write_pair_predictions
+
+    if not a.input or not a.output or len(a.output) != 1:
+        raise ValueError("give --input PAIRS.jsonl and one --output file")
+    rows = write_pair_predictions(hub, a.input, a.output[0])
+    print(f"{a.output[0]}: {rows} predictions", file=sys.stderr)
+
+
+def _output_of(hub):
+    """(the flags it takes, the function writing its predictions) of the hub's adapter."""
+    from span_plugin.inference.ner import NerHubInterface
+    from span_plugin.inference.pairs import PairHubInterface
+    from span_plugin.inference.sentence import SentenceHubInterface
+
+    outputs = {SentenceHubInterface: (GLUE_FLAGS, predict_glue),
+               NerHubInterface: (CONLL_FLAGS, predict_conll),
+               PairHubInterface: (PAIR_FLAGS, predict_pairs)}
+    return outputs[type(hub)]
 
 
 def _quiet_logging():
@@ -114,49 +139,31 @@ def _quiet_logging():
 
 def main(argv=None):
     a = build_parser().parse_args(argv)
-    if len(a.output) != len(a.split):
-        raise SystemExit(f"span-predict: {len(a.split)} --split but {len(a.output)} "
-                         f"--output; give one output file per split")
-    if a.glue_dir and not a.task:
-        raise SystemExit("span-predict: --glue-dir needs --task")
-    from span_plugin.runtime.checkpoints import DamagedCheckpointError
     from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.runtime.checkpoints import DamagedCheckpointError
 
     _quiet_logging()
     try:
-        return _predict(a, SpanHubInterface)
+        hub = SpanHubInterface.from_pretrained(
+            a.checkpoint, data=a.data, bpe=a.bpe, gpt2_encoder_json=a.gpt2_encoder_json,
+            gpt2_vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
+            bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece,
+            ngrams=a.ngrams, ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation,
+            seed=a.seed)
+        flags, predict = _output_of(hub)
+        wrong = [d for d in GLUE_FLAGS + CONLL_FLAGS + PAIR_FLAGS
+                 if d not in flags and getattr(a, d) is not None]
+        if wrong:
+            raise ValueError(
+                f"{'--' + wrong[0].replace('_', '-')} does not apply to a {hub.task.cfg._name} "
+                f"checkpoint ({a.checkpoint}); it takes "
+                f"{', '.join('--' + d.replace('_', '-') for d in flags)}")
+        predict(hub, a)
     except (ValueError, FileNotFoundError, DamagedCheckpointError) as err:
         # Settings that differ from the checkpoint's, a damaged checkpoint, a pair
-        # model given single sentences, ...: one line, no traceback.
+        # model given single sentences, a flag of another task: one line, no traceback.
         print(f"span-predict: error: {err}", file=sys.stderr)
         return 2
-
-
-def _predict(a, SpanHubInterface):
-    hub = SpanHubInterface.from_pretrained(
-        a.checkpoint, data=a.data, bpe=a.bpe, gpt2_encoder_json=a.gpt2_encoder_json,
-        gpt2_vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
-        bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece, ngrams=a.ngrams,
-        ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed,
-    )
-    labels = (hub.record or {}).get("labels") or {}
-    if a.regression_scale is not None:
-        scale = a.regression_scale
-    elif "scale" in labels:
-        scale = labels["scale"]
-    else:  # a folder without a record: STS-B folders hold score / 5
-        scale = 5.0 if a.task == "STS-B" else 1.0
-    clip = labels.get("range") if hub.record else ([0.0, 5.0] if a.task == "STS-B" else None)
-    for split, output in zip(a.split, a.output):
-        if a.glue_dir:
-            examples = read_test_rows(a.glue_dir, a.task, split)
-        else:
-            examples = read_folder_rows(hub.data, split)
-        predictions = hub.predict(examples, batch_size=a.batch_size)
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        with open(output, "w", encoding="utf-8") as h:
-            h.write("\n".join(format_predictions(predictions, scale, clip)) + "\n")
-        print(f"{output}: {len(predictions)} predictions", file=sys.stderr)
     return 0
 
 

@@ -64,7 +64,7 @@ def _spec(a, need_dict=True):
 
 
 def cmd_ngrams(a):
-    from span_plugin.preprocess.glue import iter_glue_sentences
+    from span_plugin.formats.glue import iter_glue_sentences
     from span_plugin.preprocess.ngrams import build_dictionary
 
     paths = list(a.text or []) + list(a.wikitext or [])
@@ -88,7 +88,8 @@ def cmd_ngrams(a):
 
 
 def cmd_glue(a):
-    from span_plugin.preprocess.glue import TASKS, prepare_task
+    from span_plugin.formats.glue import TASKS
+    from span_plugin.preprocess.glue import prepare_task
 
     if a.task != "ALL" and a.task not in TASKS:
         raise SystemExit(f"span-preprocess glue: unknown task {a.task!r}; expected one of "
@@ -350,14 +351,13 @@ def build_parser():
 
 def main(argv=None):
     a = build_parser().parse_args(argv)
-    from span_plugin.preprocess.binarize import BadInputError
+    from span_plugin.formats.lines import BadInputError
     from span_plugin.preprocess.ngrams import NgramFormatError
 
-    # fairseq's import configures the root logger; set our level after it.
     level = os.environ.get("LOGLEVEL", "WARNING").upper()
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(level)
-    for noisy in ("matplotlib", "PIL", "fairseq"):
+    for noisy in ("matplotlib", "PIL"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
     try:

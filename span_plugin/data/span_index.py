@@ -1,121 +1,16 @@
-"""The span-index files that sit beside fairseq-preprocess outputs.
+"""Span-index files (:mod:`span_plugin.preprocess.span_files`: layout, writer, checks)
+opened as fairseq datasets for training; the tasks' one import for span files."""
 
-Layout (the data contract, see docs/DATA.md): for a token file set
-``DATA/input0/train.{bin,idx}`` the spans live in ``DATA/input0/train.spans.{bin,idx}``,
-a fairseq mmap indexed dataset of int32. Item i belongs to line i of that input and is
-the flat vector ``[s0, e0, s1, e1, ...]`` of (start, end) offsets, end exclusive, that
-count the sentence's own tokens (before ``<s>``, separators and ``</s>`` are added).
-Spans are sorted and do not overlap; the segmenters make them cover every token.
-"""
-
-import numpy as np
-import torch
 from fairseq.data import indexed_dataset
 
-SPAN_SUFFIX = ".spans"
-SPAN_DTYPE = np.int32
+from span_plugin.preprocess.span_files import (
+    SPAN_DTYPE, SpanAlignmentError, check_alignment, exists, require, span_prefix)
 
-
-class SpanAlignmentError(ValueError):
-    """A span file that does not fit the token file it belongs to."""
-
-
-def span_prefix(token_prefix: str) -> str:
-    """``DATA/input0/train`` -> ``DATA/input0/train.spans``."""
-    return token_prefix + SPAN_SUFFIX
-
-
-class SpanIndexWriter:
-    """Writes one span item per sentence, in order.
-
-    Usage: ``with SpanIndexWriter(prefix) as w: w.add([(0, 2), (2, 3)])``.
-    """
-
-    def __init__(self, prefix: str):
-        self.prefix = prefix
-        self._builder = indexed_dataset.MMapIndexedDatasetBuilder(
-            indexed_dataset.data_file_path(prefix), dtype=SPAN_DTYPE
-        )
-
-    def add(self, spans):
-        """spans: sequence of (start, end) pairs; may be empty (an empty line)."""
-        flat = torch.tensor([o for pair in spans for o in pair], dtype=torch.int32)
-        self._builder.add_item(flat)
-
-    def merge(self, other_prefix: str):
-        """Append a finished file set (a worker's shard), keeping its order."""
-        self._builder.merge_file_(other_prefix)
-
-    def close(self):
-        self._builder.finalize(indexed_dataset.index_file_path(self.prefix))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, *_):
-        self.close()
-
-
-def exists(prefix: str) -> bool:
-    return indexed_dataset.MMapIndexedDataset.exists(prefix)
+__all__ = ["SPAN_DTYPE", "SpanAlignmentError", "check_alignment", "exists", "load_spans",
+           "span_prefix"]
 
 
 def load_spans(prefix: str) -> indexed_dataset.MMapIndexedDataset:
     """Open a span file set; each item is a flat int tensor ``[2 * n_spans]``."""
-    if not exists(prefix):
-        raise FileNotFoundError(
-            f"span index {prefix}.{{bin,idx}} not found; build it with "
-            f"`span-preprocess` (see docs/DATA.md)"
-        )
+    require(prefix)
     return indexed_dataset.MMapIndexedDataset(prefix)
-
-
-def check_alignment(prefix: str, spans, sentence_lengths):
-    """Check a span dataset against the lengths of the sentences it indexes.
-
-    spans: the dataset from :func:`load_spans` (``prefix`` names it in errors).
-    sentence_lengths: int array ``[N]``, each sentence's own token count (for
-    fairseq-preprocess outputs: ``tokens.sizes - 1``, the appended ``</s>`` removed).
-    Raises SpanAlignmentError naming the file and the first bad item (0-based,
-    which is also the 0-based line of the text the item came from).
-    """
-    sentence_lengths = np.asarray(sentence_lengths, dtype=np.int64)
-    name = indexed_dataset.data_file_path(prefix)
-    if len(spans) != len(sentence_lengths):
-        raise SpanAlignmentError(
-            f"{name}: {len(spans)} span items but the token file has "
-            f"{len(sentence_lengths)} sentences; rebuild the spans with the text the "
-            f"tokens came from"
-        )
-    sizes = np.asarray(spans.sizes, dtype=np.int64)
-    odd = np.flatnonzero(sizes % 2)
-    if odd.size:
-        raise SpanAlignmentError(
-            f"{name}: item {odd[0]} has {sizes[odd[0]]} values, expected (start, end) pairs"
-        )
-    flat = np.fromfile(name, dtype=SPAN_DTYPE)
-    if flat.size != sizes.sum():
-        raise SpanAlignmentError(
-            f"{name}: holds {flat.size} values but its index lists {sizes.sum()}; "
-            f"the file is truncated or corrupt"
-        )
-    if flat.size == 0:
-        return
-    starts, ends = flat[0::2].astype(np.int64), flat[1::2].astype(np.int64)
-    owner = np.repeat(np.arange(len(sizes)), sizes // 2)
-    limit = sentence_lengths[owner]
-    # Sorted and non-overlapping: each start is at or past the previous end of the
-    # same sentence.
-    first_of_item = np.ones_like(owner, dtype=bool)
-    first_of_item[1:] = owner[1:] != owner[:-1]
-    prev_end = np.concatenate([[0], ends[:-1]])
-    prev_end[first_of_item] = 0
-    bad = (starts < prev_end) | (starts >= ends) | (ends > limit)
-    if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        i = int(owner[k])
-        raise SpanAlignmentError(
-            f"{name}: item {i} has span ({starts[k]}, {ends[k]}) but sentence {i} has "
-            f"{limit[k]} tokens; spans must satisfy 0 <= start < end <= length, sorted "
-            f"and not overlapping"
-        )

@@ -1,66 +1,68 @@
-"""Inference with a fine-tuned ``roberta_span`` (or plain ``roberta``) checkpoint on raw text.
+"""The hub base: a fine-tuned checkpoint loaded for inference on raw text, and the
+registry that picks the adapter of the task the checkpoint records.
 
     from span_plugin.inference.hub import SpanHubInterface
     hub = SpanHubInterface.from_pretrained("checkpoints/checkpoint_best.pt")
-    hub.predict([("A man plays.", "A man is playing.")])
-    # -> [{"label": "1", "probs": {"0": 0.2, "1": 0.8}}]    (regression: {"score": x})
+    # span_classification / sentence_prediction -> SentenceHubInterface: predict, predict_logits
+    # span_tagging / span_labeling               -> NerHubInterface: predict_entities, predict_words
+    # span_pair_classification                   -> PairHubInterface: predict_pairs
 
-``span_tagging`` / ``span_labeling`` checkpoints load as :class:`ner_hub.NerHubInterface`
-(``predict_entities``), ``span_pair_classification`` ones as
-:class:`pair_hub.PairHubInterface` (``predict_pairs``).
+An adapter is a subclass decorated with :func:`register_adapter` (``task names ->
+class``); importing :mod:`span_plugin.inference` registers them all.
 
 The data folder, BPE files, n-gram dictionary and segmentation come from the data
 record the checkpoint holds (:mod:`span_plugin.preprocess.encoder_settings`); any of them may be
 given again and is then checked against it (files by sha256). BPE and segmentation run
 on the fly with the encoders of ``span_plugin.preprocess`` (the code ``span-preprocess``
-binarizes with); the tokens and spans then go through the task's own dataset wrappers,
-so the layout, shortening and the r/l limits are exactly those of training.
+binarizes with); the tokens and spans then go through the layout of training
+(:func:`span_plugin.data.layout.lay_out`), so positions, shortening and the r/l limits
+are exactly those of training.
 """
 
+import inspect
 import os
 
 import numpy as np
-import torch
 import torch.nn as nn
-import torch.nn.functional as F
-from fairseq.data import ConcatSentencesDataset, PrependTokenDataset, RightPadDataset
+from fairseq.data import data_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 
 import span_plugin
-from span_plugin.preprocess import encoder_settings
-
-from span_plugin.preprocess import provenance
-from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
+from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.data.layout import lay_out
+from span_plugin.data.span_datasets import LayoutSpansDataset
+from span_plugin.preprocess import encoder_settings, provenance
 
 span_plugin.register()  # the stack fixes, and every task and model a checkpoint may name
 
-
-class _Items(list):
-    """An in-memory token/span dataset: a list of tensors with ``sizes``."""
-
-    @property
-    def sizes(self):
-        return np.array([len(x) for x in self], dtype=np.int64)
-
-    def size(self, index):
-        return len(self[index])
+ADAPTERS = {}  # task name -> the SpanHubInterface subclass that serves it
 
 
-TASKS = ("span_classification", "sentence_prediction")
-NER_TASKS = ("span_tagging", "span_labeling")  # served by ner_hub.NerHubInterface
-PAIR_TASKS = ("span_pair_classification",)  # served by pair_hub.PairHubInterface
+def register_adapter(*task_names):
+    """Class decorator: ``from_pretrained`` returns this class for checkpoints trained
+    with any of ``task_names``."""
+    def register(cls):
+        for name in task_names:
+            if name in ADAPTERS:
+                raise ValueError(f"task {name!r} already served by {ADAPTERS[name].__name__}")
+            ADAPTERS[name] = cls
+        return cls
+    return register
+
+
+# Span items LongTensor [n_i, 2] -> [B, S, 2], padded with (0, 0) rows (empty spans).
+collate_spans = LayoutSpansDataset([TensorListDataset()], [np.zeros(0)]).collater
 
 
 class SpanHubInterface(nn.Module):
-    """A fine-tuned model with its dictionaries and text encoder: ``roberta_span``
-    (span heads), or fairseq's plain ``roberta`` fine-tuned with sentence_prediction
-    (the baseline; it gets the same tokens, and no spans)."""
+    """A fine-tuned model with its task, dictionaries and text encoder. Subclasses (the
+    adapters) add the predictions of their task."""
+
+    head_from_task = False  # True: the head is the one the task's config names, not ``head``
 
     def __init__(self, task, model, encoder, head="sentence_classification_head"):
         super().__init__()
         from fairseq.models.roberta import RobertaModel
-
-        from span_plugin.models.roberta_span import SpanClassificationHead
 
         if not isinstance(model, RobertaModel):
             raise ValueError(
@@ -76,7 +78,8 @@ class SpanHubInterface(nn.Module):
         self.model = model.eval()
         self.encoder = encoder
         self.head = head
-        self.reads_spans = isinstance(model.classification_heads[head], SpanClassificationHead)
+        # A span head's forward takes the spans (roberta_span); fairseq's heads do not.
+        self.reads_spans = "spans" in inspect.signature(model.classification_heads[head].forward).parameters
         self.record = provenance.task_record(task)  # how its training data was made
         self.data = getattr(task.cfg, "data", None)
         self.num_inputs = self.record["inputs"] if self.record else None  # None: not known
@@ -99,7 +102,8 @@ class SpanHubInterface(nn.Module):
         seed=None,
         head="sentence_classification_head",
     ):
-        """Load ``checkpoint`` (a fine-tuned checkpoint_*.pt).
+        """Load ``checkpoint`` (a fine-tuned checkpoint_*.pt) as the adapter of the task
+        it was trained with.
 
         Every other argument defaults to what the checkpoint's data record says
         (:mod:`span_plugin.preprocess.encoder_settings`): ``data`` is the task folder it was
@@ -108,30 +112,25 @@ class SpanHubInterface(nn.Module):
         span-convert folder), the n-gram dictionary, its top-k, the segmentation and
         its seed. A file given again must have the recorded content; a setting given
         again must be the recorded one: a difference raises an error naming both.
-        Checkpoints without a record take the settings given, unchecked.
+        Checkpoints without a record take the settings given, unchecked. ``head``: the
+        classification head of sentence checkpoints (the other tasks name their own).
         """
         from fairseq import checkpoint_utils
 
-        from span_plugin.models import roberta_span, roberta_span_pair  # noqa: F401  (registers the models)
-        from span_plugin.tasks import (  # noqa: F401  (registers the tasks)
-            span_classification,
-            span_pair_classification,
-            span_tagging,
-        )
-
         state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
         cfg = state.get("cfg")
-        task_name = cfg["task"]["_name"] if cfg is not None else getattr(state["args"], "task", None)
-        if task_name not in TASKS + NER_TASKS + PAIR_TASKS:
+        task_cfg = cfg["task"] if cfg is not None else state["args"]
+        task_name = _field(task_cfg, "_name") if cfg is not None else _field(task_cfg, "task")
+        adapter = ADAPTERS.get(task_name)
+        if adapter is None:
             model_cfg = cfg["model"] if cfg is not None else state.get("args")
             arch = _field(model_cfg, "arch") or _field(model_cfg, "_name")
             raise ValueError(
                 f"{checkpoint}: trained with task {task_name!r} and model {arch!r}; "
                 f"SpanHubInterface loads checkpoints fine-tuned with task "
-                f"{' or '.join(TASKS + NER_TASKS + PAIR_TASKS)}"
+                f"{' or '.join(ADAPTERS)}"
             )
         record = (state.get("task_state") or {}).get(provenance.STATE_KEY)
-        task_cfg = cfg["task"] if cfg is not None else state["args"]
         data = _data_folder(data, _field(task_cfg, "data"), record, checkpoint)
         # fairseq applies overrides only when it reads the file itself, not to a state
         # handed to load_model_ensemble_and_task: apply them here.
@@ -151,15 +150,9 @@ class SpanHubInterface(nn.Module):
         models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
             [str(checkpoint)], arg_overrides=overrides, state=state
         )
-        if task_name in NER_TASKS:  # entities: predict_entities(text)
-            from span_plugin.inference.ner import NerHubInterface
-
-            cls, head = NerHubInterface, task.cfg.classification_head_name
-        if task_name in PAIR_TASKS:  # phrase pairs: predict_pairs(sentence1, sentence2, pairs)
-            from span_plugin.inference.pairs import PairHubInterface
-
-            cls, head = PairHubInterface, task.cfg.classification_head_name
-        hub = cls(task, models[0], spec.build(), head=head)
+        if adapter.head_from_task:
+            head = task.cfg.classification_head_name
+        hub = adapter(task, models[0], spec.build(), head=head)
         hub.record = record
         hub.num_inputs = record["inputs"] if record else (
             2 if os.path.isdir(os.path.join(data, "input1")) else 1)
@@ -179,99 +172,30 @@ class SpanHubInterface(nn.Module):
         d = self.task.label_dictionary
         return [d[i + d.nspecial] for i in range(self.task.cfg.num_classes)]
 
-    def _encode_input(self, texts):
-        """BPE + segmentation of one input column -> (token items, flat span items)."""
-        d = self.task.source_dictionary
-        toks, spans = [], []
-        for text in texts:
-            symbols, offsets = self.encoder.encode(text)
-            toks.append(d.encode_line(" ".join(symbols), append_eos=True, add_if_not_exist=False).long())
-            spans.append(torch.tensor([o for pair in offsets for o in pair], dtype=torch.long))
-        return _Items(toks), _Items(spans)
+    def tokens_of(self, symbols):
+        """Encoder symbols -> LongTensor ``[len + 1]`` of dictionary ids, ``</s>`` last
+        (as fairseq-preprocess binarizes a line)."""
+        return self.task.source_dictionary.encode_line(
+            " ".join(symbols), append_eos=True, add_if_not_exist=False).long()
 
-    def encode(self, examples):
-        """Examples (str, or tuples of str for pairs) -> model inputs, as training.
-
-        Returns a list of ``(tokens LongTensor [T_i], spans LongTensor [n_i, 2])``.
-        """
-        examples = [(e,) if isinstance(e, str) else tuple(e) for e in examples]
-        widths = {len(e) for e in examples}
-        if len(widths) != 1:
-            raise ValueError("mix of single sentences and pairs in one call")
-        width = widths.pop()
-        if width not in (1, 2):
-            raise ValueError(f"examples must be one sentence or a pair, got {width} texts")
-        expected = self.num_inputs or width
-        if width != expected:
-            kinds = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
-            raise ValueError(f"this model was trained on {kinds[expected]}; got "
-                             f"{kinds[width]}: give it what it was trained on")
+    def lay_out(self, inputs, shorten):
+        """The training layout (``<s> A </s> [</s> B </s>]``) of token items: ``inputs``
+        is one :class:`TensorListDataset` per input; ``shorten`` "none" or "truncate"
+        (to the task's positions). Returns a :class:`span_plugin.data.layout.Layout`."""
         cfg = self.task.cfg
-        inputs = [self._encode_input([e[k] for e in examples]) for k in range(width)]
-        starts = layout_starts([toks.sizes for toks, _ in inputs], cfg.init_token, cfg.separator_token)
-        input0 = inputs[0][0]
-        if cfg.init_token is not None:
-            input0 = PrependTokenDataset(input0, cfg.init_token)
-        src = input0
-        if width == 2:
-            input1 = inputs[1][0]
-            if cfg.separator_token is not None:
-                input1 = PrependTokenDataset(input1, cfg.separator_token)
-            src = ConcatSentencesDataset(input0, input1)
-        crop = None
-        if cfg.shorten_method != "none":
-            crop = src = CropWindowDataset(src, self.task.max_positions(), mode="truncate")
-        spans = LayoutSpansDataset(
-            [s for _, s in inputs], starts, crop=crop,
-            max_spans=getattr(cfg, "max_spans", None),
-            max_span_tokens=getattr(cfg, "max_span_tokens", None),
-        )
-        out = [(src[i], spans[i]) for i in range(len(examples))]
-        limit = self.model.max_positions()
-        for i, (t, _) in enumerate(out):
-            if t.numel() > limit:
-                raise ValueError(
-                    f"example {i} has {t.numel()} tokens, more than the model's {limit}; "
-                    f"the checkpoint was trained with --shorten-method none"
-                )
-        return out
+        return lay_out(inputs, init_token=cfg.init_token,
+                       separator_token=getattr(cfg, "separator_token", None),
+                       shorten=shorten, max_len=self.task.max_positions())
 
-    @torch.no_grad()
-    def predict_logits(self, examples, batch_size=32):
-        """Logits ``[N, C]`` (float32) of the examples, in order, batched."""
-        if len(examples) == 0:
-            return torch.zeros(0, self.task.cfg.num_classes)
-        encoded = self.encode(examples)
+    def forward_batch(self, tokens, **side):
+        """Run the head on token items (LongTensor ``[T_i]`` each, right-padded here to
+        ``[B, T]``) and collated side inputs (``spans=[B, S, 2]``, ...); returns the
+        head's output."""
         pad = self.task.source_dictionary.pad()
-        collate_tokens = RightPadDataset(_Items([t for t, _ in encoded]), pad_idx=pad)
-        collate_spans = LayoutSpansDataset([_Items()], [np.zeros(0)])  # for its collater
-        out = []
-        for b in range(0, len(encoded), batch_size):
-            chunk = encoded[b : b + batch_size]
-            tokens = collate_tokens.collater([t for t, _ in chunk]).to(self.device)
-            extra = {}
-            if self.reads_spans:
-                extra["spans"] = collate_spans.collater([s for _, s in chunk]).to(self.device)
-            logits, _ = self.model(tokens, classification_head_name=self.head, **extra)
-            out.append(logits.float().cpu())
-        return torch.cat(out, dim=0)
-
-    def predict(self, examples, batch_size=32):
-        """Predict raw sentences (str) or pairs ((str, str)).
-
-        Returns one dict per example: classification ``{"label": name, "probs":
-        {name: p}}``; regression ``{"score": float}`` (in the units of the training
-        labels: STS-B folders from span-preprocess hold score / 5).
-        """
-        logits = self.predict_logits(list(examples), batch_size=batch_size)
-        if self.regression:
-            return [{"score": float(x)} for x in logits[:, 0]]
-        probs = F.softmax(logits, dim=-1)
-        names = self.labels
-        return [
-            {"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
-            for p in probs
-        ]
+        side = {name: x.to(self.device) for name, x in side.items()}
+        out, _ = self.model(data_utils.collate_tokens(tokens, pad).to(self.device),
+                            classification_head_name=self.head, **side)
+        return out
 
 
 def _data_folder(data, stored, record, checkpoint):

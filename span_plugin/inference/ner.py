@@ -17,9 +17,9 @@ longer than the model.
 import regex
 import torch
 
+from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.modules import entities as ner
-from span_plugin.data.span_datasets import LayoutSpansDataset
-from span_plugin.inference.hub import SpanHubInterface
 from span_plugin.preprocess.conll import split_points, word_token_counts
 
 WORD_RE = regex.compile(
@@ -31,7 +31,10 @@ def words_of(text):
     return [(m.group(), m.start(), m.end()) for m in WORD_RE.finditer(text)]
 
 
+@register_adapter("span_tagging", "span_labeling")
 class NerHubInterface(SpanHubInterface):
+    head_from_task = True
+
     @property
     def kind(self):
         return self.task.cfg._name
@@ -44,14 +47,12 @@ class NerHubInterface(SpanHubInterface):
         if len(symbols) != sum(counts):
             raise ValueError(f"{words[:8]}...: the encoder cuts the words apart differently "
                              f"from the line; cannot align them")
-        tokens = self.task.source_dictionary.encode_line(
-            " ".join(symbols), append_eos=True, add_if_not_exist=False).long()
-        shift = int(self.task.cfg.init_token is not None)
-        if shift:
-            tokens = torch.cat([tokens.new_tensor([self.task.cfg.init_token]), tokens])
+        layout = self.lay_out([TensorListDataset([self.tokens_of(symbols)])], "none")
         ends = torch.tensor(counts).cumsum(0)
-        word_spans = torch.stack([ends - torch.tensor(counts), ends], -1) + shift
-        return tokens, torch.tensor(spans, dtype=torch.long).view(-1, 2) + shift, word_spans
+        word_offsets = torch.stack([ends - torch.tensor(counts), ends], -1).view(-1)
+        flat_spans = torch.tensor(spans, dtype=torch.long).view(-1)
+        return (layout.tokens[0], layout.spans([TensorListDataset([flat_spans])])[0],
+                layout.spans([TensorListDataset([word_offsets])])[0])
 
     def _parts(self, words):
         """Word ranges of a sentence that each fit the model."""
@@ -72,16 +73,11 @@ class NerHubInterface(SpanHubInterface):
                 items.append((a, self._encode_words(words[a:b])))
                 owner.append(n)
         out = [[] for _ in sentences]
-        pad = self.task.source_dictionary.pad()
-        collate = LayoutSpansDataset([[]], [[]]).collater
         for k in range(0, len(items), batch_size):
             chunk = items[k:k + batch_size]
-            tokens = torch.nn.utils.rnn.pad_sequence([t for _, (t, _, _) in chunk],
-                                                     batch_first=True, padding_value=pad)
-            spans = collate([s for _, (_, s, _) in chunk]).to(self.device)
-            words = collate([w for _, (_, _, w) in chunk]).to(self.device)
-            result, _ = self.model(tokens.to(self.device), spans=spans, words=words,
-                                   classification_head_name=self.head)
+            words = collate_spans([w for _, (_, _, w) in chunk]).to(self.device)
+            result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
+                                        spans=collate_spans([s for _, (_, s, _) in chunk]))
             if self.kind == "span_labeling":
                 found = ner.labeling_entities(*result, self.task.entity_types)
             else:

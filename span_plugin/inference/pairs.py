@@ -11,20 +11,22 @@ docs/SPAN_PAIRS.md) on raw sentence pairs with phrase pairs.
 Phrase pairs are character ranges ``[start, end)`` as in the JSON Lines format; they
 are mapped to tokens by the code of ``span-preprocess pairs``
 (:func:`span_plugin.preprocess.pairs.token_char_offsets`, ``range_to_tokens``) and laid
-out by the task's own dataset wrappers, so the model sees what training fed it.
+out by the layout of training (:mod:`span_plugin.data.layout`), so the model sees what
+training fed it. Files: :mod:`span_plugin.inference.pair_files` (``span-predict --input``).
 """
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from span_plugin.data.phrase_pairs import PhrasePairsDataset
-from span_plugin.data.span_datasets import CropWindowDataset, layout_starts
-from span_plugin.inference.hub import SpanHubInterface, _Items
+from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.inference.hub import SpanHubInterface, register_adapter
 from span_plugin.preprocess.pairs import _BadRange, range_to_tokens, token_char_offsets
 
 
+@register_adapter("span_pair_classification")
 class PairHubInterface(SpanHubInterface):
+    head_from_task = True
+
     @property
     def phrase_labels(self):
         return list(self.task.phrase_labels)
@@ -78,49 +80,36 @@ class PairHubInterface(SpanHubInterface):
             shifts.append(len(t) - len(t.lstrip()))
         encoded = [token_char_offsets(self.encoder, t) for t in texts]
         pairs = self._phrase_tokens(texts, shifts, encoded, list(phrase_pairs))
-        d, cfg = self.task.source_dictionary, self.task.cfg
-        toks = [d.encode_line(" ".join(tokens), append_eos=True, add_if_not_exist=False).long()
-                for tokens, _ in encoded]
-        starts = layout_starts([np.array([len(t)]) for t in toks], cfg.init_token,
-                               cfg.separator_token)
-        parts = [toks[0], toks[1]]
-        if cfg.init_token is not None:
-            parts[0] = torch.cat([torch.tensor([cfg.init_token]), parts[0]])
-        if cfg.separator_token is not None:
-            parts[1] = torch.cat([torch.tensor([cfg.separator_token]), parts[1]])
-        src = _Items([torch.cat(parts)])
-        max_len = None
-        if cfg.shorten_method == "truncate":
-            max_len = self.task.max_positions()
-            src = CropWindowDataset(src, max_len, mode="truncate")
-        tokens = src[0]
+        layout = self.lay_out(
+            [TensorListDataset([self.tokens_of(tokens)]) for tokens, _ in encoded],
+            "truncate" if self.task.cfg.shorten_method == "truncate" else "none")
+        tokens = layout.tokens[0]
         if tokens.numel() > self.model.max_positions():
             raise ValueError(f"the pair has {tokens.numel()} tokens, more than the model's "
                              f"{self.model.max_positions()}")
-        flat = [torch.tensor([o for p in pairs for o in p[k]], dtype=torch.long) for k in (0, 1)]
-        labels = _Items([torch.zeros(len(pairs), dtype=torch.int32)])
-        ds = PhrasePairsDataset(_Items([flat[0]]), _Items([flat[1]]), labels, starts[0],
-                                starts[1], max_len, "phrases")
+        flat = [TensorListDataset([torch.tensor([o for p in pairs for o in p[k]], dtype=torch.long)])
+                for k in (0, 1)]
+        labels = TensorListDataset([torch.zeros(len(pairs), dtype=torch.int32)])
+        ds = layout.phrase_pairs(flat[0], flat[1], labels, "phrases")
         item = ds[0]
         if len(item) != len(pairs):
+            starts = [int(layout.starts[k][0]) for k in (0, 1)]
             kept = {tuple(r) for r in item[:, :4].tolist()}
             cut = [j for j, p in enumerate(pairs)
-                   if (p[0][0] + int(starts[0][0]), p[0][1] + int(starts[0][0]),
-                       p[1][0] + int(starts[1][0]), p[1][1] + int(starts[1][0])) not in kept]
-            raise ValueError(f"phrase pairs {cut} lie past the model's {max_len} positions "
-                             f"(the pair is truncated there); shorten the sentences")
-        phrases = ds.collater([item]).to(self.device)
-        out, _ = self.model(tokens[None].to(self.device), phrases=phrases,
-                            classification_head_name=self.head)
+                   if (p[0][0] + starts[0], p[0][1] + starts[0],
+                       p[1][0] + starts[1], p[1][1] + starts[1]) not in kept]
+            raise ValueError(f"phrase pairs {cut} lie past the model's {layout.truncated_at} "
+                             f"positions (the pair is truncated there); shorten the sentences")
+        out = self.forward_batch([tokens], phrases=ds.collater([item]))
         result = {"phrases": [], "sentence": None}
         if out.get("phrasal") is not None:
-            names = self.phrase_labels
-            for p in F.softmax(out["phrasal"].float(), dim=-1).cpu():
-                result["phrases"].append({"label": names[int(p.argmax())],
-                                          "scores": dict(zip(names, map(float, p)))})
+            result["phrases"] = [scored(self.phrase_labels, x) for x in out["phrasal"]]
         if out.get("sentential") is not None:
-            names = self.labels
-            p = F.softmax(out["sentential"][0].float(), dim=-1).cpu()
-            result["sentence"] = {"label": names[int(p.argmax())],
-                                  "scores": dict(zip(names, map(float, p)))}
+            result["sentence"] = scored(self.labels, out["sentential"][0])
         return result
+
+
+def scored(names, logits):
+    """``{"label": best name, "scores": {name: probability}}`` of logits ``[C]``."""
+    p = F.softmax(logits.float(), dim=-1).cpu()
+    return {"label": names[int(p.argmax())], "scores": dict(zip(names, map(float, p)))}

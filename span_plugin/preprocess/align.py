@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from span_plugin.tokenizers import words as W
-from span_plugin.preprocess.binarize import BadInputError, read_lines
+from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.preprocess.ngrams import load_ngrams
 from span_plugin.preprocess.segment import Segmenter
 
@@ -78,9 +78,7 @@ class AlignStats:
 
 def read_paraphrases(path, source="auto", min_score=4.0):
     """(sentence1, sentence2) of the paraphrase rows of a GLUE MRPC or STS-B TSV."""
-    import os
-
-    lines = read_lines(path, 0, os.path.getsize(path), first_line=1)
+    lines = read_file_lines(path)
     if not lines:
         raise BadInputError(f"{path}:1: empty file")
     header = lines[0].split("\t")
@@ -120,9 +118,7 @@ def normalise(sentence):
 def sentences_of(path):
     """Normalised sentences of every text column (:data:`TEXT_COLUMNS`) of a TSV file
     with a header, such as any GLUE split."""
-    import os
-
-    lines = read_lines(path, 0, os.path.getsize(path), first_line=1)
+    lines = read_file_lines(path)
     header = lines[0].split("\t") if lines else []
     cols = [i for i, name in enumerate(header) if name in TEXT_COLUMNS]
     if not cols:

@@ -2,18 +2,18 @@
 
 For ``binarize_file(text, "DATA/input0/train", spec, dict.txt)`` the outputs are
 
-- ``DATA/input0/train.{bin,idx}``: the tokens, written with fairseq's own
-  ``Dictionary`` and ``MMapIndexedDatasetBuilder`` exactly as ``fairseq-preprocess
+- ``DATA/input0/train.{bin,idx}``: the tokens, exactly as ``fairseq-preprocess
   --only-source --srcdict dict.txt`` writes the BPE text (same dtype, unknown symbols
-  -> ``<unk>``, ``</s>`` appended), byte for byte;
-- ``DATA/input0/train.spans.{bin,idx}``: the spans (:mod:`span_plugin.data.span_index`);
+  -> ``<unk>``, ``</s>`` appended), byte for byte, without fairseq
+  (:mod:`span_plugin.preprocess.vocab`, :mod:`span_plugin.preprocess.indexed`);
+- ``DATA/input0/train.spans.{bin,idx}``: the spans (:mod:`span_plugin.preprocess.span_files`);
 - optionally the BPE text (what ``multiprocessing_bpe_encoder.py`` would write).
 
 One item per input line, in order, empty lines included (an empty line gives a token
-item holding only ``</s>`` and an empty span item). Lines are split on ``\\n`` only; a
-``\\r`` before it is dropped (CRLF files), a UTF-8 BOM at the start of the file is
-dropped. Invalid UTF-8 raises :class:`BadInputError` naming the file and the 1-based
-line, unless ``bad_utf8="replace"`` (then U+FFFD stands for each bad byte sequence).
+item holding only ``</s>`` and an empty span item). Lines are read by
+:mod:`span_plugin.formats.lines` (CRLF, BOM; invalid UTF-8 is a
+:class:`~span_plugin.formats.lines.BadInputError` naming the file and the 1-based line,
+unless ``bad_utf8="replace"``).
 
 Workers take byte ranges that start at line starts, write shard files, and the parent
 appends the shards in file order, so the result does not depend on the worker count.
@@ -26,20 +26,13 @@ import shutil
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from fairseq.data import Dictionary, indexed_dataset
 
-from span_plugin.data import span_index
+from span_plugin.formats.lines import line_offsets, read_lines
+from span_plugin.preprocess import indexed, progress, span_files
+from span_plugin.preprocess.vocab import Vocab
 
-from span_plugin.preprocess import progress
-
-BOM = b"\xef\xbb\xbf"
 PROGRESS_BYTES = 1 << 20  # files above this show a progress bar on a terminal
 MIN_RANGE_BYTES = 1 << 18  # no worker process for less text than this
-
-
-class BadInputError(ValueError):
-    """Input that cannot be processed without losing alignment; names file and line."""
 
 
 @dataclass
@@ -49,75 +42,6 @@ class BinarizeSummary:
     spans: int = 0
     unknown: int = 0  # tokens mapped to <unk>
     empty: int = 0
-
-
-def line_offsets(path, parts):
-    """Up to ``parts`` byte ranges of ``path``, each starting at a line start."""
-    size = os.path.getsize(path)
-    bounds = [0]
-    with open(path, "rb") as f:
-        for k in range(1, parts):
-            pos = size * k // parts
-            if pos <= bounds[-1]:
-                continue
-            f.seek(pos - 1)
-            f.readline()  # the line that holds byte pos-1 ends the previous range
-            pos = f.tell()
-            if bounds[-1] < pos < size:
-                bounds.append(pos)
-    bounds.append(size)
-    return list(zip(bounds[:-1], bounds[1:]))
-
-
-def read_lines(path, start, end, bad_utf8="error", first_line=None):
-    """Decoded lines of bytes ``[start, end)`` of ``path`` (``\\r\\n`` and BOM handled).
-
-    first_line: 1-based number of the range's first line, for error messages (None:
-    counted on demand, only when an error is raised).
-    """
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(end - start)
-    if start == 0 and data.startswith(BOM):
-        data = data[len(BOM):]
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()  # the newline that ends the last line starts no new line
-    out = []
-    for i, raw in enumerate(lines):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        try:
-            out.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            if bad_utf8 == "replace":
-                out.append(raw.decode("utf-8", errors="replace"))
-                continue
-            if first_line is None:
-                first_line = count_lines(path, start) + 1
-            raise BadInputError(
-                f"{path}:{first_line + i}: invalid UTF-8 at byte {err.start} of the line "
-                f"({err.reason}); fix the file or pass --bad-utf8 replace"
-            ) from None
-    return out
-
-
-def count_lines(path, end=None):
-    """Newlines in the first ``end`` bytes of ``path`` (all of it when None)."""
-    n = 0
-    with open(path, "rb") as f:
-        left = end if end is not None else float("inf")
-        while left > 0:
-            block = f.read(int(min(left, 1 << 24)))
-            if not block:
-                break
-            n += block.count(b"\n")
-            left -= len(block)
-    return n
-
-
-def _token_dtype(dictionary):
-    return indexed_dataset.best_fitting_int_dtype(len(dictionary))
 
 
 _WORKER = {}
@@ -132,7 +56,7 @@ def _get_encoder(spec):
 
 def _get_dict(path):
     if _WORKER.get("dict_path") != path:
-        _WORKER["dict_path"], _WORKER["dict"] = path, Dictionary.load(path)
+        _WORKER["dict_path"], _WORKER["dict"] = path, Vocab.load(path)
     return _WORKER["dict"]
 
 
@@ -142,31 +66,27 @@ def _binarize_range(task):
     enc = _get_encoder(spec)
     d = _get_dict(dict_path)
     index, unk, eos = d.indices, d.unk(), d.eos()
-    tok_builder = indexed_dataset.MMapIndexedDatasetBuilder(
-        indexed_dataset.data_file_path(out_prefix), dtype=_token_dtype(d))
-    span_writer = span_index.SpanIndexWriter(span_index.span_prefix(out_prefix)) \
-        if with_spans else None
-    text_f = open(text_out, "w", encoding="utf-8") if text_out else None
+    dtype = indexed.token_dtype(len(d))
     s = BinarizeSummary()
-    for line in read_lines(path, start, end, bad_utf8):
-        tokens, spans = enc.encode(line)
-        ids = [index.get(t, unk) for t in tokens]
-        s.unknown += ids.count(unk)
-        ids.append(eos)
-        tok_builder.add_item(torch.from_numpy(np.asarray(ids, dtype=np.int32)))
-        if span_writer is not None:
-            span_writer.add(spans)
-        if text_f is not None:
-            text_f.write(" ".join(tokens) + "\n")
-        s.lines += 1
-        s.tokens += len(tokens)
-        s.spans += len(spans)
-        s.empty += not tokens
-    tok_builder.finalize(indexed_dataset.index_file_path(out_prefix))
-    if span_writer is not None:
-        span_writer.close()
-    if text_f is not None:
-        text_f.close()
+    with contextlib.ExitStack() as stack:
+        tok_writer = stack.enter_context(indexed.IndexedWriter(out_prefix, dtype))
+        span_writer = stack.enter_context(span_files.SpanIndexWriter(
+            span_files.span_prefix(out_prefix))) if with_spans else None
+        text_f = stack.enter_context(open(text_out, "w", encoding="utf-8")) if text_out else None
+        for line in read_lines(path, start, end, bad_utf8):
+            tokens, spans = enc.encode(line)
+            ids = [index.get(t, unk) for t in tokens]
+            s.unknown += ids.count(unk)
+            ids.append(eos)
+            tok_writer.add(np.asarray(ids, dtype=dtype))  # ids < len(d): they fit dtype
+            if span_writer is not None:
+                span_writer.add(spans)
+            if text_f is not None:
+                text_f.write(" ".join(tokens) + "\n")
+            s.lines += 1
+            s.tokens += len(tokens)
+            s.spans += len(spans)
+            s.empty += not tokens
     return s
 
 
@@ -207,16 +127,14 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
         for r in results:
             for k in total.__dict__:
                 setattr(total, k, getattr(total, k) + getattr(r, k))
-        d = _get_dict(str(dict_path))
-        tok = indexed_dataset.MMapIndexedDatasetBuilder(
-            indexed_dataset.data_file_path(output_prefix), dtype=_token_dtype(d))
-        for p in shard:
-            tok.merge_file_(p)
-        tok.finalize(indexed_dataset.index_file_path(output_prefix))
+        dtype = indexed.token_dtype(len(_get_dict(str(dict_path))))
+        with indexed.IndexedWriter(output_prefix, dtype) as tok:
+            for p in shard:
+                tok.merge(p)
         if with_spans:
-            with span_index.SpanIndexWriter(span_index.span_prefix(output_prefix)) as w:
+            with span_files.SpanIndexWriter(span_files.span_prefix(output_prefix)) as w:
                 for p in shard:
-                    w.merge(span_index.span_prefix(p))
+                    w.merge(span_files.span_prefix(p))
         if text_out:
             with open(text_out, "wb") as out:
                 for p in shard:
@@ -225,8 +143,8 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
         return total
     finally:
         for p in shard:
-            for q in (p, span_index.span_prefix(p)):
-                for f in (indexed_dataset.data_file_path(q), indexed_dataset.index_file_path(q)):
+            for q in (p, span_files.span_prefix(p)):
+                for f in (indexed.data_file_path(q), indexed.index_file_path(q)):
                     if os.path.exists(f):
                         os.remove(f)
             if os.path.exists(f"{p}.txt"):
@@ -236,4 +154,4 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
 def write_dict(dict_path, dest_dir):
     """Save ``dict.txt`` into ``dest_dir`` the way fairseq-preprocess does."""
     os.makedirs(dest_dir, exist_ok=True)
-    Dictionary.load(str(dict_path)).save(os.path.join(dest_dir, "dict.txt"))
+    Vocab.load(str(dict_path)).save(os.path.join(dest_dir, "dict.txt"))

@@ -6,10 +6,7 @@ import glob
 import os
 import re
 
-from fairseq.data import indexed_dataset
-
-from span_plugin.preprocess import provenance
-from span_plugin.data import span_index
+from span_plugin.preprocess import indexed, provenance, span_files
 
 
 class CheckError(ValueError):
@@ -20,7 +17,7 @@ def _splits(input_dir):
     out = []
     for idx in sorted(glob.glob(os.path.join(input_dir, "*.idx"))):
         name = os.path.basename(idx)[:-len(".idx")]
-        if not name.endswith(span_index.SPAN_SUFFIX) and ".shard" not in name:
+        if not name.endswith(span_files.SPAN_SUFFIX) and ".shard" not in name:
             out.append(name)
     return out
 
@@ -43,25 +40,25 @@ def check_folder(folder):
             raise CheckError(f"{d}: no token files (*.bin/*.idx)")
         for split in splits:
             prefix = os.path.join(d, split)
-            tokens = indexed_dataset.MMapIndexedDataset(prefix)
-            sp = span_index.span_prefix(prefix)
-            if not span_index.exists(sp):
+            tokens = indexed.IndexedReader(prefix)
+            sp = span_files.span_prefix(prefix)
+            if not span_files.exists(sp):
                 raise CheckError(f"{sp}.bin: missing span index for {prefix}.bin")
-            spans = span_index.load_spans(sp)
+            spans = span_files.read_spans(sp)
             try:
-                span_index.check_alignment(sp, spans, tokens.sizes - 1)
-            except span_index.SpanAlignmentError as err:
+                span_files.check_alignment(sp, spans, tokens.sizes - 1)
+            except span_files.SpanAlignmentError as err:
                 m = re.search(r"item (\d+)", str(err))
                 line = f"line {int(m.group(1)) + 1}: " if m else ""
-                raise CheckError(f"{indexed_dataset.data_file_path(sp)}: {line}{err}") from None
+                raise CheckError(f"{indexed.data_file_path(sp)}: {line}{err}") from None
             sizes.setdefault(split, []).append((prefix + ".bin", len(tokens)))
             report.append(f"{prefix}: {len(tokens)} items, {int(spans.sizes.sum()) // 2} "
                           f"spans, ok")
     label_dir = os.path.join(folder, "label")
     for split, items in sizes.items():
         for path in (os.path.join(label_dir, split), ):
-            if indexed_dataset.MMapIndexedDataset.exists(path):
-                items.append((path + ".bin", len(indexed_dataset.MMapIndexedDataset(path))))
+            if indexed.exists(path):
+                items.append((path + ".bin", len(indexed.IndexedReader(path))))
             elif os.path.exists(path + ".label"):
                 items.append((path + ".label", _count_text_lines(path + ".label")))
         for k in sorted(glob.glob(os.path.join(folder, "raw", f"{split}.input*"))):

@@ -1,10 +1,7 @@
 """CoNLL files -> a binarized tagging folder (``span-preprocess conll``).
 
-Input: one word a line, whitespace-separated columns (2 columns ``word tag``, or 4 as
-CoNLL-2003 ``word POS chunk tag``: the first column is the word, the last the tag, and
-every line of a file has the same count), a blank line after each sentence,
-``-DOCSTART-`` lines between documents. Tags in IOB1, IOB2 or BIOES
-(:mod:`span_plugin.formats.tags`); the folder stores IOB2.
+Input: CoNLL files as :mod:`span_plugin.formats.conll` reads them (word ... tag columns,
+a blank line after each sentence, IOB1, IOB2 or BIOES tags); the folder stores IOB2.
 
 Output, beside what ``span-preprocess glue`` writes for a one-input task::
 
@@ -34,95 +31,20 @@ import glob
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
 
 import numpy as np
-import torch
-from fairseq.data import indexed_dataset
-
-from span_plugin.preprocess import provenance
 
 from span_plugin.formats import tags as T
-from span_plugin.data import span_index
-from span_plugin.preprocess.binarize import BadInputError, _get_encoder, binarize_file, read_lines, write_dict
+from span_plugin.formats.conll import read_conll
+from span_plugin.formats.lines import BadInputError
+from span_plugin.preprocess import indexed, provenance, span_files
+from span_plugin.preprocess.binarize import _get_encoder, binarize_file, write_dict
 
 logger = logging.getLogger(__name__)
 
-DOCSTART = "-DOCSTART-"
 WORDS_DIR, LABEL_DIR = "words", "label"
 TAGS_FILE = "tags.txt"
 LABEL_DTYPE = np.int32
-
-
-@dataclass
-class Sentence:
-    words: list
-    tags: list  # IOB2
-    line: int  # 1-based source line of the first word
-
-
-@dataclass
-class ConllSplit:
-    sentences: list = field(default_factory=list)
-    documents: int = 0
-    empty_documents: int = 0
-    repairs: int = 0  # ill-formed I-/E- tags read as B-
-    columns: int = 0
-
-
-def read_conll(path, scheme="iob2", bad_tags="repair", bad_utf8="error"):
-    """Parse one CoNLL file into sentences with IOB2 tags (see the module docstring)."""
-    out = ConllSplit()
-    words, raw_tags, first = [], [], None
-    in_document = False
-
-    def close_sentence():
-        nonlocal words, raw_tags, first
-        if words:
-            try:
-                iob2, repairs = T.to_iob2(raw_tags, scheme, repair=bad_tags == "repair")
-            except T.TagError as err:
-                raise BadInputError(f"{path}:{first + err.position}: {err}") from None
-            out.repairs += repairs
-            out.sentences.append(Sentence(words, iob2, first))
-        words, raw_tags, first = [], [], None
-
-    def close_document():
-        # A -DOCSTART- with no sentence before the next one (or the end): skipped, counted.
-        if in_document and doc_start == len(out.sentences):
-            out.empty_documents += 1
-
-    doc_start = 0
-    lines = read_lines(path, 0, os.path.getsize(path), bad_utf8, first_line=1)
-    for number, line in enumerate(lines, start=1):
-        fields = line.split()
-        if not fields:
-            close_sentence()
-            continue
-        if fields[0] == DOCSTART:
-            close_sentence()
-            close_document()
-            in_document, doc_start = True, len(out.sentences)
-            out.documents += 1
-            continue
-        if out.columns == 0:
-            if len(fields) < 2:
-                raise BadInputError(f"{path}:{number}: {len(fields)} column; expected at least "
-                                    f"2 (word ... tag)")
-            out.columns = len(fields)
-        elif len(fields) != out.columns:
-            raise BadInputError(f"{path}:{number}: {len(fields)} columns, but the file's "
-                                f"first word line has {out.columns} (word ... tag); every "
-                                f"line must have the same columns")
-        if first is None:
-            first = number
-        words.append(fields[0])
-        raw_tags.append(fields[-1])
-    close_sentence()
-    close_document()
-    if not out.sentences:
-        raise BadInputError(f"{path}: no sentences (an empty file, or only -DOCSTART- lines)")
-    return out
 
 
 def word_token_counts(encoder, words, where):
@@ -176,16 +98,14 @@ def _item_lengths(prefix):
 
 
 def _sizes(prefix):
-    dataset = indexed_dataset.MMapIndexedDataset(prefix)  # alive while its sizes are copied
+    dataset = indexed.IndexedReader(prefix)  # alive while its sizes are copied
     return np.array(dataset.sizes, dtype=np.int64)
 
 
 def _write_items(prefix, items):
-    builder = indexed_dataset.MMapIndexedDatasetBuilder(
-        indexed_dataset.data_file_path(prefix), dtype=LABEL_DTYPE)
-    for item in items:
-        builder.add_item(torch.from_numpy(np.asarray(item, dtype=LABEL_DTYPE)))
-    builder.finalize(indexed_dataset.index_file_path(prefix))
+    with indexed.IndexedWriter(prefix, LABEL_DTYPE) as w:
+        for item in items:
+            w.add(np.asarray(item, dtype=LABEL_DTYPE))
 
 
 def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="repair",
@@ -241,7 +161,7 @@ def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="r
         binarize_file(os.path.join(raw_dir, f"{split}.input0"), prefix, spec, dict_path,
                       workers=workers, bad_utf8="error")
         lengths = _item_lengths(prefix)
-        with span_index.SpanIndexWriter(os.path.join(out_dir, WORDS_DIR, split)) as w:
+        with span_files.SpanIndexWriter(os.path.join(out_dir, WORDS_DIR, split)) as w:
             for i, (_, _, tok, line) in enumerate(items):
                 if sum(tok) != lengths[i]:
                     raise BadInputError(
@@ -294,13 +214,13 @@ def check_tagging_folder(folder):
             continue  # span files
         lengths = _item_lengths(os.path.join(folder, "input0", split))
         wprefix = os.path.join(folder, WORDS_DIR, split)
-        words = span_index.load_spans(wprefix)
+        words = span_files.read_spans(wprefix)
         try:
-            span_index.check_alignment(wprefix, words, lengths)
-        except span_index.SpanAlignmentError as err:
+            span_files.check_alignment(wprefix, words, lengths)
+        except span_files.SpanAlignmentError as err:
             raise BadInputError(str(err)) from None
         wsizes = np.asarray(words.sizes) // 2
-        flat = np.fromfile(indexed_dataset.data_file_path(wprefix), dtype=span_index.SPAN_DTYPE)
+        flat = np.fromfile(indexed.data_file_path(wprefix), dtype=span_files.SPAN_DTYPE)
         # Sorted, non-overlapping and inside the item (checked above): they tile the
         # item's tokens iff their widths add up to its length.
         owner = np.repeat(np.arange(len(wsizes)), wsizes)
@@ -308,7 +228,7 @@ def check_tagging_folder(folder):
         bad = np.flatnonzero(covered != lengths)
         if bad.size:
             i = int(bad[0])
-            raise BadInputError(f"{indexed_dataset.data_file_path(wprefix)}: line {i + 1}: its "
+            raise BadInputError(f"{indexed.data_file_path(wprefix)}: line {i + 1}: its "
                                 f"words cover {int(covered[i])} of {lengths[i]} tokens; "
                                 f"rebuild the folder")
         lprefix = os.path.join(folder, LABEL_DIR, split)
@@ -316,11 +236,11 @@ def check_tagging_folder(folder):
         bad = np.flatnonzero(lsizes != wsizes)
         if bad.size:
             i = int(bad[0])
-            raise BadInputError(f"{indexed_dataset.data_file_path(lprefix)}: line {i + 1} has "
+            raise BadInputError(f"{indexed.data_file_path(lprefix)}: line {i + 1} has "
                                 f"{lsizes[i]} tags for {wsizes[i]} words")
-        ids = np.fromfile(indexed_dataset.data_file_path(lprefix), dtype=LABEL_DTYPE)
+        ids = np.fromfile(indexed.data_file_path(lprefix), dtype=LABEL_DTYPE)
         if ids.size and (ids.min() < 0 or ids.max() >= len(names)):
-            raise BadInputError(f"{indexed_dataset.data_file_path(lprefix)}: tag ids outside "
+            raise BadInputError(f"{indexed.data_file_path(lprefix)}: tag ids outside "
                                 f"label/{TAGS_FILE} ({len(names)} tags)")
         report.append(f"{wprefix}: {int(wsizes.sum())} words, tags ok")
     return report

@@ -5,36 +5,29 @@ fairseq's RoBERTa GLUE recipe lays it out, with span files and the data record::
     out/input{k}/{split}.{bin,idx}        tokens (fairseq-preprocess --srcdict output)
     out/input{k}/{split}.spans.{bin,idx}  span index, item i = line i
     out/input{k}/dict.txt                 the encoder's fairseq dictionary
-    out/label/{split}.{bin,idx}, dict.txt  class labels, by fairseq-preprocess --only-source
+    out/label/{split}.{bin,idx}, dict.txt  class labels, as fairseq-preprocess --only-source
+                                          writes them (span_plugin.preprocess.labels)
     out/label/{split}.label               regression: one value per line
     out/dropped_rows.tsv                  rows left out, with file, line and reason
     out/provenance.json                   how all of it was made (span_plugin.preprocess.provenance)
 
 Splits are written in the order given; labels for every split whose rows carry them.
-The label dictionary is built by fairseq-preprocess from the train labels (from the
-labelled splits present, with a warning, when there is no train split).
+The label dictionary is built from the train labels (from the labelled splits present,
+with a warning, when there is no train split).
 """
 
 import logging
 import os
 import shutil
 import sys
-from dataclasses import dataclass, field
 
+from span_plugin.formats.lines import BadInputError
 from span_plugin.preprocess import provenance
-from span_plugin.preprocess.binarize import BadInputError, binarize_file, write_dict
+from span_plugin.preprocess.binarize import binarize_file, write_dict
+from span_plugin.preprocess.labels import binarize_labels, write_label_dict
+from span_plugin.preprocess.vocab import Vocab
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class SplitRows:
-    """The fields of one split: ``inputs[k][i]`` is input k of row i."""
-
-    inputs: list  # [num_inputs][num_rows] strings
-    labels: list = None  # [num_rows] strings, or None (unlabelled split)
-    dropped: list = field(default_factory=list)  # (line, reason)
-    rows: int = 0
 
 
 def _write_lines(path, lines):
@@ -43,30 +36,16 @@ def _write_lines(path, lines):
             f.write(line + "\n")
 
 
-def _fairseq_preprocess(argv):
-    """Run fairseq-preprocess in this process (its own code writes the files)."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    args = options.get_preprocessing_parser().parse_args(argv)
-    before = list(preprocess.logger.handlers)
-    try:
-        preprocess.main(args)
-    finally:
-        for h in preprocess.logger.handlers[len(before):]:
-            h.close()
-            preprocess.logger.removeHandler(h)
-
-
-def _label_dict(files, dest):
-    """A label dictionary built like fairseq-preprocess builds one from --trainpref,
-    for when the train split is missing (it is then built from the labelled splits)."""
-    from fairseq.tasks.fairseq_task import LegacyFairseqTask
-
-    d = LegacyFairseqTask.build_dictionary(files, workers=1, threshold=-1, nwords=-1,
-                                           padding_factor=8)
-    d.save(dest)
-    return dest
+def given_splits(files):
+    """``(split, path)`` of ``files`` = {"train": path, "valid": path, "test": path} (any
+    subset) in train, valid, test order; a missing file is an error naming its flag."""
+    for split in ("train", "valid", "test"):
+        path = files.get(split)
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file (--{split})")
+        yield split, path
 
 
 def label_names(dict_path):
@@ -117,8 +96,7 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
 
     labelled = [s for s, has_label, _ in present if has_label]
     label_dir = os.path.join(out_dir, "label")
-    # fairseq-preprocess refuses to overwrite a label dict.txt it did not get as
-    # --srcdict: start the label folder afresh on a re-run.
+    # Start the label folder afresh on a re-run: no stale split of an earlier run.
     shutil.rmtree(label_dir, ignore_errors=True)
     os.makedirs(label_dir, exist_ok=True)
     if regression:
@@ -127,7 +105,7 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
                        os.path.join(label_dir, f"{split}.label"))
         labels = {"kind": "regression", "scale": label_scale, "range": label_range}
     elif labelled:
-        _binarize_labels(task, raw_dir, label_dir, labelled, workers)
+        _binarize_labels(task, raw_dir, label_dir, labelled)
         names = label_names(os.path.join(label_dir, "dict.txt"))
         if positive is not None and positive not in names:
             raise BadInputError(
@@ -144,20 +122,15 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
     return counts
 
 
-def _binarize_labels(task, raw_dir, label_dir, labelled, workers):
-    def pref(kind):
-        return ",".join(os.path.join(raw_dir, f"{s}.label") for s in labelled
-                        if s.startswith(kind))
-
-    argv = ["--only-source", "--destdir", label_dir, "--workers", str(workers)]
-    if "train" in labelled:
-        argv += ["--trainpref", pref("train")]
+def _binarize_labels(task, raw_dir, label_dir, labelled):
+    """label/dict.txt from the train labels (from every labelled split, with a warning,
+    when there is no train split) and label/{split}.{bin,idx} for each labelled split."""
+    files = {s: os.path.join(raw_dir, f"{s}.label") for s in labelled}
+    if "train" in files:
+        dict_from = [files["train"]]
     else:
         logger.warning("%s: no train split; label dictionary built from %s", task, labelled)
-        files = [os.path.join(raw_dir, f"{s}.label") for s in labelled]
-        argv += ["--srcdict", _label_dict(files, os.path.join(raw_dir, "label.dict.txt"))]
-    if pref("valid"):
-        argv += ["--validpref", pref("valid")]
-    if pref("test"):
-        argv += ["--testpref", pref("test")]
-    _fairseq_preprocess(argv)
+        dict_from = list(files.values())
+    vocab = Vocab(write_label_dict(dict_from, os.path.join(label_dir, "dict.txt")))
+    for split, path in files.items():
+        binarize_labels(path, os.path.join(label_dir, split), vocab)

@@ -1,133 +1,28 @@
 """GLUE (and SNLI) task folders laid out as fairseq's RoBERTa recipe lays them out.
 
-``prepare_task("RTE", glue_dir, out, spec, dict_txt)`` reads ``glue_dir/RTE/*.tsv`` and
-writes (``examples/roberta/preprocess_GLUE_tasks.sh`` layout, plus spans and raw text)::
+``prepare_task("RTE", glue_dir, out, spec, dict_txt)`` reads ``glue_dir/RTE/*.tsv``
+(:mod:`span_plugin.formats.glue`: splits, columns, row checks) and writes
+(``examples/roberta/preprocess_GLUE_tasks.sh`` layout, plus spans and raw text)::
 
     out/raw/{split}.input0|input1|label   the extracted fields, one row per line
     out/input0/{split}.{bin,idx}          tokens, as fairseq-preprocess --srcdict writes them
     out/input0/{split}.spans.{bin,idx}    span index, item i = line i
     out/input0/dict.txt                   the GPT-2 dictionary
     out/input1/...                        second input of pair tasks
-    out/label/{split}.{bin,idx}, dict.txt  labels, by fairseq-preprocess --only-source
+    out/label/{split}.{bin,idx}, dict.txt  labels, as fairseq-preprocess --only-source writes them
     out/label/{split}.label               STS-B: score / 5 as the recipe's awk prints it
     out/dropped_rows.tsv                  rows left out (QQP's malformed rows, SNLI's "-")
     out/provenance.json                   the data record (span_plugin.preprocess.provenance), with
                                           the task's F1 positive class (Task.positive)
-
-Splits: train, dev -> valid, test -> test; MNLI dev_matched/dev_mismatched -> valid/
-valid1 and test_matched/test_mismatched -> test/test1. Labels are written for train and
-valid splits (test.tsv has none), except SNLI whose test set is labelled.
-
-Columns (1-based, as the recipe's ``cut -f``) and row checks: every row must have the
-header's number of tab-separated fields (CoLA train/dev have no header: 4 fields). A
-row with another count (a tab inside a field, a missing column, a blank line) is an
-error naming the file and line; for QQP train/dev such rows are dropped, as the
-recipe's ``awk NF==6`` does, and listed in dropped_rows.tsv. Dropping removes the
-whole row from every input and the label, so nothing shifts.
 """
 
 import logging
 import os
-from dataclasses import dataclass
 
-from span_plugin.preprocess.binarize import BadInputError, read_lines
-from span_plugin.preprocess.folder import SplitRows, write_task_folder
+from span_plugin.formats.glue import TASKS, read_split
+from span_plugin.preprocess.folder import write_task_folder
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    inputs: tuple  # 1-based columns of the inputs in train/dev files
-    test_inputs: tuple  # ... in test files
-    label: int  # 1-based label column; -1: the last column
-    dev_label: int = None  # MNLI dev files keep gold_label elsewhere
-    splits: tuple = (("train", "train"), ("dev", "valid"), ("test", "test"))
-    header: str = "all"  # "all" or "test" (CoLA: only test.tsv has a header)
-    regression: bool = False
-    drop_malformed: bool = False  # QQP train/dev: drop rows with a wrong field count
-    labelled_test: bool = False
-    drop_labels: tuple = ()  # rows whose label is one of these are left out
-    positive: str = None  # the class F1 counts as positive (binary tasks)
-
-
-TASKS = {t.name: t for t in [
-    Task("CoLA", (4,), (2,), 2, header="test", positive="1"),
-    Task("SST-2", (1,), (2,), 2, positive="1"),
-    Task("MRPC", (4, 5), (4, 5), 1, positive="1"),
-    Task("STS-B", (8, 9), (8, 9), 10, regression=True),
-    Task("QQP", (4, 5), (2, 3), 6, drop_malformed=True, positive="1"),
-    Task("MNLI", (9, 10), (9, 10), 12, dev_label=16,
-         splits=(("train", "train"), ("dev_matched", "valid"), ("dev_mismatched", "valid1"),
-                 ("test_matched", "test"), ("test_mismatched", "test1"))),
-    Task("QNLI", (2, 3), (2, 3), 4, positive="entailment"),
-    Task("RTE", (2, 3), (2, 3), 4, positive="entailment"),
-    Task("WNLI", (2, 3), (2, 3), 4, positive="1"),
-    # GLUE's SNLI folder: sentence1/sentence2 in columns 8/9, gold_label last; "-"
-    # (no annotator majority) is not a class and is dropped, as usual for SNLI.
-    Task("SNLI", (8, 9), (8, 9), -1, labelled_test=True, drop_labels=("-",)),
-]}
-
-
-def _is_test(raw_split):
-    return raw_split.startswith("test")
-
-
-def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
-    """Read one TSV into fields. bad_rows: "error", "skip", or "default" (the task's
-    own rule: skip for QQP train/dev, error elsewhere)."""
-    test = _is_test(raw_split)
-    if bad_rows == "default":
-        bad_rows = "skip" if task.drop_malformed and not test else "error"
-    lines = read_lines(path, 0, os.path.getsize(path), bad_utf8, first_line=1)
-    has_header = task.header == "all" or test
-    first = 1 if has_header else 0
-    if has_header:
-        if not lines:
-            raise BadInputError(f"{path}:1: expected a header line, the file is empty")
-        expected = len(lines[0].split("\t"))
-    else:
-        expected = 4  # CoLA: source, label, original label, sentence
-    cols = task.test_inputs if test else task.inputs
-    with_label = not test or task.labelled_test
-    label_col = task.dev_label if (task.dev_label and raw_split != "train") else task.label
-    need = max(cols + ((label_col,) if with_label and label_col > 0 else ()))
-    if expected < need:
-        raise BadInputError(f"{path}:1: header has {expected} fields, {task.name} needs "
-                            f"column {need}")
-    out = SplitRows(inputs=[[] for _ in cols], labels=[] if with_label else None)
-    for i in range(first, len(lines)):
-        fields = lines[i].split("\t")
-        lineno = i + 1
-        if len(fields) != expected:
-            reason = f"{len(fields)} tab-separated fields, expected {expected}"
-            if bad_rows == "skip":
-                out.dropped.append((lineno, reason))
-                continue
-            raise BadInputError(
-                f"{path}:{lineno}: {reason} (a tab inside a field or a missing column); "
-                f"fix the row or pass --bad-rows skip to leave such rows out")
-        if with_label:
-            label = fields[label_col - 1 if label_col > 0 else -1].strip()
-            if label in task.drop_labels:
-                out.dropped.append((lineno, f"label {label!r}"))
-                continue
-            if task.regression:
-                try:
-                    label = "%.6g" % (float(label) / 5.0)  # awk '{print $1 / 5.0}'
-                except ValueError:
-                    raise BadInputError(f"{path}:{lineno}: label {label!r} is not a "
-                                        f"number (STS-B scores are 0..5)") from None
-            elif not label:
-                raise BadInputError(f"{path}:{lineno}: empty label in column {label_col}")
-            out.labels.append(label)
-        for k, c in enumerate(cols):
-            # Newline-free by construction (lines are split on \n); a lone \r would
-            # split the line when fairseq reads text, so it becomes a space.
-            out.inputs[k].append(fields[c - 1].replace("\r", " ").strip())
-        out.rows += 1
-    return out
 
 
 def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
@@ -153,20 +48,3 @@ def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
         workers=workers, positive=task.positive,
         label_scale=5.0 if task.regression else 1.0,
         label_range=[0.0, 5.0] if task.regression else None, command=command)
-
-
-def iter_glue_sentences(glue_dir, tasks=None):
-    """Every input field of every task's train TSV under ``glue_dir`` (no labels), for
-    building an n-gram dictionary from unlabeled GLUE text. Dev and test sentences are
-    left out so that the evaluation sets shape nothing the model is trained with."""
-    for task in TASKS.values():
-        if tasks and task.name not in tasks:
-            continue
-        for raw_split, _ in task.splits:
-            if raw_split != "train":
-                continue
-            path = os.path.join(glue_dir, task.name, raw_split + ".tsv")
-            if os.path.exists(path):
-                rows = read_split(task, path, raw_split, bad_rows="skip", bad_utf8="replace")
-                for col in rows.inputs:
-                    yield from col

@@ -1,6 +1,6 @@
 """Sentence pairs with aligned phrase pairs (JSON Lines) -> a span-pair task folder.
 
-Input, one JSON object a line (read by the same reader as ``span-preprocess table``)::
+Input, one JSON object a line (read by :mod:`span_plugin.formats.pairs`)::
 
     {"sentence1": "Amrozi accused his brother", "sentence2": "Amrozi blamed his brother",
      "label": "1",
@@ -32,23 +32,21 @@ The phrase files are written before the data record, so the record hashes them t
 """
 
 import bisect
-import json
 import os
 
 import numpy as np
-import torch
-from fairseq.data import indexed_dataset
 
-from span_plugin.data import span_index
 from span_plugin.tokenizers import words as W
-from span_plugin.preprocess.binarize import BadInputError, _get_encoder, read_lines
-from span_plugin.preprocess.folder import SplitRows, write_task_folder
-from span_plugin.preprocess.table import _BadRow, _check_label, _jsonl_rows, _value
+from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
+from span_plugin.formats.rows import SplitRows
+from span_plugin.preprocess import indexed, span_files
+from span_plugin.preprocess.binarize import _get_encoder
+from span_plugin.preprocess.folder import given_splits, write_task_folder
 
 PHRASE_SUFFIX = ".phrases.spans"  # ends in .spans: `span-preprocess check` reads it as a span file, not tokens
 PHRASE_LABEL_DIR = "phrase_label"
 PHRASE_LABELS_FILE = "labels.txt"
-DEFAULT_PHRASE_LABELS = ("paraphrase", "random", "in-paraphrase")
 LABEL_DTYPE = np.int32
 
 
@@ -176,72 +174,32 @@ def range_to_tokens(offsets, starts, ends, text, lo, hi):
 def read_pairs(path, enc, text_columns=("sentence1", "sentence2"), label_column=None,
                phrases_key="phrases", phrase_labels=DEFAULT_PHRASE_LABELS,
                bad_utf8="error"):
-    """Read one JSON Lines file (whatever its name) into :class:`SplitRows` with
-    ``phrases[i]`` (list of ((s0, e0), (s1, e1), label id), token offsets) and
-    ``token_counts[i]`` (the two sentences' token counts). Every bad row is an error
-    ``FILE:LINE: why``; there is no skipping of bad rows."""
-    if len(text_columns) != 2:
-        raise ValueError(f"give two text columns, got {list(text_columns)}")
-    label_id = {name: i for i, name in enumerate(phrase_labels)}
-    lines = read_lines(path, 0, os.path.getsize(path), bad_utf8, first_line=1)
+    """Read one JSON Lines file (:func:`span_plugin.formats.pairs.read_pair_rows`) into
+    :class:`SplitRows` with ``phrases[i]`` (list of ((s0, e0), (s1, e1), label id), token
+    offsets) and ``token_counts[i]`` (the two sentences' token counts). Every bad row is
+    an error ``FILE:LINE: why``; there is no skipping of bad rows."""
     out = SplitRows(inputs=[[], []], labels=[] if label_column is not None else None)
     out.phrases, out.token_counts = [], []
-    items = list(_jsonl_rows(path, lines))
-    items.pop()  # the key list
-    for lineno, row in items:
-        try:
-            if isinstance(row, _BadRow):
-                raise row
-            raw = [_value(row, c, "text", row) for c in text_columns]
-            label = None
-            if label_column is not None:
-                label = _check_label(_value(row, label_column, "label", row).strip(),
-                                     label_column, False)
-            texts, shift = [], []
-            for t in raw:
-                t = t.replace("\r", " ").replace("\n", " ")  # same length: ranges keep
-                stripped = t.strip()
-                texts.append(stripped)
-                shift.append(len(t) - len(t.lstrip()))
-            encoded = [token_char_offsets(enc, t) for t in texts]
-            pairs = row.get(phrases_key, [])
-            if not isinstance(pairs, list):
-                raise _BadRow(f"{phrases_key!r} holds {json.dumps(pairs)[:40]}, expected a list")
-            converted = []
-            for j, pair in enumerate(pairs):
-                if not isinstance(pair, dict):
-                    raise _BadRow(f"phrase pair {j} is {json.dumps(pair)[:40]}, expected an "
-                                  f"object with source, target and label")
-                for key in ("source", "target", "label"):
-                    if key not in pair:
-                        raise _BadRow(f"phrase pair {j} has no {key!r}")
-                if pair["label"] not in label_id:
-                    raise _BadRow(f"phrase pair {j}: label {pair['label']!r} is not one of "
-                                  f"the declared phrase labels {list(phrase_labels)}")
-                spans = []
-                for side, key in enumerate(("source", "target")):
-                    rng = pair[key]
-                    if not (isinstance(rng, list) and len(rng) == 2):
-                        raise _BadRow(f"phrase pair {j} {key} {json.dumps(rng)[:40]}: expected "
-                                      f"[start, end]")
-                    tokens, offsets = encoded[side]
-                    try:
-                        lo, hi = rng
-                        if all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
-                            lo, hi = lo - shift[side], hi - shift[side]
-                        spans.append(range_to_tokens(
-                            offsets, [o[0] for o in offsets], [o[1] for o in offsets],
-                            texts[side], lo, hi))
-                    except _BadRange as bad:
-                        raise _BadRow(f"phrase pair {j} {key} ({text_columns[side]!r}): "
-                                      f"{bad}") from None
-                converted.append((spans[0], spans[1], label_id[pair["label"]]))
-        except _BadRow as bad:
-            raise BadInputError(f"{path}:{lineno}: {bad}") from None
-        for k, t in enumerate(texts):
+    for row in read_pair_rows(path, text_columns, label_column, phrases_key, phrase_labels,
+                              bad_utf8):
+        encoded = [token_char_offsets(enc, t) for t in row.texts]
+        converted = []
+        for j, (source, target, label) in enumerate(row.phrases):
+            spans = []
+            for side, (key, rng) in enumerate((("source", source), ("target", target))):
+                _, offsets = encoded[side]
+                try:
+                    spans.append(range_to_tokens(
+                        offsets, [o[0] for o in offsets], [o[1] for o in offsets],
+                        row.texts[side], *rng))
+                except _BadRange as bad:
+                    raise BadInputError(f"{path}:{row.line}: phrase pair {j} {key} "
+                                        f"({text_columns[side]!r}): {bad}") from None
+            converted.append((spans[0], spans[1], label))
+        for k, t in enumerate(row.texts):
             out.inputs[k].append(t)
-        if label is not None:
-            out.labels.append(label)
+        if row.label is not None:
+            out.labels.append(row.label)
         out.phrases.append(converted)
         out.token_counts.append((len(encoded[0][0]), len(encoded[1][0])))
         out.rows += 1
@@ -257,16 +215,14 @@ def write_phrase_files(out_dir, split, rows):
     for k in range(2):
         prefix = phrase_prefix(os.path.join(out_dir, f"input{k}", split))
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
-        with span_index.SpanIndexWriter(prefix) as w:
+        with span_files.SpanIndexWriter(prefix) as w:
             for pairs in rows.phrases:
                 w.add([p[k] for p in pairs])
     prefix = os.path.join(out_dir, PHRASE_LABEL_DIR, split)
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    builder = indexed_dataset.MMapIndexedDatasetBuilder(
-        indexed_dataset.data_file_path(prefix), dtype=LABEL_DTYPE)
-    for pairs in rows.phrases:
-        builder.add_item(torch.tensor([p[2] for p in pairs], dtype=torch.int32))
-    builder.finalize(indexed_dataset.index_file_path(prefix))
+    with indexed.IndexedWriter(prefix, LABEL_DTYPE) as w:
+        for pairs in rows.phrases:
+            w.add(np.array([p[2] for p in pairs], dtype=LABEL_DTYPE))
 
 
 def read_phrase_labels(folder):
@@ -293,12 +249,7 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
     enc = _get_encoder(spec)
     splits, n_pairs = [], {}
     os.makedirs(out_dir, exist_ok=True)
-    for split in ("train", "valid", "test"):
-        path = files.get(split)
-        if path is None:
-            continue
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such file (--{split})")
+    for split, path in given_splits(files):
         # As span-preprocess table: the labels of a test file are never read.
         rows = read_pairs(path, enc, text_columns, None if split == "test" else label_column,
                           phrases_key, phrase_labels, bad_utf8)
@@ -315,7 +266,7 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
     # The tokens were binarized in a second pass: its counts must equal ours.
     for split, path, rows in splits:
         for k in range(2):
-            toks = indexed_dataset.MMapIndexedDataset(os.path.join(out_dir, f"input{k}", split))
+            toks = indexed.IndexedReader(os.path.join(out_dir, f"input{k}", split))
             mine = np.asarray([c[k] for c in rows.token_counts]) + 1
             bad = np.flatnonzero(np.asarray(toks.sizes) != mine)
             if bad.size:

@@ -13,32 +13,19 @@ and logs how many; ``random_crop`` is refused (it would move phrases out of the 
 at random).
 """
 
-import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
-from fairseq.data import (
-    ConcatSentencesDataset,
-    IdDataset,
-    NestedDictionaryDataset,
-    NumelDataset,
-    NumSamplesDataset,
-    PrependTokenDataset,
-    RightPadDataset,
-    SortDataset,
-    data_utils,
-)
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
-from omegaconf import OmegaConf, open_dict
 
-from span_plugin.preprocess import provenance
-from span_plugin.data.phrase_pairs import PhrasePairsDataset, check_phrase_files, count_cut_pairs
-from span_plugin.data.span_datasets import CropWindowDataset, layout_starts
+from span_plugin.data.layout import lay_out
+from span_plugin.data.phrase_pairs import check_phrase_files, count_cut_pairs
 from span_plugin.preprocess.pairs import PHRASE_LABEL_DIR, phrase_prefix, read_phrase_labels
-from span_plugin.tasks.span_classification import SpanClassificationConfig, SpanClassificationTask
+from span_plugin.tasks.span_classification import SpanClassificationConfig
+from span_plugin.tasks.span_inputs import SentenceSpanTask
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +44,12 @@ class SpanPairClassificationConfig(SpanClassificationConfig):
 
 
 @register_task("span_pair_classification", dataclass=SpanPairClassificationConfig)
-class SpanPairClassificationTask(SpanClassificationTask):
+class SpanPairClassificationTask(SentenceSpanTask):
     """Phrase-pair classification plus sentence-pair classification, one batch, one loss
-    ``w_p * phrasal + w_s * sentential`` (criterion ``span_pair_classification``)."""
+    ``w_p * phrasal + w_s * sentential`` (criterion ``span_pair_classification``).
+    Options, dictionaries and sentence labels as ``span_classification``."""
+
+    task_name = "span_pair_classification"
 
     def __init__(self, cfg, data_dictionary, label_dictionary):
         super().__init__(cfg, data_dictionary, label_dictionary)
@@ -84,76 +74,39 @@ class SpanPairClassificationTask(SpanClassificationTask):
             return cls(cfg, data_dict, None)
         return super().setup_task(cfg, **kwargs)
 
-    def load_dataset(self, split, combine=False, **kwargs):
+    def build_split(self, split, combine):
         cfg = self.cfg
-        provenance.verify_folder(cfg.data)
-        input0, _ = self._load_input("input0", split, False)
-        input1, _ = self._load_input("input1", split, False)
-        if input0 is None or input1 is None:
+        inputs = [self.load_tokens(k, split)[0] for k in ("input0", "input1")]
+        if None in inputs:
             raise FileNotFoundError(f"{cfg.data}: input0/{split} and input1/{split} are needed "
                                     f"(span-pair folders hold sentence pairs)")
-        lengths = [np.asarray(input0.sizes) - 1, np.asarray(input1.sizes) - 1]
+        lengths = [np.asarray(toks.sizes) - 1 for toks in inputs]  # without </s>
         prefixes = [phrase_prefix(os.path.join(cfg.data, k, split)) for k in ("input0", "input1")]
         spans0, spans1, labels = check_phrase_files(
             prefixes, os.path.join(cfg.data, PHRASE_LABEL_DIR, split), lengths,
             len(self.phrase_labels))
-        starts = layout_starts([input0.sizes, input1.sizes], cfg.init_token, cfg.separator_token)
-
-        if cfg.init_token is not None:
-            input0 = PrependTokenDataset(input0, cfg.init_token)
-        if cfg.separator_token is not None:
-            input1 = PrependTokenDataset(input1, cfg.separator_token)
-        src_tokens = ConcatSentencesDataset(input0, input1)
-        max_len = None
-        if cfg.shorten_method == "truncate":
-            max_len = self.max_positions()
-            src_tokens = CropWindowDataset(src_tokens, max_len, mode="truncate", seed=cfg.seed)
-            cut = count_cut_pairs(prefixes[1], spans1, starts[1], max_len)
+        layout = lay_out(inputs, cfg.init_token, cfg.separator_token, shorten=cfg.shorten_method,
+                         max_len=self.max_positions(), seed=cfg.seed)
+        max_len = layout.truncated_at
+        if max_len is not None:
+            cut = count_cut_pairs(prefixes[1], spans1, layout.starts[1], max_len)
             self.cut_pairs[split] = cut
             if cut:
                 logger.warning(f"{split}: truncation to {max_len} tokens cuts {cut} phrase "
                                f"pairs; they are left out")
-
-        def pairs(part):
-            return PhrasePairsDataset(spans0, spans1, labels, starts[0], starts[1], max_len, part)
-
-        dataset = {
-            "id": IdDataset(),
-            "net_input": {
-                "src_tokens": RightPadDataset(src_tokens, pad_idx=self.source_dictionary.pad()),
-                "src_lengths": NumelDataset(src_tokens, reduce=False),
-                "phrases": pairs("phrases"),
-            },
-            "phrase_target": pairs("target"),
-            "nsentences": NumSamplesDataset(),
-            "ntokens": NumelDataset(src_tokens, reduce=True),
-        }
-        if self.label_dictionary is not None:
-            target = self._load_target(split)
-            if target is not None:
-                if len(target) != len(src_tokens):
-                    raise ValueError(f"{os.path.join(cfg.data, 'label', split)}: {len(target)} "
-                                     f"labels for {len(src_tokens)} sentence pairs")
-                dataset["target"] = target
-        dataset = NestedDictionaryDataset(dataset, sizes=[src_tokens.sizes])
-        if not cfg.no_shuffle:
-            with data_utils.numpy_seed(cfg.seed):
-                dataset = SortDataset(dataset, sort_order=[np.random.permutation(len(dataset))])
-        logger.info(f"Loaded {split} with #samples: {len(dataset)}")
-        self.datasets[split] = dataset
-        return dataset
+        targets = {"phrase_target": layout.phrase_pairs(spans0, spans1, labels, "target"),
+                   **self.sentence_targets(split, len(inputs[0]))}
+        return layout.dataset(
+            self.source_dictionary.pad(),
+            net_input={"phrases": layout.phrase_pairs(spans0, spans1, labels, "phrases")},
+            targets=targets, shuffle_seed=None if cfg.no_shuffle else cfg.seed,
+        )
 
     def build_model(self, cfg, from_checkpoint=False):
-        from fairseq import models
-
         from span_plugin.models.roberta_span_pair import RobertaSpanPairModel
 
-        with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
-            cfg.max_positions = self.cfg.max_positions
-        model = models.build_model(cfg, self, from_checkpoint)
-        if not isinstance(model, RobertaSpanPairModel):
-            raise ValueError(f"task span_pair_classification needs --arch roberta_span_pair "
-                             f"(or roberta_span_pair_base/large); got {type(model).__name__}")
+        model = self.build_model_of(cfg, from_checkpoint, RobertaSpanPairModel,
+                                    "roberta_span_pair, roberta_span_pair_base/large")
         model.register_span_pair_heads(
             self.cfg.classification_head_name,
             phrase_classes=len(self.phrase_labels) if self.cfg.phrasal_weight > 0 else 0,

@@ -10,34 +10,23 @@ Items never exceed the model: ``span-preprocess conll --max-tokens`` cut long se
 between words, and a folder with a longer item is refused when loaded.
 """
 
-import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-from fairseq.data import (
-    IdDataset,
-    NestedDictionaryDataset,
-    NumelDataset,
-    NumSamplesDataset,
-    PrependTokenDataset,
-    RightPadDataset,
-    SortDataset,
-    data_utils,
-)
+from fairseq.data import data_utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II, MISSING, OmegaConf, open_dict
+from omegaconf import II, MISSING
 
-from span_plugin.preprocess import provenance
-
-from span_plugin.formats import tags as T
 from span_plugin.data import span_index
-from span_plugin.data.span_datasets import LayoutSpansDataset, layout_starts
+from span_plugin.data.layout import check_label_count, lay_out
 from span_plugin.data.tagging_datasets import EntitySpansDataset, WordTagsDataset
+from span_plugin.formats import tags as T
 from span_plugin.preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
+from span_plugin.tasks.span_inputs import SpanInputsTask
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +46,18 @@ class SpanTaggingConfig(FairseqDataclass):
 
 
 @register_task("span_tagging", dataclass=SpanTaggingConfig)
-class SpanTaggingTask(FairseqTask):
+class SpanTaggingTask(SpanInputsTask, FairseqTask):
     """Word tagging (NER as IOB2 tags) read at each word's first sub-token."""
 
+    task_name = "span_tagging"
+    folder_command = "span-preprocess conll"
     head_kind = None  # from cfg.tagging_head
 
     def __init__(self, cfg, dictionary, tag_names):
-        super().__init__(cfg)
-        self.dictionary = dictionary
+        self.dictionary = dictionary  # before the data record is checked against it
         self.tag_names = tag_names
         self.entity_types = T.types_of(tag_names)
-        provenance.attach(self)
+        super().__init__(cfg)
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
@@ -84,27 +74,25 @@ class SpanTaggingTask(FairseqTask):
         return len(self.tag_names)
 
     def _load_split(self, split):
+        """Tokens, n-gram spans, word spans and tags of a split, checked against each
+        other and against ``--max-positions``."""
         data = self.cfg.data
         prefix = os.path.join(data, "input0", split)
-        tokens = data_utils.load_indexed_dataset(prefix, self.dictionary)
+        tokens, spans = self.load_input("input0", split)
         if tokens is None:
             raise FileNotFoundError(f"could not find dataset: {prefix}")
         lengths = np.asarray(tokens.sizes) - 1  # fairseq-preprocess appends </s>
-        files = {}
-        for name, spans_prefix in (("spans", span_index.span_prefix(prefix)),
-                                   ("words", os.path.join(data, WORDS_DIR, split))):
-            files[name] = span_index.load_spans(spans_prefix)
-            span_index.check_alignment(spans_prefix, files[name], lengths)
+        words_prefix = os.path.join(data, WORDS_DIR, split)
+        words = span_index.load_spans(words_prefix)
+        span_index.check_alignment(words_prefix, words, lengths)
         label_prefix = os.path.join(data, LABEL_DIR, split)
         labels = data_utils.load_indexed_dataset(label_prefix, None, dataset_impl="mmap")
-        if labels is None or len(labels) != len(tokens):
-            raise ValueError(f"{label_prefix}.bin: {0 if labels is None else len(labels)} items, "
-                             f"but {prefix}.bin has {len(tokens)}; rebuild the folder")
-        words = np.asarray(files["words"].sizes) // 2
-        bad = np.flatnonzero(np.asarray(labels.sizes) != words)
+        check_label_count(labels, f"{label_prefix}.bin", len(tokens), f"{prefix}.bin")
+        word_counts = np.asarray(words.sizes) // 2
+        bad = np.flatnonzero(np.asarray(labels.sizes) != word_counts)
         if bad.size:
             raise ValueError(f"{label_prefix}.bin: line {bad[0] + 1} has {labels.sizes[bad[0]]} "
-                             f"tags for {words[bad[0]]} words; rebuild the folder")
+                             f"tags for {word_counts[bad[0]]} words; rebuild the folder")
         too_long = np.flatnonzero(lengths + 1 + int(self.cfg.init_token is not None)
                                   > self.cfg.max_positions)
         if too_long.size:
@@ -113,53 +101,31 @@ class SpanTaggingTask(FairseqTask):
                 f"{prefix}.bin: line {i + 1} has {lengths[i]} tokens, more than "
                 f"--max-positions {self.cfg.max_positions} holds with <s> and </s>; rebuild "
                 f"with span-preprocess conll --max-tokens {self.cfg.max_positions - 2}")
-        return tokens, files["spans"], files["words"], labels
+        return tokens, spans, words, labels
 
-    def load_dataset(self, split, combine=False, **kwargs):
+    def build_split(self, split, combine):
         cfg = self.cfg
-        provenance.verify_folder(cfg.data)
         tokens, spans, words, labels = self._load_split(split)
-        starts = layout_starts([tokens.sizes], cfg.init_token, None)
-        if cfg.init_token is not None:
-            tokens = PrependTokenDataset(tokens, cfg.init_token)
-        dataset = {
-            "id": IdDataset(),
-            "net_input": {
-                "src_tokens": RightPadDataset(tokens, pad_idx=self.dictionary.pad()),
-                "src_lengths": NumelDataset(tokens, reduce=False),
-                "spans": LayoutSpansDataset([spans], starts),
-                "words": LayoutSpansDataset([words], starts),
-            },
-            "target": WordTagsDataset(labels),
-            "nsentences": NumSamplesDataset(),
-            "ntokens": NumelDataset(tokens, reduce=True),
-        }
-        self._add_targets(dataset, labels)
-        dataset = NestedDictionaryDataset(dataset, sizes=[tokens.sizes])
-        if not cfg.no_shuffle:
-            with data_utils.numpy_seed(cfg.seed):
-                dataset = SortDataset(dataset, sort_order=[np.random.permutation(len(tokens))])
-        logger.info(f"Loaded {split} with #samples: {len(dataset)}")
-        self.datasets[split] = dataset
-        return dataset
+        layout = lay_out([tokens], cfg.init_token)
+        return layout.dataset(
+            self.dictionary.pad(),
+            net_input={"spans": layout.spans([spans]), "words": layout.spans([words])},
+            targets={"target": WordTagsDataset(labels), **self.extra_targets(labels)},
+            shuffle_seed=None if cfg.no_shuffle else cfg.seed,
+        )
 
-    def _add_targets(self, dataset, labels):
-        """Extra targets of a subclass (span_labeling: entities)."""
+    def extra_targets(self, labels):
+        """Targets of a subclass beside the tags (span_labeling: entities)."""
+        return {}
 
     def head_options(self):
         return {"kind": self.cfg.tagging_head, "num_classes": self.num_labels}
 
     def build_model(self, cfg, from_checkpoint=False):
-        from fairseq import models
-
         from span_plugin.models.roberta_tagging import RobertaTaggingModel
 
-        with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
-            cfg.max_positions = self.cfg.max_positions
-        model = models.build_model(cfg, self, from_checkpoint)
-        if not isinstance(model, RobertaTaggingModel):
-            raise ValueError(f"task {self.cfg._name} needs --arch roberta_tagging (or "
-                             f"roberta_tagging_base/large); got {type(model).__name__}")
+        model = self.build_model_of(cfg, from_checkpoint, RobertaTaggingModel,
+                                    "roberta_tagging, roberta_tagging_base/large")
         model.register_tagging_head(self.cfg.classification_head_name, **self.head_options())
         return model
 
@@ -189,8 +155,10 @@ class SpanLabelingTask(SpanTaggingTask):
     """Every span of up to L words labelled with an entity type or none; decoding keeps
     the best non-overlapping spans."""
 
-    def _add_targets(self, dataset, labels):
-        dataset["entities"] = EntitySpansDataset(labels, self.tag_names)
+    task_name = "span_labeling"
+
+    def extra_targets(self, labels):
+        return {"entities": EntitySpansDataset(labels, self.tag_names)}
 
     def head_options(self):
         return {"kind": "span", "num_classes": 1 + len(self.entity_types),

@@ -3,25 +3,19 @@ splits: entity P/R/F1 against the folder's gold tags, and the CoNLL source file 
 predicted tag appended to every word line (conlleval's input format: ``word ... gold
 predicted``; blank and ``-DOCSTART-`` lines as they are).
 
-    python -m span_plugin.cli.ner_predict --checkpoint runs/ner/checkpoints/checkpoint_best.pt \\
-        --split valid test --conll-out dev.conll test.conll --results results.json
-
 Items come from ``raw/{split}.input0`` (the words the model was trained on) and go back
 to their source lines through ``raw/{split}.source``; items cut from one long sentence
 are joined again. The predicted column holds the IOB2 tags of the predicted entities
 (for tagging heads, the entities conlleval reads from the raw predicted tags; so
-conlleval on the file gives the figures printed here).
+conlleval on the file gives the figures computed here).
 """
 
-import argparse
 import json
 import os
-import sys
-
-from span_plugin.modules import entities as ner
 
 from span_plugin.formats import tags as T
-from span_plugin.preprocess.binarize import read_lines
+from span_plugin.formats.lines import read_lines
+from span_plugin.modules import entities as ner
 
 
 def read_items(data, split):
@@ -37,9 +31,9 @@ def _lines(path):
     return read_lines(path, 0, os.path.getsize(path))
 
 
-def predicted_tags(hub, words, gold):
+def predicted_tags(hub, words, gold, batch_size=32):
     """IOB2 tags of the predicted entities per item, and the scores against ``gold``."""
-    entities = hub.predict_words(words)
+    entities = hub.predict_words(words, batch_size=batch_size)
     tags = [T.tags_of(e, len(w)) for e, w in zip(entities, words)]
     return tags, scores(entities, [T.entities(g) for g in gold])
 
@@ -73,42 +67,26 @@ def write_conll(source_path, out_path, source, tags):
     return len(by_line)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--data", help="the tagging folder (default: the checkpoint's record)")
-    p.add_argument("--split", nargs="+", default=["valid"])
-    p.add_argument("--conll-out", nargs="*", default=[],
-                   help="one CoNLL prediction file per --split (optional)")
-    p.add_argument("--results", help="write {split: {precision, recall, f1, by_type}} here (JSON)")
-    a = p.parse_args(argv)
-    if a.conll_out and len(a.conll_out) != len(a.split):
-        p.error("give one --conll-out per --split")
-    from span_plugin.inference.hub import SpanHubInterface
-
-    hub = SpanHubInterface.from_pretrained(a.checkpoint, data=a.data)
-    if not hasattr(hub, "predict_words"):
-        p.error(f"{a.checkpoint} is not a span_tagging or span_labeling checkpoint")
+def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint=None,
+                            batch_size=32):
+    """Score each split (printed), write its CoNLL predictions (one file per split,
+    when given) and ``{"checkpoint", "dev": {split: {precision, recall, f1, entities,
+    items, by_type}}}`` to ``results`` (JSON, when given)."""
     sources = {k: v["path"] for k, v in (hub.record or {}).get("source", {}).items()}
-    results = {}
-    for n, split in enumerate(a.split):
+    found = {}
+    for n, split in enumerate(splits):
         words, gold, source = read_items(hub.data, split)
-        tags, results[split] = predicted_tags(hub, words, gold)
-        results[split]["items"] = len(words)
-        print(f"{split}: " + ", ".join(f"{k} {v}" for k, v in results[split].items()
+        tags, found[split] = predicted_tags(hub, words, gold, batch_size)
+        found[split]["items"] = len(words)
+        print(f"{split}: " + ", ".join(f"{k} {v}" for k, v in found[split].items()
                                        if k != "by_type"))
-        print("    " + "; ".join(f"{k} F1 {v['f1']}" for k, v in results[split]["by_type"].items()))
-        if a.conll_out:
+        print("    " + "; ".join(f"{k} F1 {v['f1']}" for k, v in found[split]["by_type"].items()))
+        if conll_outs:
             if split not in sources or not os.path.exists(sources[split]):
-                raise SystemExit(f"the source file of {split} ({sources.get(split)}) is not here: "
-                                 f"no CoNLL output")
-            written = write_conll(sources[split], a.conll_out[n], source, tags)
-            print(f"{a.conll_out[n]}: {written} word lines with predictions")
-    if a.results:
-        with open(a.results, "w", encoding="utf-8") as f:
-            json.dump({"checkpoint": os.path.abspath(a.checkpoint), "dev": results}, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                raise FileNotFoundError(f"the source file of {split} ({sources.get(split)}) "
+                                        f"is not here: no CoNLL output")
+            written = write_conll(sources[split], conll_outs[n], source, tags)
+            print(f"{conll_outs[n]}: {written} word lines with predictions")
+    if results:
+        with open(results, "w", encoding="utf-8") as f:
+            json.dump({"checkpoint": os.path.abspath(checkpoint), "dev": found}, f, indent=1)

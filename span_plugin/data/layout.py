@@ -1,0 +1,165 @@
+"""The model's input layout, built once for tasks (datasets read from disk) and
+inference (raw text encoded in memory).
+
+One example is one or two inputs (sentence A, sentence B). Each input's token item is
+that sentence's own tokens plus ``</s>``, as fairseq-preprocess writes it. The model
+reads them as one sequence::
+
+    <s> A </s> </s> B </s>        init_token=0 (<s>), separator_token=2 (</s>)
+    <s> A </s>                    one input
+
+Side items (n-gram spans, word spans, phrase pairs) count a sentence's own tokens;
+the layout moves them to their positions in that sequence and gives them the same
+shortening as the tokens ("truncate": keep the first ``max_len`` tokens; "random_crop":
+a random window of ``max_len``, the same for tokens and spans): a span the cut goes
+through is clipped to the window, a span past it dropped; a phrase pair whose target
+the truncation cuts is dropped.
+
+Usage, a task (fairseq datasets; ``spans0``/``spans1`` from span_index.load_spans)::
+
+    layout = lay_out([input0, input1], init_token=0, separator_token=2,
+                     shorten="truncate", max_len=512, seed=1)
+    dataset = layout.dataset(
+        pad=dictionary.pad(),
+        net_input={"spans": layout.spans([spans0, spans1], max_spans=r, max_span_tokens=l)},
+        targets={"target": labels},
+        shuffle_seed=1,  # None: keep the file order
+    )
+
+Usage, inference on raw text (a batch of N examples, tensors in memory)::
+
+    from span_plugin.data.in_memory import TensorListDataset
+    tokens0 = TensorListDataset([d.encode_line(line, append_eos=True).long(), ...])
+    spans0 = TensorListDataset([torch.tensor([s0, e0, s1, e1, ...]), ...])
+    layout = lay_out([tokens0], init_token=0, shorten="truncate", max_len=512)
+    spans = layout.spans([spans0], max_spans=r, max_span_tokens=l)
+    item = (layout.tokens[i], spans[i])        # LongTensor [T_i], LongTensor [n_i, 2]
+    batch_spans = spans.collater([spans[i] for i in range(N)])   # [N, S, 2]
+    pairs = layout.phrase_pairs(sources, targets, labels, part="phrases")  # [P_i, 5] items
+
+``layout.starts[k][i]``: where input k of example i starts in its sequence (before
+shortening).
+"""
+
+import numpy as np
+from fairseq.data import (
+    ConcatSentencesDataset,
+    IdDataset,
+    NestedDictionaryDataset,
+    NumelDataset,
+    NumSamplesDataset,
+    PrependTokenDataset,
+    RightPadDataset,
+    SortDataset,
+    data_utils,
+)
+
+from span_plugin.data.phrase_pairs import PhrasePairsDataset
+from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
+
+SHORTEN_METHODS = ("none", "truncate", "random_crop")
+
+
+def lay_out(inputs, init_token=None, separator_token=None, shorten="none", max_len=None, seed=1):
+    """Concatenate one or two token datasets into the model's layout.
+
+    inputs: list of datasets (fairseq's, or :class:`~span_plugin.data.in_memory.TensorListDataset`),
+        item i = sentence i's own tokens + ``</s>``, LongTensor ``[T_k,i]``; same length N.
+    init_token: prepended to input 0 (None: nothing); separator_token: prepended to
+        input 1 (None: nothing).
+    shorten: "none", "truncate" or "random_crop" (window drawn from (seed, epoch, i));
+        max_len: the length it shortens to.
+    Returns a :class:`Layout`.
+    """
+    if shorten not in SHORTEN_METHODS:
+        raise ValueError(f"unknown shorten method {shorten!r}; expected one of {SHORTEN_METHODS}")
+    starts = layout_starts([ds.sizes for ds in inputs], init_token, separator_token)
+    first = inputs[0] if init_token is None else PrependTokenDataset(inputs[0], init_token)
+    tokens = first
+    if len(inputs) == 2:
+        second = inputs[1]
+        if separator_token is not None:
+            second = PrependTokenDataset(second, separator_token)
+        tokens = ConcatSentencesDataset(first, second)
+    elif len(inputs) != 1:
+        raise ValueError(f"an example is one or two inputs, got {len(inputs)}")
+    crop = None
+    if shorten != "none":
+        crop = tokens = CropWindowDataset(tokens, max_len, mode=shorten, seed=seed)
+    return Layout(tokens, starts, crop)
+
+
+class Layout:
+    """Token sequences of N examples in the model's layout, and the way to bring side
+    items (spans, phrase pairs) into it.
+
+    tokens: dataset, item i = LongTensor ``[T_i]`` (shortened when a shorten method is set).
+    starts: one int64 array ``[N]`` per input (see :func:`layout_starts`).
+    crop: the :class:`CropWindowDataset` the tokens went through, or None.
+    """
+
+    def __init__(self, tokens, starts, crop):
+        self.tokens = tokens
+        self.starts = starts
+        self.crop = crop
+
+    @property
+    def truncated_at(self):
+        """The length truncation cuts at, None when the tokens are not truncated."""
+        return self.crop.max_len if self.crop is not None and self.crop.mode == "truncate" else None
+
+    def spans(self, side, max_spans=None, max_span_tokens=None):
+        """Spans of the examples in the layout (see :class:`LayoutSpansDataset`).
+
+        side: one dataset per input, item i = flat offsets ``[s0, e0, s1, e1, ...]`` in
+            sentence i's own tokens. max_spans (r), max_span_tokens (l): None keeps all.
+        Items LongTensor ``[n_i, 2]``; collated ``[B, S, 2]``.
+        """
+        return LayoutSpansDataset(side, self.starts, crop=self.crop, max_spans=max_spans,
+                                  max_span_tokens=max_span_tokens)
+
+    def phrase_pairs(self, sources, targets, labels, part="phrases"):
+        """Phrase pairs in the layout: sources in input 0, targets in input 1 (flat
+        offsets per sentence), labels one id per pair. Items ``[P_i, 5]``; pairs whose
+        target the truncation cuts are dropped (see :class:`PhrasePairsDataset`)."""
+        if self.crop is not None and self.crop.mode != "truncate":
+            raise ValueError("phrase pairs need --shorten-method truncate or none")
+        return PhrasePairsDataset(sources, targets, labels, self.starts[0], self.starts[1],
+                                  self.truncated_at, part)
+
+    def dataset(self, pad, net_input=None, targets=None, shuffle_seed=None):
+        """The fairseq dataset of a split: ``id``, ``net_input`` (``src_tokens``
+        ``[B, T]`` right-padded with ``pad``, ``src_lengths`` ``[B]`` and the given side
+        datasets), ``nsentences``, ``ntokens`` and the given targets; batched by token
+        count; shuffled with ``shuffle_seed`` (None: file order)."""
+        fields = {
+            "id": IdDataset(),
+            "net_input": {
+                "src_tokens": RightPadDataset(self.tokens, pad_idx=pad),
+                "src_lengths": NumelDataset(self.tokens, reduce=False),
+                **(net_input or {}),
+            },
+            "nsentences": NumSamplesDataset(),
+            "ntokens": NumelDataset(self.tokens, reduce=True),
+            **(targets or {}),
+        }
+        dataset = NestedDictionaryDataset(fields, sizes=[self.tokens.sizes])
+        if shuffle_seed is None:
+            return dataset
+        with data_utils.numpy_seed(shuffle_seed):
+            order = np.random.permutation(len(dataset))
+        return SortDataset(dataset, sort_order=[order])
+
+
+def check_label_count(labels, label_path, examples, input_path):
+    """Raise ValueError unless there is one label per example.
+
+    labels: the label dataset (or None: no file); label_path / input_path: the files, for
+    the message; examples: the number of examples of the inputs.
+    """
+    found = 0 if labels is None else len(labels)
+    if found != examples:
+        raise ValueError(
+            f"{label_path}: {found} labels but {input_path} has {examples} sentences; "
+            f"rebuild the folder so every input has one label"
+        )

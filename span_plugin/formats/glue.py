@@ -1,0 +1,130 @@
+"""GLUE (and SNLI) TSV files: the task table and the reading of one split into rows.
+
+Splits: train, dev -> valid, test -> test; MNLI dev_matched/dev_mismatched -> valid/
+valid1 and test_matched/test_mismatched -> test/test1. Labels are read for train and
+valid splits (test.tsv has none), except SNLI whose test set is labelled.
+
+Columns (1-based, as the recipe's ``cut -f``) and row checks: every row must have the
+header's number of tab-separated fields (CoLA train/dev have no header: 4 fields). A
+row with another count (a tab inside a field, a missing column, a blank line) is an
+error naming the file and line; for QQP train/dev such rows are dropped, as the
+recipe's ``awk NF==6`` does, and listed with their reason. Dropping removes the whole
+row from every input and the label, so nothing shifts.
+"""
+
+import os
+from dataclasses import dataclass
+
+from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.formats.rows import SplitRows
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    inputs: tuple  # 1-based columns of the inputs in train/dev files
+    test_inputs: tuple  # ... in test files
+    label: int  # 1-based label column; -1: the last column
+    dev_label: int = None  # MNLI dev files keep gold_label elsewhere
+    splits: tuple = (("train", "train"), ("dev", "valid"), ("test", "test"))
+    header: str = "all"  # "all" or "test" (CoLA: only test.tsv has a header)
+    regression: bool = False
+    drop_malformed: bool = False  # QQP train/dev: drop rows with a wrong field count
+    labelled_test: bool = False
+    drop_labels: tuple = ()  # rows whose label is one of these are left out
+    positive: str = None  # the class F1 counts as positive (binary tasks)
+
+
+TASKS = {t.name: t for t in [
+    Task("CoLA", (4,), (2,), 2, header="test", positive="1"),
+    Task("SST-2", (1,), (2,), 2, positive="1"),
+    Task("MRPC", (4, 5), (4, 5), 1, positive="1"),
+    Task("STS-B", (8, 9), (8, 9), 10, regression=True),
+    Task("QQP", (4, 5), (2, 3), 6, drop_malformed=True, positive="1"),
+    Task("MNLI", (9, 10), (9, 10), 12, dev_label=16,
+         splits=(("train", "train"), ("dev_matched", "valid"), ("dev_mismatched", "valid1"),
+                 ("test_matched", "test"), ("test_mismatched", "test1"))),
+    Task("QNLI", (2, 3), (2, 3), 4, positive="entailment"),
+    Task("RTE", (2, 3), (2, 3), 4, positive="entailment"),
+    Task("WNLI", (2, 3), (2, 3), 4, positive="1"),
+    # GLUE's SNLI folder: sentence1/sentence2 in columns 8/9, gold_label last; "-"
+    # (no annotator majority) is not a class and is dropped, as usual for SNLI.
+    Task("SNLI", (8, 9), (8, 9), -1, labelled_test=True, drop_labels=("-",)),
+]}
+
+
+def _is_test(raw_split):
+    return raw_split.startswith("test")
+
+
+def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
+    """Read one TSV into fields. bad_rows: "error", "skip", or "default" (the task's
+    own rule: skip for QQP train/dev, error elsewhere)."""
+    test = _is_test(raw_split)
+    if bad_rows == "default":
+        bad_rows = "skip" if task.drop_malformed and not test else "error"
+    lines = read_file_lines(path, bad_utf8)
+    has_header = task.header == "all" or test
+    first = 1 if has_header else 0
+    if has_header:
+        if not lines:
+            raise BadInputError(f"{path}:1: expected a header line, the file is empty")
+        expected = len(lines[0].split("\t"))
+    else:
+        expected = 4  # CoLA: source, label, original label, sentence
+    cols = task.test_inputs if test else task.inputs
+    with_label = not test or task.labelled_test
+    label_col = task.dev_label if (task.dev_label and raw_split != "train") else task.label
+    need = max(cols + ((label_col,) if with_label and label_col > 0 else ()))
+    if expected < need:
+        raise BadInputError(f"{path}:1: header has {expected} fields, {task.name} needs "
+                            f"column {need}")
+    out = SplitRows(inputs=[[] for _ in cols], labels=[] if with_label else None)
+    for i in range(first, len(lines)):
+        fields = lines[i].split("\t")
+        lineno = i + 1
+        if len(fields) != expected:
+            reason = f"{len(fields)} tab-separated fields, expected {expected}"
+            if bad_rows == "skip":
+                out.dropped.append((lineno, reason))
+                continue
+            raise BadInputError(
+                f"{path}:{lineno}: {reason} (a tab inside a field or a missing column); "
+                f"fix the row or pass --bad-rows skip to leave such rows out")
+        if with_label:
+            label = fields[label_col - 1 if label_col > 0 else -1].strip()
+            if label in task.drop_labels:
+                out.dropped.append((lineno, f"label {label!r}"))
+                continue
+            if task.regression:
+                try:
+                    label = "%.6g" % (float(label) / 5.0)  # awk '{print $1 / 5.0}'
+                except ValueError:
+                    raise BadInputError(f"{path}:{lineno}: label {label!r} is not a "
+                                        f"number (STS-B scores are 0..5)") from None
+            elif not label:
+                raise BadInputError(f"{path}:{lineno}: empty label in column {label_col}")
+            out.labels.append(label)
+        for k, c in enumerate(cols):
+            # Newline-free by construction (lines are split on \n); a lone \r would
+            # split the line when fairseq reads text, so it becomes a space.
+            out.inputs[k].append(fields[c - 1].replace("\r", " ").strip())
+        out.rows += 1
+    return out
+
+
+def iter_glue_sentences(glue_dir, tasks=None):
+    """Every input field of every task's train TSV under ``glue_dir`` (no labels), for
+    building an n-gram dictionary from unlabeled GLUE text. Dev and test sentences are
+    left out so that the evaluation sets shape nothing the model is trained with."""
+    for task in TASKS.values():
+        if tasks and task.name not in tasks:
+            continue
+        for raw_split, _ in task.splits:
+            if raw_split != "train":
+                continue
+            path = os.path.join(glue_dir, task.name, raw_split + ".tsv")
+            if os.path.exists(path):
+                rows = read_split(task, path, raw_split, bad_rows="skip", bad_utf8="replace")
+                for col in rows.inputs:
+                    yield from col

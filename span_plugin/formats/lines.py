@@ -1,0 +1,87 @@
+"""Lines of users' text files: UTF-8 with a BOM and CRLF line ends handled, invalid
+UTF-8 an error that names the file and the line, byte ranges that start at line
+starts (one per worker).
+
+Lines are split on ``\\n`` only; a ``\\r`` before it is dropped (CRLF files), a UTF-8
+BOM at the start of the file is dropped. Invalid UTF-8 raises :class:`BadInputError`
+naming the file and the 1-based line, unless ``bad_utf8="replace"`` (then U+FFFD stands
+for each bad byte sequence).
+"""
+
+import os
+
+BOM = b"\xef\xbb\xbf"
+
+
+class BadInputError(ValueError):
+    """Input that cannot be processed without losing alignment; names file and line."""
+
+
+def line_offsets(path, parts):
+    """Up to ``parts`` byte ranges of ``path``, each starting at a line start."""
+    size = os.path.getsize(path)
+    bounds = [0]
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            pos = size * k // parts
+            if pos <= bounds[-1]:
+                continue
+            f.seek(pos - 1)
+            f.readline()  # the line that holds byte pos-1 ends the previous range
+            pos = f.tell()
+            if bounds[-1] < pos < size:
+                bounds.append(pos)
+    bounds.append(size)
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def read_lines(path, start, end, bad_utf8="error", first_line=None):
+    """Decoded lines of bytes ``[start, end)`` of ``path`` (``\\r\\n`` and BOM handled).
+
+    first_line: 1-based number of the range's first line, for error messages (None:
+    counted on demand, only when an error is raised).
+    """
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    if start == 0 and data.startswith(BOM):
+        data = data[len(BOM):]
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the newline that ends the last line starts no new line
+    out = []
+    for i, raw in enumerate(lines):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            if bad_utf8 == "replace":
+                out.append(raw.decode("utf-8", errors="replace"))
+                continue
+            if first_line is None:
+                first_line = count_lines(path, start) + 1
+            raise BadInputError(
+                f"{path}:{first_line + i}: invalid UTF-8 at byte {err.start} of the line "
+                f"({err.reason}); fix the file or pass --bad-utf8 replace"
+            ) from None
+    return out
+
+
+def read_file_lines(path, bad_utf8="error"):
+    """Every decoded line of ``path`` (as :func:`read_lines`)."""
+    return read_lines(path, 0, os.path.getsize(path), bad_utf8, first_line=1)
+
+
+def count_lines(path, end=None):
+    """Newlines in the first ``end`` bytes of ``path`` (all of it when None)."""
+    n = 0
+    with open(path, "rb") as f:
+        left = end if end is not None else float("inf")
+        while left > 0:
+            block = f.read(int(min(left, 1 << 24)))
+            if not block:
+                break
+            n += block.count(b"\n")
+            left -= len(block)
+    return n

@@ -1,0 +1,92 @@
+"""Sentence pairs with aligned phrase pairs (JSON Lines), read into rows.
+
+One JSON object a line (read by the same reader as :mod:`span_plugin.formats.table`)::
+
+    {"sentence1": "Amrozi accused his brother", "sentence2": "Amrozi blamed his brother",
+     "label": "1",
+     "phrases": [{"source": [7, 14], "target": [7, 13], "label": "paraphrase"}]}
+
+- the two text keys (default ``sentence1 sentence2``);
+- an optional sentence label (``label_column``; None: no sentence labels);
+- ``phrases`` (``phrases_key``): a list, possibly empty, of phrase pairs, each
+  ``source`` (a character range ``[start, end)`` of the first text, end exclusive, in
+  Python ``str`` indices of the text as written), ``target`` (the same in the second
+  text) and ``label`` (one of the declared phrase labels).
+
+Every row that does not fit is an error ``FILE:LINE: why``; there is no skipping of bad
+rows. Whether a range holds whole tokens is the encoder's business
+(:mod:`span_plugin.preprocess.pairs`).
+"""
+
+import json
+from dataclasses import dataclass
+
+from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.formats.table import _BadRow, _check_label, _jsonl_rows, _value
+
+DEFAULT_PHRASE_LABELS = ("paraphrase", "random", "in-paraphrase")
+
+
+@dataclass
+class PairRow:
+    line: int  # 1-based line of the file
+    texts: list  # the two texts, line breaks as spaces, stripped
+    label: str  # the sentence label, or None
+    # (source [start, end], target [start, end], phrase label id): character ranges of
+    # the stripped texts (integer ranges shifted by the whitespace stripped in front;
+    # anything else as written, for the range check to name)
+    phrases: list
+
+
+def _phrase(j, pair, label_id, shift):
+    if not isinstance(pair, dict):
+        raise _BadRow(f"phrase pair {j} is {json.dumps(pair)[:40]}, expected an "
+                      f"object with source, target and label")
+    for key in ("source", "target", "label"):
+        if key not in pair:
+            raise _BadRow(f"phrase pair {j} has no {key!r}")
+    if pair["label"] not in label_id:
+        raise _BadRow(f"phrase pair {j}: label {pair['label']!r} is not one of "
+                      f"the declared phrase labels {list(label_id)}")
+    ranges = []
+    for side, key in enumerate(("source", "target")):
+        rng = pair[key]
+        if not (isinstance(rng, list) and len(rng) == 2):
+            raise _BadRow(f"phrase pair {j} {key} {json.dumps(rng)[:40]}: expected "
+                          f"[start, end]")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in rng):
+            rng = [v - shift[side] for v in rng]
+        ranges.append(rng)
+    return ranges[0], ranges[1], label_id[pair["label"]]
+
+
+def read_pair_rows(path, text_columns=("sentence1", "sentence2"), label_column=None,
+                   phrases_key="phrases", phrase_labels=DEFAULT_PHRASE_LABELS,
+                   bad_utf8="error"):
+    """The :class:`PairRow` of each line of one JSON Lines file (whatever its name)."""
+    if len(text_columns) != 2:
+        raise ValueError(f"give two text columns, got {list(text_columns)}")
+    label_id = {name: i for i, name in enumerate(phrase_labels)}
+    items = list(_jsonl_rows(path, read_file_lines(path, bad_utf8)))
+    items.pop()  # the key list
+    for lineno, row in items:
+        try:
+            if isinstance(row, _BadRow):
+                raise row
+            raw = [_value(row, c, "text", row) for c in text_columns]
+            label = None
+            if label_column is not None:
+                label = _check_label(_value(row, label_column, "label", row).strip(),
+                                     label_column, False)
+            texts, shift = [], []
+            for t in raw:
+                t = t.replace("\r", " ").replace("\n", " ")  # same length: ranges keep
+                texts.append(t.strip())
+                shift.append(len(t) - len(t.lstrip()))
+            pairs = row.get(phrases_key, [])
+            if not isinstance(pairs, list):
+                raise _BadRow(f"{phrases_key!r} holds {json.dumps(pairs)[:40]}, expected a list")
+            phrases = [_phrase(j, pair, label_id, shift) for j, pair in enumerate(pairs)]
+        except _BadRow as bad:
+            raise BadInputError(f"{path}:{lineno}: {bad}") from None
+        yield PairRow(lineno, texts, label, phrases)

@@ -1,0 +1,43 @@
+"""Predictions of a ``span_pair_classification`` checkpoint on a JSON Lines file of
+sentence pairs with phrase pairs (the format of docs/SPAN_PAIRS.md; phrase and
+sentence labels, when present, are not read), one JSON object a line::
+
+    {"line": 1, "sentence": {"label": "1", "scores": {"0": 0.2, "1": 0.8}},
+     "phrases": [{"source": [7, 14], "target": [7, 13], "label": "paraphrase",
+                  "scores": {"paraphrase": 0.7, "random": 0.1, "in-paraphrase": 0.2}}]}
+
+``sentence`` is null for a checkpoint without a sentential head.
+"""
+
+import json
+import os
+
+from span_plugin.formats.lines import read_file_lines
+from span_plugin.formats.table import _BadRow, _jsonl_rows
+
+
+def write_pair_predictions(hub, input_path, output_path, text_columns=("sentence1", "sentence2"),
+                           phrases_key="phrases"):
+    """Predict every row of ``input_path`` into ``output_path``; returns the row count.
+    A bad row is an error ``FILE:LINE: why``."""
+    rows = list(_jsonl_rows(input_path, read_file_lines(input_path, "error")))[:-1]  # last: keys
+    os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+    with open(output_path, "w", encoding="utf-8") as out:
+        for lineno, row in rows:
+            try:
+                if isinstance(row, _BadRow):
+                    raise ValueError(str(row))
+                missing = [k for k in (*text_columns, phrases_key) if k not in row]
+                if missing:
+                    raise ValueError(f"no {missing[0]!r} (keys: {sorted(row)})")
+                texts = [row[k] for k in text_columns]
+                if not all(isinstance(t, str) for t in texts):
+                    raise ValueError(f"{' and '.join(text_columns)} must be strings")
+                phrases = row[phrases_key]
+                got = hub.predict_pairs(*texts, phrases)
+            except ValueError as bad:
+                raise ValueError(f"{input_path}:{lineno}: {bad}") from None
+            ranges = [(p["source"], p["target"]) if isinstance(p, dict) else tuple(p) for p in phrases]
+            got["phrases"] = [{"source": s, "target": t, **p} for (s, t), p in zip(ranges, got["phrases"])]
+            out.write(json.dumps({"line": lineno, **got}) + "\n")
+    return len(rows)

@@ -1,0 +1,92 @@
+"""Inference for sentence(-pair) classification and regression checkpoints
+(``span_classification``, and fairseq's ``sentence_prediction`` baseline) on raw text.
+
+    hub = SpanHubInterface.from_pretrained("checkpoints/checkpoint_best.pt")
+    hub.predict([("A man plays.", "A man is playing.")])
+    # -> [{"label": "1", "probs": {"0": 0.2, "1": 0.8}}]    (regression: {"score": x})
+"""
+
+import torch
+import torch.nn.functional as F
+
+from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
+
+KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
+
+
+@register_adapter("span_classification", "sentence_prediction")
+class SentenceHubInterface(SpanHubInterface):
+    """``roberta_span`` (span heads), or fairseq's plain ``roberta`` fine-tuned with
+    sentence_prediction (the baseline; it gets the same tokens, and no spans)."""
+
+    def _encode_input(self, texts):
+        """BPE + segmentation of one input column -> (token items, flat span items)."""
+        toks, spans = TensorListDataset(), TensorListDataset()
+        for text in texts:
+            symbols, offsets = self.encoder.encode(text)
+            toks.append(self.tokens_of(symbols))
+            spans.append(torch.tensor([o for pair in offsets for o in pair], dtype=torch.long))
+        return toks, spans
+
+    def encode(self, examples):
+        """Examples (str, or tuples of str for pairs) -> model inputs, as training.
+
+        Returns a list of ``(tokens LongTensor [T_i], spans LongTensor [n_i, 2])``.
+        """
+        examples = [(e,) if isinstance(e, str) else tuple(e) for e in examples]
+        widths = {len(e) for e in examples}
+        if len(widths) != 1:
+            raise ValueError("mix of single sentences and pairs in one call")
+        width = widths.pop()
+        if width not in (1, 2):
+            raise ValueError(f"examples must be one sentence or a pair, got {width} texts")
+        expected = self.num_inputs or width
+        if width != expected:
+            raise ValueError(f"this model was trained on {KINDS[expected]}; got "
+                             f"{KINDS[width]}: give it what it was trained on")
+        cfg = self.task.cfg
+        inputs = [self._encode_input([e[k] for e in examples]) for k in range(width)]
+        layout = self.lay_out([toks for toks, _ in inputs],
+                              "none" if cfg.shorten_method == "none" else "truncate")
+        spans = layout.spans([s for _, s in inputs], max_spans=getattr(cfg, "max_spans", None),
+                             max_span_tokens=getattr(cfg, "max_span_tokens", None))
+        out = [(layout.tokens[i], spans[i]) for i in range(len(examples))]
+        limit = self.model.max_positions()
+        for i, (t, _) in enumerate(out):
+            if t.numel() > limit:
+                raise ValueError(
+                    f"example {i} has {t.numel()} tokens, more than the model's {limit}; "
+                    f"the checkpoint was trained with --shorten-method none"
+                )
+        return out
+
+    @torch.no_grad()
+    def predict_logits(self, examples, batch_size=32):
+        """Logits ``[N, C]`` (float32) of the examples, in order, batched."""
+        if len(examples) == 0:
+            return torch.zeros(0, self.task.cfg.num_classes)
+        encoded = self.encode(examples)
+        out = []
+        for b in range(0, len(encoded), batch_size):
+            chunk = encoded[b : b + batch_size]
+            side = {"spans": collate_spans([s for _, s in chunk])} if self.reads_spans else {}
+            out.append(self.forward_batch([t for t, _ in chunk], **side).float().cpu())
+        return torch.cat(out, dim=0)
+
+    def predict(self, examples, batch_size=32):
+        """Predict raw sentences (str) or pairs ((str, str)).
+
+        Returns one dict per example: classification ``{"label": name, "probs":
+        {name: p}}``; regression ``{"score": float}`` (in the units of the training
+        labels: STS-B folders from span-preprocess hold score / 5).
+        """
+        logits = self.predict_logits(list(examples), batch_size=batch_size)
+        if self.regression:
+            return [{"score": float(x)} for x in logits[:, 0]]
+        probs = F.softmax(logits, dim=-1)
+        names = self.labels
+        return [
+            {"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
+            for p in probs
+        ]

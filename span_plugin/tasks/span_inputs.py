@@ -1,0 +1,177 @@
+"""What the span tasks share: reading an input's token files (all shards of a split)
+with their span files, the data record of the folder (checked when loading, saved in
+checkpoints), sentence labels as ``sentence_prediction`` reads them, and building a
+model that reads what the task gives it.
+
+The input layout itself (``<s> A </s> </s> B </s>``, shortening, span offsets) is
+:func:`span_plugin.data.layout.lay_out`.
+"""
+
+import contextlib
+import itertools
+import logging
+import os
+
+import numpy as np
+from fairseq.data import (
+    ConcatDataset,
+    OffsetTokensDataset,
+    RawLabelDataset,
+    StripTokenDataset,
+    data_utils,
+)
+from fairseq.tasks.sentence_prediction import SentencePredictionTask
+from omegaconf import OmegaConf, open_dict
+
+from span_plugin.data import span_index
+from span_plugin.data.layout import check_label_count
+from span_plugin.preprocess import provenance
+
+logger = logging.getLogger(__name__)
+
+
+class SpanInputsTask:
+    """Mixin, first base of a span task (before the fairseq task it extends).
+
+    The folder's record of how it was made (``DATA/provenance.json``) is checked
+    against the dictionaries and stored in the task state (fairseq saves it in every
+    checkpoint); every file of the folder is checked against it when a split loads.
+    A task sets ``task_name`` (its registered name) and ``folder_command`` (the
+    command that builds its folders), for messages, and implements
+    ``build_split(split, combine) -> dataset``.
+    """
+
+    task_name = None
+    folder_command = "span-preprocess glue"  # what builds the task's folders
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        provenance.attach(self)
+
+    def load_dataset(self, split, combine=False, **kwargs):
+        """Load a split; raises if a file is missing or does not fit its tokens."""
+        provenance.verify_folder(self.cfg.data)
+        dataset = self.build_split(split, combine)
+        logger.info(f"Loaded {split} with #samples: {len(dataset)}")
+        self.datasets[split] = dataset
+        return dataset
+
+    def load_tokens(self, key, split, combine=False):
+        """Token files of input ``key`` (``DATA/key/split``, shards split1, split2, ...
+        when ``combine``), concatenated; each item a sentence's tokens + ``</s>``.
+        Returns ``(dataset, [prefix of each shard])``, ``(None, [])`` when there is none."""
+        tokens, prefixes = [], []
+        for k in itertools.count():
+            prefix = os.path.join(self.cfg.data, key, split + (str(k) if k > 0 else ""))
+            toks = data_utils.load_indexed_dataset(prefix, self.source_dictionary)
+            if toks is None:
+                break
+            tokens.append(toks)
+            prefixes.append(prefix)
+            if not combine:
+                break
+        return _concat(tokens), prefixes
+
+    def load_input(self, key, split, combine=False):
+        """Tokens and n-gram spans of one input (all shards of the split when
+        ``combine``).
+
+        Returns ``(tokens, spans)``, or ``(None, None)`` when the input does not exist
+        (``input1`` of a single-sentence task). Span files are checked against the
+        tokens here, before any training starts.
+        """
+        tokens, prefixes = self.load_tokens(key, split, combine)
+        if tokens is None:
+            return None, None
+        spans = []
+        shards = tokens.datasets if isinstance(tokens, ConcatDataset) else [tokens]
+        for prefix, toks in zip(prefixes, shards):
+            sprefix = span_index.span_prefix(prefix)
+            if not span_index.exists(sprefix):
+                raise FileNotFoundError(
+                    f"{sprefix}.{{bin,idx}} not found: task {self.task_name} needs a "
+                    f"span index beside every token file. Build the data folder with "
+                    f"`{self.folder_command}` (docs/PREPROCESS.md), or write one with "
+                    f"span_plugin.data.span_index.SpanIndexWriter (docs/DATA.md)"
+                )
+            spn = span_index.load_spans(sprefix)
+            # fairseq-preprocess appends </s>: a sentence's own length is size - 1.
+            span_index.check_alignment(sprefix, spn, np.asarray(toks.sizes) - 1)
+            spans.append(spn)
+        return tokens, _concat(spans)
+
+    def build_model_of(self, cfg, from_checkpoint, model_class, archs):
+        """fairseq's model of ``cfg`` with the task's ``max_positions``; raises unless it
+        is a ``model_class`` (another model would silently ignore the spans, words or
+        phrases the task gives it). archs: the ``--arch`` names to suggest."""
+        from fairseq import models
+
+        with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
+            cfg.max_positions = self.cfg.max_positions
+        model = models.build_model(cfg, self, from_checkpoint)
+        if not isinstance(model, model_class):
+            raise ValueError(
+                f"task {self.task_name} needs a model that reads its inputs (--arch "
+                f"{archs}); got {type(model).__name__}, which would silently ignore them"
+            )
+        return model
+
+
+class SentenceSpanTask(SpanInputsTask, SentencePredictionTask):
+    """Base of the span tasks on sentence_prediction folders (``input0``, ``input1``,
+    ``label``): its dictionaries, ``num_classes``, ``init_token``/``separator_token``,
+    shortening options and sentence labels; encoder-only inputs."""
+
+    def __init__(self, cfg, data_dictionary, label_dictionary):
+        if cfg.d2v2_multi or cfg.add_prev_output_tokens:
+            raise ValueError(
+                f"{self.task_name} does not support --d2v2-multi or "
+                f"--add-prev-output-tokens (encoder-only RoBERTa inputs only)"
+            )
+        super().__init__(cfg, data_dictionary, label_dictionary)
+
+    def sentence_targets(self, split, examples):
+        """``{"target": labels}`` of the split (one per example, checked), or ``{}``
+        when it has none or the folder has no label dictionary (phrasal-only)."""
+        if not self.cfg.regression_target and self.label_dictionary is None:
+            return {}
+        labels = self.load_sentence_labels(split)
+        if labels is None:
+            return {}
+        check_label_count(labels, os.path.join(self.cfg.data, "label", split), examples,
+                          os.path.join(self.cfg.data, "input0", split))
+        return {"target": labels}
+
+    def load_sentence_labels(self, split):
+        """Labels of ``DATA/label/split`` as sentence_prediction reads them (class ids,
+        or ``num_classes`` floats per line with ``--regression-target``); None when the
+        split has none."""
+        prefix = os.path.join(self.cfg.data, "label", split)
+        if not self.cfg.regression_target:
+            labels = data_utils.load_indexed_dataset(prefix, self.label_dictionary)
+            if labels is None:
+                return None
+            return OffsetTokensDataset(
+                StripTokenDataset(labels, id_to_strip=self.label_dictionary.eos()),
+                offset=-self.label_dictionary.nspecial,
+            )
+        path = prefix + ".label"
+        if not os.path.exists(path):
+            return None
+        values = []
+        with open(path) as h:
+            for i, line in enumerate(h):
+                fields = line.split()
+                if len(fields) != self.cfg.num_classes:
+                    raise ValueError(
+                        f"{path}: line {i + 1} has {len(fields)} values, expected "
+                        f"num_classes={self.cfg.num_classes}"
+                    )
+                values.append([float(x) for x in fields])
+        return RawLabelDataset(values)
+
+
+def _concat(datasets):
+    if not datasets:
+        return None
+    return datasets[0] if len(datasets) == 1 else ConcatDataset(datasets)

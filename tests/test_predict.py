@@ -1,0 +1,65 @@
+"""span-predict serves the task a checkpoint records: span pairs (JSON Lines in, JSON
+Lines out), and a clear error for a task no adapter serves or a flag of another task."""
+
+import json
+
+import pytest
+import torch
+from conftest import run_cli
+from test_span_pair_train import pair_args, pair_folders  # noqa: F401  (fixture)
+
+
+@pytest.fixture(scope="module")
+def pair_ckpt(pair_folders, tmp_path_factory):  # noqa: F811
+    save = tmp_path_factory.mktemp("pair_ckpt")
+    run_cli("fairseq-train", *pair_args(pair_folders["labelled"], save, "--max-update", "1"))
+    return save / "checkpoint_last.pt"
+
+
+@pytest.mark.slow
+def test_span_predict_writes_span_pair_predictions(pair_folders, pair_ckpt, tmp_path):  # noqa: F811
+    from span_plugin.inference.hub import SpanHubInterface
+
+    rows_file = pair_folders["labelled"].parent / "valid.jsonl"
+    out = tmp_path / "out" / "pairs.jsonl"
+    run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output", out)
+    rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines()]
+    got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [g["line"] for g in got] == list(range(1, len(rows) + 1))
+    hub = SpanHubInterface.from_pretrained(pair_ckpt)
+    for row, g in zip(rows, got):
+        assert g["sentence"]["label"] in {"0", "1"}
+        assert [(p["source"], p["target"]) for p in g["phrases"]] == \
+            [(p["source"], p["target"]) for p in row["phrases"]]
+        want = hub.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])
+        assert [p["label"] for p in g["phrases"]] == [p["label"] for p in want["phrases"]]
+        for p, w in zip(g["phrases"], want["phrases"]):
+            assert p["scores"] == pytest.approx(w["scores"], abs=1e-6)
+            assert p["label"] in hub.phrase_labels
+
+    # A bad row is named by file and line; a flag of another task's output is refused.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"sentence1": "a b", "sentence2": "a b",
+                               "phrases": [{"source": [0, 1]}]}) + "\n")
+    proc = run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", bad, "--output",
+                   tmp_path / "x.jsonl", check=False)
+    assert proc.returncode == 2 and f"{bad}:1: phrase pair 0 has no 'target'" in proc.stdout, proc.stdout
+    proc = run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output",
+                   tmp_path / "x.jsonl", "--conll-out", tmp_path / "x.conll", check=False)
+    assert proc.returncode == 2, proc.stdout
+    assert ("--conll-out does not apply to a span_pair_classification checkpoint" in proc.stdout
+            and "it takes --input, --output" in proc.stdout), proc.stdout
+
+
+@pytest.mark.slow
+def test_span_predict_refuses_a_task_without_adapter(pair_ckpt, tmp_path):
+    state = torch.load(pair_ckpt, map_location="cpu", weights_only=False)
+    state["cfg"]["task"]["_name"] = "masked_lm"
+    torch.save(state, tmp_path / "other.pt")
+    proc = run_cli("span-predict", "--checkpoint", tmp_path / "other.pt", "--input", "x.jsonl",
+                   "--output", tmp_path / "x.jsonl", check=False)
+    assert proc.returncode == 2, proc.stdout
+    assert "trained with task 'masked_lm' and model 'roberta_span_pair_base'" in proc.stdout
+    for served in ("span_classification", "sentence_prediction", "span_tagging",
+                   "span_labeling", "span_pair_classification"):
+        assert served in proc.stdout, proc.stdout
