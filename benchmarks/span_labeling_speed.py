@@ -40,7 +40,7 @@ def real_batches(batch, seq_len, count):
     consecutive real dev sentences, each item filled up to T - 2 own tokens."""
     from span_plugin.formats.conll import read_conll
     from span_plugin.preprocess.conll import word_token_counts
-    from span_plugin.tokenizers.encoders import EncoderSpec
+    from span_plugin.preprocess.encoding import EncoderSpec
     from span_plugin.formats.tags import entities, tag_names, types_of
 
     bpe = os.path.join(SHARED, "gpt2_bpe")

@@ -16,10 +16,10 @@ import sys
 
 import fairseq_cli.train  # noqa: F401  (before the plugin, as fairseq-train imports it)
 
-from span_plugin.runtime import checkpoints
+from span_plugin.formats import files
 
 MODE, _, AT = sys.argv[1].partition(":")
-_commit = checkpoints.commit
+_commit = files.commit
 _count = 0
 
 
@@ -35,6 +35,6 @@ def commit(tmp, path):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-checkpoints.commit = commit
+files.commit = commit
 sys.argv = ["fairseq-train"] + sys.argv[2:]
 fairseq_cli.train.cli_main()

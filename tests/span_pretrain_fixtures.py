@@ -20,7 +20,7 @@ def wikitext_folder(root, train_lines=700, valid_lines=100):
     """DATA/{dict.txt, encoder.json, train.*, valid.*} with span files."""
     if "wiki" not in _CACHE:
         from span_plugin.preprocess.binarize import binarize_file, write_dict
-        from span_plugin.tokenizers.encoders import EncoderSpec
+        from span_plugin.preprocess.encoding import EncoderSpec
 
         spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                            vocab_bpe=str(GPT2_BPE / "vocab.bpe"))

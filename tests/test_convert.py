@@ -485,9 +485,8 @@ def test_existing_output_needs_force(hf_copy, tmp_path):
 
 
 def test_interrupted_write_leaves_no_model(hf_copy, tmp_path, monkeypatch):
-    def save_half_then_fail(obj, path):
-        with open(path, "wb") as f:
-            f.write(b"half a checkpoint")
+    def save_half_then_fail(obj, f):
+        f.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(torch, "save", save_half_then_fail)
@@ -495,7 +494,7 @@ def test_interrupted_write_leaves_no_model(hf_copy, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         convert_bert(hf_copy, out)
     assert not (out / "model.pt").exists()
-    assert not [p for p in os.listdir(out) if ".tmp-" in p]
+    assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
 
 
 # ------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from span_plugin.preprocess import conll as C
 from span_plugin.formats.lines import BadInputError
 from span_plugin.preprocess.binarize import _get_encoder
 from span_plugin.preprocess.check import check_folder
-from span_plugin.tokenizers.encoders import EncoderSpec
+from span_plugin.preprocess.encoding import EncoderSpec
 
 CONLL = DATA / "conll2003"
 

@@ -31,7 +31,7 @@ def conll_dir(tmp_path_factory):
     """A few dozen real sentences per split, and their tagging folder ``bin/`` (made
     here, in-process, as `span-preprocess conll` makes it: a process less per run)."""
     from span_plugin.preprocess.conll import prepare_conll
-    from span_plugin.tokenizers.encoders import EncoderSpec
+    from span_plugin.preprocess.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("conll")
     files = {}

@@ -11,7 +11,7 @@ from span_plugin.modules import entities as ner
 from span_plugin.formats import tags as T
 from span_plugin.criterions.ner import SpanLabelingCriterion
 from span_plugin.preprocess.conll import prepare_conll
-from span_plugin.tokenizers.encoders import EncoderSpec
+from span_plugin.preprocess.encoding import EncoderSpec
 from span_plugin.tasks.span_tagging import SpanLabelingTask
 
 

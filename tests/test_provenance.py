@@ -16,7 +16,7 @@ from test_task_train import span_args
 from span_plugin.preprocess import provenance
 from span_plugin.preprocess.encoder_settings import SettingsMismatch, encoder_spec
 from span_plugin.inference.hub import SpanHubInterface
-from span_plugin.tokenizers.encoders import EncoderSpec
+from span_plugin.preprocess.encoding import EncoderSpec
 from span_plugin.preprocess.ngrams import default_ngrams_path
 
 BPE = {"gpt2_encoder_json": GPT2_BPE / "encoder.json", "gpt2_vocab_bpe": GPT2_BPE / "vocab.bpe"}

@@ -15,7 +15,7 @@ from conftest import GLUE, GPT2_BPE
 from span_plugin.data import span_index
 from span_plugin.preprocess.align import align_file
 from span_plugin.formats.lines import BadInputError
-from span_plugin.tokenizers.encoders import EncoderSpec
+from span_plugin.preprocess.encoding import EncoderSpec
 from span_plugin.preprocess.pairs import (
     PHRASE_LABEL_DIR,
     phrase_prefix,

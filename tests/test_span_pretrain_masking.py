@@ -114,7 +114,7 @@ def test_gpt2_word_starts_match_the_encoder():
     encoders use (:mod:`span_plugin.tokenizers.words`), on real WikiText lines."""
     from fairseq.data import Dictionary
 
-    from span_plugin.tokenizers.encoders import make_encoder
+    from span_plugin.preprocess.encoding import make_encoder
 
     d = Dictionary.load(str(GPT2_BPE / "dict.txt"))
     rule = build_word_boundaries("auto", d.symbols, d.nspecial, GPT2_BPE / "encoder.json")
@@ -123,7 +123,7 @@ def test_gpt2_word_starts_match_the_encoder():
     lines = wikitext_lines("wiki.valid.tokens", 400) + ["Hello   world!! it's 3.5km, naïve café — “q”"]
     checked = 0
     for line in lines:
-        tokens, starts, _ = enc._pieces(line.strip())
+        tokens, starts, _ = enc.tokenizer.pieces(line.strip())
         if tokens:
             ids = np.array([d.index(t) for t in tokens])
             assert np.flatnonzero(rule(ids)).tolist() == starts, line
@@ -132,15 +132,15 @@ def test_gpt2_word_starts_match_the_encoder():
 
 
 def test_wordpiece_word_starts_match_the_encoder():
-    from span_plugin.tokenizers.encoders import make_encoder
+    from span_plugin.preprocess.encoding import make_encoder
 
     enc = make_encoder(bpe="wordpiece", wordpiece=minilm_dir(), segmentation="none")
     vocab = (minilm_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    symbols = [enc.SPECIALS.get(t, t) for t in vocab]
+    symbols = [enc.tokenizer.SPECIALS.get(t, t) for t in vocab]
     index = {t: i for i, t in enumerate(symbols)}
     rule = build_word_boundaries("auto", symbols, 0)
     for line in wikitext_lines("wiki.valid.tokens", 200):
-        tokens, starts, _ = enc._pieces(line.strip())
+        tokens, starts, _ = enc.tokenizer.pieces(line.strip())
         if tokens:
             assert np.flatnonzero(rule(np.array([index[t] for t in tokens]))).tolist() == starts
 
@@ -150,7 +150,7 @@ def test_wordpiece_word_starts_match_the_encoder():
 
 def test_text_shorter_than_one_span_is_refused(wiki, tmp_path):
     from span_plugin.preprocess.binarize import binarize_file, write_dict
-    from span_plugin.tokenizers.encoders import EncoderSpec
+    from span_plugin.preprocess.encoding import EncoderSpec
 
     (tmp_path / "t.txt").write_text("Too short .\n")
     spec = EncoderSpec(encoder_json=str(GPT2_BPE / "encoder.json"), vocab_bpe=str(GPT2_BPE / "vocab.bpe"))

@@ -45,7 +45,7 @@ def test_token_ids_equal_an_independent_bert_tokenizer_on_real_rows():
 
     reference = BertTokenizer(str(minilm_dir() / "vocab.txt"), do_lower_case=True)
     enc = encoder()
-    specials = {v: k for k, v in enc.SPECIALS.items()}
+    specials = {v: k for k, v in enc.tokenizer.SPECIALS.items()}
     for text in sample():
         tokens, _ = enc.encode(text)
         ours = reference.convert_tokens_to_ids([specials.get(t, t) for t in tokens])
@@ -60,7 +60,7 @@ def test_spans_cover_whole_words_of_the_tokenizer():
     multi = 0
     for text in sample():
         tokens, spans = enc.encode(text)
-        e = enc.tokenizer.encode(text.strip(), add_special_tokens=False)
+        e = enc.tokenizer.library.encode(text.strip(), add_special_tokens=False)
         word_starts = {i for i, w in enumerate(e.word_ids) if i == 0 or w != e.word_ids[i - 1]}
         assert [s for s, _ in spans] == sorted(s for s, _ in spans)
         assert all(b[1] == a[0] for b, a in zip(spans, spans[1:]))
@@ -86,18 +86,19 @@ def test_fast_path_equals_the_library_pipeline_on_every_glue_row():
     fast = 0
     for text in glue_sentences():
         text = text.strip()
-        if enc._plain(text):
+        if enc.tokenizer._plain(text):
             fast += 1
-            assert enc._pieces(text) == enc._pieces_full(text), text
+            assert enc.tokenizer.pieces(text) == enc.tokenizer._pieces_full(text), text
     assert fast > 0.9 * len(glue_sentences())
 
 
 def test_fast_path_steps_aside_for_added_tokens_and_unicode():
     enc = encoder()
     for text in ["a [SEP] b", "Café au lait", "ctrl\x07char", "中国"]:
-        assert not enc._plain(text)
-        assert enc._pieces(text) == enc._pieces_full(text)
-    assert enc._plain("tab\there") and enc._pieces("tab\there") == enc._pieces_full("tab\there")
+        assert not enc.tokenizer._plain(text)
+        assert enc.tokenizer.pieces(text) == enc.tokenizer._pieces_full(text)
+    tok = enc.tokenizer
+    assert tok._plain("tab\there") and tok.pieces("tab\there") == tok._pieces_full("tab\there")
     assert enc.encode("a [SEP] b")[0] == ["a", "</s>", "b"]
 
 

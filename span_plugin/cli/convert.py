@@ -37,7 +37,8 @@ def _parser():
 
 
 def _bert(args):
-    from span_plugin.convert.bert import convert_bert, fairseq_model_cfg, train_flags
+    from span_plugin.convert.bert import convert_bert, fairseq_model_cfg
+    from span_plugin.convert.flags import train_flags
 
     plan = convert_bert(args.hf_dir, args.out, overwrite=args.force, seed=args.seed)
     rec, shape = plan.record, plan.shape
@@ -52,13 +53,13 @@ def _bert(args):
 
 
 def _flags(args):
-    from span_plugin.convert.bert import checkpoint_train_flags
+    from span_plugin.convert.flags import checkpoint_train_flags
 
     print(shlex.join(checkpoint_train_flags(args.checkpoint)))
 
 
 def _hydra(args):
-    from span_plugin.convert.bert import hydra_overrides
+    from span_plugin.convert.flags import hydra_overrides
 
     print(shlex.join(hydra_overrides(args.model_dir)))
 

@@ -48,7 +48,7 @@ def _add_split_files(p, kind):
 
 
 def _spec(a, need_dict=True):
-    from span_plugin.tokenizers.encoders import EncoderSpec
+    from span_plugin.preprocess.encoding import EncoderSpec
 
     if need_dict and not a.srcdict:
         raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")

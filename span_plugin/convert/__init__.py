@@ -1,7 +1,8 @@
 """Checkpoint conversion into fairseq's RoBERTa format (``span-convert``).
 
 :mod:`.bert` converts Hugging Face BERT-architecture checkpoints (BERT, SpanBERT,
-MiniLM, ...); :mod:`.cli` is the command line.
+MiniLM, ...); :mod:`.flags` gives the recipe flags of a checkpoint;
+:mod:`span_plugin.cli.convert` is the command line.
 """
 
 from span_plugin.convert.bert import (  # noqa: F401
@@ -10,13 +11,12 @@ from span_plugin.convert.bert import (  # noqa: F401
     Conversion,
     ConversionError,
     VocabMapping,
-    checkpoint_train_flags,
     convert_bert,
     convert_state_dict,
     fairseq_model_cfg,
     plan_bert_conversion,
     read_bert_config,
     read_vocab,
-    train_flags,
     vocab_mapping,
 )
+from span_plugin.convert.flags import checkpoint_train_flags, train_flags  # noqa: F401

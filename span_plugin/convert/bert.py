@@ -41,16 +41,15 @@ Everything is validated before the first byte is written.
 
 import json
 import logging
-import os
 import pickle
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from span_plugin.tokenizers.encoders import BERT_MASK, BERT_SPECIALS
+from span_plugin.formats.files import atomic_copy, atomic_write
+from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece
 
 logger = logging.getLogger(__name__)
 
@@ -638,68 +637,6 @@ def build_checkpoint(state_dict: Dict[str, torch.Tensor], model_cfg: Dict, data_
     }
 
 
-TRAIN_FLAGS = (
-    ("--encoder-layers", "encoder_layers"),
-    ("--encoder-embed-dim", "encoder_embed_dim"),
-    ("--encoder-ffn-embed-dim", "encoder_ffn_embed_dim"),
-    ("--encoder-attention-heads", "encoder_attention_heads"),
-    ("--max-positions", "max_positions"),
-)
-
-
-def train_flags(model_cfg) -> List[str]:
-    """fairseq-train arguments that build a ``roberta``-family model of these sizes.
-
-    ``model_cfg`` is a checkpoint's ``cfg["model"]`` (dict, DictConfig or Namespace).
-    ``--activation-fn`` is added only when it is not RoBERTa's default (gelu)."""
-    def get(key):
-        value = model_cfg.get(key) if isinstance(model_cfg, Mapping) else getattr(
-            model_cfg, key, None)
-        return value
-
-    flags = []
-    for flag, key in TRAIN_FLAGS:
-        value = get(key)
-        if value is None:
-            raise ConversionError(f"checkpoint cfg.model has no {key}")
-        flags += [flag, str(value)]
-    act = get("activation_fn")
-    if act not in (None, "gelu"):
-        flags += ["--activation-fn", str(act)]
-    return flags
-
-
-def checkpoint_train_flags(path) -> List[str]:
-    """:func:`train_flags` of a checkpoint file (or of ``model.pt`` in a folder). Tensors
-    are memory-mapped, not read."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "model.pt"
-    if not path.is_file():
-        raise ConversionError(f"{path}: no such checkpoint")
-    state = load_torch_file(path)
-    if not isinstance(state, Mapping):
-        raise ConversionError(f"{path}: not a fairseq checkpoint")
-    if state.get("cfg") is not None:
-        return train_flags(state["cfg"]["model"])
-    if state.get("args") is not None:  # fairseq checkpoints from before hydra
-        return train_flags(state["args"])
-    raise ConversionError(f"{path}: neither cfg nor args in the checkpoint")
-
-
-def hydra_overrides(model_dir) -> List[str]:
-    """fairseq-hydra-train overrides that turn a ``recipes/hydra`` GLUE config (span
-    head, RoBERTa layout) into the run ``MODEL_DIR=model_dir recipes/glue/TASK.sh``
-    makes: the converted weights, their sizes, BERT's one-separator pair layout. The
-    data folder (``task.data``) must be one built with that model's WordPiece."""
-    model = Path(model_dir).resolve() / "model.pt"
-    flags = checkpoint_train_flags(model)
-    sizes = [f"++model.{flag[2:].replace('-', '_')}={value}"
-             for flag, value in zip(flags[::2], flags[1::2])]
-    return [f"checkpoint.restore_file={model}", "model._name=roberta_span",
-            "task.separator_token=null", *sizes]
-
-
 # --------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------
@@ -707,20 +644,7 @@ def hydra_overrides(model_dir) -> List[str]:
 
 def write_dict_txt(tokens: Sequence[str], path) -> None:
     """fairseq ``dict.txt`` (``token count`` lines); counts are all 1, order is kept."""
-    _atomic(path, lambda tmp: Path(tmp).write_text(
-        "".join(f"{t} 1\n" for t in tokens), encoding="utf-8"))
-
-
-def _atomic(path, write) -> None:
-    """Run ``write(tmp)`` then rename tmp onto ``path``: readers never see half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_write(path, lambda f: f.write("".join(f"{t} 1\n" for t in tokens).encode("utf-8")))
 
 
 # Files copied from the source so that the output folder tokenizes on its own.
@@ -745,8 +669,6 @@ class Conversion:
     record: Dict
 
     def checkpoint(self, out_dir) -> Dict:
-        from span_plugin.tokenizers.encoders import load_wordpiece
-
         normalizer = json.loads(load_wordpiece(str(self.hf_dir)).to_str()).get("normalizer") or {}
         return build_checkpoint(
             self.state_dict, fairseq_model_cfg(self.shape, self.record), Path(out_dir).resolve(),
@@ -800,9 +722,9 @@ def convert_bert(hf_dir, out_dir, overwrite: bool = False, seed: int = 0) -> Con
     write_dict_txt(plan.vocab.dict_tokens, out_dir / "dict.txt")
     for src, dst in COPIED_FILES:
         if (plan.hf_dir / src).is_file():
-            _atomic(out_dir / dst, lambda tmp, s=src: shutil.copyfile(plan.hf_dir / s, tmp))
+            atomic_copy(plan.hf_dir / src, out_dir / dst)
         elif (out_dir / dst).exists():  # left by an earlier conversion (overwrite)
             (out_dir / dst).unlink()
-    _atomic(out_dir / "model.pt", lambda tmp: torch.save(plan.checkpoint(out_dir), tmp))
+    atomic_write(out_dir / "model.pt", lambda f: torch.save(plan.checkpoint(out_dir), f))
     logger.info("wrote %s", out_dir / "model.pt")
     return plan

@@ -14,8 +14,8 @@ only ids, so the word starts are recovered from the symbols of ``dict.txt``:
   begins a word when it starts with a space, is or follows a contraction, or when its
   first character is of another class (letter / digit / other) than the previous
   token's last one. A token that continues a UTF-8 character split by BPE never begins
-  a word; a whitespace-only token joins the word after it (as the encoders of
-  :mod:`span_plugin.tokenizers.encoders` count it). A character split across tokens
+  a word; a whitespace-only token joins the word after it (as
+  :mod:`span_plugin.tokenizers.gpt2` counts it). A character split across tokens
   counts as a word edge (rare outside CJK text, where GPT-2 splits characters into
   bytes). These are the ``gpt2`` scheme's words (tested against the encoder).
 - ``token``: every token is a word (any other vocabulary).
@@ -135,11 +135,11 @@ class GPT2WordBoundaries(WordBoundaries):
 
 def gpt2_boundaries(symbols, nspecial, encoder_json):
     """Tables of a GPT-2 ``dict.txt`` (decimal ids) from its ``encoder.json``."""
-    from span_plugin.tokenizers.encoders import _bytes_to_unicode
+    from span_plugin.tokenizers.gpt2 import bytes_to_unicode
 
     with open(encoder_json, encoding="utf-8") as f:
         decoder = {v: k for k, v in json.load(f).items()}
-    unmap = {c: b for b, c in _bytes_to_unicode().items()}
+    unmap = {c: b for b, c in bytes_to_unicode().items()}
     size = len(symbols)
     first = np.full(size, EDGE, dtype=np.int8)
     last = np.full(size, EDGE, dtype=np.int8)

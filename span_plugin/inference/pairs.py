@@ -10,7 +10,7 @@ docs/SPAN_PAIRS.md) on raw sentence pairs with phrase pairs.
 
 Phrase pairs are character ranges ``[start, end)`` as in the JSON Lines format; they
 are mapped to tokens by the code of ``span-preprocess pairs``
-(:func:`span_plugin.preprocess.pairs.token_char_offsets`, ``range_to_tokens``) and laid
+(``Tokenizer.tokens_with_offsets``, :func:`span_plugin.preprocess.pairs.range_to_tokens`) and laid
 out by the layout of training (:mod:`span_plugin.data.layout`), so the model sees what
 training fed it. Files: :mod:`span_plugin.inference.pair_files` (``span-predict --input``).
 """
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
-from span_plugin.preprocess.pairs import _BadRange, range_to_tokens, token_char_offsets
+from span_plugin.preprocess.pairs import _BadRange, range_to_tokens
 
 
 @register_adapter("span_pair_classification")
@@ -78,7 +78,7 @@ class PairHubInterface(SpanHubInterface):
             t = t.replace("\r", " ").replace("\n", " ")  # as span-preprocess pairs reads it
             texts.append(t.strip())
             shifts.append(len(t) - len(t.lstrip()))
-        encoded = [token_char_offsets(self.encoder, t) for t in texts]
+        encoded = [self.encoder.tokenizer.tokens_with_offsets(t) for t in texts]
         pairs = self._phrase_tokens(texts, shifts, encoded, list(phrase_pairs))
         layout = self.lay_out(
             [TensorListDataset([self.tokens_of(tokens)]) for tokens, _ in encoded],

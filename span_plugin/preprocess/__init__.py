@@ -9,12 +9,12 @@ Public API (names kept stable for the inference hub)::
     tokens, spans = enc.encode("New York is big.")   # ["3791", "1971", ...], [(0, 2), ...]
 """
 
-from span_plugin.tokenizers.encoders import BPE_KINDS, EncoderSpec, make_encoder
+from span_plugin.preprocess.encoding import BPE_KINDS, EncoderSpec, SpanTokenizer, make_encoder
 from span_plugin.preprocess.ngrams import NgramDict, NgramFormatError, default_ngrams_path, load_ngrams
 from span_plugin.preprocess.segment import METHODS as SEGMENTATIONS
 from span_plugin.preprocess.segment import Segmenter
 
 __all__ = [
-    "BPE_KINDS", "EncoderSpec", "make_encoder", "NgramDict", "NgramFormatError",
+    "BPE_KINDS", "EncoderSpec", "SpanTokenizer", "make_encoder", "NgramDict", "NgramFormatError",
     "default_ngrams_path", "load_ngrams", "SEGMENTATIONS", "Segmenter",
 ]

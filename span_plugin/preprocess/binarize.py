@@ -94,7 +94,7 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
                   text_out=None, bad_utf8="error"):
     """Encode, segment and binarize one text file (see the module docstring).
 
-    spec: an :class:`~span_plugin.tokenizers.encoders.EncoderSpec`.
+    spec: an :class:`~span_plugin.preprocess.encoding.EncoderSpec`.
     Returns a :class:`BinarizeSummary`.
     """
     input_path, output_prefix = str(input_path), str(output_prefix)

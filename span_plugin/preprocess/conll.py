@@ -56,10 +56,10 @@ def word_token_counts(encoder, words, where):
     """
     counts = []
     for i, word in enumerate(words):
-        tokens, _, _ = encoder._pieces(word if i == 0 else " " + word)
+        tokens, _, _ = encoder.tokenizer.pieces(word if i == 0 else " " + word)
         if not tokens:
             raise BadInputError(f"{where}: word {i + 1} ({word!r}) gives no tokens with the "
-                                f"{type(encoder).__name__}; remove or replace it")
+                                f"{type(encoder.tokenizer).__name__}; remove or replace it")
         counts.append(len(tokens))
     return counts
 

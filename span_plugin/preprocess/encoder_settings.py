@@ -3,7 +3,7 @@
 A checkpoint's task state holds the record of its data folder
 (:mod:`span_plugin.preprocess.provenance`): BPE kind and files with their hashes, n-gram dictionary
 (hash, top-k, word scheme), segmentation and seed. :func:`encoder_spec` turns it into an
-:class:`~span_plugin.tokenizers.encoders.EncoderSpec`:
+:class:`~span_plugin.preprocess.encoding.EncoderSpec`:
 
 - a setting not given is the record's; a file not given is the recorded path, which must
   still hold the recorded content;
@@ -70,7 +70,8 @@ def _same(name, given, recorded, checkpoint):
 def encoder_spec(record, given, checkpoint):
     """EncoderSpec for inference. ``given``: {setting: value or None} with the keys of
     :data:`SETTINGS`; ``record``: the checkpoint's data record, or None."""
-    from span_plugin.tokenizers.encoders import EncoderSpec, resolve_wordpiece
+    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.tokenizers.wordpiece import resolve_wordpiece
     from span_plugin.preprocess.ngrams import default_ngrams_path
 
     given = {k: given.get(k) for k in SETTINGS}

@@ -36,7 +36,6 @@ import os
 
 import numpy as np
 
-from span_plugin.tokenizers import words as W
 from span_plugin.formats.lines import BadInputError
 from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
 from span_plugin.formats.rows import SplitRows
@@ -53,84 +52,6 @@ LABEL_DTYPE = np.int32
 def phrase_prefix(token_prefix):
     """``DATA/input0/train`` -> ``DATA/input0/train.phrases.spans``."""
     return token_prefix + PHRASE_SUFFIX
-
-
-# ----------------------------------------------------------------------------------
-# Character offsets of each token
-
-
-def _gpt2_offsets(enc, text):
-    """Per token ``(char_start, char_end)`` of its content (leading whitespace left
-    out; a whitespace-only token is the empty range at its end)."""
-    out, pos = [], 0
-    for pt in W.PRETOKEN_RE.findall(text):
-        char_of_byte = []
-        for k, ch in enumerate(pt):
-            char_of_byte += [k] * len(ch.encode("utf-8"))
-        byte = 0
-        for t in enc.pretoken_tokens(pt):
-            n = len(enc.decoder[int(t)])  # one mapped character per byte
-            lo, hi = char_of_byte[byte], char_of_byte[byte + n - 1] + 1
-            out.append((pos + lo, pos + hi))
-            byte += n
-        pos += len(pt)
-    return _skip_leading_space(text, out)
-
-
-def _skip_leading_space(text, offsets):
-    fixed = []
-    for lo, hi in offsets:
-        while lo < hi and text[lo].isspace():
-            lo += 1
-        fixed.append((lo, hi))
-    return fixed
-
-
-def _wordpiece_offsets(enc, text):
-    e = enc.tokenizer.encode(text, add_special_tokens=False)
-    return _skip_leading_space(text, [tuple(o) for o in e.offsets])
-
-
-def _word_offsets(enc, text, surface):
-    """Encoders that encode word by word (sentencepiece, fastBPE): a token's range is
-    its surface text inside its word when the surfaces spell the word, else the whole
-    word (only word boundaries are then addressable)."""
-    tokens, starts, _ = enc._pieces(text)
-    words = [(m.start(), m.end()) for m in W._WORD_RE.finditer(text) if m.end() > m.start()]
-    if len(words) != len(starts):
-        raise ValueError(f"{len(words)} words but the encoder gave {len(starts)}: {text[:80]!r}")
-    bounds = starts + [len(tokens)]
-    out = []
-    for (ws, we), a, b in zip(words, bounds, bounds[1:]):
-        lens = [len(surface(t)) for t in tokens[a:b]]
-        if sum(lens) == we - ws:
-            pos = ws
-            for n in lens:
-                out.append((pos, pos + n))
-                pos += n
-        else:
-            out += [(ws, we)] * (b - a)
-    return out
-
-
-def token_char_offsets(enc, text):
-    """``(tokens, offsets)`` of ``text`` (already stripped): ``offsets[i]`` is the
-    character range of token i's content, as :func:`ranges_to_tokens` reads it."""
-    tokens, _ = enc.encode(text)
-    kind = type(enc).__name__
-    if kind == "GPT2SpanEncoder":
-        offsets = _gpt2_offsets(enc, text)
-    elif kind == "WordPieceSpanEncoder":
-        offsets = _wordpiece_offsets(enc, text)
-    elif kind == "SentencePieceSpanEncoder":
-        offsets = _word_offsets(enc, text, lambda t: t.lstrip("\u2581"))
-    elif kind == "FastBPESpanEncoder":
-        offsets = _word_offsets(enc, text, lambda t: t[:-2] if t.endswith("@@") else t)
-    else:
-        raise ValueError(f"no character offsets for encoder {kind}")
-    if len(offsets) != len(tokens):
-        raise ValueError(f"{kind}: {len(offsets)} offsets for {len(tokens)} tokens in {text[:80]!r}")
-    return tokens, offsets
 
 
 class _BadRange(Exception):
@@ -182,7 +103,7 @@ def read_pairs(path, enc, text_columns=("sentence1", "sentence2"), label_column=
     out.phrases, out.token_counts = [], []
     for row in read_pair_rows(path, text_columns, label_column, phrases_key, phrase_labels,
                               bad_utf8):
-        encoded = [token_char_offsets(enc, t) for t in row.texts]
+        encoded = [enc.tokenizer.tokens_with_offsets(t) for t in row.texts]
         converted = []
         for j, (source, target, label) in enumerate(row.phrases):
             spans = []

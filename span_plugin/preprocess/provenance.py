@@ -20,7 +20,7 @@ preparation did not finish)::
      "rows": {"train": 2490, "valid": 277, "test": 3000},
      "files": {"input0/train.bin": "<sha256>", ..., "label/dict.txt": "<sha256>"}}
 
-``encoder.files`` is keyed by :class:`~span_plugin.tokenizers.encoders.EncoderSpec`
+``encoder.files`` is keyed by :class:`~span_plugin.preprocess.encoding.EncoderSpec`
 field names; a WordPiece folder is recorded as the tokenizer file it resolves to
 (``wordpiece``), plus ``wordpiece_config`` when a bare vocab.txt took its casing from a
 tokenizer_config.json. ``files`` covers every file of the folder except ``raw/`` and the
@@ -95,7 +95,8 @@ def plugin_version():
 
 def encoder_record(spec, srcdict):
     """The ``encoder`` part of a record for an EncoderSpec and its fairseq dict.txt."""
-    from span_plugin.tokenizers.encoders import SpanEncoder, WordPieceSpanEncoder, resolve_wordpiece
+    from span_plugin.tokenizers import TOKENIZERS
+    from span_plugin.tokenizers.wordpiece import resolve_wordpiece
     from span_plugin.preprocess.ngrams import DEFAULT_FILES, default_ngrams_path
 
     files = {}
@@ -110,7 +111,7 @@ def encoder_record(spec, srcdict):
                 files[name] = file_entry(getattr(spec, name))
     ngrams = None
     if spec.segmentation != "none":
-        words = (WordPieceSpanEncoder if spec.bpe == "wordpiece" else SpanEncoder).word_scheme
+        words = TOKENIZERS[spec.bpe].word_scheme
         path = spec.ngrams or default_ngrams_path(words)
         ngrams = dict(file_entry(path), top_k=spec.ngrams_top_k, words=words,
                       packaged=DEFAULT_FILES[words] if spec.ngrams is None else None)

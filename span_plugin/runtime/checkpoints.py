@@ -8,7 +8,8 @@ Invalid argument`` or a zip error that names no file. With the plugin loaded
 (:func:`span_plugin.runtime.compat.apply`):
 
 - every checkpoint file, the first and the copies, is written to ``NAME.tmp``,
-  flushed to disk, renamed over ``NAME`` and the rename made durable (:func:`atomic_write`);
+  flushed to disk, renamed over ``NAME`` and the rename made durable
+  (:func:`span_plugin.formats.files.atomic_write`);
 - loading a damaged checkpoint raises :class:`DamagedCheckpointError`, naming the file
   and what to do;
 - :func:`prepare_resume` (``python -m span_plugin.runtime.checkpoints resume SAVE_DIR``, run by
@@ -27,59 +28,18 @@ import errno
 import glob
 import os
 import pickle
-import shutil
 import sys
 
 import numpy as np
 
-TMP_SUFFIX = ".tmp"
+# atomic_write is imported from here by runtime.compat and runtime.transfer.
+from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_write  # noqa: F401
+
 LAST = "checkpoint_last.pt"
 
 
 class DamagedCheckpointError(RuntimeError):
     """A checkpoint file that is cut short or corrupt."""
-
-
-# ---------------------------------------------------------------------------------
-# Writing
-
-
-def _fsync_dir(path):
-    try:
-        fd = os.open(path or ".", os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def commit(tmp, path):
-    """Rename the finished ``tmp`` over ``path`` and make the rename durable."""
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
-def atomic_write(path, write):
-    """Call ``write(f)`` on ``path + ".tmp"``, flush it to disk, then :func:`commit`:
-    ``path`` holds either its old content or all of the new, never a part."""
-    tmp = path + TMP_SUFFIX
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    commit(tmp, path)
-
-
-def atomic_copy(src, dst):
-    def write(f):
-        with open(src, "rb") as s:
-            shutil.copyfileobj(s, f, 1 << 24)
-
-    atomic_write(dst, write)
 
 
 # ---------------------------------------------------------------------------------

@@ -1,0 +1,70 @@
+"""Recipe flags of a fairseq RoBERTa-family checkpoint: the ``fairseq-train`` size flags
+(``span-convert flags``) and the ``fairseq-hydra-train`` overrides that start a
+``recipes/hydra`` GLUE config from a converted model (``span-convert hydra-overrides``).
+Tensors are memory-mapped, not read."""
+
+from pathlib import Path
+from typing import List, Mapping
+
+from span_plugin.convert.bert import ConversionError, load_torch_file
+
+TRAIN_FLAGS = (
+    ("--encoder-layers", "encoder_layers"),
+    ("--encoder-embed-dim", "encoder_embed_dim"),
+    ("--encoder-ffn-embed-dim", "encoder_ffn_embed_dim"),
+    ("--encoder-attention-heads", "encoder_attention_heads"),
+    ("--max-positions", "max_positions"),
+)
+
+
+def train_flags(model_cfg) -> List[str]:
+    """fairseq-train arguments that build a ``roberta``-family model of these sizes.
+
+    ``model_cfg`` is a checkpoint's ``cfg["model"]`` (dict, DictConfig or Namespace).
+    ``--activation-fn`` is added only when it is not RoBERTa's default (gelu)."""
+    def get(key):
+        value = model_cfg.get(key) if isinstance(model_cfg, Mapping) else getattr(
+            model_cfg, key, None)
+        return value
+
+    flags = []
+    for flag, key in TRAIN_FLAGS:
+        value = get(key)
+        if value is None:
+            raise ConversionError(f"checkpoint cfg.model has no {key}")
+        flags += [flag, str(value)]
+    act = get("activation_fn")
+    if act not in (None, "gelu"):
+        flags += ["--activation-fn", str(act)]
+    return flags
+
+
+def checkpoint_train_flags(path) -> List[str]:
+    """:func:`train_flags` of a checkpoint file (or of ``model.pt`` in a folder). Tensors
+    are memory-mapped, not read."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.pt"
+    if not path.is_file():
+        raise ConversionError(f"{path}: no such checkpoint")
+    state = load_torch_file(path)
+    if not isinstance(state, Mapping):
+        raise ConversionError(f"{path}: not a fairseq checkpoint")
+    if state.get("cfg") is not None:
+        return train_flags(state["cfg"]["model"])
+    if state.get("args") is not None:  # fairseq checkpoints from before hydra
+        return train_flags(state["args"])
+    raise ConversionError(f"{path}: neither cfg nor args in the checkpoint")
+
+
+def hydra_overrides(model_dir) -> List[str]:
+    """fairseq-hydra-train overrides that turn a ``recipes/hydra`` GLUE config (span
+    head, RoBERTa layout) into the run ``MODEL_DIR=model_dir recipes/glue/TASK.sh``
+    makes: the converted weights, their sizes, BERT's one-separator pair layout. The
+    data folder (``task.data``) must be one built with that model's WordPiece."""
+    model = Path(model_dir).resolve() / "model.pt"
+    flags = checkpoint_train_flags(model)
+    sizes = [f"++model.{flag[2:].replace('-', '_')}={value}"
+             for flag, value in zip(flags[::2], flags[1::2])]
+    return [f"checkpoint.restore_file={model}", "model._name=roberta_span",
+            "task.separator_token=null", *sizes]

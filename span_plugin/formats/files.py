@@ -1,0 +1,57 @@
+"""Files written whole or not at all.
+
+:func:`atomic_write` writes ``NAME.tmp``, flushes it to disk, renames it over ``NAME``
+and makes the rename durable: a reader, or a run resumed after a crash, sees the old
+content or all of the new, never a part. A stale ``NAME.tmp`` is what a killed writer
+leaves behind (``span_plugin.runtime.checkpoints.prepare_resume`` removes them).
+"""
+
+import os
+import shutil
+
+TMP_SUFFIX = ".tmp"
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path or ".", os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def commit(tmp, path):
+    """Rename the finished ``tmp`` over ``path`` and make the rename durable."""
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def atomic_write(path, write):
+    """Call ``write(f)`` on ``path + ".tmp"`` (a binary file), flush it to disk, then
+    :func:`commit`. An exception in ``write`` removes the temporary file."""
+    path = os.fspath(path)
+    tmp = path + TMP_SUFFIX
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    commit(tmp, path)
+
+
+def atomic_copy(src, dst):
+    """Copy ``src`` to ``dst`` with :func:`atomic_write`."""
+    def write(f):
+        with open(src, "rb") as s:
+            shutil.copyfileobj(s, f, 1 << 24)
+
+    atomic_write(dst, write)

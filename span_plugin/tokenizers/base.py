@@ -1,0 +1,115 @@
+"""The one tokenizer interface and its registry.
+
+A tokenizer turns a line into the symbols of fairseq's ``dict.txt`` and says where its
+words start (what the n-gram segmenter of :mod:`span_plugin.preprocess.encoding`
+works on) and which characters each token covers (what phrase ranges are read with).
+A kind is a subclass registered under the name ``--bpe`` / ``EncoderSpec.bpe`` gives::
+
+    @register_tokenizer("mykind")
+    class MyTokenizer(Tokenizer):
+        files = ("bpe_vocab",)           # EncoderSpec fields it is built from
+        def __init__(self, bpe_vocab): ...
+        def pieces(self, text): ...
+        def offsets(self, text): ...
+        def decode(self, tokens): ...
+
+and one import line in :mod:`span_plugin.tokenizers` so that it registers.
+"""
+
+from span_plugin.tokenizers import words as W
+
+TOKENIZERS = {}  # kind name -> Tokenizer subclass, in registration order
+
+
+def register_tokenizer(name):
+    """Class decorator: make ``cls`` the tokenizer of kind ``name``."""
+    def add(cls):
+        if name in TOKENIZERS:
+            raise ValueError(f"tokenizer kind {name!r} is registered twice "
+                             f"({TOKENIZERS[name].__name__} and {cls.__name__})")
+        cls.kind = name
+        TOKENIZERS[name] = cls
+        return cls
+    return add
+
+
+class Tokenizer:
+    """Subclasses give :meth:`pieces`, :meth:`offsets` and :meth:`decode`.
+
+    ``files``: the EncoderSpec fields the constructor takes as keyword arguments, all
+    required; ``optional_files``: those it may do without. ``needs``: what to tell a
+    user who left a required file out.
+    """
+
+    kind = None  # set by register_tokenizer
+    word_scheme = "gpt2"  # the words its keys are made of (words.WORD_SCHEMES)
+    files = ()
+    optional_files = ()
+    needs = None
+
+    def pieces(self, text):
+        """``(tokens, word_starts, keys)`` of ``text``: the dict.txt symbols, the token
+        index where each word starts, and each word's matching key (``[num_words]``)."""
+        raise NotImplementedError
+
+    def offsets(self, text):
+        """``[(char_start, char_end)]`` per token of :meth:`pieces`: the characters of
+        the token's content in ``text`` (leading whitespace left out)."""
+        raise NotImplementedError(f"{type(self).__name__} gives no character offsets")
+
+    def decode(self, tokens):
+        """dict.txt symbols -> text."""
+        raise NotImplementedError
+
+    def tokens_with_offsets(self, text):
+        """``(tokens, offsets)`` of ``text`` (already stripped), checked to agree."""
+        tokens = self.pieces(text)[0]
+        offsets = self.offsets(text)
+        if len(offsets) != len(tokens):
+            raise ValueError(f"{type(self).__name__}: {len(offsets)} offsets for "
+                             f"{len(tokens)} tokens in {text[:80]!r}")
+        return tokens, offsets
+
+
+def build_tokenizer(kind, **files):
+    """The tokenizer of ``kind`` from its files (EncoderSpec fields; None = not given;
+    fields the kind does not read are ignored)."""
+    cls = TOKENIZERS.get(kind)
+    if cls is None:
+        raise ValueError(f"bpe {kind!r}: expected one of {tuple(TOKENIZERS)}")
+    missing = [f for f in cls.files if not files.get(f)]
+    if missing:
+        raise ValueError(cls.needs or f"{kind} needs local {' and '.join(missing)} paths")
+    return cls(**{f: files.get(f) for f in (*cls.files, *cls.optional_files)})
+
+
+def skip_leading_space(text, offsets):
+    """Offsets with each range's leading whitespace left out."""
+    fixed = []
+    for lo, hi in offsets:
+        while lo < hi and text[lo].isspace():
+            lo += 1
+        fixed.append((lo, hi))
+    return fixed
+
+
+def offsets_in_words(text, tokens, starts, surface):
+    """Offsets for tokenizers that encode the GPT-2 words one by one (sentencepiece,
+    fastBPE): a token's range is its ``surface(token)`` inside its word when the
+    surfaces spell the word, else the whole word (only word boundaries are then
+    addressable). ``starts``: the token index where each word starts."""
+    words = [(m.start(), m.end()) for m in W._WORD_RE.finditer(text) if m.end() > m.start()]
+    if len(words) != len(starts):
+        raise ValueError(f"{len(words)} words but the tokenizer gave {len(starts)}: {text[:80]!r}")
+    bounds = starts + [len(tokens)]
+    out = []
+    for (ws, we), a, b in zip(words, bounds, bounds[1:]):
+        lens = [len(surface(t)) for t in tokens[a:b]]
+        if sum(lens) == we - ws:
+            pos = ws
+            for n in lens:
+                out.append((pos, pos + n))
+                pos += n
+        else:
+            out += [(ws, we)] * (b - a)
+    return out

@@ -1,0 +1,36 @@
+"""sentencepiece from a local ``.model`` file; tokens are pieces.
+
+The line is split into the GPT-2 words (:mod:`span_plugin.tokenizers.words`) and each
+word is encoded on its own, so it starts with the ``▁`` word marker, also for
+punctuation that followed a word without a space in the text. Tokens of a word are the
+pieces of that word.
+"""
+
+from span_plugin.tokenizers import words as W
+from span_plugin.tokenizers.base import Tokenizer, offsets_in_words, register_tokenizer
+
+
+@register_tokenizer("sentencepiece")
+class SentencePieceTokenizer(Tokenizer):
+    files = ("sentencepiece_model",)
+    needs = "sentencepiece needs a local sentencepiece_model path"
+
+    def __init__(self, sentencepiece_model):
+        import sentencepiece as spm
+
+        self.sp = spm.SentencePieceProcessor(model_file=str(sentencepiece_model))
+
+    def pieces(self, text):
+        words = W.split_words(text)
+        tokens, starts = [], []
+        for pieces in (self.sp.encode(words, out_type=str) if words else []):
+            starts.append(len(tokens))
+            tokens.extend(pieces)
+        return tokens, starts, W.match_keys(words)
+
+    def offsets(self, text):
+        tokens, starts, _ = self.pieces(text)
+        return offsets_in_words(text, tokens, starts, lambda t: t.lstrip("\u2581"))
+
+    def decode(self, tokens):
+        return self.sp.decode(list(tokens))
