@@ -88,15 +88,15 @@ def build_model(dict_path, max_words):
     from fairseq.data import Dictionary
 
     import span_plugin  # noqa: F401  (registers the model)
-    from span_plugin.models.roberta_tagging import RobertaTaggingModel, roberta_tagging_base_architecture
+    from span_plugin.models.roberta_span import RobertaSpanModel, base_architecture
 
     dictionary = Dictionary.load(dict_path)
     dictionary.add_symbol("<mask>")
     args = Namespace(arch="roberta_tagging_base", max_positions=512)
-    roberta_tagging_base_architecture(args)
-    model = RobertaTaggingModel.build_model(args, Namespace(source_dictionary=dictionary))
-    model.register_tagging_head("token", "token", 9)
-    model.register_tagging_head("span", "span", 5, max_words=max_words)
+    base_architecture(args)
+    model = RobertaSpanModel.build_model(args, Namespace(source_dictionary=dictionary))
+    model.register_head("token", "token", num_classes=9)
+    model.register_head("span", "span", num_classes=5, max_words=max_words)
     return model.train()
 
 

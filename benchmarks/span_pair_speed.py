@@ -52,19 +52,15 @@ def batches(count, batch, seq_len, pairs, gen):
 def build_model(features):
     from fairseq.data import Dictionary
 
-    import span_plugin  # noqa: F401  (registers the model)
-    from span_plugin.models.roberta_span_pair import (
-        RobertaSpanPairModel,
-        roberta_span_pair_base_architecture,
-    )
+    from span_plugin.models.roberta_span import RobertaSpanModel, base_architecture
 
     dictionary = Dictionary.load(DICT)
     dictionary.add_symbol("<mask>")
     args = Namespace(arch="roberta_span_pair_base", max_positions=512)
-    roberta_span_pair_base_architecture(args)
-    model = RobertaSpanPairModel.build_model(args, Namespace(source_dictionary=dictionary))
-    model.register_span_pair_heads("sentential", 0, 2, features)
-    model.register_span_pair_heads("both", 3, 2, features)
+    base_architecture(args)
+    model = RobertaSpanModel.build_model(args, Namespace(source_dictionary=dictionary))
+    model.register_head("sentential", "span_pair", phrase_classes=0, sentence_classes=2, features=features)
+    model.register_head("both", "span_pair", phrase_classes=3, sentence_classes=2, features=features)
     return model.train()
 
 

@@ -1,3 +1,5 @@
-"""fairseq models of the plugin (every module registers its architectures on import)."""
+"""fairseq models of the plugin (every module registers its models and architectures on
+import): the span model (``roberta_span``, ``roberta_tagging``, ``roberta_span_pair``)
+and ``roberta_spanbert``."""
 
-from span_plugin.models import roberta_span, roberta_span_pair, roberta_spanbert, roberta_tagging  # noqa: F401
+from span_plugin.models import roberta_span, roberta_spanbert  # noqa: F401

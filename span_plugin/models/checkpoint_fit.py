@@ -2,8 +2,11 @@
 
 fairseq reports such a checkpoint as a size mismatch of ``embed_tokens`` under "please
 ensure that the architectures match"; these checks say which input is at fault (the data
-folder's dictionary, or the positions option) before any training step.
+folder's dictionary, or the positions option) before any training step. Also the
+LayerNorm eps a converted checkpoint needs.
 """
+
+import torch.nn as nn
 
 EMBED = "encoder.sentence_encoder.embed_tokens.weight"
 POSITIONS = "encoder.sentence_encoder.embed_positions.weight"
@@ -45,3 +48,13 @@ def check_encoder_fits(model, state_dict, prefix, positions_fix):
         raise CheckpointMismatchError(
             f"the checkpoint has {theirs} positions, this model {ours}: "
             + positions_fix.format(n=theirs))
+
+
+def set_layernorm_eps(model, eps):
+    """Give every LayerNorm of ``model`` the ``eps`` a converted checkpoint records (BERT:
+    1e-12): fairseq builds them all with 1e-5 and has no option for it. None: keep."""
+    if eps is None:
+        return
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm) or hasattr(module, "normalized_shape"):
+            module.eps = float(eps)

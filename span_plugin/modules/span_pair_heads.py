@@ -103,7 +103,10 @@ class SpanPairHeads(nn.Module):
             if sentence_classes else None
 
     def forward(self, features, phrases=None, valid=None, **unused):
+        """valid: bool ``[B, P]``; default: the non-empty pairs (source start < end)."""
         out = {"phrasal": None, "sentential": None}
+        if valid is None and phrases is not None:
+            valid = phrases[..., 1] > phrases[..., 0]
         if self.phrasal is not None and phrases is not None:
             out["phrasal"] = self.phrasal(features, phrases, valid)
         if self.sentential is not None:

@@ -103,12 +103,12 @@ class SpanPairClassificationTask(SentenceSpanTask):
         )
 
     def build_model(self, cfg, from_checkpoint=False):
-        from span_plugin.models.roberta_span_pair import RobertaSpanPairModel
+        from span_plugin.models.roberta_span import RobertaSpanModel
 
-        model = self.build_model_of(cfg, from_checkpoint, RobertaSpanPairModel,
+        model = self.build_model_of(cfg, from_checkpoint, RobertaSpanModel,
                                     "roberta_span_pair, roberta_span_pair_base/large")
-        model.register_span_pair_heads(
-            self.cfg.classification_head_name,
+        model.register_head(
+            self.cfg.classification_head_name, "span_pair",
             phrase_classes=len(self.phrase_labels) if self.cfg.phrasal_weight > 0 else 0,
             sentence_classes=self.cfg.num_classes if self.cfg.sentential_weight > 0 else 0,
             features=self.cfg.phrase_features, dropout=self.cfg.head_dropout)

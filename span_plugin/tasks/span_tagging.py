@@ -122,11 +122,11 @@ class SpanTaggingTask(SpanInputsTask, FairseqTask):
         return {"kind": self.cfg.tagging_head, "num_classes": self.num_labels}
 
     def build_model(self, cfg, from_checkpoint=False):
-        from span_plugin.models.roberta_tagging import RobertaTaggingModel
+        from span_plugin.models.roberta_span import RobertaSpanModel
 
-        model = self.build_model_of(cfg, from_checkpoint, RobertaTaggingModel,
+        model = self.build_model_of(cfg, from_checkpoint, RobertaSpanModel,
                                     "roberta_tagging, roberta_tagging_base/large")
-        model.register_tagging_head(self.cfg.classification_head_name, **self.head_options())
+        model.register_head(self.cfg.classification_head_name, **self.head_options())
         return model
 
     def max_positions(self):
