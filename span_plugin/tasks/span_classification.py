@@ -75,9 +75,7 @@ class SpanClassificationTask(SentenceSpanTask):
         )
 
     def build_model(self, cfg, from_checkpoint=False):
-        from span_plugin.models.roberta_span import RobertaSpanModel
-
-        model = self.build_model_of(cfg, from_checkpoint, RobertaSpanModel,
+        model = self.build_model_of(cfg, from_checkpoint,
                                     "roberta_span_base, roberta_span_large, ...")
         model.register_classification_head(
             self.cfg.classification_head_name, num_classes=self.cfg.num_classes

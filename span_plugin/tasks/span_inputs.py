@@ -42,6 +42,7 @@ class SpanInputsTask:
     """
 
     task_name = None
+    model_inputs = "spans"  # what its batches give the model besides tokens (for errors)
     folder_command = "span-preprocess glue"  # what builds the task's folders
 
     def __init__(self, *args, **kwargs):
@@ -100,18 +101,20 @@ class SpanInputsTask:
             spans.append(spn)
         return tokens, _concat(spans)
 
-    def build_model_of(self, cfg, from_checkpoint, model_class, archs):
+    def build_model_of(self, cfg, from_checkpoint, archs):
         """fairseq's model of ``cfg`` with the task's ``max_positions``; raises unless it
-        is a ``model_class`` (another model would silently ignore the spans, words or
-        phrases the task gives it). archs: the ``--arch`` names to suggest."""
+        is the span model (another model would silently ignore the ``model_inputs`` the
+        task gives it). archs: the ``--arch`` names to suggest."""
         from fairseq import models
+
+        from span_plugin.models.roberta_span import RobertaSpanModel
 
         with open_dict(cfg) if OmegaConf.is_config(cfg) else contextlib.ExitStack():
             cfg.max_positions = self.cfg.max_positions
         model = models.build_model(cfg, self, from_checkpoint)
-        if not isinstance(model, model_class):
+        if not isinstance(model, RobertaSpanModel):
             raise ValueError(
-                f"task {self.task_name} needs a model that reads its inputs (--arch "
+                f"task {self.task_name} needs a model that reads {self.model_inputs} (--arch "
                 f"{archs}); got {type(model).__name__}, which would silently ignore them"
             )
         return model

@@ -49,6 +49,7 @@ class SpanPairClassificationTask(SentenceSpanTask):
     ``w_p * phrasal + w_s * sentential`` (criterion ``span_pair_classification``).
     Options, dictionaries and sentence labels as ``span_classification``."""
 
+    model_inputs = "phrase pairs"
     task_name = "span_pair_classification"
 
     def __init__(self, cfg, data_dictionary, label_dictionary):
@@ -103,9 +104,7 @@ class SpanPairClassificationTask(SentenceSpanTask):
         )
 
     def build_model(self, cfg, from_checkpoint=False):
-        from span_plugin.models.roberta_span import RobertaSpanModel
-
-        model = self.build_model_of(cfg, from_checkpoint, RobertaSpanModel,
+        model = self.build_model_of(cfg, from_checkpoint,
                                     "roberta_span_pair, roberta_span_pair_base/large")
         model.register_head(
             self.cfg.classification_head_name, "span_pair",

@@ -49,6 +49,7 @@ class SpanTaggingConfig(FairseqDataclass):
 class SpanTaggingTask(SpanInputsTask, FairseqTask):
     """Word tagging (NER as IOB2 tags) read at each word's first sub-token."""
 
+    model_inputs = "spans and words"
     task_name = "span_tagging"
     folder_command = "span-preprocess conll"
     head_kind = None  # from cfg.tagging_head
@@ -122,9 +123,7 @@ class SpanTaggingTask(SpanInputsTask, FairseqTask):
         return {"kind": self.cfg.tagging_head, "num_classes": self.num_labels}
 
     def build_model(self, cfg, from_checkpoint=False):
-        from span_plugin.models.roberta_span import RobertaSpanModel
-
-        model = self.build_model_of(cfg, from_checkpoint, RobertaSpanModel,
+        model = self.build_model_of(cfg, from_checkpoint,
                                     "roberta_tagging, roberta_tagging_base/large")
         model.register_head(self.cfg.classification_head_name, **self.head_options())
         return model
