@@ -93,7 +93,7 @@ class SpanInputsTask:
                     f"{sprefix}.{{bin,idx}} not found: task {self.task_name} needs a "
                     f"span index beside every token file. Build the data folder with "
                     f"`{self.folder_command}` (docs/PREPROCESS.md), or write one with "
-                    f"span_plugin.data.span_index.SpanIndexWriter (docs/DATA.md)"
+                    f"span_plugin.preprocess.span_files.SpanIndexWriter (docs/DATA.md)"
                 )
             spn = span_index.load_spans(sprefix)
             # fairseq-preprocess appends </s>: a sentence's own length is size - 1.
