@@ -100,7 +100,10 @@ class RobertaSpanModel(RobertaModel):
         prefix = name + "." if name != "" else ""
         check_encoder_fits(self, state_dict, prefix, "set --max-positions {n}")
         head_prefix = prefix + "classification_heads."
+        # fairseq's own upgrade reads every checkpoint head as a dense/out_proj head:
+        # take them out first, and put back only those that fit after it.
         saved = {k: state_dict.pop(k) for k in list(state_dict) if k.startswith(head_prefix)}
+        fitting = {}
         for head_name in sorted({k[len(head_prefix):].split(".")[0] for k in saved}):
             p = head_prefix + head_name + "."
             theirs = {k[len(p):]: v for k, v in saved.items() if k.startswith(p)}
@@ -110,17 +113,19 @@ class RobertaSpanModel(RobertaModel):
                 self.register_classification_head(head_name, theirs["out_proj.weight"].size(0),
                                                   theirs["dense.weight"].size(0))
             if head_name not in self.classification_heads:
-                logger.warning(f"checkpoint head {head_name!r} is not a head of this model: "
-                               f"dropped")
+                # fairseq's words for it (RobertaModel.upgrade_state_dict_named)
+                logger.warning(f"deleting classification head ({head_name}) from checkpoint "
+                               f"not present in current model")
                 continue
             mine = self.classification_heads[head_name].state_dict()
             if set(mine) == set(theirs) and all(mine[k].shape == theirs[k].shape for k in mine):
-                state_dict.update({p + k: v for k, v in theirs.items()})
+                fitting.update({p + k: v for k, v in theirs.items()})
             else:
                 logger.warning(f"checkpoint head {head_name!r} does not fit this model's "
                                f"{type(self.classification_heads[head_name]).__name__} (a "
                                f"plain RoBERTa head or other settings): it starts fresh")
-        super().upgrade_state_dict_named(state_dict, name)  # adds the missing heads' weights
+        super().upgrade_state_dict_named(state_dict, name)  # gives every head fresh weights
+        state_dict.update(fitting)
 
 
 def head_inputs(head):
