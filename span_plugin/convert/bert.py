@@ -39,6 +39,7 @@ bias are new tensors) -> assembling the fairseq checkpoint -> writing atomically
 Everything is validated before the first byte is written.
 """
 
+import argparse
 import json
 import logging
 import pickle
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from span_plugin.formats.files import atomic_copy, atomic_write
@@ -293,8 +295,27 @@ def open_tensors(path) -> Mapping[str, torch.Tensor]:
     return state
 
 
+# What fairseq checkpoints hold besides tensors and builtin containers:
+# the legacy ``args`` namespace, and numpy scalars that metrics may leave in
+# ``extra_state``. All are plain data; nothing here can run code when unpickled.
+CHECKPOINT_SAFE_GLOBALS = [
+    argparse.Namespace,
+    np.dtype,
+    np.core.multiarray.scalar,
+    *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
+]
+
+
+def allow_checkpoint_types():
+    """Let ``torch.load(weights_only=True)`` read fairseq checkpoints: exactly the types
+    above join torch's allow-list; a checkpoint holding anything else is still refused."""
+    torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
+
+
 def load_torch_file(path):
-    """``torch.load`` with ``weights_only=True``, memory-mapped when the format allows."""
+    """``torch.load`` with ``weights_only=True`` (fairseq's checkpoint types allowed),
+    memory-mapped when the format allows."""
+    allow_checkpoint_types()
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as err:

@@ -30,7 +30,6 @@ import os
 import pickle
 import sys
 
-import numpy as np
 
 # atomic_write is imported from here by runtime.compat and runtime.transfer.
 from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_write  # noqa: F401
@@ -70,25 +69,6 @@ def damaged_error(path, err):
         f"before every launch)")
 
 
-# What fairseq checkpoints hold besides tensors and builtin containers:
-# the legacy ``args`` namespace, and numpy scalars that metrics may leave in
-# ``extra_state``. All are plain data; nothing here can run code when unpickled.
-CHECKPOINT_SAFE_GLOBALS = [
-    argparse.Namespace,
-    np.dtype,
-    np.core.multiarray.scalar,
-    *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
-]
-
-
-def allow_checkpoint_types():
-    """Let ``torch.load(weights_only=True)`` read fairseq checkpoints: exactly the types
-    above join torch's allow-list; a checkpoint holding anything else is still refused."""
-    import torch
-
-    torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
-
-
 def load_state(path):
     """A fairseq checkpoint file as a dict, on the CPU (fairseq's allow-listed types)."""
     import torch
@@ -102,6 +82,8 @@ def read_updates(path):
     holds types outside the allow-list: fairseq's own loader decides). The file is
     memory-mapped, so its tensors are not read."""
     import torch
+
+    from span_plugin.convert.bert import allow_checkpoint_types
 
     allow_checkpoint_types()
 

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import torch
 
+from span_plugin.convert.bert import allow_checkpoint_types
 from span_plugin.runtime import checkpoints
 
 logger = logging.getLogger(__name__)
@@ -33,10 +34,10 @@ def allow_fairseq_checkpoints():
     """Let ``torch.load(weights_only=True)`` read fairseq checkpoints.
 
     torch >= 2.6 refuses any global it does not know; fairseq's checkpoints hold
-    an ``argparse.Namespace``. Only the classes of ``checkpoints.CHECKPOINT_SAFE_GLOBALS`` are added to the allow-list:
+    an ``argparse.Namespace``. Only the classes of ``convert.bert.CHECKPOINT_SAFE_GLOBALS`` are added to the allow-list:
     a checkpoint holding anything else is still refused.
     """
-    checkpoints.allow_checkpoint_types()
+    allow_checkpoint_types()
 
     from fairseq import checkpoint_utils
 
