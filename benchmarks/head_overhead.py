@@ -143,7 +143,9 @@ def main():
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    import span_plugin  # noqa: F401
+    import span_plugin
+
+    span_plugin.register()  # span_plugin is imported before fairseq here
 
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)

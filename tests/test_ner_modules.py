@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from span_plugin.modules import span_extractors as E
 from span_plugin.modules import span_pooling as P
 from span_plugin.modules.span_decoding import best_non_overlapping
 from span_plugin.modules.tagging_heads import (
@@ -76,13 +77,55 @@ def loop_reference(values, scores, spans, kind):
 def test_poolers_share_one_interface():
     features = torch.randn(2, 7, 4)
     spans = torch.tensor([[[0, 3], [1, 2]], [[2, 7], [0, 0]]])
-    for kind in P.SPAN_POOLERS:
-        pooler = P.build_span_pooler(kind, 4)
+    for kind in E.SPAN_EXTRACTORS:
+        pooler = E.build_span_extractor(kind, 4, **EXTRACTOR_OPTIONS.get(kind, {}))
         out = pooler(features, spans)
         assert out.shape == (2, 2, pooler.output_dim)
         assert not out[1, 1].any()  # the padding row pools to zeros
-    with pytest.raises(ValueError, match="unknown span pooler"):
-        P.build_span_pooler("min", 4)
+    with pytest.raises(ValueError, match="unknown span extractor"):
+        E.build_span_extractor("min", 4)
+
+
+EXTRACTOR_OPTIONS = {"conv": {"kernel_size": 3}, "width": {"max_width": 4}}
+
+
+def test_extractor_registry_has_every_scheme():
+    assert set(E.SPAN_EXTRACTORS) == {"endpoint", "max", "mean", "self-attentive", "conv", "width"}
+
+
+def test_conv_and_width_extractors_match_loops():
+    """conv: ReLU(conv1d) on each span alone (zero padding), max; width: the embedding
+    row of end - start - 1, the last row for longer spans; both zeros for empty rows."""
+    gen = torch.Generator().manual_seed(1)
+    spans = random_spans(3, 9, 11, gen)
+    values = torch.randn(3, 11, 5, generator=gen, dtype=torch.float64)
+    conv = E.build_span_extractor("conv", 5, kernel_size=3).double()
+    width = E.build_span_extractor("width", 5, max_width=3).double()
+    got_conv, got_width = conv(values, spans), width(values, spans)
+    for b in range(3):
+        for k in range(9):
+            s, e = spans[b, k].tolist()  # width counts the spans' own unit: no clamp to T
+            ref = width.weight[min(e - s, 3) - 1] if s < e else torch.zeros(5, dtype=torch.float64)
+            torch.testing.assert_close(got_width[b, k], ref)
+            s, e = (int(x) for x in spans[b, k].clamp(0, 11))
+            if s >= e:
+                assert not got_conv[b, k].any()
+                continue
+            x = values[b, s:e].t().unsqueeze(0)
+            ref = torch.relu(F.conv1d(x, conv.conv.weight, conv.conv.bias, padding=1))[0].amax(-1)
+            torch.testing.assert_close(got_conv[b, k], ref)
+
+
+@pytest.mark.parametrize("kind", ["max", "self-attentive", "conv"])
+def test_pooling_extractors_pool_a_partition_as_its_spans(kind):
+    """pool_segments on packed segments (the sentence encoder's path) = forward on
+    the same tokens given as spans."""
+    torch.manual_seed(0)
+    extractor = E.build_span_extractor(kind, 4, **EXTRACTOR_OPTIONS.get(kind, {})).double()
+    values = torch.randn(1, 9, 4, dtype=torch.float64)
+    segment_ids = torch.tensor([[-1, 0, 0, 0, 1, -1, 2, 2, -1]])
+    spans = torch.tensor([[[1, 4], [4, 5], [6, 8]]])
+    torch.testing.assert_close(extractor.pool_segments(values, segment_ids, 3), extractor(values, spans))
 
 
 def test_attentive_pool_fp16_empty_rows_finite():

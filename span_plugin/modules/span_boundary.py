@@ -18,6 +18,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from span_plugin.modules.span_extractors import build_span_extractor
+
 
 def masked_runs(mask):
     """Boundaries of every masked token's run.
@@ -57,7 +59,8 @@ class SpanBoundaryHead(nn.Module):
         super().__init__()
         position_dim = position_dim or embed_dim
         self.max_positions = max_positions
-        self.position_embeddings = nn.Embedding(max_positions, position_dim)
+        # offset i - l of a token is the width of the span (l, i): a width embedding
+        self.position_embeddings = build_span_extractor("width", position_dim, max_width=max_positions)
         self.dense = nn.Linear(2 * embed_dim + position_dim, embed_dim)
         self.layer_norm1 = nn.LayerNorm(embed_dim, eps=eps)
         self.out_proj = nn.Linear(embed_dim, embed_dim)
@@ -75,9 +78,8 @@ class SpanBoundaryHead(nn.Module):
         Returns:
             ``[N, D]`` (h2 above).
         """
-        rel = (offset - 1).clamp(0, self.max_positions - 1)
-        h = torch.cat([features[batch, left], features[batch, right],
-                       self.position_embeddings(rel).to(features.dtype)], dim=-1)
+        position = self.position_embeddings(features, torch.stack([left, left + offset], -1))
+        h = torch.cat([features[batch, left], features[batch, right], position.to(features.dtype)], dim=-1)
         h = self.layer_norm1(F.gelu(self.dense(h)))
         return self.layer_norm2(F.gelu(self.out_proj(h)))
 

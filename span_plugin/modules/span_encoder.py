@@ -3,15 +3,17 @@
 Every encoder maps ``features [B, T, H]`` and ``spans [B, S, 2]`` (see
 ``span_layout``) to ``[B, H]``, in two steps: pool the tokens of each span into a
 span vector (``within_span``), then pool the span vectors into the sentence vector
-(``across_spans``). Tokens covered by no span never enter; an example with no
-non-empty span gets a zero vector. See docs/SPAN_ENCODER.md.
+(``across_spans``); both levels are pooling span extractors (:mod:`span_extractors`).
+Tokens covered by no span never enter; an example with no non-empty span gets a zero
+vector. See docs/SPAN_ENCODER.md.
 """
 
 import torch
 import torch.nn as nn
 
 from span_plugin.modules.segment_conv import SegmentConv1d
-from span_plugin.modules.segment_pooling import segment_attentive_pool, segment_max
+from span_plugin.modules.segment_pooling import segment_max
+from span_plugin.modules.span_extractors import SegmentPoolingExtractor, build_span_extractor
 from span_plugin.modules.span_layout import covered_run_ids, pack_covered_tokens, token_span_ids, valid_span_ids
 
 
@@ -24,46 +26,14 @@ def gather_tokens(features: torch.Tensor, flat_index: torch.Tensor) -> torch.Ten
     return features[example, flat_index - example * seq_len]
 
 
-class ConvMaxPooler(nn.Module):
-    """Conv (kernel k, H -> H) within each segment, ReLU, max over the segment."""
-
-    def __init__(self, dim: int, kernel_size: int = 3):
-        super().__init__()
-        self.conv = SegmentConv1d(dim, kernel_size)
-
-    def forward(self, values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
-        """``[B, N, H]``, ``[B, N]`` -> ``[B, num_segments, H]``."""
-        return segment_max(torch.relu(self.conv(values, segment_ids)), segment_ids, num_segments)
-
-
-class MaxPooler(nn.Module):
-    """Plain max over each segment (no parameters)."""
-
-    def forward(self, values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
-        """``[B, N, H]``, ``[B, N]`` -> ``[B, num_segments, H]``."""
-        return segment_max(values, segment_ids, num_segments)
-
-
-class AttentivePooler(nn.Module):
-    """Self-attentive pooling: logits ``Linear(H, 1)``, softmax within each segment,
-    weighted sum of the segment's values."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.score = nn.Linear(dim, 1)
-
-    def forward(self, values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
-        """``[B, N, H]``, ``[B, N]`` -> ``[B, num_segments, H]``."""
-        return segment_attentive_pool(values, self.score(values).squeeze(-1), segment_ids, num_segments)
-
-
 class SpanEncoder(nn.Module):
     """Two-level span encoder: ``within_span`` pools tokens into span vectors,
     ``across_spans`` pools each example's non-empty spans, in order, into ``[B, H]``.
-    Both levels run on packed sequences (covered tokens, non-empty spans) with a
-    segment id per position, so padding costs no compute."""
+    Both are pooling span extractors (``pool_segments``) and run on packed sequences
+    (covered tokens, non-empty spans) with a segment id per position, so padding
+    costs no compute."""
 
-    def __init__(self, within_span: nn.Module, across_spans: nn.Module):
+    def __init__(self, within_span: SegmentPoolingExtractor, across_spans: SegmentPoolingExtractor):
         super().__init__()
         self.within_span = within_span
         self.across_spans = across_spans
@@ -83,13 +53,13 @@ class SpanEncoder(nn.Module):
         # Token level: only the N covered tokens, packed into one sequence [1, N, H].
         token_index, packed_ids = pack_covered_tokens(span_ids, num_slots)
         packed = gather_tokens(features, token_index)
-        span_vectors = self.within_span(packed.unsqueeze(0), packed_ids.unsqueeze(0), batch * num_slots)
+        span_vectors = self.within_span.pool_segments(packed.unsqueeze(0), packed_ids.unsqueeze(0), batch * num_slots)
         # Span level: span ids are compacted (empty rows dropped, order kept), so an
         # example's spans are its first num_spans slots; pack those, one segment
         # per example.
         span_index, example = pack_covered_tokens(valid_span_ids(num_spans, num_slots), 1)
         packed_spans = span_vectors.reshape(batch * num_slots, dim).index_select(0, span_index)
-        sentence = self.across_spans(packed_spans.unsqueeze(0), example.unsqueeze(0), batch)
+        sentence = self.across_spans.pool_segments(packed_spans.unsqueeze(0), example.unsqueeze(0), batch)
         return sentence.squeeze(0)
 
 
@@ -118,21 +88,24 @@ class NoSegmentationCnnEncoder(nn.Module):
         return segment_max(hidden, example, batch).squeeze(0)
 
 
-SPAN_ENCODERS = ("cnn-cnn", "cnn-max", "attn-max", "attn-attn", "cnn")
+# name -> span extractor kinds (within a span, across the spans); "cnn" is the control
+TWO_LEVEL_ENCODERS = {
+    "cnn-cnn": ("conv", "conv"),
+    "cnn-max": ("conv", "max"),
+    "attn-max": ("self-attentive", "max"),
+    "attn-attn": ("self-attentive", "self-attentive"),
+}
+SPAN_ENCODERS = (*TWO_LEVEL_ENCODERS, "cnn")
 
 
 def build_span_encoder(kind: str, dim: int, kernel_size: int = 3) -> nn.Module:
     """Build a span encoder by name (one of ``SPAN_ENCODERS``); ``kernel_size`` is
     used by the CNN kinds and must be odd. ``cnn-cnn`` is the paper's model
     (6 H^2 + 2 H parameters for k = 3)."""
-    if kind == "cnn-cnn":
-        return SpanEncoder(ConvMaxPooler(dim, kernel_size), ConvMaxPooler(dim, kernel_size))
-    if kind == "cnn-max":
-        return SpanEncoder(ConvMaxPooler(dim, kernel_size), MaxPooler())
-    if kind == "attn-max":
-        return SpanEncoder(AttentivePooler(dim), MaxPooler())
-    if kind == "attn-attn":
-        return SpanEncoder(AttentivePooler(dim), AttentivePooler(dim))
     if kind == "cnn":
         return NoSegmentationCnnEncoder(dim, kernel_size)
+    if kind in TWO_LEVEL_ENCODERS:
+        within, across = (build_span_extractor(k, dim, **({"kernel_size": kernel_size} if k == "conv" else {}))
+                          for k in TWO_LEVEL_ENCODERS[kind])
+        return SpanEncoder(within, across)
     raise ValueError(f"unknown span encoder {kind!r}; choose one of {', '.join(SPAN_ENCODERS)}")

@@ -2,8 +2,8 @@
 fairseq.
 
 - :class:`PhrasePairHead`: each phrase pair's source and target phrases are pooled from
-  the token features with :mod:`span_pooling` (one call for both sides; spans may overlap
-  and nest) and classified. Feature sets: ``max4`` = max-pool,
+  the token features with a span extractor (:mod:`span_extractors`: one call for both
+  sides; spans may overlap and nest) and classified. Feature sets: ``max4`` = max-pool,
   ``[h_s; h_t; h_s * h_t; |h_s - h_t|]`` (2019); ``mean2`` = mean-pool, ``[h_s; h_t]``
   (2021).
 - :class:`SentencePairHead`: the ``<s>`` feature -> dense -> tanh -> projection.
@@ -16,16 +16,17 @@ into ``[P, ...]`` and classified, with no loop over examples or pairs.
 import torch
 import torch.nn as nn
 
-from span_plugin.modules.span_pooling import span_max, span_mean
+from span_plugin.modules.span_extractors import build_span_extractor
 
-PAIR_FEATURES = {"max4": 4, "mean2": 2}  # name -> multiple of H in the pair vector
+# name -> (span extractor of each phrase, multiple of H in the pair vector)
+PAIR_FEATURES = {"max4": ("max", 4), "mean2": ("mean", 2)}
 
 
 def pair_features(features, phrases, valid, kind="max4"):
     """Pooled pair vectors of the valid phrase pairs.
 
     features: ``[B, T, H]``; phrases: LongTensor ``[B, K, 4]``; valid: BoolTensor
-    ``[B, K]``. Returns ``[P, m H]`` (m = ``PAIR_FEATURES[kind]``), P = valid.sum(),
+    ``[B, K]``. Returns ``[P, m H]`` (m = ``PAIR_FEATURES[kind][1]``), P = valid.sum(),
     in row-major (example, pair) order.
     """
     if kind not in PAIR_FEATURES:
@@ -33,7 +34,7 @@ def pair_features(features, phrases, valid, kind="max4"):
     num_pairs = phrases.size(1)
     # Sources and targets pooled in one call: [B, 2K, 2] spans.
     spans = torch.cat([phrases[..., 0:2], phrases[..., 2:4]], dim=1)
-    pool = span_max if kind == "max4" else span_mean
+    pool = build_span_extractor(PAIR_FEATURES[kind][0], features.size(-1))  # no parameters
     pooled = pool(features, spans)  # [B, 2K, H]
     h_s, h_t = pooled[:, :num_pairs][valid], pooled[:, num_pairs:][valid]  # [P, H] each
     if kind == "mean2":
@@ -60,7 +61,7 @@ class PhrasePairHead(nn.Module):
         self.features = features
         inner_dim = inner_dim or input_dim
         self.dropout = nn.Dropout(dropout)
-        self.dense = nn.Linear(PAIR_FEATURES[features] * input_dim, inner_dim)
+        self.dense = nn.Linear(PAIR_FEATURES[features][1] * input_dim, inner_dim)
         self.out_proj = nn.Linear(inner_dim, num_classes)
 
     def forward(self, features, phrases, valid):

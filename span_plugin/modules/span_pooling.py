@@ -8,16 +8,15 @@ and pools to zeros. Every function is vectorised over examples and spans:
 
 - ``span_mean`` / ``span_attentive_pool``: a ``[B, K, T]`` weight matrix times the
   features (one batched matrix product; T is short, and no member list is built);
-- ``span_max``: the members of all spans packed into one sequence ``[M, H]``
-  (M = total width) and reduced with :func:`segment_max`;
+- ``span_max`` (and any pooler of packed segments, :func:`pool_span_members`): the
+  members of all spans packed into one sequence ``[M, H]`` (M = total width) and
+  reduced with :func:`segment_max`;
 - ``span_endpoints``: two gathers.
 
-The classes are one pooling scheme each behind one interface,
-``forward(features [B, T, H], spans [B, K, 2]) -> [B, K, output_dim]``.
+These are the kernels of :mod:`span_extractors` (one module per scheme, one registry).
 """
 
 import torch
-import torch.nn as nn
 
 from span_plugin.modules.segment_pooling import segment_max
 
@@ -73,16 +72,32 @@ def pack_span_members(spans: torch.Tensor, seq_len: int):
     return example * seq_len + start.flatten()[member_span] + offset, member_span
 
 
-def span_max(values: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-    """Elementwise max over each span's tokens: ``[B, T, H]`` -> ``[B, K, H]`` (zeros
-    for an empty span; gradient to the arg-max as :func:`segment_max`)."""
-    batch, seq_len, dim = values.shape
+def pool_span_members(values: torch.Tensor, spans: torch.Tensor, pool_segments) -> torch.Tensor:
+    """Pool arbitrary spans with a pooler of packed segments: every span's tokens are
+    laid side by side as one segment of a packed sequence ``[1, M, H]``, so spans may
+    overlap (their tokens are repeated).
+
+    Args:
+        values: ``[B, T, H]``; spans: ``[B, K, 2]``.
+        pool_segments: ``(values [1, M, H], segment_ids [1, M], S) -> [1, S, H']``
+            (as :func:`segment_max`), zeros for an empty segment.
+
+    Returns:
+        ``[B, K, H']``.
+    """
+    batch, seq_len, _ = values.shape
     num_spans = spans.size(1)
     token_index, member_span = pack_span_members(spans, seq_len)
     example = torch.div(token_index, seq_len, rounding_mode="floor")
     members = values[example, token_index - example * seq_len]  # [M, H], no copy of values
-    pooled = segment_max(members.unsqueeze(0), member_span.unsqueeze(0), batch * num_spans)
-    return pooled.view(batch, num_spans, dim)
+    pooled = pool_segments(members.unsqueeze(0), member_span.unsqueeze(0), batch * num_spans)
+    return pooled.view(batch, num_spans, -1)
+
+
+def span_max(values: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+    """Elementwise max over each span's tokens: ``[B, T, H]`` -> ``[B, K, H]`` (zeros
+    for an empty span; gradient to the arg-max as :func:`segment_max`)."""
+    return pool_span_members(values, spans, segment_max)
 
 
 def gather_positions(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -99,68 +114,3 @@ def span_endpoints(values: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
     last = max(values.size(1) - 1, 0)
     ends = [gather_positions(values, i.clamp(max=last)) for i in (start, (end - 1).clamp(min=0))]
     return torch.stack(ends, 2) * nonempty
-
-
-class EndpointSpanPooler(nn.Module):
-    """``[x_start; x_end-1]``: output_dim = 2 H."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.output_dim = 2 * dim
-
-    def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-        """``[B, T, H]``, ``[B, K, 2]`` -> ``[B, K, 2 H]``."""
-        return span_endpoints(features, spans).flatten(-2)
-
-
-class MaxSpanPooler(nn.Module):
-    """Elementwise max over the span's tokens: output_dim = H."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.output_dim = dim
-
-    def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-        """``[B, T, H]``, ``[B, K, 2]`` -> ``[B, K, H]``."""
-        return span_max(features, spans)
-
-
-class MeanSpanPooler(nn.Module):
-    """Mean of the span's tokens: output_dim = H."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.output_dim = dim
-
-    def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-        """``[B, T, H]``, ``[B, K, 2]`` -> ``[B, K, H]``."""
-        return span_mean(features, spans)
-
-
-class SelfAttentiveSpanPooler(nn.Module):
-    """Self-attentive pooling (logits ``Linear(H, 1)`` per token, softmax within the
-    span): output_dim = H."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.output_dim = dim
-        self.score = nn.Linear(dim, 1)
-
-    def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-        """``[B, T, H]``, ``[B, K, 2]`` -> ``[B, K, H]``."""
-        return span_attentive_pool(features, self.score(features).squeeze(-1), spans)
-
-
-SPAN_POOLERS = {
-    "endpoint": EndpointSpanPooler,
-    "max": MaxSpanPooler,
-    "mean": MeanSpanPooler,
-    "self-attentive": SelfAttentiveSpanPooler,
-}
-
-
-def build_span_pooler(kind: str, dim: int) -> nn.Module:
-    """A pooler of arbitrary spans by name (one of ``SPAN_POOLERS``)."""
-    if kind not in SPAN_POOLERS:
-        raise ValueError(f"unknown span pooler {kind!r}; choose one of {', '.join(SPAN_POOLERS)}")
-    return SPAN_POOLERS[kind](dim)

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from span_plugin.modules.segment_conv import SegmentConv1d
+from span_plugin.modules.span_extractors import build_span_extractor
 from span_plugin.modules.span_layout import token_span_ids
 from span_plugin.modules.span_pooling import gather_positions, span_attentive_pool
 
@@ -89,12 +90,14 @@ class SpanLabelingHead(nn.Module):
     """Scores every span of up to ``max_words`` words against C labels (index 0:
     "none", then the entity types).
 
-    A span's representation ``[x_first; x_last; attn(x); width]`` goes through
-    Linear -> GELU -> dropout -> Linear(inner, C). The first Linear is linear in each
-    part, so it is applied to the token features once (``token_proj``, three blocks
-    of width ``inner``) and its outputs are gathered per span and attention-pooled;
-    the width embedding lives in the same space. This is the same function as
-    concatenating first, at a cost per token instead of per span.
+    A span's representation ``[x_first; x_last; attn(x); width]`` (the endpoint,
+    self-attentive and width span extractors) goes through Linear -> GELU -> dropout
+    -> Linear(inner, C). The first Linear is linear in each part, so it is applied to
+    the token features once (``token_proj``, three blocks of width ``inner``) and its
+    outputs are gathered per span (the endpoint kernel) and attention-pooled (the
+    self-attentive kernel, logits ``score`` from the features); the width embedding
+    (:class:`WidthSpanExtractor`, in words) lives in the same space. This is the same
+    function as concatenating first, at a cost per token instead of per span.
     """
 
     def __init__(self, input_dim, num_classes, max_words=8, inner_dim=None, dropout=0.0):
@@ -104,9 +107,14 @@ class SpanLabelingHead(nn.Module):
         self.inner_dim = inner_dim
         self.token_proj = nn.Linear(input_dim, 3 * inner_dim)  # first, last, content blocks
         self.score = nn.Linear(input_dim, 1)  # self-attention logits
-        self.width = nn.Embedding(max_words, inner_dim)
+        self.width = build_span_extractor("width", inner_dim, max_width=max_words)
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(inner_dim, num_classes)
+
+    def word_widths(self, device):
+        """``[1, L, 2]``: word spans ``(0, w + 1)`` of the L widths."""
+        width = torch.arange(1, self.max_words + 1, device=device)
+        return torch.stack([torch.zeros_like(width), width], -1).unsqueeze(0)
 
     def forward(self, features, words, **unused):
         """
@@ -124,6 +132,8 @@ class SpanLabelingHead(nn.Module):
         first, last, content = self.token_proj(features).split(self.inner_dim, dim=-1)
         hidden = gather_positions(first, flat[..., 0]) + gather_positions(last, (flat[..., 1] - 1).clamp(min=0))
         hidden = hidden + span_attentive_pool(content, self.score(features).squeeze(-1), flat)
-        hidden = hidden.view(batch, num_words, self.max_words, -1) + self.width.weight
+        # The L candidate widths as word spans (0, w + 1): [1, L, inner], broadcast over i.
+        widths = self.width(features, self.word_widths(words.device))
+        hidden = hidden.view(batch, num_words, self.max_words, -1) + widths
         hidden = self.dropout(F.gelu(hidden))
         return self.out_proj(hidden), valid
