@@ -9,6 +9,7 @@ span_labeling) and ``roberta_span_pair`` (span_pair_classification), each with i
 ``_base`` and ``_large`` architectures. See docs/TASK_MODEL.md.
 """
 
+import functools
 import inspect
 import logging
 
@@ -130,8 +131,14 @@ class RobertaSpanModel(RobertaModel):
 
 def head_inputs(head):
     """The ``net_input`` tensors ``head.forward`` requires (no default)."""
-    params = inspect.signature(head.forward).parameters.values()
-    return [p.name for p in params if p.name in HEAD_INPUTS and p.default is p.empty]
+    return _required_inputs(type(head))
+
+
+@functools.lru_cache(maxsize=None)
+def _required_inputs(head_type):
+    """Per head class, once: the forward path asks on every batch."""
+    params = inspect.signature(head_type.forward).parameters.values()
+    return tuple(p.name for p in params if p.name in HEAD_INPUTS and p.default is p.empty)
 
 
 for _name in MODEL_NAMES[1:]:  # the same model under the names the tasks document
