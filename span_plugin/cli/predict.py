@@ -9,6 +9,9 @@
     # span_pair_classification: phrase-pair (and sentence-pair) labels of a JSON Lines file
     span-predict --checkpoint runs/transfer-MRPC/checkpoints/checkpoint_best.pt \\
         --input pairs.jsonl --output predictions.jsonl
+    # span_qa: the official predictions.json (id -> answer), n-best, EM/F1
+    span-predict --checkpoint runs/squad/checkpoints/checkpoint_best.pt \\
+        --input dev-v1.1.json --output predictions.json --nbest nbest.json --results scores.json
 
 Sentence checkpoints: rows come from the data folder's ``raw/{split}.input*`` text (the
 folder the checkpoint was trained on, or ``--data``; default split ``test``): ``valid``,
@@ -25,6 +28,12 @@ word line (conlleval's input); ``--results`` the scores as JSON.
 Span-pair checkpoints: ``--input`` in the format of docs/SPAN_PAIRS.md, ``--output``
 one JSON object a line (see :mod:`span_plugin.inference.pair_files`).
 
+QA checkpoints: questions of ``--input`` (SQuAD 1.1/2.0 JSON, MRQA JSON Lines) or of the
+folder's ``--split`` (default valid); ``--output`` the official predictions.json,
+``--nbest`` the n-best answers, ``--results`` EM/F1 when the questions have answers;
+``--null-threshold`` (SQuAD 2.0): a number, or ``tune`` for the F1-best one on these
+questions (see :mod:`span_plugin.inference.qa_files`).
+
 The encoder (BPE files, n-gram dictionary, segmentation) is the one the checkpoint's
 data record names; encoder options given here are checked against it (files by their
 content) and a difference is an error naming both. Checkpoints without a record need
@@ -40,6 +49,8 @@ import sys
 GLUE_FLAGS = ("split", "output", "glue_dir", "task", "regression_scale", "batch_size")
 CONLL_FLAGS = ("split", "conll_out", "results", "batch_size")
 PAIR_FLAGS = ("input", "output")
+QA_FLAGS = ("input", "split", "output", "nbest", "results", "null_threshold", "n_best",
+            "batch_size")
 
 
 def build_parser():
@@ -67,6 +78,13 @@ def build_parser():
     g.add_argument("--results", help="write {split: {precision, recall, f1, by_type}} here (JSON)")
     g = p.add_argument_group("span pairs")
     g.add_argument("--input", help="sentence pairs with phrase pairs (JSON Lines)")
+    g = p.add_argument_group("question answering (SQuAD, MRQA)")
+    g.add_argument("--nbest", help="write the n-best answers of every question here (JSON)")
+    g.add_argument("--n-best", type=int, help="answers kept per question (default 20)")
+    g.add_argument("--null-threshold",
+                   help="SQuAD 2.0: answer '' when the no-answer score beats the best answer "
+                   "by more than this; 'tune': the F1-best threshold on these questions; "
+                   "default: the model's (--null-threshold of training)")
     g = p.add_argument_group("text encoder (default: the checkpoint's record; given "
                              "again, checked against it)")
     g.add_argument("--bpe", choices=("gpt2", "sentencepiece", "fastbpe", "wordpiece"))
@@ -116,15 +134,39 @@ def predict_pairs(hub, a):
     print(f"{a.output[0]}: {rows} predictions", file=sys.stderr)
 
 
+def predict_qa(hub, a):
+    from span_plugin.inference.qa_files import read_questions, write_qa_predictions
+
+    if not a.output or len(a.output) != 1:
+        raise ValueError("give one --output file (the official predictions.json)")
+    if a.input and a.split:
+        raise ValueError("give --input FILE or --split of the folder, not both")
+    splits = a.split or ["valid"]
+    if len(splits) != 1:
+        raise ValueError(f"one --split at a time, got {splits}")
+    threshold = "default"
+    if a.null_threshold is not None:
+        threshold = a.null_threshold if a.null_threshold == "tune" else float(a.null_threshold)
+    examples, version = read_questions(hub, a.input, splits[0])
+    scores = write_qa_predictions(hub, examples, version, a.output[0], a.nbest, a.results,
+                                  threshold, a.n_best or 20, a.batch_size or 16)
+    summary = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in scores.items())
+    print(f"{a.output[0]}: {len(examples)} answers" + (f"; {summary}" if summary else ""),
+          file=sys.stderr)
+
+
 def _output_of(hub):
     """(the flags it takes, the function writing its predictions) of the hub's adapter."""
     from span_plugin.inference.ner import NerHubInterface
     from span_plugin.inference.pairs import PairHubInterface
+    from span_plugin.inference.qa import QAHubInterface
     from span_plugin.inference.sentence import SentenceHubInterface
 
     outputs = {SentenceHubInterface: (GLUE_FLAGS, predict_glue),
                NerHubInterface: (CONLL_FLAGS, predict_conll),
-               PairHubInterface: (PAIR_FLAGS, predict_pairs)}
+               PairHubInterface: (PAIR_FLAGS, predict_pairs),
+               QAHubInterface: (QA_FLAGS, predict_qa)}
     return outputs[type(hub)]
 
 
@@ -151,7 +193,7 @@ def main(argv=None):
             ngrams=a.ngrams, ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation,
             seed=a.seed)
         flags, predict = _output_of(hub)
-        wrong = [d for d in GLUE_FLAGS + CONLL_FLAGS + PAIR_FLAGS
+        wrong = [d for d in dict.fromkeys(GLUE_FLAGS + CONLL_FLAGS + PAIR_FLAGS + QA_FLAGS)
                  if d not in flags and getattr(a, d) is not None]
         if wrong:
             raise ValueError(

@@ -158,6 +158,32 @@ def cmd_conll(a):
     print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
 
 
+def cmd_qa(a):
+    from span_plugin.preprocess.qa import prepare_qa
+
+    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
+    if not files:
+        raise ValueError("give at least one of --train, --valid, --test")
+    for split, path in files.items():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file (--{split})")
+    summaries = prepare_qa(a.out, files, _spec(a), a.srcdict, max_positions=a.max_positions,
+                           doc_stride=a.doc_stride, on_bad=a.on_bad, name=a.name,
+                           command=_command())
+    for split, s in summaries.items():
+        print(f"{split}: {s.questions} questions in {s.windows} windows ({s.impossible} "
+              f"impossible, {s.dropped} dropped: see dropped_rows.tsv), {s.inexact_answers} "
+              f"answers whose tokens cover more characters, longest question "
+              f"{s.longest_question} tokens")
+
+
+def cmd_qa_split(a):
+    from span_plugin.formats.squad import split_squad_articles
+
+    first, rest = split_squad_articles(a.input, a.first, a.out_first, a.out_rest)
+    print(f"{a.out_first}: {first} questions; {a.out_rest}: {rest} questions")
+
+
 def _command():
     """The command line as typed, for the data record."""
     return " ".join(["span-preprocess"] + [shlex.quote(x) for x in sys.argv[1:]])
@@ -320,6 +346,32 @@ def build_parser():
     q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_conll)
+
+    q = sub.add_parser("qa", help="build an extractive QA folder (span_qa) from SQuAD 1.1/2.0 "
+                       "JSON or MRQA JSON Lines (.jsonl, .jsonl.gz)")
+    q.add_argument("--out", required=True, help="task folder to write")
+    q.add_argument("--train", help="training file")
+    q.add_argument("--valid", help="validation file")
+    q.add_argument("--test", help="test file")
+    q.add_argument("--max-positions", type=int, default=384,
+                   help="tokens per window: <s> question </s> </s> passage </s>")
+    q.add_argument("--doc-stride", type=int, default=128,
+                   help="tokens two consecutive windows of a long passage share")
+    q.add_argument("--on-bad", choices=("error", "skip"), default="error",
+                   help="a bad question (answer not matching its offsets, empty context, "
+                   "question too long for a window, ...): stop naming it, or skip it and "
+                   "list it in dropped_rows.tsv")
+    q.add_argument("--name", default="qa", help="task name in the record")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_qa)
+
+    q = sub.add_parser("qa-split", help="split a SQuAD JSON file by article (e.g. dev-v1.1: "
+                       "the first 38 articles to train, the last 10 to evaluate)")
+    q.add_argument("input")
+    q.add_argument("--first", type=int, required=True, help="articles in the first file")
+    q.add_argument("--out-first", required=True)
+    q.add_argument("--out-rest", required=True)
+    q.set_defaults(func=cmd_qa_split)
 
     q = sub.add_parser("binarize", help="encode + spans + binarize one text file")
     q.add_argument("input")

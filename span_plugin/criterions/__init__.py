@@ -4,3 +4,4 @@
 from span_plugin.criterions import ner, span_classification  # noqa: F401
 from span_plugin.criterions import spanbert_masked_lm  # noqa: F401
 from span_plugin.criterions import span_pair_classification  # noqa: F401
+from span_plugin.criterions import span_qa  # noqa: F401

@@ -6,6 +6,7 @@ registry that picks the adapter of the task the checkpoint records.
     # span_classification / sentence_prediction -> SentenceHubInterface: predict, predict_logits
     # span_tagging / span_labeling               -> NerHubInterface: predict_entities, predict_words
     # span_pair_classification                   -> PairHubInterface: predict_pairs
+    # span_qa                                    -> QAHubInterface: predict_answers
 
 An adapter is a subclass decorated with :func:`register_adapter` (``task names ->
 class``); importing :mod:`span_plugin.inference` registers them all.

@@ -14,6 +14,8 @@ inputs it needs.
 | ``sf`` | ``modules.SpanTokenTaggingHead`` | spans | logits ``[B, T, C]`` |
 | ``span`` | ``modules.SpanLabelingHead`` | words | ``(logits [B, W, L, C], valid [B, W, L])`` |
 | ``span_pair`` | ``modules.SpanPairHeads`` | phrases | ``{"phrasal", "sentential"}`` |
+| ``qa_boundary`` | ``modules.BoundaryQAHead`` | passage | ``{"start", "end", "scores", "null"}`` |
+| ``qa_span`` | ``modules.SpanQAHead`` | passage | ``{"scores", "null"}`` |
 """
 
 import torch
@@ -22,6 +24,7 @@ from fairseq import utils
 from fairseq.modules.quant_noise import quant_noise as apply_quant_noise_
 
 from span_plugin.modules import build_span_encoder
+from span_plugin.modules.qa_heads import BoundaryQAHead, SpanQAHead
 from span_plugin.modules.span_pair_heads import SpanPairHeads
 from span_plugin.modules.tagging_heads import SpanLabelingHead, SpanTokenTaggingHead, TokenTaggingHead
 
@@ -136,3 +139,14 @@ def span_labeling_head(args, num_classes, max_words=8):
 def span_pair_heads(args, phrase_classes, sentence_classes, features="max4", dropout=0.1):
     return SpanPairHeads(args.encoder_embed_dim, phrase_classes, sentence_classes, features,
                          dropout)
+
+
+@register_head_kind("qa_boundary")
+def qa_boundary_head(args, max_answer_tokens=30):
+    return BoundaryQAHead(args.encoder_embed_dim, max_answer_tokens, dropout=args.head_dropout)
+
+
+@register_head_kind("qa_span")
+def qa_span_head(args, max_answer_tokens=30, span_dim=128):
+    return SpanQAHead(args.encoder_embed_dim, max_answer_tokens, span_dim=span_dim,
+                      dropout=args.head_dropout)

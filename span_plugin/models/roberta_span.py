@@ -5,7 +5,8 @@ Zhang, Zhao: Span Fine-tuning), token tagging, span labeling and span-pair heads
 
 One class, registered under the fairseq model names the tasks document:
 ``roberta_span`` (span_classification), ``roberta_tagging`` (span_tagging,
-span_labeling) and ``roberta_span_pair`` (span_pair_classification), each with its
+span_labeling), ``roberta_span_pair`` (span_pair_classification) and ``roberta_qa``
+(span_qa), each with its
 ``_base`` and ``_large`` architectures. See docs/TASK_MODEL.md.
 """
 
@@ -24,13 +25,13 @@ from span_plugin.modules import SPAN_ENCODERS
 
 logger = logging.getLogger(__name__)
 
-MODEL_NAMES = ("roberta_span", "roberta_tagging", "roberta_span_pair")
-HEAD_INPUTS = ("spans", "words", "phrases")  # what tasks put in net_input for heads
+MODEL_NAMES = ("roberta_span", "roberta_tagging", "roberta_span_pair", "roberta_qa")
+HEAD_INPUTS = ("spans", "words", "phrases", "passage")  # what tasks put in net_input for heads
 
 
 @register_model("roberta_span")
 class RobertaSpanModel(RobertaModel):
-    """``forward(src_tokens, spans=, words=, phrases=, classification_head_name=)``
+    """``forward(src_tokens, spans=, words=, phrases=, passage=, classification_head_name=)``
     returns ``(head output, extra)`` (see :mod:`span_plugin.models.heads`), or
     RobertaModel's output without a head."""
 
@@ -72,8 +73,9 @@ class RobertaSpanModel(RobertaModel):
         """fairseq's name for it: the paper's sentence head (replacing one of that name)."""
         self.register_head(name, "sentence", num_classes=num_classes, inner_dim=inner_dim)
 
-    def forward(self, src_tokens, spans=None, words=None, phrases=None, features_only=False,
-                return_all_hiddens=False, classification_head_name=None, **kwargs):
+    def forward(self, src_tokens, spans=None, words=None, phrases=None, passage=None,
+                features_only=False, return_all_hiddens=False, classification_head_name=None,
+                **kwargs):
         """
         Args:
             src_tokens: LongTensor ``[B, T]``.
@@ -85,7 +87,7 @@ class RobertaSpanModel(RobertaModel):
             return self.encoder(src_tokens, features_only, return_all_hiddens, **kwargs)
         x, extra = self.encoder(src_tokens, True, return_all_hiddens, **kwargs)
         head = self.classification_heads[classification_head_name]
-        given = {"spans": spans, "words": words, "phrases": phrases}
+        given = {"spans": spans, "words": words, "phrases": phrases, "passage": passage}
         missing = [k for k in head_inputs(head) if given[k] is None]
         if missing:
             raise ValueError(

@@ -52,6 +52,10 @@ class SpanIndexWriter:
     def close(self):
         self._writer.finalize()
 
+    def abort(self):
+        """Discard everything written (no file appears under the final names)."""
+        self._writer.abort()
+
     def __enter__(self):
         return self
 
@@ -59,7 +63,7 @@ class SpanIndexWriter:
         if exc_type is None:
             self.close()
         else:
-            self._writer.abort()
+            self.abort()
 
 
 def require(prefix: str):

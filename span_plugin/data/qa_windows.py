@@ -1,0 +1,140 @@
+"""Extractive QA batches: one item is one question with all its windows, so that a batch
+always holds every window of its questions (answers are decoded across windows, and
+the validation metrics are exact per batch).
+
+A window is laid out by :func:`span_plugin.data.layout.lay_out` as
+``<s> Q </s> </s> P </s>``; its passage occupies positions ``[p0, p0 + len(P))``.
+Batch (N windows of B questions, T the longest window)::
+
+    id                     LongTensor [B]     question index in the split
+    nsentences             B
+    ntokens                tokens of all windows
+    net_input.src_tokens   LongTensor [N, T]  right-padded
+    net_input.src_lengths  LongTensor [N]
+    net_input.passage      LongTensor [N, 2]  (p0, p0 + len(P)): the passage positions
+    target                 LongTensor [N, 2]  (start, last) positions of the gold answer,
+                                              (0, 0) when the window has none (``<s>``)
+    qa.question            LongTensor [N]     which of the B questions a window belongs to
+    qa.offsets             LongTensor [N, T, 2]  characters of each passage token in its
+                                              context, (-1, -1) elsewhere
+    qa.records             the B questions (:class:`~span_plugin.formats.squad.QAExample`)
+"""
+
+import numpy as np
+import torch
+from fairseq.data import FairseqDataset, data_utils
+
+
+class QAWindowsDataset(FairseqDataset):
+    """Questions of a split with their windows.
+
+    layout: the windows' :class:`~span_plugin.data.layout.Layout` (input0 = question,
+        input1 = passage; not shortened: preprocessing sized the windows).
+    window_question: int array ``[W]``, the question of each window (non-decreasing).
+    offsets: dataset, item w = flat ``[2 P_w]`` character offsets of window w's passage.
+    answers: dataset, item w = ``[2]`` gold (start, end) in the passage or ``[0]``.
+    records: the split's questions (``QAExample`` of ``raw/{split}.jsonl``).
+    pad: padding id; shuffle_seed: None keeps the file order, else questions are
+        shuffled per (seed, epoch).
+    """
+
+    def __init__(self, layout, window_question, offsets, answers, records, pad,
+                 shuffle_seed=None):
+        super().__init__()
+        self.tokens = layout.tokens
+        self.passage_starts = np.asarray(layout.starts[1], dtype=np.int64)
+        self.offsets = offsets
+        self.answers = answers
+        self.records = records
+        self.pad = pad
+        self.shuffle_seed = shuffle_seed
+        self.epoch = 1
+        window_question = np.asarray(window_question, dtype=np.int64)
+        counts = np.bincount(window_question, minlength=len(records))
+        if len(counts) != len(records) or (counts == 0).any() or (
+                np.diff(window_question) < 0).any():
+            raise ValueError(f"windows point at questions outside the {len(records)} records "
+                             f"or out of order; rebuild the folder")
+        self.first_window = np.concatenate([[0], np.cumsum(counts)])
+        sizes = np.asarray(self.tokens.sizes, dtype=np.int64)
+        # size = the widest window (what --max-positions is checked against);
+        # num_tokens = the question's share of a padded batch.
+        self._sizes = np.maximum.reduceat(sizes, self.first_window[:-1])
+        self._padded = self._sizes * counts
+
+    def __len__(self):
+        return len(self.records)
+
+    @property
+    def sizes(self):
+        return self._sizes
+
+    def size(self, index):
+        return int(self._sizes[index])
+
+    def num_tokens(self, index):
+        return int(self._padded[index])
+
+    def num_tokens_vec(self, indices):
+        return self._padded[indices]
+
+    def windows(self, index):
+        return range(self.first_window[index], self.first_window[index + 1])
+
+    def __getitem__(self, index):
+        out = []
+        for w in self.windows(index):
+            tokens = self.tokens[w]
+            p0 = int(self.passage_starts[w])
+            offsets = torch.as_tensor(np.asarray(self.offsets[w]), dtype=torch.long).view(-1, 2)
+            answer = torch.as_tensor(np.asarray(self.answers[w]), dtype=torch.long)
+            out.append({"tokens": tokens, "passage": (p0, p0 + len(offsets)),
+                        "offsets": offsets, "answer": answer})
+        return {"id": index, "windows": out, "record": self.records[index]}
+
+    def collater(self, samples):
+        if not samples:
+            return {}
+        windows = [w for s in samples for w in s["windows"]]
+        question = [k for k, s in enumerate(samples) for _ in s["windows"]]
+        tokens = data_utils.collate_tokens([w["tokens"] for w in windows], self.pad)
+        n, t = tokens.shape
+        passage = torch.tensor([w["passage"] for w in windows], dtype=torch.long)
+        offsets = torch.full((n, t, 2), -1, dtype=torch.long)
+        target = torch.zeros(n, 2, dtype=torch.long)
+        for i, w in enumerate(windows):
+            p0, p1 = w["passage"]
+            offsets[i, p0:p1] = w["offsets"]
+            if w["answer"].numel():
+                s, e = w["answer"].tolist()
+                target[i] = torch.tensor([p0 + s, p0 + e - 1])
+        return {
+            "id": torch.tensor([s["id"] for s in samples], dtype=torch.long),
+            "nsentences": len(samples),
+            "ntokens": sum(len(w["tokens"]) for w in windows),
+            "net_input": {
+                "src_tokens": tokens,
+                "src_lengths": torch.tensor([len(w["tokens"]) for w in windows]),
+                "passage": passage,
+            },
+            "target": target,
+            "qa": {"question": torch.tensor(question, dtype=torch.long), "offsets": offsets,
+                   "records": [s["record"] for s in samples]},
+        }
+
+    @property
+    def supports_prefetch(self):
+        return False
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    @property
+    def can_reuse_epoch_itr_across_epochs(self):
+        return self.shuffle_seed is None
+
+    def ordered_indices(self):
+        if self.shuffle_seed is None:
+            return np.arange(len(self))
+        with data_utils.numpy_seed(self.shuffle_seed, self.epoch):
+            return np.random.permutation(len(self))

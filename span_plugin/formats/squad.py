@@ -1,0 +1,395 @@
+"""Extractive question answering files: SQuAD v1.1 / v2.0 JSON and MRQA JSON Lines, read
+into :class:`QAExample` (:func:`read_qa`), and SQuAD files split by article
+(:func:`split_squad_articles`).
+
+Formats (``.jsonl``/``.ndjson`` names are MRQA, other names are told by the first line:
+an object with ``header`` is MRQA, anything else SQuAD JSON; gzip is told by its magic
+bytes, so ``.gz`` of either works):
+
+- SQuAD JSON (``.json``): one object ``{"version", "data": [{"title", "paragraphs":
+  [{"context", "qas": [{"id", "question", "answers": [{"text", "answer_start"}],
+  "is_impossible"?, "plausible_answers"?}]}]}]}``. Version ``2.0``/``v2.0`` or any
+  ``is_impossible`` key makes it v2.0 (a v2.0 question without ``is_impossible`` is
+  impossible when it has no answer, as the official evaluation reads it), else 1.1.
+  ``plausible_answers`` are not read.
+- MRQA (``.jsonl``, ``.jsonl.gz``): a header line ``{"header": {"dataset", "split"}}``,
+  then one object per context ``{"context", "qas": [{"qid", "question", "answers":
+  [str], "detected_answers": [{"text", "char_spans": [[start, end]], ...}]}]}``; the
+  ``char_spans`` end is INCLUSIVE and every span is one occurrence ``(text, start)``.
+  ``answers`` (every accepted answer text) is kept in :attr:`QAExample.accepted`: the
+  MRQA evaluation scores against it. An optional ``is_impossible: true`` is read as in
+  v2.0.
+
+Answer offsets are Python ``str`` indices of the context as written. An answer whose text
+is not what the context reads at its offsets is an error naming both (never shifted).
+Problems of one question (missing or mistyped keys, empty context or question, an
+answerable question without answers, an answer outside the context or not matching it,
+an impossible question with answers) are a :class:`BadInputError`, or with
+``on_bad="skip"`` the question is left out and listed in :attr:`QASplit.dropped`.
+Malformed JSON, a missing file-level structure (``data``, ``paragraphs``, ``context``,
+``qas``, the MRQA header) and duplicate question ids are always errors.
+"""
+
+import gzip
+import json
+import os
+from dataclasses import dataclass, field
+
+from span_plugin.formats.files import atomic_write
+from span_plugin.formats.lines import BOM, BadInputError
+
+ON_BAD = ("error", "skip")
+
+
+@dataclass
+class QAExample:
+    id: str
+    question: str
+    context: str
+    answers: list  # [(text, char_start)]: text == context[char_start:char_start + len(text)]
+    impossible: bool  # SQuAD v2.0 is_impossible (then answers == []); False otherwise
+    where: str  # "FILE: article 3 (title), paragraph 2, question 5" / "FILE:LINE, question 2"
+    title: str = ""  # article title (SQuAD) or "" (MRQA)
+    accepted: list = field(default_factory=list)  # MRQA "answers" (scored against); SQuAD: []
+
+
+@dataclass
+class QASplit:
+    examples: list  # QAExample in file order; the questions of one context are consecutive
+    dropped: list  # [(where, id, reason)]: questions left out under on_bad="skip"
+    version: str  # "1.1", "2.0" or "mrqa"
+
+
+class _Bad(Exception):
+    """A problem of one question; the message says what was expected."""
+
+
+# ---------------------------------------------------------------- bytes and JSON
+
+
+def _open(path):
+    """``path`` opened for reading bytes, through gzip when it starts with gzip's magic."""
+    f = open(path, "rb")
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        return gzip.GzipFile(fileobj=f, mode="rb")
+    f.seek(0)
+    return f
+
+
+def _lines(path):
+    """(line number, bytes) of each line, BOM dropped; a broken gzip stream an error."""
+    with _open(path) as f:
+        lineno = 0
+        try:
+            for lineno, raw in enumerate(f, 1):
+                yield lineno, raw[len(BOM):] if lineno == 1 and raw.startswith(BOM) else raw
+        except (OSError, EOFError) as err:
+            raise BadInputError(f"{path}:{lineno + 1}: not a readable gzip file "
+                                f"({err})") from None
+
+
+def _read_bytes(path, first_line=False):
+    """The file's bytes (only its first line with ``first_line``), BOM dropped."""
+    with _open(path) as f:
+        try:
+            data = f.readline() if first_line else f.read()
+        except (OSError, EOFError) as err:
+            raise BadInputError(f"{path}: not a readable gzip file ({err})") from None
+    return data[len(BOM):] if data.startswith(BOM) else data
+
+
+def _decode(path, data, lineno=None):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if lineno is None:
+            lineno = data.count(b"\n", 0, err.start) + 1
+            at = f"byte {err.start} of the file"
+        else:
+            at = f"byte {err.start} of the line"
+        raise BadInputError(f"{path}:{lineno}: invalid UTF-8 at {at} ({err.reason}); "
+                            f"expected UTF-8 text") from None
+
+
+def _is_mrqa(path):
+    name = os.fspath(path).lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    if name.endswith((".jsonl", ".ndjson")):
+        return True
+    first = _read_bytes(path, first_line=True).strip()
+    if not first.startswith(b"{"):
+        return False
+    try:
+        obj = json.loads(first.decode("utf-8"))
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and ("header" in obj or "qas" in obj)
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _get(obj, key, kind, what):
+    """``obj[key]``, checked to be of type ``kind`` (str, int, list or dict)."""
+    if not isinstance(obj, dict):
+        raise _Bad(f"{what} is a JSON {type(obj).__name__}, expected an object")
+    if key not in obj:
+        raise _Bad(f"{what} has no {key!r} (keys: {sorted(obj)})")
+    v = obj[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is int:
+        names = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+        raise _Bad(f"{what} {key!r} is {json.dumps(v)[:60]}, expected {names[kind]}")
+    return v
+
+
+def _occurrences(context, text, limit=3):
+    found, i = [], context.find(text)
+    while i >= 0 and len(found) < limit:
+        found.append(i)
+        i = context.find(text, i + 1)
+    return found
+
+
+def _check_answer(context, text, start, end, label):
+    """Check that ``context[start:end] == text`` (end exclusive)."""
+    if text == "":
+        raise _Bad(f"{label} has an empty text, expected the answer's words")
+    if start < 0 or end > len(context) or end <= start:
+        raise _Bad(f"{label} {text!r} at [{start}, {end}) lies outside the context "
+                   f"(length {len(context)})")
+    if context[start:end] != text:
+        seen = _occurrences(context, text)
+        hint = (f"; the text occurs at offsets {seen}" if seen else
+                "; the text does not occur in the context")
+        raise _Bad(f"{label} text {text!r} at offset {start} does not match the context, "
+                   f"which reads {context[start:end]!r} there{hint}")
+
+
+def _question(qa):
+    question = _get(qa, "question", str, "the question")
+    if not question.strip():
+        raise _Bad("empty question, expected the question's text")
+    return question
+
+
+# ---------------------------------------------------------------- SQuAD JSON
+
+
+def _squad_answers(qa, context, impossible_key):
+    answers = _get(qa, "answers", list, "the question")
+    out = []
+    for j, ans in enumerate(answers, 1):
+        label = f"answer {j}"
+        text = _get(ans, "text", str, label)
+        start = _get(ans, "answer_start", int, label)
+        _check_answer(context, text, start, start + len(text), label)
+        if (text, start) not in out:
+            out.append((text, start))
+    if impossible_key:
+        imp = qa.get("is_impossible", not out)
+        if not isinstance(imp, bool):
+            raise _Bad(f"'is_impossible' is {json.dumps(imp)[:40]}, expected true or false")
+    else:
+        imp = False
+    if imp and out:
+        raise _Bad(f"an impossible question (is_impossible true) with {len(out)} answers, "
+                   f"expected none (plausible answers belong in 'plausible_answers')")
+    if not imp and not out:
+        raise _Bad("an answerable question with no answer, expected at least one"
+                   + (" (or is_impossible true)" if impossible_key else ""))
+    return out, imp
+
+
+def _load_squad(path, data):
+    text = _decode(path, data)
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BadInputError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); "
+                            f"expected one SQuAD JSON object") from None
+    try:
+        articles = _get(obj, "data", list, "the file")
+    except _Bad as bad:
+        raise BadInputError(f"{path}: {bad}; expected SQuAD JSON "
+                            f"{{\"version\", \"data\": [articles]}}") from None
+    return obj, articles
+
+
+def _squad_paragraphs(path, articles):
+    """(where-prefix, title, context, qas) per paragraph; structure errors raised."""
+    for i, article in enumerate(articles, 1):
+        try:
+            paragraphs = _get(article, "paragraphs", list, "the article")
+            title = article.get("title", "")
+            if not isinstance(title, str):
+                title = json.dumps(title)
+            for j, par in enumerate(paragraphs, 1):
+                where = f"{path}: article {i} ({title}), paragraph {j}"
+                try:
+                    context = _get(par, "context", str, "the paragraph")
+                    qas = _get(par, "qas", list, "the paragraph")
+                except _Bad as bad:
+                    raise BadInputError(f"{where}: {bad}") from None
+                yield where, title, context, qas
+        except _Bad as bad:
+            raise BadInputError(f"{path}: article {i}: {bad}") from None
+
+
+def _read_squad(path, keep):
+    obj, articles = _load_squad(path, _read_bytes(path))
+    version = str(obj.get("version", "1.1"))
+    paragraphs = list(_squad_paragraphs(path, articles))
+    v2 = version.lstrip("v") == "2.0" or any(
+        isinstance(qa, dict) and "is_impossible" in qa for *_, qas in paragraphs for qa in qas)
+    for where, title, context, qas in paragraphs:
+        for k, qa in enumerate(qas, 1):
+            here = f"{where}, question {k}"
+            qid = qa.get("id") if isinstance(qa, dict) else None
+            try:
+                qid = _get(qa, "id", str, "the question")
+                if not context.strip():
+                    raise _Bad("empty context, expected the paragraph's text")
+                question = _question(qa)
+                answers, imp = _squad_answers(qa, context, v2)
+            except _Bad as bad:
+                keep(here, qid, str(bad), None)
+                continue
+            keep(here, qid, None, QAExample(qid, question, context, answers, imp, here, title))
+    return "2.0" if v2 else "1.1"
+
+
+# ---------------------------------------------------------------- MRQA JSON Lines
+
+
+def _mrqa_answers(qa, context):
+    accepted = _get(qa, "answers", list, "the question")
+    for a in accepted:
+        if not isinstance(a, str):
+            raise _Bad(f"'answers' holds {json.dumps(a)[:40]}, expected answer texts")
+    detected = _get(qa, "detected_answers", list, "the question")
+    out = []
+    for j, det in enumerate(detected, 1):
+        label = f"detected answer {j}"
+        text = _get(det, "text", str, label)
+        spans = _get(det, "char_spans", list, label)
+        for span in spans:
+            if not (isinstance(span, list) and len(span) == 2 and all(
+                    isinstance(v, int) and not isinstance(v, bool) for v in span)):
+                raise _Bad(f"{label} char_span {json.dumps(span)[:40]}: expected "
+                           f"[start, end] (end inclusive)")
+            start, end = span
+            _check_answer(context, text, start, end + 1,
+                          f"{label} (char_span [{start}, {end}], end inclusive)")
+            if (text, start) not in out:
+                out.append((text, start))
+    imp = qa.get("is_impossible", False)
+    if not isinstance(imp, bool):
+        raise _Bad(f"'is_impossible' is {json.dumps(imp)[:40]}, expected true or false")
+    if imp and out:
+        raise _Bad(f"an impossible question (is_impossible true) with {len(out)} "
+                   f"detected answers, expected none")
+    if not imp and not out:
+        raise _Bad("an answerable question with no detected answer, expected at least "
+                   "one char_span")
+    return out, imp, list(accepted)
+
+
+def _read_mrqa(path, keep):
+    header = False
+    for lineno, raw in _lines(path):
+        if not raw.strip():
+            continue  # blank lines (the final newline, CRLF ends) carry nothing
+        try:
+            obj = json.loads(_decode(path, raw, lineno))
+        except ValueError as err:
+            raise BadInputError(f"{path}:{lineno}: not valid JSON ({err}); expected one "
+                                f"MRQA object per line") from None
+        if not header:
+            if not (isinstance(obj, dict) and isinstance(obj.get("header"), dict)):
+                raise BadInputError(f"{path}:{lineno}: expected the MRQA header line "
+                                    f"{{\"header\": {{\"dataset\": ..., \"split\": ...}}}}")
+            header = True
+            continue
+        try:
+            context = _get(obj, "context", str, "the line")
+            qas = _get(obj, "qas", list, "the line")
+        except _Bad as bad:
+            raise BadInputError(f"{path}:{lineno}: {bad}; expected an MRQA context "
+                                f"object") from None
+        for k, qa in enumerate(qas, 1):
+            here = f"{path}:{lineno}, question {k}"
+            qid = qa.get("qid") if isinstance(qa, dict) else None
+            try:
+                qid = _get(qa, "qid", str, "the question")
+                if not context.strip():
+                    raise _Bad("empty context, expected the passage's text")
+                question = _question(qa)
+                answers, imp, accepted = _mrqa_answers(qa, context)
+            except _Bad as bad:
+                keep(here, qid, str(bad), None)
+                continue
+            keep(here, qid, None,
+                 QAExample(qid, question, context, answers, imp, here, "", accepted))
+    if not header:
+        raise BadInputError(f"{path}: empty, expected the MRQA header line and contexts")
+    return "mrqa"
+
+
+# ---------------------------------------------------------------- the reader
+
+
+def read_qa(path, on_bad="error"):
+    """The :class:`QASplit` of a SQuAD JSON or MRQA JSON Lines file (``.gz`` too)."""
+    if on_bad not in ON_BAD:
+        raise ValueError(f"on_bad={on_bad!r}: expected one of {ON_BAD}")
+    path = os.fspath(path)
+    examples, dropped, first_seen = [], [], {}
+
+    def keep(where, qid, reason, example):
+        if isinstance(qid, str):
+            if qid in first_seen:
+                raise BadInputError(f"{where}: duplicate question id {qid!r}, first at "
+                                    f"{first_seen[qid]}; expected unique ids")
+            first_seen[qid] = where
+        if reason is None:
+            examples.append(example)
+        elif on_bad == "skip":
+            dropped.append((where, qid, reason))
+        else:
+            named = "" if qid is None else f"question {qid!r}: "
+            raise BadInputError(f"{where}: {named}{reason}")
+
+    read = _read_mrqa if _is_mrqa(path) else _read_squad
+    version = read(path, keep)
+    return QASplit(examples, dropped, version)
+
+
+def split_squad_articles(path, first, out_first, out_rest):
+    """Write the first ``first`` articles of a SQuAD JSON file to ``out_first`` and the
+    rest to ``out_rest`` (every other key, such as ``version``, kept; each written
+    atomically). The file is checked as :func:`read_qa` does. Returns the number of
+    questions in each part."""
+    path = os.fspath(path)
+    ins = {os.path.abspath(path)}
+    outs = [os.path.abspath(os.fspath(p)) for p in (out_first, out_rest)]
+    if outs[0] == outs[1] or ins & set(outs):
+        raise ValueError(f"split {path} into {out_first} and {out_rest}: expected two "
+                         f"outputs that differ from each other and from the input")
+    if not isinstance(first, int) or first < 1:
+        raise ValueError(f"first={first!r}: expected a positive number of articles")
+    if _is_mrqa(path):
+        raise BadInputError(f"{path}: an MRQA JSON Lines file, expected SQuAD JSON")
+    obj, articles = _load_squad(path, _read_bytes(path))
+    if len(articles) <= first:
+        raise BadInputError(f"{path}: {len(articles)} articles, expected more than "
+                            f"{first} to split off the first {first}")
+    read_qa(path)  # every question checked before anything is written
+    counts = []
+    for out, part in ((out_first, articles[:first]), (out_rest, articles[first:])):
+        piece = dict(obj, data=part)
+        blob = json.dumps(piece, ensure_ascii=False).encode("utf-8")
+        atomic_write(out, lambda f, blob=blob: f.write(blob))
+        counts.append(sum(len(p["qas"]) for a in part for p in a["paragraphs"]))
+    return tuple(counts)

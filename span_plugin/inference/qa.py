@@ -1,0 +1,96 @@
+"""Inference for ``span_qa`` checkpoints on raw (question, context) pairs.
+
+    from span_plugin.inference.hub import SpanHubInterface
+    hub = SpanHubInterface.from_pretrained("runs/squad/checkpoints/checkpoint_best.pt")
+    hub.predict_answers([("Who wrote it?", "It was written by Ann Lee in 1990.")])
+    # -> [{"text": "Ann Lee", "start": 18, "end": 25, "score": ..., "null_margin": ...,
+    #      "nbest": [...]}]      (character offsets into the context, end exclusive)
+
+The pairs go through the code of training: the encoder the checkpoint records,
+:func:`span_plugin.preprocess.qa.encode_question` and ``passage_windows`` with the
+folder's window size and stride, the layout and batches of
+:class:`span_plugin.data.qa_windows.QAWindowsDataset`, and the decoder of the
+validation metrics.
+"""
+
+import torch
+
+from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.data.layout import lay_out
+from span_plugin.data.qa_windows import QAWindowsDataset
+from span_plugin.formats.squad import QAExample
+from span_plugin.inference.hub import SpanHubInterface, register_adapter
+from span_plugin.modules.qa_decoding import answers_of_batch
+from span_plugin.preprocess.qa import encode_question, passage_windows
+
+
+@register_adapter("span_qa")
+class QAHubInterface(SpanHubInterface):
+    head_from_task = True
+
+    @property
+    def window_settings(self):
+        """``(max_positions, doc_stride)`` of the windows the model was trained on."""
+        labels = (self.record or {}).get("labels") or {}
+        return (labels.get("max_positions") or self.task.cfg.max_positions,
+                labels.get("doc_stride", 128))
+
+    @property
+    def squad_v2(self):
+        """Whether the model was trained on SQuAD 2.0 data (it may answer "")."""
+        labels = (self.record or {}).get("labels") or {}
+        return "2.0" in set((labels.get("versions") or {}).values())
+
+    def dataset(self, examples):
+        """The :class:`QAWindowsDataset` of ``QAExample`` items (answers unused)."""
+        positions, stride = self.window_settings
+        columns = {k: TensorListDataset() for k in ("question", "passage", "offsets", "answer")}
+        window_question = []
+        for n, ex in enumerate(examples):
+            try:
+                enc = encode_question(self.encoder, ex.question, ex.context)
+                windows = passage_windows(len(enc.context), len(enc.question), positions, stride)
+            except ValueError as err:
+                raise ValueError(f"{ex.where or 'pair'} {n + 1} ({ex.id}): {err}") from None
+            q_ids = self.tokens_of(enc.question)
+            for a, b in windows:
+                columns["question"].append(q_ids)
+                columns["passage"].append(self.tokens_of(enc.context[a:b]))
+                columns["offsets"].append(torch.tensor(enc.offsets[a:b], dtype=torch.long).view(-1))
+                columns["answer"].append(torch.zeros(0, dtype=torch.long))
+                window_question.append(n)
+        d = self.task.source_dictionary
+        layout = lay_out([columns["question"], columns["passage"]], d.bos(), d.eos())
+        return QAWindowsDataset(layout, window_question, columns["offsets"], columns["answer"],
+                                list(examples), self.task.source_dictionary.pad())
+
+    @torch.no_grad()
+    def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16):
+        """Answers of ``QAExample`` items (see :func:`decode_answers`), in order.
+
+        null_threshold: "default" = the task's threshold for SQuAD 2.0 models, None
+        (never "") otherwise; None or a number overrides it.
+        """
+        if null_threshold == "default":
+            null_threshold = self.task.cfg.null_threshold if self.squad_v2 else None
+        if not examples:
+            return []
+        data = self.dataset(examples)
+        out = []
+        for k in range(0, len(data), batch_size):
+            batch = data.collater([data[i] for i in range(k, min(k + batch_size, len(data)))])
+            net_input = {name: x.to(self.device) for name, x in batch["net_input"].items()}
+            output, _ = self.model(**net_input, classification_head_name=self.head)
+            qa = batch["qa"]
+            out.extend(answers_of_batch(output, qa["question"], qa["offsets"],
+                                        [r.context for r in qa["records"]], n_best,
+                                        null_threshold))
+        return out
+
+    def predict_answers(self, pairs, n_best=20, null_threshold="default", batch_size=16):
+        """Answers of raw ``(question, context)`` pairs: dicts ``text``, ``start``,
+        ``end`` (characters of the context, end exclusive; -1 for no answer),
+        ``score``, ``null_margin``, ``nbest``."""
+        examples = [QAExample(id=str(n), question=q, context=c, answers=[], impossible=False,
+                              where="pair") for n, (q, c) in enumerate(pairs)]
+        return self.predict_examples(examples, n_best, null_threshold, batch_size)

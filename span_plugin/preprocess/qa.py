@@ -1,0 +1,314 @@
+"""Extractive QA examples -> question + passage windows, binarized (``span-preprocess qa``).
+
+A question and its context are tokenized once (tokens, n-gram spans, character offsets
+of every token). When the context does not fit beside the question, it is cut into
+windows of at most ``max_positions - len(question) - 4`` tokens (the layout
+``<s> Q </s> </s> P </s>``) that overlap by ``doc_stride`` tokens; the windows of one
+question are consecutive items. The folder::
+
+    out/raw/{split}.jsonl              one question a line: id, question, context, answers
+                                       ([text, char start]), impossible, title, accepted
+                                       (MRQA's answer strings): what the metrics read
+    out/input0/{split}.{bin,idx}       the question's tokens + </s>, one item per window
+    out/input0/{split}.spans.{bin,idx} its n-gram spans
+    out/input1/{split}.{bin,idx}       the window's passage tokens + </s>
+    out/input1/{split}.spans.{bin,idx} the context's n-gram spans clipped to the window
+    out/qa/{split}.window.{bin,idx}    per window: [question index, first context token]
+    out/qa/{split}.offsets.{bin,idx}   per window: flat [char start, char end) of each
+                                       passage token in the context
+    out/qa/{split}.answer.{bin,idx}    per window: [start, end) of the first gold answer in
+                                       the window's passage tokens, or empty (no answer
+                                       in the window, or an impossible question)
+    out/input{0,1}/dict.txt, out/provenance.json (labels: kind "qa")
+
+Answers stay character offsets (checked against their text by
+:mod:`span_plugin.formats.squad`) and reach tokens through the tokenizer's offsets:
+the first token ending after the answer's start to the last token starting before its
+end. Nothing is dropped silently: a question that leaves no room for the passage is an
+error (or, with ``on_bad="skip"``, a row of ``dropped_rows.tsv``); an answer whose
+tokens also cover characters outside it is counted (``inexact_answers``).
+"""
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.squad import QAExample, read_qa
+from span_plugin.preprocess import indexed, provenance, span_files
+from span_plugin.preprocess.binarize import _get_dict, _get_encoder, write_dict
+
+QA_DIR = "qa"
+INDEX_DTYPE = np.int32
+SPECIALS = 4  # <s> Q </s> </s> P </s>: besides question and passage tokens
+
+
+@dataclass
+class EncodedQuestion:
+    """One question encoded for the model.
+
+    question: symbols ``[Q]``; question_spans: n-gram spans over them.
+    context: symbols ``[C]``; context_spans: n-gram spans; offsets ``[C]`` of
+    ``(char start, char end)`` in the context.
+    answers: ``[(first token, last token + 1)]`` of each gold answer in the context.
+    inexact: answers whose tokens cover characters outside the answer.
+    """
+
+    question: list
+    question_spans: list
+    context: list
+    context_spans: list
+    offsets: list
+    answers: list = field(default_factory=list)
+    inexact: int = 0
+
+
+def encode_context(encoder, context):
+    """``(tokens, n-gram spans, character offsets)`` of a context.
+
+    encoder: a :class:`~span_plugin.preprocess.encoding.SpanTokenizer`.
+    """
+    lead = len(context) - len(context.lstrip())  # the encoder strips the line
+    tokens, spans = encoder.encode(context)
+    same, offsets = encoder.tokenizer.tokens_with_offsets(context.strip())
+    if same != tokens:
+        raise ValueError(f"{type(encoder.tokenizer).__name__}: offsets and tokens disagree "
+                         f"on the context {context[:60]!r}")
+    return tokens, spans, [(s + lead, e + lead) for s, e in offsets]
+
+
+def encode_question(encoder, question, context, answers=(), encoded_context=None):
+    """Tokens, spans and offsets of a (question, context) pair.
+
+    answers: ``[(text, char start)]``; encoded_context: :func:`encode_context` of the
+    context when already made. Raises ValueError when an answer covers no token.
+    """
+    q_tokens, q_spans = encoder.encode(question)
+    c_tokens, c_spans, offsets = encoded_context or encode_context(encoder, context)
+    out = EncodedQuestion(q_tokens, q_spans, c_tokens, c_spans, offsets)
+    ends = np.array([e for _, e in offsets], dtype=np.int64)
+    starts = np.array([s for s, _ in offsets], dtype=np.int64)
+    for text, start in answers:
+        end = start + len(text)
+        first = int(np.searchsorted(ends, start, side="right"))  # first token ending after start
+        last = int(np.searchsorted(starts, end, side="left"))     # tokens starting before end
+        if first >= last:
+            raise ValueError(f"answer {text!r} at character {start} covers no token of the "
+                             f"context")
+        out.answers.append((first, last))
+        out.inexact += offsets[first][0] != start or offsets[last - 1][1] != end
+    return out
+
+
+def passage_windows(context_tokens, question_tokens, max_positions, doc_stride):
+    """``[(a, b)]``: the context token ranges of the windows of one question.
+
+    Each window holds at most ``max_positions - question_tokens - 4`` tokens; the next
+    one starts ``doc_stride`` tokens before the previous one ends. An empty context
+    gives one empty window. Raises ValueError when the question leaves no room.
+    """
+    budget = max_positions - question_tokens - SPECIALS
+    if budget <= doc_stride:
+        raise ValueError(
+            f"the question has {question_tokens} tokens: with --max-positions "
+            f"{max_positions} and --doc-stride {doc_stride} a window has room for "
+            f"{max(budget, 0)} passage tokens, not more than the {doc_stride} it overlaps; "
+            f"questions may have at most {max_positions - SPECIALS - doc_stride - 1} tokens")
+    windows, a = [], 0
+    while True:
+        b = min(a + budget, context_tokens)
+        windows.append((a, b))
+        if b >= context_tokens:
+            return windows
+        a = b - doc_stride
+
+
+def clip_spans(spans, a, b):
+    """Spans ``[(s, e)]`` over the context -> those inside window ``[a, b)``, clipped to
+    it and counted from its start (they still tile the window when they tiled the
+    context)."""
+    return [(max(s, a) - a, min(e, b) - a) for s, e in spans if s < b and e > a]
+
+
+def window_answer(answer, a, b):
+    """The gold ``(start, end)`` in window ``[a, b)``'s own tokens, or None when the
+    answer is not wholly inside it."""
+    if answer is None or answer[0] < a or answer[1] > b:
+        return None
+    return answer[0] - a, answer[1] - a
+
+
+@dataclass
+class QASummary:
+    questions: int = 0
+    windows: int = 0
+    answerable: int = 0
+    impossible: int = 0
+    answers_outside_windows: int = 0  # windows of answerable questions without the answer
+    inexact_answers: int = 0
+    unknown_tokens: int = 0
+    dropped: int = 0
+    longest_question: int = 0
+
+    def as_dict(self):
+        return dict(self.__dict__)
+
+
+class _SplitWriter:
+    """The indexed files of one split, written window by window."""
+
+    def __init__(self, out_dir, split, dict_path):
+        self.vocab = _get_dict(str(dict_path))
+        dtype = indexed.token_dtype(len(self.vocab))
+        self.writers = []
+
+        def writer(*parts, dtype=INDEX_DTYPE, spans=False):
+            prefix = os.path.join(out_dir, *parts)
+            os.makedirs(os.path.dirname(prefix), exist_ok=True)
+            w = span_files.SpanIndexWriter(prefix) if spans else indexed.IndexedWriter(prefix, dtype)
+            self.writers.append(w)
+            return w
+
+        self.q_tokens = writer("input0", split, dtype=dtype)
+        self.q_spans = writer("input0", split + ".spans", spans=True)
+        self.p_tokens = writer("input1", split, dtype=dtype)
+        self.p_spans = writer("input1", split + ".spans", spans=True)
+        self.window = writer(QA_DIR, split + ".window")
+        self.offsets = writer(QA_DIR, split + ".offsets")
+        self.answer = writer(QA_DIR, split + ".answer")
+
+    def ids(self, symbols):
+        ids = self.vocab.encode(symbols, append_eos=True)
+        return np.asarray(ids, dtype=self.q_tokens.dtype), ids.count(self.vocab.unk())
+
+    def close(self, ok=True):
+        for w in self.writers:
+            if not ok:
+                w.abort()
+            elif isinstance(w, span_files.SpanIndexWriter):
+                w.close()
+            else:
+                w.finalize()
+
+
+def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc_stride,
+                on_bad="error", dropped=None):
+    """Encode and write one split's windows; returns ``(QASummary, kept examples)``.
+
+    examples: :class:`~span_plugin.formats.squad.QAExample` list; dropped: a list the
+    skipped ones are appended to as ``(where, id, reason)`` under ``on_bad="skip"``.
+    """
+    summary, kept = QASummary(), []
+    out = _SplitWriter(out_dir, split, dict_path)
+    ok, last = False, (None, None)  # the questions of one context are consecutive
+    try:
+        for ex in examples:
+            try:
+                if last[0] != ex.context:
+                    last = (ex.context, encode_context(encoder, ex.context))
+                enc = encode_question(encoder, ex.question, ex.context, ex.answers, last[1])
+                windows = passage_windows(len(enc.context), len(enc.question), max_positions,
+                                          doc_stride)
+            except ValueError as err:
+                if on_bad != "skip":
+                    raise BadInputError(f"{ex.where}: question {ex.id!r}: {err}") from None
+                dropped.append((ex.where, ex.id, str(err)))
+                summary.dropped += 1
+                continue
+            q_ids, unk = out.ids(enc.question)
+            summary.unknown_tokens += unk
+            gold = enc.answers[0] if enc.answers else None
+            for a, b in windows:
+                p_ids, unk = out.ids(enc.context[a:b])
+                summary.unknown_tokens += unk
+                out.q_tokens.add(q_ids)
+                out.q_spans.add(enc.question_spans)
+                out.p_tokens.add(p_ids)
+                out.p_spans.add(clip_spans(enc.context_spans, a, b))
+                out.window.add(np.array([len(kept), a], dtype=INDEX_DTYPE))
+                out.offsets.add(np.asarray(enc.offsets[a:b], dtype=INDEX_DTYPE).reshape(-1))
+                answer = window_answer(gold, a, b)
+                out.answer.add(np.asarray(answer or (), dtype=INDEX_DTYPE))
+                summary.answers_outside_windows += gold is not None and answer is None
+            summary.windows += len(windows)
+            summary.questions += 1
+            summary.answerable += not ex.impossible
+            summary.impossible += ex.impossible
+            summary.inexact_answers += enc.inexact
+            summary.longest_question = max(summary.longest_question, len(enc.question))
+            kept.append(ex)
+        ok = True
+    finally:
+        out.close(ok)
+    return summary, kept
+
+
+def write_records(path, examples):
+    """``raw/{split}.jsonl``: the examples the windows point at, in order."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        for ex in examples:
+            f.write(json.dumps({"id": ex.id, "question": ex.question, "context": ex.context,
+                                "answers": [list(a) for a in ex.answers],
+                                "impossible": ex.impossible, "title": ex.title,
+                                "accepted": list(ex.accepted)},
+                               ensure_ascii=False) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def read_records(path):
+    """The questions of ``raw/{split}.jsonl`` as :class:`QAExample`, in order."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            r = json.loads(line)
+            out.append(QAExample(id=r["id"], question=r["question"], context=r["context"],
+                                 answers=[tuple(a) for a in r["answers"]],
+                                 impossible=r["impossible"], where=f"{path}:{n}",
+                                 title=r.get("title", ""), accepted=r.get("accepted", [])))
+    return out
+
+
+def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride=128,
+               on_bad="error", name="qa", command=None):
+    """Write the QA folder of ``files`` ({split: SQuAD JSON or MRQA JSON Lines path},
+    train first). Returns ``{split: QASummary}``."""
+    if on_bad not in ("error", "skip"):
+        raise ValueError(f"on_bad must be 'error' or 'skip', got {on_bad!r}")
+    encoder = _get_encoder(spec)
+    os.makedirs(os.path.join(out_dir, "raw"), exist_ok=True)
+    summaries, versions, dropped = {}, {}, []
+    for split, path in files.items():
+        data = read_qa(path, on_bad=on_bad)
+        dropped += [(split, path, where, qid, why) for where, qid, why in data.dropped]
+        versions[split] = data.version
+        if not data.examples:
+            raise BadInputError(f"{path}: no question left to write for split {split}")
+        skipped = []
+        summary, kept = write_split(out_dir, split, data.examples, encoder, dict_path,
+                                    max_positions, doc_stride, on_bad, skipped)
+        dropped += [(split, path, where, qid, why) for where, qid, why in skipped]
+        summary.dropped += len(data.dropped)
+        write_records(os.path.join(out_dir, "raw", f"{split}.jsonl"), kept)
+        summaries[split] = summary
+    with open(os.path.join(out_dir, "dropped_rows.tsv"), "w", encoding="utf-8") as f:
+        f.write("split\tfile\twhere\tid\treason\n")
+        for row in dropped:
+            f.write("\t".join(str(x).replace("\t", " ") for x in row) + "\n")
+    for k in (0, 1):
+        write_dict(dict_path, os.path.join(out_dir, f"input{k}"))
+    labels = {"kind": "qa", "max_positions": max_positions, "doc_stride": doc_stride,
+              "versions": versions, "stats": {s: v.as_dict() for s, v in summaries.items()}}
+    provenance.write_record(
+        out_dir, task=name, inputs=2, encoder=provenance.encoder_record(spec, dict_path),
+        labels=labels, rows={s: v.questions for s, v in summaries.items()},
+        source={split: provenance.file_entry(path) for split, path in files.items()},
+        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
+    return summaries
+
+
+def is_qa_folder(folder):
+    record = provenance.read_record(folder)
+    return bool(record) and (record.get("labels") or {}).get("kind") == "qa"

@@ -1,0 +1,149 @@
+"""Task ``span_qa``: extractive question answering (SQuAD 1.1/2.0, MRQA) on folders made
+by ``span-preprocess qa`` (docs/QA.md).
+
+Each window is laid out as ``<s> question </s> </s> passage </s>``; one dataset item is
+a question with all its windows (:mod:`span_plugin.data.qa_windows`), so answers are
+decoded across windows and the validation metrics (the official SQuAD exact match and
+F1, criterion ``span_qa``) are exact per batch. ``--batch-size`` counts questions.
+
+Heads (``--qa-head``): ``boundary`` (start and end logits, BERT's and SpanBERT's) or
+``span`` (candidate spans of up to ``--max-answer-tokens`` scored from span
+representations through the shared span extractors).
+"""
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+from fairseq.data import data_utils
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II, MISSING
+
+from span_plugin.data.layout import lay_out
+from span_plugin.data.qa_windows import QAWindowsDataset
+from span_plugin.preprocess import indexed, provenance
+from span_plugin.preprocess.qa import INDEX_DTYPE, QA_DIR, read_records
+from span_plugin.tasks.span_inputs import SpanInputsTask
+
+logger = logging.getLogger(__name__)
+
+QA_HEADS = {"boundary": "qa_boundary", "span": "qa_span"}
+
+
+@dataclass
+class SpanQAConfig(FairseqDataclass):
+    data: str = field(default=MISSING, metadata={"help": "QA folder (span-preprocess qa)"})
+    max_positions: int = field(default=512, metadata={
+        "help": "the model's positions; at least the folder's window size"})
+    qa_head: ChoiceEnum(list(QA_HEADS)) = field(default="boundary", metadata={
+        "help": "boundary: start/end logits per token (BERT, SpanBERT); span: candidate "
+        "spans scored from [start; end; self-attentive] span representations"})
+    max_answer_tokens: int = field(default=30, metadata={
+        "help": "longest answer, in tokens (candidates of the span head; decoding of both)"})
+    qa_span_dim: int = field(default=128, metadata={
+        "help": "span head: width the token features are projected to before the extractors"})
+    n_best: int = field(default=20, metadata={"help": "answers kept per question (nbest)"})
+    null_threshold: float = field(default=0.0, metadata={
+        "help": "SQuAD 2.0 folders: answer '' when the no-answer score exceeds the best "
+        "answer's by more than this (validation metrics; span-predict can tune it)"})
+    classification_head_name: str = field(default="qa_head")
+    no_shuffle: bool = False
+    seed: int = II("common.seed")
+
+
+@register_task("span_qa", dataclass=SpanQAConfig)
+class SpanQATask(SpanInputsTask, FairseqTask):
+    """Answer spans selected from passages, one head registered by ``--qa-head``."""
+
+    model_inputs = "passage positions"
+    task_name = "span_qa"
+    folder_command = "span-preprocess qa"
+
+    def __init__(self, cfg, dictionary):
+        self.dictionary = dictionary  # before the data record is checked against it
+        super().__init__(cfg)
+        record = provenance.read_record(cfg.data) or {}
+        labels = record.get("labels") or {}
+        self.window_positions = labels.get("max_positions")
+        self.versions = labels.get("versions", {})
+        if self.window_positions and self.window_positions > cfg.max_positions:
+            raise ValueError(
+                f"{cfg.data}: windows of up to {self.window_positions} tokens (span-preprocess "
+                f"qa --max-positions) do not fit --max-positions {cfg.max_positions}")
+        if cfg.max_answer_tokens < 1:
+            raise ValueError(f"--max-answer-tokens must be >= 1, got {cfg.max_answer_tokens}")
+        self.records = {}
+
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        if not os.path.isdir(os.path.join(cfg.data, QA_DIR)):
+            raise FileNotFoundError(
+                f"{cfg.data}: not a QA folder (no {QA_DIR}/); build one with "
+                f"`span-preprocess qa` (docs/QA.md)")
+        dictionary = cls.load_dictionary(os.path.join(cfg.data, "input0", "dict.txt"))
+        dictionary.add_symbol("<mask>")  # as sentence_prediction: embedding rows match
+        return cls(cfg, dictionary)
+
+    def null_threshold(self, split):
+        """The threshold of a SQuAD 2.0 split, None (never "") for the others."""
+        return self.cfg.null_threshold if self.versions.get(split) == "2.0" else None
+
+    def build_split(self, split, combine):
+        cfg, data = self.cfg, self.cfg.data
+        question, _ = self.load_input("input0", split)
+        passage, _ = self.load_input("input1", split)
+        if question is None or passage is None:
+            raise FileNotFoundError(f"could not find dataset: {data}/input0/{split} and "
+                                    f"{data}/input1/{split}")
+        side = {}
+        for name in ("window", "offsets", "answer"):
+            prefix = os.path.join(data, QA_DIR, f"{split}.{name}")
+            side[name] = data_utils.load_indexed_dataset(prefix, None, dataset_impl="mmap")
+            if side[name] is None or len(side[name]) != len(passage):
+                found = "missing" if side[name] is None else f"{len(side[name])} items"
+                raise ValueError(f"{prefix}.bin: {found}, expected one item per window "
+                                 f"({len(passage)}); rebuild the folder")
+        lengths = np.asarray(passage.sizes) - 1
+        bad = np.flatnonzero(np.asarray(side["offsets"].sizes) != 2 * lengths)
+        if bad.size:
+            raise ValueError(f"{data}/{QA_DIR}/{split}.offsets.bin: window {bad[0] + 1} has "
+                             f"{side['offsets'].sizes[bad[0]] // 2} offsets for "
+                             f"{lengths[bad[0]]} passage tokens; rebuild the folder")
+        records = read_records(os.path.join(data, "raw", f"{split}.jsonl"))
+        self.records[split] = records
+        layout = lay_out([question, passage], self.dictionary.bos(), self.dictionary.eos())
+        too_long = np.flatnonzero(np.asarray(layout.tokens.sizes) > cfg.max_positions)
+        if too_long.size:
+            raise ValueError(f"{data}/input1/{split}: window {too_long[0] + 1} has "
+                             f"{layout.tokens.sizes[too_long[0]]} tokens, more than "
+                             f"--max-positions {cfg.max_positions}")
+        window_prefix = os.path.join(data, QA_DIR, f"{split}.window")
+        if (np.asarray(side["window"].sizes) != 2).any():
+            raise ValueError(f"{window_prefix}.bin: items of 2 values expected; rebuild the folder")
+        window_question = np.fromfile(indexed.data_file_path(window_prefix),
+                                      dtype=INDEX_DTYPE).reshape(-1, 2)[:, 0]
+        return QAWindowsDataset(layout, window_question, side["offsets"], side["answer"],
+                                records, self.dictionary.pad(),
+                                shuffle_seed=None if cfg.no_shuffle else cfg.seed)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = self.build_model_of(cfg, from_checkpoint, "roberta_qa, roberta_qa_base/large")
+        options = {"max_answer_tokens": self.cfg.max_answer_tokens}
+        if self.cfg.qa_head == "span":
+            options["span_dim"] = self.cfg.qa_span_dim
+        model.register_head(self.cfg.classification_head_name, QA_HEADS[self.cfg.qa_head],
+                            **options)
+        return model
+
+    def max_positions(self):
+        return self.cfg.max_positions
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
