@@ -4,6 +4,7 @@ and the real fairseq-train / span-predict / hub path on real SQuAD rows."""
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -281,3 +282,136 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     answer = hub.predict_answers([(ex.question, ex.context)])[0]
     assert answer["text"] == predictions[ex.id]
     assert ex.context[answer["start"]:answer["end"]] == answer["text"]
+
+
+# -- formats the machine has no real copy of: SQuAD 2.0 and MRQA ---------------------
+
+
+def _v2_fixture(path, squad):
+    """A SQuAD 2.0 file from real v1.1 paragraphs: every paragraph's answerable questions
+    plus an impossible one (a question of another paragraph) per paragraph."""
+    paragraphs = {}
+    for ex in squad.examples[:60]:
+        paragraphs.setdefault(ex.context, []).append(ex)
+    contexts = list(paragraphs)
+    data = []
+    for k, context in enumerate(contexts):
+        qas = [{"id": ex.id, "question": ex.question, "is_impossible": False,
+                "answers": [{"text": t, "answer_start": s} for t, s in ex.answers]}
+               for ex in paragraphs[context]]
+        other = paragraphs[contexts[(k + 1) % len(contexts)]][0]
+        qas.append({"id": f"{other.id}-impossible-{k}", "question": other.question,
+                    "is_impossible": True, "answers": [],
+                    "plausible_answers": [{"text": context[:5], "answer_start": 0}]})
+        data.append({"title": "t", "paragraphs": [{"context": context, "qas": qas}]})
+    path.write_text(json.dumps({"version": "v2.0", "data": data}))
+
+
+def _mrqa_fixture(path, squad):
+    """An MRQA JSON Lines file (gzip) from real paragraphs: header line, inclusive
+    char_spans, every occurrence of the first answer."""
+    import gzip
+
+    lines = [json.dumps({"header": {"dataset": "SQuAD", "split": "dev"}})]
+    by_context = {}
+    for ex in squad.examples[60:120]:
+        by_context.setdefault(ex.context, []).append(ex)
+    for context, exs in by_context.items():
+        qas = []
+        for ex in exs:
+            text = ex.answers[0][0]
+            starts = [i for i in range(len(context)) if context.startswith(text, i)]
+            qas.append({"qid": ex.id, "question": ex.question,
+                        "answers": [t for t, _ in ex.answers],
+                        "detected_answers": [{"text": text,
+                                              "char_spans": [[s, s + len(text) - 1] for s in starts],
+                                              "token_spans": []}]})
+        lines.append(json.dumps({"context": context, "qas": qas}))
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, converted_minilm):
+    _v2_fixture(tmp_path / "v2.json", squad)
+    _mrqa_fixture(tmp_path / "mrqa.jsonl.gz", squad)
+    for name, train in (("v2", tmp_path / "v2.json"), ("mrqa", tmp_path / "mrqa.jsonl.gz")):
+        folder = tmp_path / f"bin-{name}"
+        run_cli("span-preprocess", "qa", "--out", folder, "--train", train, "--valid", train,
+                "--bpe", "wordpiece", "--wordpiece", converted_minilm,
+                "--srcdict", converted_minilm / "dict.txt", "--max-positions", "128",
+                "--doc-stride", "32", "--workers", "1")
+        record = json.loads((folder / "provenance.json").read_text())
+        assert record["labels"]["versions"]["train"] == ("2.0" if name == "v2" else "mrqa")
+        log = run_cli("fairseq-train", folder, "--user-dir", USER_DIR, "--task", "span_qa",
+                      "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
+                      "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
+                      "--max-update", "2", "--save-dir", tmp_path / f"ckpt-{name}", "--cpu",
+                      "--no-progress-bar", "--log-format", "simple",
+                      "--no-epoch-checkpoints").stdout
+        valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
+        assert valid and " f1 " in valid[-1], log[-2000:]
+        if name == "v2":
+            assert "HasAns_f1" in valid[-1] and "NoAns_f1" in valid[-1]
+        else:
+            assert "NoAns" not in valid[-1]
+    out = tmp_path / "pred-v2"
+    run_cli("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
+            "--input", tmp_path / "v2.json", "--output", out / "predictions.json",
+            "--results", out / "scores.json", "--null-threshold", "tune")
+    scores = json.loads((out / "scores.json").read_text())
+    assert {"null_threshold", "HasAns_f1", "NoAns_f1"} <= set(scores)
+    predictions = json.loads((out / "predictions.json").read_text())
+    examples = read_qa(tmp_path / "v2.json").examples
+    assert squad_scores(predictions, examples)["f1"] == pytest.approx(scores["f1"])
+
+
+def test_bad_questions_are_named_or_skipped_and_counted(tmp_path, squad, converted_minilm):
+    ex = squad.examples[0]
+    long_question = " ".join(["word"] * 80) + "?"
+    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": ex.context, "qas": [
+        {"id": "ok", "question": ex.question,
+         "answers": [{"text": ex.answers[0][0], "answer_start": ex.answers[0][1]}]},
+        {"id": "too-long", "question": long_question,
+         "answers": [{"text": ex.answers[0][0], "answer_start": ex.answers[0][1]}]},
+        {"id": "shifted", "question": ex.question,
+         "answers": [{"text": ex.answers[0][0], "answer_start": ex.answers[0][1] + 1}]}]}]}]}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    args = ["span-preprocess", "qa", "--train", path, "--bpe", "wordpiece", "--wordpiece",
+            converted_minilm, "--srcdict", converted_minilm / "dict.txt", "--max-positions",
+            "64", "--doc-stride", "16", "--workers", "1"]
+    proc = run_cli(*args, "--out", tmp_path / "a", check=False)
+    assert proc.returncode == 2 and "shifted" in proc.stdout and "bad.json" in proc.stdout
+    proc = run_cli(*args, "--out", tmp_path / "b", "--on-bad", "skip")
+    assert "1 questions" in proc.stdout and "2 dropped" in proc.stdout
+    dropped = (tmp_path / "b" / "dropped_rows.tsv").read_text().splitlines()[1:]
+    assert sorted(row.split("\t")[3] for row in dropped) == ["shifted", "too-long"]
+    assert "questions may have at most" in next(r for r in dropped if "too-long" in r)
+
+
+@pytest.mark.slow
+def test_recipe_smoke_run_resumes_and_its_hydra_twin(tmp_path, qa_folder):
+    """recipes/qa/squad.sh as a user runs it (FROM_SCRATCH, GPT-2 BPE), a relaunch that
+    resumes instead of training again, and recipes/hydra/qa_squad.yaml on its folder."""
+    from conftest import GPT2_BPE, ROOT
+
+    env = dict(FROM_SCRATCH="1", BPE_DIR=str(GPT2_BPE), TRAIN_FILE=str(qa_folder / "train.json"),
+               VALID_FILE=str(qa_folder / "valid.json"), MAX_POSITIONS="96", DOC_STRIDE="32",
+               HEAD="span", NUM_GPUS="0", DATA_DIR=str(tmp_path / "data"),
+               OUT_DIR=str(tmp_path / "run"), EPOCHS="1", BATCH_SIZE="8")
+    tiny = [*TINY_ROBERTA[:-2], "--cpu", "--max-update", "2"]
+    run_cli("bash", ROOT / "recipes" / "qa" / "squad.sh", *tiny, env=env)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["total"] == len(read_qa(qa_folder / "valid.json").examples)
+    assert (tmp_path / "run" / "predictions.json").exists() and (tmp_path / "run" / "nbest.json").exists()
+    again = run_cli("bash", ROOT / "recipes" / "qa" / "squad.sh", *tiny, env=env).stdout
+    # (stopped by --max-update inside the epoch, fairseq takes one more step on resuming)
+    assert re.search(r"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ 2 updates\)", again)
+    run_cli("fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "hydra",
+            "--config-name", "qa_squad", f"task.data={tmp_path / 'data'}", "common.fp16=false",
+            "common.cpu=true", f"common.user_dir={USER_DIR}", "optimization.max_update=1",
+            "+model.encoder_layers=2", "+model.encoder_embed_dim=32",
+            "+model.encoder_ffn_embed_dim=64", "+model.encoder_attention_heads=2",
+            f"checkpoint.save_dir={tmp_path / 'hydra' / 'checkpoints'}", cwd=tmp_path)
+    assert (tmp_path / "hydra" / "checkpoints" / "checkpoint_last.pt").exists()

