@@ -120,6 +120,22 @@ class SpanInputsTask:
         return model
 
 
+class OneDictionaryTask:
+    """Mixin of the tasks with one dictionary (``self.dictionary``) for inputs and
+    targets, and ``--max-positions`` in their config."""
+
+    def max_positions(self):
+        return self.cfg.max_positions
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+
 class SentenceSpanTask(SpanInputsTask, SentencePredictionTask):
     """Base of the span tasks on sentence_prediction folders (``input0``, ``input1``,
     ``label``): its dictionaries, ``num_classes``, ``init_token``/``separator_token``,

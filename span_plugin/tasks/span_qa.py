@@ -25,7 +25,7 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.preprocess import indexed, provenance
 from span_plugin.preprocess.qa import INDEX_DTYPE, QA_DIR, read_records
-from span_plugin.tasks.span_inputs import SpanInputsTask
+from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class SpanQAConfig(FairseqDataclass):
 
 
 @register_task("span_qa", dataclass=SpanQAConfig)
-class SpanQATask(SpanInputsTask, FairseqTask):
+class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
     """Answer spans selected from passages, one head registered by ``--qa-head``."""
 
     model_inputs = "passage positions"
@@ -136,14 +136,3 @@ class SpanQATask(SpanInputsTask, FairseqTask):
         model.register_head(self.cfg.classification_head_name, QA_HEADS[self.cfg.qa_head],
                             **options)
         return model
-
-    def max_positions(self):
-        return self.cfg.max_positions
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary

@@ -26,7 +26,7 @@ from span_plugin.data.layout import check_label_count, lay_out
 from span_plugin.data.tagging_datasets import EntitySpansDataset, WordTagsDataset
 from span_plugin.formats import tags as T
 from span_plugin.preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
-from span_plugin.tasks.span_inputs import SpanInputsTask
+from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SpanTaggingConfig(FairseqDataclass):
 
 
 @register_task("span_tagging", dataclass=SpanTaggingConfig)
-class SpanTaggingTask(SpanInputsTask, FairseqTask):
+class SpanTaggingTask(SpanInputsTask, OneDictionaryTask, FairseqTask):
     """Word tagging (NER as IOB2 tags) read at each word's first sub-token."""
 
     model_inputs = "spans and words"
@@ -127,17 +127,6 @@ class SpanTaggingTask(SpanInputsTask, FairseqTask):
                                     "roberta_tagging, roberta_tagging_base/large")
         model.register_head(self.cfg.classification_head_name, **self.head_options())
         return model
-
-    def max_positions(self):
-        return self.cfg.max_positions
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
 
 
 @dataclass
