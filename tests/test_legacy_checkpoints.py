@@ -36,3 +36,46 @@ def test_old_checkpoint_predicts_as_before(expected):
     logits = hub.predict_logits(pairs)
     torch.testing.assert_close(logits, torch.tensor(expected["logits"]), rtol=0, atol=1e-5)
     assert [p["label"] for p in hub.predict(pairs)] == expected["labels"]
+
+
+@pytest.fixture(scope="module")
+def expected_ner_pairs():
+    with open(os.path.join(FIXTURE, "expected_ner_pairs.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _hub(name, data):
+    return SpanHubInterface.from_pretrained(
+        os.path.join(FIXTURE, f"{name}.pt"), data=os.path.join(FIXTURE, data),
+        gpt2_encoder_json=os.path.join(BPE, "encoder.json"),
+        gpt2_vocab_bpe=os.path.join(BPE, "vocab.bpe"))
+
+
+def test_old_span_labeling_checkpoint_keeps_its_trained_head(expected_ner_pairs):
+    """(made by make_ner_pairs.py) The 0.2.0 hub dropped this checkpoint's trained head at
+    load; today's keeps it, and the head's logits equal the old encoding and layout with
+    the checkpoint's own weights."""
+    from span_plugin.inference.hub import collate_spans
+
+    expected = expected_ner_pairs["span_labeling"]
+    hub = _hub("span_labeling", "data_ner")
+    for words, logits, valid in zip(expected["sentences"], expected["logits"], expected["valid"]):
+        tokens, spans, word_spans = hub._encode_words(words)
+        got, got_valid = hub.forward_batch([tokens], spans=collate_spans([spans]),
+                                           words=collate_spans([word_spans]))
+        torch.testing.assert_close(got[0].detach(), torch.tensor(logits), rtol=0, atol=1e-5)
+        assert got_valid[0].tolist() == valid
+    assert hub.predict_words(expected["sentences"]) == [
+        [tuple(e) for e in ents] for ents in expected["entities"]]
+
+
+def test_old_span_pair_checkpoint_keeps_its_trained_heads(expected_ner_pairs):
+    hub = _hub("span_pair_classification", "data_pairs")
+    for row in expected_ner_pairs["span_pair_classification"]:
+        got = hub.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])
+        want = row["prediction"]
+        assert [p["label"] for p in got["phrases"]] == [p["label"] for p in want["phrases"]]
+        for g, w in zip(got["phrases"], want["phrases"]):
+            assert g["scores"] == pytest.approx(w["scores"], abs=1e-5)
+        assert got["sentence"]["label"] == want["sentence"]["label"]
+        assert got["sentence"]["scores"] == pytest.approx(want["sentence"]["scores"], abs=1e-5)
