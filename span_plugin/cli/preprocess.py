@@ -47,6 +47,20 @@ def _add_split_files(p, kind):
     p.add_argument("--test", help="test file (its labels, if any, are not read)" + kind)
 
 
+def _add_unknown_labels(p):
+    p.add_argument("--unknown-labels", choices=("error", "skip"), default="error",
+                   help="a valid/test label the training split does not have: stop naming "
+                   "file, line and label, or leave the row out (listed in dropped_rows.tsv)")
+
+
+def _print_dropped(out):
+    from span_plugin.preprocess.folder import dropped_summary
+
+    summary = dropped_summary(out)
+    if summary:
+        print(summary)
+
+
 def _spec(a, need_dict=True):
     from span_plugin.preprocess.encoding import EncoderSpec
 
@@ -100,8 +114,10 @@ def cmd_glue(a):
     for name in names:
         out = os.path.join(a.out, f"{name}-bin") if a.task == "ALL" else a.out
         counts = prepare_task(name, a.glue_dir, out, spec, a.srcdict, workers=a.workers,
-                              bad_rows=a.bad_rows, bad_utf8=a.bad_utf8, command=_command())
+                              bad_rows=a.bad_rows, bad_utf8=a.bad_utf8,
+                              unknown_labels=a.unknown_labels, command=_command())
         print(f"{name}: {out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+        _print_dropped(out)
 
 
 def cmd_table(a):
@@ -114,8 +130,10 @@ def cmd_table(a):
                            name=a.name, fmt=a.format, delimiter=delimiter,
                            regression=a.regression, positive=a.positive_label,
                            drop_labels=a.drop_labels or (), bad_rows=a.bad_rows,
-                           bad_utf8=a.bad_utf8, workers=a.workers, command=_command())
+                           bad_utf8=a.bad_utf8, unknown_labels=a.unknown_labels,
+                           workers=a.workers, command=_command())
     print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+    _print_dropped(a.out)
 
 
 def cmd_pairs(a):
@@ -127,9 +145,11 @@ def cmd_pairs(a):
                                   label_column=a.label_column, phrases_key=a.phrases_key,
                                   phrase_labels=a.phrase_labels, name=a.name,
                                   positive=a.positive_label, bad_utf8=a.bad_utf8,
-                                  workers=a.workers, command=_command())
+                                  unknown_labels=a.unknown_labels, workers=a.workers,
+                                  command=_command())
     print(f"{a.out}: " + ", ".join(f"{s} {n} rows, {pairs[s]} phrase pairs"
                                    for s, n in counts.items()))
+    _print_dropped(a.out)
 
 
 def cmd_align_pairs(a):
@@ -150,12 +170,20 @@ def cmd_conll(a):
     counts, stats = prepare_conll(a.out, files, spec, a.srcdict, scheme=a.tag_scheme,
                                   bad_tags=a.bad_tags, max_tokens=a.max_tokens,
                                   workers=a.workers, bad_utf8=a.bad_utf8, name=a.name,
-                                  command=_command())
+                                  unknown_labels=a.unknown_labels, command=_command())
     for split, s in stats.items():
+        unseen = "".join(f", {n} {t} entities not in train" for t, n in s["unseen_types"].items())
+        dropped = (f", {s['dropped_sentences']} sentences left out"
+                   if s["dropped_sentences"] else "")
         print(f"{split}: {s['items']} items from {s['sentences']} sentences "
               f"({s['split_sentences']} cuts of long sentences), {s['documents']} documents "
-              f"({s['empty_documents']} empty, skipped), {s['repaired_tags']} repaired tags")
+              f"({s['empty_documents']} empty, skipped), {s['repaired_tags']} repaired tags"
+              f"{unseen}{dropped}")
+    if any(s["unseen_types"] for s in stats.values()) and a.unknown_labels == "map-to-o":
+        print("entity types not in the training split were read as O (provenance.json: "
+              "labels.stats.<split>.unseen_types)")
     print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+    _print_dropped(a.out)
 
 
 def cmd_qa(a):
@@ -269,6 +297,7 @@ def build_parser():
     q.add_argument("--bad-rows", choices=("default", "error", "skip"), default="default",
                    help="rows with a wrong field count: default = skip for QQP train/dev "
                    "(as fairseq's recipe), error elsewhere")
+    _add_unknown_labels(q)
     _add_encoder_args(q)
     q.set_defaults(func=cmd_glue)
 
@@ -291,6 +320,7 @@ def build_parser():
     q.add_argument("--bad-rows", choices=("error", "skip"), default="error",
                    help="rows that do not fit (wrong field count, bad JSON, missing or "
                    "empty value): stop naming file and line, or leave them out")
+    _add_unknown_labels(q)
     _add_encoder_args(q)
     q.set_defaults(func=cmd_table)
 
@@ -304,6 +334,7 @@ def build_parser():
     q.add_argument("--phrase-labels", nargs="+", default=["paraphrase", "random", "in-paraphrase"],
                    metavar="LABEL", help="the declared phrase labels (ids in this order)")
     q.add_argument("--positive-label", help="the sentence class F1 counts as positive")
+    _add_unknown_labels(q)
     _add_encoder_args(q)
     q.set_defaults(func=cmd_pairs)
 
@@ -343,6 +374,11 @@ def build_parser():
     q.add_argument("--max-tokens", type=int, default=510,
                    help="most tokens per item (model positions minus <s> and </s>); longer "
                    "sentences are cut between words into several items")
+    q.add_argument("--unknown-labels", choices=("map-to-o", "error", "skip"),
+                   default="map-to-o", help="an entity type of valid/test that the training "
+                   "split does not have: read its tags as O (a warning, counted in the "
+                   "record), stop naming type, file and line, or leave the sentence out "
+                   "(listed in dropped_rows.tsv)")
     q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_conll)

@@ -1,6 +1,8 @@
 """Criteria ``span_tagging`` and ``span_labeling``: cross-entropy, and entity-level
-``precision``, ``recall`` and ``f1`` (percent) with CoNLL semantics (exact boundaries and
-type; seqeval's default mode, tested against it).
+``precision``, ``recall`` and ``f1`` (percent): exact boundaries and type, entities read
+in the task's ``--metric-mode`` (``default``: conlleval's chunking, seqeval's default
+mode; ``strict``: seqeval's strict IOB2 mode; :mod:`span_plugin.modules.entities`,
+tested against seqeval in both).
 
 Entity metrics are computed in eval mode (validation) from three counts, true
 positives, predicted and gold entities, logged with ``log_scalar_sum``: summed over
@@ -32,6 +34,11 @@ class _EntityCriterion(SummedCriterion):
     def __init__(self, cfg, task):
         super().__init__(task)
         self.head_name = cfg.classification_head_name
+
+    @property
+    def metric_mode(self):
+        """The task's ``--metric-mode`` (``default`` for a task config without one)."""
+        return str(getattr(self.task.cfg, "metric_mode", None) or "default")
 
     def _log_entities(self, log, predicted, gold):
         for key, value in zip(COUNTS, ner.match_counts(predicted, gold)):
@@ -70,8 +77,10 @@ class SpanTaggingCriterion(_EntityCriterion):
                "nsentences": target.size(0), "sample_size": int(mask.sum()),
                "n_correct": int(((scores.argmax(-1) == target) & mask).sum())}
         if not model.training:
-            _, predicted = ner.tagging_entities(logits, net_input["words"], self.task.tag_names)
-            self._log_entities(log, predicted, ner.gold_entities(target, self.task.tag_names))
+            _, predicted = ner.tagging_entities(logits, net_input["words"], self.task.tag_names,
+                                                self.metric_mode)
+            self._log_entities(log, predicted, ner.gold_entities(target, self.task.tag_names,
+                                                                 self.metric_mode))
         return loss, log["sample_size"], log
 
 
@@ -95,8 +104,8 @@ class SpanLabelingCriterion(_EntityCriterion):
                "sample_size": int(mask.sum()), "unreachable": unreachable}
         if not model.training:
             predicted = ner.labeling_entities(logits, valid, self.task.entity_types)
-            self._log_entities(log, predicted,
-                               ner.gold_entities(sample["target"], self.task.tag_names))
+            self._log_entities(log, predicted, ner.gold_entities(
+                sample["target"], self.task.tag_names, self.metric_mode))
         return loss, log["sample_size"], log
 
     @staticmethod

@@ -9,7 +9,9 @@ header's number of tab-separated fields (CoLA train/dev have no header: 4 fields
 row with another count (a tab inside a field, a missing column, a blank line) is an
 error naming the file and line; for QQP train/dev such rows are dropped, as the
 recipe's ``awk NF==6`` does, and listed with their reason. Dropping removes the whole
-row from every input and the label, so nothing shifts.
+row from every input and the label, so nothing shifts. Each row keeps its line
+(``SplitRows.lines``) for the label check of the folder writer
+(:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
 """
 
 import os
@@ -109,6 +111,7 @@ def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
             # Newline-free by construction (lines are split on \n); a lone \r would
             # split the line when fairseq reads text, so it becomes a space.
             out.inputs[k].append(fields[c - 1].replace("\r", " ").strip())
+        out.lines.append(lineno)
         out.rows += 1
     return out
 

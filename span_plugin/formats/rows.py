@@ -5,9 +5,32 @@ from dataclasses import dataclass, field
 
 @dataclass
 class SplitRows:
-    """The fields of one split: ``inputs[k][i]`` is input k of row i."""
+    """The fields of one split: ``inputs[k][i]`` is input k of row i, ``lines[i]`` the
+    1-based line of the file it was read from."""
 
     inputs: list  # [num_inputs][num_rows] strings
     labels: list = None  # [num_rows] strings, or None (unlabelled split)
     dropped: list = field(default_factory=list)  # (line, reason)
     rows: int = 0
+    lines: list = field(default_factory=list)  # [num_rows] source line of each row
+    extra: tuple = ()  # names of further per-row lists a reader attached (pairs: phrases)
+
+    def leave_out(self, reasons):
+        """Remove the rows ``{row index: reason}`` from every input, the labels, the
+        lines and the ``extra`` lists, and list them in ``dropped`` (file order)."""
+        if not reasons:
+            return
+        keep = [i for i in range(self.rows) if i not in reasons]
+
+        def kept(values):
+            return [values[i] for i in keep]
+
+        self.inputs = [kept(col) for col in self.inputs]
+        if self.labels is not None:
+            self.labels = kept(self.labels)
+        self.dropped = sorted(self.dropped + [(self.lines[i], why) for i, why in reasons.items()],
+                              key=lambda d: d[0])
+        self.lines = kept(self.lines)
+        for name in self.extra:
+            setattr(self, name, kept(getattr(self, name)))
+        self.rows = len(keep)

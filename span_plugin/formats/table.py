@@ -13,7 +13,9 @@ Formats (``fmt="auto"`` tells them by the file name):
 
 One or two text columns (one input per column), one label column: class labels as
 written (a JSON number ``1`` is the class ``"1"``), or numbers with ``regression``.
-Test files need no label column; their labels are never read.
+Test files need no label column; their labels are never read. Which labels a valid
+file may hold (the train file's) is checked when the folder is written
+(:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
 
 Bad input is handled as in ``span-preprocess glue``: a row with another number of
 fields than the header, a line that is not a JSON object, a missing column or key, a
@@ -156,6 +158,7 @@ def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
             out.inputs[k].append(text.replace("\r", " ").replace("\n", " ").strip())
         if label is not None:
             out.labels.append(label)
+        out.lines.append(lineno)
         out.rows += 1
     return out
 

@@ -6,14 +6,22 @@ predicted``; blank and ``-DOCSTART-`` lines as they are).
 Items come from ``raw/{split}.input0`` (the words the model was trained on) and go back
 to their source lines through ``raw/{split}.source``; items cut from one long sentence
 are joined again. The predicted column holds the IOB2 tags of the predicted entities
-(for tagging heads, the entities conlleval reads from the raw predicted tags; so
-conlleval on the file gives the figures computed here).
+(for tagging heads, the entities read from the raw predicted tags; so conlleval on the
+file gives the figures computed here). Entities are scored in the checkpoint's
+``--metric-mode`` (recorded in the results).
+
+Where the folder differs from the source file (``span-preprocess conll
+--unknown-labels``): sentences it left out (``skip``) are left out of the written file
+too; gold entities of types the training split lacks, read as ``O`` (``map-to-o``), are
+not counted here but are in the file's gold column, so conlleval on the file counts them
+as missed. Their number is printed and kept in the results (``unseen_types``).
 """
 
 import json
 import os
 
 from span_plugin.formats import tags as T
+from span_plugin.formats.conll import DOCSTART
 from span_plugin.formats.lines import read_lines
 from span_plugin.modules import entities as ner
 
@@ -31,15 +39,22 @@ def _lines(path):
     return read_lines(path, 0, os.path.getsize(path))
 
 
-def predicted_tags(hub, words, gold, batch_size=32):
-    """IOB2 tags of the predicted entities per item, and the scores against ``gold``."""
+def metric_mode(hub):
+    """The checkpoint task's ``--metric-mode`` (``default`` when it has none)."""
+    return str(getattr(hub.task.cfg, "metric_mode", None) or "default")
+
+
+def predicted_tags(hub, words, gold, batch_size=32, mode="default"):
+    """IOB2 tags of the predicted entities per item, and the scores against ``gold``
+    (entities read in metric ``mode``)."""
     entities = hub.predict_words(words, batch_size=batch_size)
     tags = [T.tags_of(e, len(w)) for e, w in zip(entities, words)]
-    return tags, scores(entities, [T.entities(g) for g in gold])
+    return tags, scores(entities, [ner.entities_of(g, mode) for g in gold])
 
 
 def scores(predicted, gold):
-    """Entity-level precision, recall, F1 (percent) over all types and per type."""
+    """Entity-level precision, recall, F1 (percent) over all types and per type, of
+    entity lists already read from tags."""
     def prf(pred, gold_):
         tp, n_pred, n_gold = ner.match_counts(pred, gold_)
         return dict(zip(("precision", "recall", "f1"),
@@ -53,7 +68,9 @@ def scores(predicted, gold):
 
 
 def write_conll(source_path, out_path, source, tags):
-    """The source file with a predicted tag appended to each word line."""
+    """The source file with a predicted tag appended to each word line. A sentence the
+    folder does not hold (left out by ``--unknown-labels skip``) is left out, with the
+    blank line that ends it. Returns the word lines written."""
     by_line = {}
     for (first, count), item_tags in zip(source, tags):
         assert count == len(item_tags)
@@ -61,26 +78,43 @@ def write_conll(source_path, out_path, source, tags):
             by_line[first + k] = tag
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     lines = read_lines(source_path, 0, os.path.getsize(source_path))
+    left_out = False  # inside (or just after) a sentence the folder does not hold
     with open(out_path, "w", encoding="utf-8") as f:
         for number, line in enumerate(lines, start=1):
-            f.write(f"{line} {by_line[number]}\n" if number in by_line else line + "\n")
+            fields = line.split()
+            if number in by_line:
+                f.write(f"{line} {by_line[number]}\n")
+            elif fields and fields[0] != DOCSTART:
+                left_out = True
+            elif not fields and left_out:
+                left_out = False
+            else:
+                f.write(line + "\n")
     return len(by_line)
 
 
 def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint=None,
                             batch_size=32):
     """Score each split (printed), write its CoNLL predictions (one file per split,
-    when given) and ``{"checkpoint", "dev": {split: {precision, recall, f1, entities,
-    items, by_type}}}`` to ``results`` (JSON, when given)."""
-    sources = {k: v["path"] for k, v in (hub.record or {}).get("source", {}).items()}
+    when given) and ``{"checkpoint", "metric_mode", "dev": {split: {precision, recall,
+    f1, entities, items, by_type[, unseen_types]}}}`` to ``results`` (JSON, when given)."""
+    record = hub.record or {}
+    sources = {k: v["path"] for k, v in record.get("source", {}).items()}
+    stats = (record.get("labels") or {}).get("stats") or {}
+    mode = metric_mode(hub)
     found = {}
     for n, split in enumerate(splits):
         words, gold, source = read_items(hub.data, split)
-        tags, found[split] = predicted_tags(hub, words, gold, batch_size)
+        tags, found[split] = predicted_tags(hub, words, gold, batch_size, mode)
         found[split]["items"] = len(words)
         print(f"{split}: " + ", ".join(f"{k} {v}" for k, v in found[split].items()
-                                       if k != "by_type"))
+                                       if k != "by_type") + f" (metric mode {mode})")
         print("    " + "; ".join(f"{k} F1 {v['f1']}" for k, v in found[split]["by_type"].items()))
+        unseen = (stats.get(split) or {}).get("unseen_types") or {}
+        if unseen and (record.get("labels") or {}).get("unknown_labels") == "map-to-o":
+            found[split]["unseen_types"] = unseen
+            print("    not counted: gold entities of types the training split lacks, read "
+                  "as O in the folder: " + ", ".join(f"{k} {v}" for k, v in unseen.items()))
         if conll_outs:
             if split not in sources or not os.path.exists(sources[split]):
                 raise FileNotFoundError(f"the source file of {split} ({sources.get(split)}) "
@@ -89,4 +123,5 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
             print(f"{conll_outs[n]}: {written} word lines with predictions")
     if results:
         with open(results, "w", encoding="utf-8") as f:
-            json.dump({"checkpoint": os.path.abspath(checkpoint), "dev": found}, f, indent=1)
+            json.dump({"checkpoint": os.path.abspath(checkpoint), "metric_mode": mode,
+                       "dev": found}, f, indent=1)

@@ -36,6 +36,12 @@ class NerHubInterface(SpanHubInterface):
     head_from_task = True
 
     @property
+    def metric_mode(self):
+        """How a tagging head's tags are read as entities (``--metric-mode``; older
+        checkpoints: "default")."""
+        return str(getattr(self.task.cfg, "metric_mode", None) or "default")
+
+    @property
     def kind(self):
         return self.task.cfg._name
 
@@ -81,7 +87,8 @@ class NerHubInterface(SpanHubInterface):
             if self.kind == "span_labeling":
                 found = ner.labeling_entities(*result, self.task.entity_types)
             else:
-                found = ner.tagging_entities(result, words, self.task.tag_names)[1]
+                found = ner.tagging_entities(result, words, self.task.tag_names,
+                                             self.metric_mode)[1]
             for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
                 out[n].extend((s + a, e + a, t) for s, e, t in ents)
         return out

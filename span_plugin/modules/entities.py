@@ -1,9 +1,17 @@
 """From head outputs to entities, shared by the criteria, the hub and the CoNLL writer.
 
 Entities are ``(first word, last word + 1, type name)`` per example. Tagging heads
-give a tag per word (read at its first sub-token) and entities follow conlleval's chunk
-rules (:func:`span_plugin.formats.tags.entities`: predictions are never repaired); the span
-head gives entities directly, decoded as the best non-overlapping spans.
+give a tag per word (read at its first sub-token) and entities are read from the tags
+in one of two metric modes (:data:`METRIC_MODES`, :func:`entities_of`):
+
+- ``default``: conlleval's chunk rules (:func:`span_plugin.formats.tags.entities`,
+  seqeval's default mode): an ``I-X`` that continues no entity of type X starts one;
+- ``strict``: seqeval's ``mode="strict", scheme=IOB2``: an entity is a ``B-X``
+  followed by any ``I-X``; an ``I-`` that does not continue its type's entity belongs
+  to none.
+
+Predictions are never repaired. The span head gives entities directly, decoded as the
+best non-overlapping spans (well-formed: both modes read its tags alike).
 """
 
 import torch
@@ -11,6 +19,36 @@ import torch.nn.functional as F
 
 from span_plugin.formats import tags as T
 from span_plugin.modules.span_decoding import best_non_overlapping
+
+METRIC_MODES = ("default", "strict")
+
+
+def strict_entities(tags):
+    """Entities of an IOB2 tag sequence as seqeval's strict IOB2 mode reads them:
+    ``[(start, end, type)]``, end exclusive; ``B-X`` opens one, each following ``I-X``
+    extends it, anything else ends it; an ``I-`` that opens nothing is no entity."""
+    out, start, kind = [], None, None
+    for i, tag in enumerate(list(tags) + [T.OUTSIDE]):
+        prefix, k = T.split_tag(tag)
+        if kind is not None and prefix == "I" and k == kind:
+            continue
+        if kind is not None:
+            out.append((start, i, kind))
+            kind = None
+        if prefix == "B":
+            start, kind = i, k
+        elif prefix not in ("I", T.OUTSIDE):
+            raise ValueError(f"tag {tag!r} at {i}: not an IOB2 tag (O, B-X, I-X)")
+    return out
+
+
+def entities_of(tags, mode="default"):
+    """Entities of one tag sequence in a metric mode (module docstring)."""
+    if mode == "default":
+        return T.entities(tags)
+    if mode == "strict":
+        return strict_entities(tags)
+    raise ValueError(f"metric mode {mode!r}: expected one of {METRIC_MODES}")
 
 
 def word_logits(token_logits, words):
@@ -25,12 +63,13 @@ def word_counts(words):
     return (words[..., 0] < words[..., 1]).sum(-1)
 
 
-def tagging_entities(token_logits, words, tag_names):
-    """``[B, T, C]``, ``[B, W, 2]`` -> (tags per example, entities per example)."""
+def tagging_entities(token_logits, words, tag_names, mode="default"):
+    """``[B, T, C]``, ``[B, W, 2]`` -> (tags per example, entities per example), the
+    entities read in metric ``mode``."""
     preds = word_logits(token_logits, words).argmax(-1).tolist()
     counts = word_counts(words).tolist()
     tags = [[tag_names[i] for i in p[:n]] for p, n in zip(preds, counts)]
-    return tags, [T.entities(t) for t in tags]
+    return tags, [entities_of(t, mode) for t in tags]
 
 
 def labeling_entities(logits, valid, types):
@@ -51,10 +90,11 @@ def match_counts(predicted, gold):
     return tp, sum(len(set(p)) for p in predicted), sum(len(set(g)) for g in gold)
 
 
-def gold_entities(target, tag_names):
-    """Word tag ids ``[B, W]`` (padding -100) -> entities per example."""
+def gold_entities(target, tag_names, mode="default"):
+    """Word tag ids ``[B, W]`` (padding -100) -> entities per example, read in metric
+    ``mode`` (folders store well-formed IOB2: both modes read the same)."""
     rows = [[tag_names[i] for i in r if i >= 0] for r in target.tolist()]
-    return [T.entities(r) for r in rows]
+    return [entities_of(r, mode) for r in rows]
 
 
 def prf(tp, n_pred, n_gold):

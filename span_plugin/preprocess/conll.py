@@ -16,7 +16,16 @@ Output, beside what ``span-preprocess glue`` writes for a one-input task::
     out/words/{split}.{bin,idx} word boundaries: item i is the flat (start, end) token
                                 offsets of its words, in the span-file format
     out/label/{split}.{bin,idx} tag ids, one per word (int32); label/tags.txt names them
+    out/dropped_rows.tsv        sentences left out (``unknown_labels="skip"``), with file,
+                                line and reason
     out/provenance.json         the data record (labels: kind "tags")
+
+The entity types (and so the tags) are the training split's. A type that only valid or
+test has (``unknown_labels``): ``"map-to-o"`` (default) reads its tags as ``O``, with a
+warning naming type and count and the count in the record's
+``labels.stats[split].unseen_types``; ``"error"`` stops naming type, file and line;
+``"skip"`` leaves the sentence out and lists it in ``dropped_rows.tsv``. Without a
+train split the types of all splits are used, with a warning.
 
 Every word carries its tag on its first sub-token (the task reads the tags at the word
 starts of ``words/``). N-gram spans come from the segmenter over the encoder's own words
@@ -45,6 +54,7 @@ logger = logging.getLogger(__name__)
 WORDS_DIR, LABEL_DIR = "words", "label"
 TAGS_FILE = "tags.txt"
 LABEL_DTYPE = np.int32
+UNKNOWN_TYPES = ("map-to-o", "error", "skip")
 
 
 def word_token_counts(encoder, words, where):
@@ -108,16 +118,74 @@ def _write_items(prefix, items):
             w.add(np.asarray(item, dtype=LABEL_DTYPE))
 
 
+def _types_of(split):
+    return {t[2:] for x in split.sentences for t in x.tags if t != T.OUTSIDE}
+
+
+def restrict_to_train_types(read, files, unknown_labels="map-to-o"):
+    """The entity types of ``read`` ({split: ConllSplit}) that train has, sorted; the
+    other splits' entities of any other type handled by ``unknown_labels`` (module
+    docstring), in place. Returns ``(types, {split: {type: entities}},
+    {split: [(line, reason)] of sentences left out})``."""
+    if unknown_labels not in UNKNOWN_TYPES:
+        raise ValueError(f"unknown_labels {unknown_labels!r}: expected one of {UNKNOWN_TYPES}")
+    if "train" not in read:
+        types = sorted(set().union(*map(_types_of, read.values())))
+        logger.warning("no train split: entity types taken from %s: %s", list(read), types)
+        return types, {split: {} for split in read}, {split: [] for split in read}
+    types = sorted(_types_of(read["train"]))
+    known = set(types)
+    unseen, dropped = {"train": {}}, {"train": []}
+    for split, parsed in read.items():
+        if split == "train":
+            continue
+        path, counts, kept, left = files[split], {}, [], []
+        for s in parsed.sentences:
+            other = [e for e in T.entities(s.tags) if e[2] not in known]
+            for _, _, kind in other:
+                counts[kind] = counts.get(kind, 0) + 1
+            if not other:
+                kept.append(s)
+            elif unknown_labels == "error":
+                start, _, kind = other[0]
+                # one word a line: word k of the sentence is on line s.line + k
+                raise BadInputError(
+                    f"{path}:{s.line + start}: entity type {kind!r} ({s.tags[start]} "
+                    f"{s.words[start]!r}) is not a type of the training split ({files['train']} "
+                    f"has {types}); pass --unknown-labels map-to-o to read its tags as O, "
+                    f"or skip to leave such sentences out")
+            elif unknown_labels == "skip":
+                kinds = sorted({k for _, _, k in other})
+                left.append((s.line, f"entity type(s) {kinds} not in the training split's "
+                                     f"types {types}"))
+            else:
+                s.tags = [t if t == T.OUTSIDE or t[2:] in known else T.OUTSIDE for t in s.tags]
+                kept.append(s)
+        parsed.sentences = kept
+        unseen[split] = dict(sorted(counts.items()))
+        dropped[split] = left
+        if counts:
+            what = {"map-to-o": "their tags read as O",
+                    "skip": f"{len(left)} sentences with them left out (dropped_rows.tsv)"}
+            logger.warning("%s: entity types the training split does not have: %s; %s", path,
+                           ", ".join(f"{k} ({n} entities)" for k, n in unseen[split].items()),
+                           what[unknown_labels])
+    return types, unseen, dropped
+
+
 def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="repair",
-                  max_tokens=510, workers=1, bad_utf8="error", name=None, command=None):
+                  max_tokens=510, workers=1, bad_utf8="error", unknown_labels="map-to-o",
+                  name=None, command=None):
     """Write the tagging folder of ``files`` ({split: path}, train first).
 
     max_tokens: most tokens per item, without the specials the task adds (a model with
-    512 positions and ``<s> ... </s>``: 510). Returns ``{split: items written}``.
+    512 positions and ``<s> ... </s>``: 510). unknown_labels: entity types train does
+    not have (module docstring). Returns ``({split: items written}, {split: stats})``.
     """
     encoder = _get_encoder(spec)  # built once per process, shared with binarize_file
     read = {split: read_conll(path, scheme, bad_tags, bad_utf8) for split, path in files.items()}
-    types = sorted({t[2:] for s in read.values() for x in s.sentences for t in x.tags if t != "O"})
+    n_sentences = {split: len(parsed.sentences) for split, parsed in read.items()}
+    types, unseen, dropped = restrict_to_train_types(read, files, unknown_labels)
     names = T.tag_names(types)
     tag_id = {t: i for i, t in enumerate(names)}
     raw_dir = os.path.join(out_dir, "raw")
@@ -173,16 +241,22 @@ def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="r
         _write_items(os.path.join(out_dir, LABEL_DIR, split),
                      ([tag_id[t] for t in tags] for _, tags, _, _ in items))
         counts[split] = len(items)
-        stats[split] = {"sentences": len(parsed.sentences), "items": len(items),
+        stats[split] = {"sentences": n_sentences[split], "items": len(items),
                         "split_sentences": splits_made, "documents": parsed.documents,
                         "empty_documents": parsed.empty_documents,
-                        "repaired_tags": parsed.repairs, "columns": parsed.columns}
+                        "repaired_tags": parsed.repairs, "columns": parsed.columns,
+                        "unseen_types": unseen[split],
+                        "dropped_sentences": len(dropped[split])}
+    with open(os.path.join(out_dir, "dropped_rows.tsv"), "w", encoding="utf-8") as f:
+        f.write("split\tfile\tline\treason\n")
+        for split, left in dropped.items():
+            f.writelines(f"{split}\t{files[split]}\t{line}\t{why}\n" for line, why in left)
     write_dict(dict_path, os.path.join(out_dir, "input0"))
     with open(os.path.join(out_dir, LABEL_DIR, TAGS_FILE), "w", encoding="utf-8") as f:
         f.writelines(t + "\n" for t in names)
     labels = {"kind": "tags", "scheme": "iob2", "input_scheme": scheme, "bad_tags": bad_tags,
               "names": names, "types": types, "positive": None, "max_tokens": max_tokens,
-              "stats": stats}
+              "unknown_labels": unknown_labels, "stats": stats}
     provenance.write_record(
         out_dir, task=name or os.path.basename(os.path.normpath(out_dir)), inputs=1,
         encoder=provenance.encoder_record(spec, dict_path), labels=labels, rows=counts,

@@ -12,8 +12,11 @@ fairseq's RoBERTa GLUE recipe lays it out, with span files and the data record::
     out/provenance.json                   how all of it was made (span_plugin.preprocess.provenance)
 
 Splits are written in the order given; labels for every split whose rows carry them.
-The label dictionary is built from the train labels (from the labelled splits present,
-with a warning, when there is no train split).
+The label set is the train split's (:func:`restrict_to_train_labels`): a valid or test
+label that train does not have is an error ``FILE:LINE``, or with ``unknown_labels="skip"``
+the row is left out and listed in ``dropped_rows.tsv``; a train split with no rows is an
+error. The label dictionary is built from the train labels (from the labelled splits
+present, with a warning, when there is no train split).
 """
 
 import logging
@@ -28,6 +31,8 @@ from span_plugin.preprocess.labels import binarize_labels, write_label_dict
 from span_plugin.preprocess.vocab import Vocab
 
 logger = logging.getLogger(__name__)
+
+UNKNOWN_LABELS = ("error", "skip")
 
 
 def _write_lines(path, lines):
@@ -48,6 +53,74 @@ def given_splits(files):
         yield split, path
 
 
+def restrict_to_train_labels(splits, unknown_labels="error", regression=False):
+    """Check ``splits`` (``(split, source_path, SplitRows)``) against the train split.
+
+    A train split without rows is an error naming its file. Class labels: every label of
+    another labelled split must be one of train's; one that is not is an error
+    ``FILE:LINE: label ...`` (``unknown_labels="error"``) or its row is left out of
+    every input and the label and listed with its reason (``"skip"``). Unlabelled
+    splits, regression labels and a set of splits without train are not checked.
+    Returns ``{split: rows left out}``.
+    """
+    if unknown_labels not in UNKNOWN_LABELS:
+        raise ValueError(f"unknown_labels {unknown_labels!r}: expected one of {UNKNOWN_LABELS}")
+    train = [(path, rows) for split, path, rows in splits if split == "train"]
+    if not train:
+        return {}
+    train_path, train_rows = train[0]
+    if train_rows.rows == 0:
+        if train_rows.dropped:
+            line, why = train_rows.dropped[0]
+            raise BadInputError(f"{train_path}: the training split has no rows left: all "
+                                f"{len(train_rows.dropped)} were left out (line {line}: {why}, "
+                                f"...); nothing to train on")
+        raise BadInputError(f"{train_path}: the training split has no rows (an empty file or "
+                            f"a header line only); nothing to train on")
+    if regression or train_rows.labels is None:
+        return {}
+    known = set(train_rows.labels)
+    names = sorted(known)
+    dropped = {}
+    for split, path, rows in splits:
+        if split == "train" or rows.labels is None:
+            continue
+        bad = {}
+        for i, label in enumerate(rows.labels):
+            if label in known:
+                continue
+            line = rows.lines[i] if rows.lines else f"row {i + 1}"
+            if unknown_labels == "error":
+                raise BadInputError(
+                    f"{path}:{line}: label {label!r} is not a label of the training split "
+                    f"({train_path} has {names}); fix the row or pass --unknown-labels skip "
+                    f"to leave such rows out")
+            bad[i] = f"label {label!r} not in the training split's labels {names}"
+        if bad:
+            found = sorted({rows.labels[i] for i in bad})
+            logger.warning("%s: %d row%s with a label the training split does not have "
+                           "(%s) left out, listed in dropped_rows.tsv", path, len(bad),
+                           "s" * (len(bad) != 1), ", ".join(map(repr, found)))
+            rows.leave_out(bad)
+            dropped[split] = len(bad)
+    return dropped
+
+
+def dropped_summary(out_dir):
+    """``"OUT/dropped_rows.tsv: N rows left out (valid 2, test 1)"``, or None when the
+    folder's list is empty (or absent)."""
+    path = os.path.join(out_dir, "dropped_rows.tsv")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        splits = [line.split("\t", 1)[0] for line in list(f)[1:] if line.strip()]
+    if not splits:
+        return None
+    per = {s: splits.count(s) for s in dict.fromkeys(splits)}
+    return (f"{path}: {len(splits)} row{'s' * (len(splits) != 1)} left out ("
+            + ", ".join(f"{s} {n}" for s, n in per.items()) + ")")
+
+
 def label_names(dict_path):
     """Class names of a label dict.txt in index order (fairseq's padding left out)."""
     with open(dict_path, encoding="utf-8") as f:
@@ -57,15 +130,18 @@ def label_names(dict_path):
 
 def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=False,
                       workers=1, positive=None, label_scale=1.0, label_range=None,
-                      command=None):
+                      unknown_labels="error", command=None):
     """Write the folder of rows already read.
 
     splits: list of ``(split, source_path, SplitRows)``, in order (train first).
+    unknown_labels: a valid/test label train does not have: "error" or "skip"
+    (:func:`restrict_to_train_labels`, applied first, before anything is written).
     positive: the class F1 counts as positive (two classes only), or None.
     label_scale, label_range: regression only; values are stored divided by the scale
     (STS-B: 5) and predictions are clipped to the range (STS-B: [0, 5]).
     Returns ``{split: rows written}``.
     """
+    restrict_to_train_labels(splits, unknown_labels, regression)
     raw_dir = os.path.join(out_dir, "raw")
     os.makedirs(raw_dir, exist_ok=True)
     counts, dropped, present = {}, [], []

@@ -11,9 +11,15 @@
     out/input1/...                        second input of pair tasks
     out/label/{split}.{bin,idx}, dict.txt  labels, as fairseq-preprocess --only-source writes them
     out/label/{split}.label               STS-B: score / 5 as the recipe's awk prints it
-    out/dropped_rows.tsv                  rows left out (QQP's malformed rows, SNLI's "-")
+    out/dropped_rows.tsv                  rows left out (QQP's malformed rows, SNLI's "-",
+                                          with unknown_labels="skip" dev/test rows whose
+                                          label train does not have)
     out/provenance.json                   the data record (span_plugin.preprocess.provenance), with
                                           the task's F1 positive class (Task.positive)
+
+The label set is train.tsv's: a dev (or SNLI test) label outside it is an error naming
+the file, line and label, or its row is left out (``unknown_labels="skip"``); a
+train.tsv without rows is an error (:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
 """
 
 import logging
@@ -26,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
-                 bad_rows="default", bad_utf8="error", command=None):
+                 bad_rows="default", bad_utf8="error", unknown_labels="error", command=None):
     """Build the binarized folder of one task (and its data record). Returns
     {split: rows written}."""
     task = TASKS[task_name]
@@ -47,4 +53,5 @@ def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
         out_dir, splits, spec, dict_path, task=task.name, regression=task.regression,
         workers=workers, positive=task.positive,
         label_scale=5.0 if task.regression else 1.0,
-        label_range=[0.0, 5.0] if task.regression else None, command=command)
+        label_range=[0.0, 5.0] if task.regression else None, unknown_labels=unknown_labels,
+        command=command)

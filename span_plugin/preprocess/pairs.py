@@ -29,6 +29,10 @@ labels, data record), plus::
     out/phrase_label/labels.txt            the declared labels, one a line, id = line - 1
 
 The phrase files are written before the data record, so the record hashes them too.
+The sentence label set is the train file's: a valid label outside it is an error naming
+the file, line and label, or (``unknown_labels="skip"``) the row is left out of every
+file, phrase pairs included, and listed in ``dropped_rows.tsv``; a train file without
+rows is an error. Phrase labels are the declared ones (``--phrase-labels``).
 """
 
 import bisect
@@ -41,7 +45,8 @@ from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
 from span_plugin.formats.rows import SplitRows
 from span_plugin.preprocess import indexed, span_files
 from span_plugin.preprocess.binarize import _get_encoder
-from span_plugin.preprocess.folder import given_splits, write_task_folder
+from span_plugin.preprocess.folder import (given_splits, restrict_to_train_labels,
+                                           write_task_folder)
 
 PHRASE_SUFFIX = ".phrases.spans"  # ends in .spans: `span-preprocess check` reads it as a span file, not tokens
 PHRASE_LABEL_DIR = "phrase_label"
@@ -99,7 +104,8 @@ def read_pairs(path, enc, text_columns=("sentence1", "sentence2"), label_column=
     :class:`SplitRows` with ``phrases[i]`` (list of ((s0, e0), (s1, e1), label id), token
     offsets) and ``token_counts[i]`` (the two sentences' token counts). Every bad row is
     an error ``FILE:LINE: why``; there is no skipping of bad rows."""
-    out = SplitRows(inputs=[[], []], labels=[] if label_column is not None else None)
+    out = SplitRows(inputs=[[], []], labels=[] if label_column is not None else None,
+                    extra=("phrases", "token_counts"))
     out.phrases, out.token_counts = [], []
     for row in read_pair_rows(path, text_columns, label_column, phrases_key, phrase_labels,
                               bad_utf8):
@@ -123,6 +129,7 @@ def read_pairs(path, enc, text_columns=("sentence1", "sentence2"), label_column=
             out.labels.append(row.label)
         out.phrases.append(converted)
         out.token_counts.append((len(encoded[0][0]), len(encoded[1][0])))
+        out.lines.append(row.line)
         out.rows += 1
     return out
 
@@ -158,7 +165,7 @@ def read_phrase_labels(folder):
 def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1", "sentence2"),
                   label_column=None, phrases_key="phrases",
                   phrase_labels=DEFAULT_PHRASE_LABELS, name=None, positive=None,
-                  bad_utf8="error", workers=1, command=None):
+                  bad_utf8="error", unknown_labels="error", workers=1, command=None):
     """Build a span-pair folder from ``files`` = {"train": path, "valid": path, ...}
     (JSON Lines). Returns ``({split: rows}, {split: phrase pairs})``."""
     if not files:
@@ -174,16 +181,20 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
         # As span-preprocess table: the labels of a test file are never read.
         rows = read_pairs(path, enc, text_columns, None if split == "test" else label_column,
                           phrases_key, phrase_labels, bad_utf8)
+        splits.append((split, str(path), rows))
+    # Before the phrase files: a row left out leaves every file together.
+    restrict_to_train_labels(splits, unknown_labels)
+    for split, _, rows in splits:
         write_phrase_files(out_dir, split, rows)
         n_pairs[split] = sum(len(p) for p in rows.phrases)
-        splits.append((split, str(path), rows))
     os.makedirs(os.path.join(out_dir, PHRASE_LABEL_DIR), exist_ok=True)
     with open(os.path.join(out_dir, PHRASE_LABEL_DIR, PHRASE_LABELS_FILE), "w",
               encoding="utf-8", newline="\n") as f:
         f.write("".join(lab + "\n" for lab in phrase_labels))
     counts = write_task_folder(out_dir, splits, spec, dict_path,
                                task=name or os.path.basename(os.path.normpath(out_dir)),
-                               workers=workers, positive=positive, command=command)
+                               workers=workers, positive=positive,
+                               unknown_labels=unknown_labels, command=command)
     # The tokens were binarized in a second pass: its counts must equal ours.
     for split, path, rows in splits:
         for k in range(2):
@@ -191,7 +202,7 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
             mine = np.asarray([c[k] for c in rows.token_counts]) + 1
             bad = np.flatnonzero(np.asarray(toks.sizes) != mine)
             if bad.size:
-                raise BadInputError(f"{path}: line {bad[0] + 1}: input{k} binarized to "
+                raise BadInputError(f"{path}:{rows.lines[bad[0]]}: input{k} binarized to "
                                     f"{toks.sizes[bad[0]] - 1} tokens, phrases counted "
                                     f"{mine[bad[0]] - 1}")
     return counts, n_pairs

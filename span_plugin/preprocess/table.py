@@ -4,7 +4,9 @@
 "label", spec, dict_txt)`` reads the files with :mod:`span_plugin.formats.table` (formats,
 columns, bad rows) and writes the same folder as ``span-preprocess glue``
 (:mod:`span_plugin.preprocess.folder`), so the recipes and the task take it unchanged.
-Rows left out are listed in ``dropped_rows.tsv``.
+The label set is the train file's: a valid label outside it is an error naming the file,
+line and label, or (``unknown_labels="skip"``) its row is left out; a train file without
+rows is an error. Rows left out are listed in ``dropped_rows.tsv``.
 """
 
 import os
@@ -15,8 +17,8 @@ from span_plugin.preprocess.folder import given_splits, write_task_folder
 
 def prepare_table(out_dir, files, text_columns, label_column, spec, dict_path, *,
                   name=None, fmt="auto", delimiter=",", regression=False, positive=None,
-                  drop_labels=(), bad_rows="error", bad_utf8="error", workers=1,
-                  command=None):
+                  drop_labels=(), bad_rows="error", bad_utf8="error", unknown_labels="error",
+                  workers=1, command=None):
     """Build a task folder from ``files`` = {"train": path, "valid": path, "test": path}
     (any subset; test is read without labels). Returns {split: rows written}."""
     if not 1 <= len(text_columns) <= 2:
@@ -34,4 +36,4 @@ def prepare_table(out_dir, files, text_columns, label_column, spec, dict_path, *
     return write_task_folder(out_dir, splits, spec, dict_path,
                              task=name or os.path.basename(os.path.normpath(out_dir)),
                              regression=regression, workers=workers, positive=positive,
-                             command=command)
+                             unknown_labels=unknown_labels, command=command)

@@ -41,6 +41,11 @@ class SpanTaggingConfig(FairseqDataclass):
                                 "token-level Span Fine-tuning head (within-span CNN joined "
                                 "with the token features)"})
     classification_head_name: str = field(default="tagging_head")
+    metric_mode: ChoiceEnum(["default", "strict"]) = field(
+        default="default", metadata={"help": "how entity P/R/F1 read entities from tags: "
+                                     "default: conlleval's chunking (seqeval's default mode; "
+                                     "an I-X after O starts an entity); strict: seqeval's "
+                                     "strict IOB2 mode (only a B-X I-X* sequence is one)"})
     no_shuffle: bool = False
     seed: int = II("common.seed")
 
