@@ -41,7 +41,7 @@ def test_masking_statistics_on_wikitext2(wiki):
     fraction chosen 15% +- 0.5 points; mean span 3.80 words +- 0.2 and every length's
     share within 0.03 of Geo(0.2) truncated at 10; 80/10/10 within 3 points; spans of
     whole words, never touching; specials never chosen."""
-    task = make_task(wiki, tokens_per_sample=512)
+    task = make_task(wiki, tokens_per_sample=512, sample_break_mode="none")  # full blocks of 512
     ds = masked_view(task, "train")
     masker, rule = ds.masker, task.word_boundaries()
     special = masker.special

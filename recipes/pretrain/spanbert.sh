@@ -3,7 +3,8 @@
 # objective): raw text -> binarized folder -> fairseq-train. docs/PRETRAIN.md.
 #
 # Inputs (environment variables, defaults in brackets):
-#   TRAIN_TEXT     raw text, one paragraph (or sentence) a line                    [required]
+#   TRAIN_TEXT     raw text, one paragraph (or sentence) a line, an empty line between
+#                  documents (as ../shared/data/wikipedia)                         [required]
 #   VALID_TEXT     raw validation text, same form                                  [required]
 #   ROBERTA_PATH   roberta.{base,large}/model.pt to continue from (GPT-2 BPE)      []
 #   MODEL_DIR      a span-convert folder (model.pt, dict.txt, tokenizer) to continue
@@ -13,21 +14,25 @@
 #   BPE_DIR        folder with encoder.json, vocab.bpe, dict.txt (GPT-2)           [gpt2_bpe]
 #   ARCH           roberta_spanbert_base | roberta_spanbert_large; MODEL_DIR: roberta_spanbert
 #                  with the sizes read from the checkpoint          [roberta_spanbert_base]
+#   MASKING        span (SpanBERT, spans by SPAN_MASKING) | whole-word (BERT's whole-word
+#                  masking) | token (BERT's sub-word token masking)                 [span]
 #   SPAN_MASKING   geometric (SpanBERT) | ngram (the n-gram segmenter's spans)   [geometric]
 #   NGRAMS         n-gram dictionary of the segmentation; empty: the packaged one  []
 #   TOKENS_PER_SAMPLE  block size, <s> included                                     [512]
-#   BREAK_MODE     fairseq's --sample-break-mode: none | complete | complete_doc | eos [none]
+#   BREAK_MODE     fairseq's --sample-break-mode: complete_doc (whole lines, blocks never
+#                  cross an empty line) | complete | eos | none (fill every block) [complete_doc]
 #   BATCH_SIZE     blocks per GPU and step                                          [16]
 #   UPDATE_FREQ    steps per update (batch = BATCH_SIZE x UPDATE_FREQ x GPUs)       [1]
 #   LR             peak learning rate (polynomial decay, WARMUP_UPDATES of warm-up) [1e-4]
 #   TOTAL_UPDATES  [10000]     WARMUP_UPDATES [6% of TOTAL_UPDATES]
 #   SAVE_INTERVAL  updates between checkpoints and validations                      [1000]
-#   SBO_WEIGHT     weight of the span boundary objective (0: span masking alone)    [1.0]
+#   SBO_WEIGHT     weight of the span boundary objective (0: the masked LM alone)   [1.0]
 #   SEED           [1]      WORKERS   preprocessing processes [nproc]
 #   DATA_DIR       binarized folder; prepared when missing
 #                  [data-bin/pretrain/<TRAIN_TEXT name>, or .../<model>/... with MODEL_DIR]
 #   OUT_DIR        checkpoints/, tensorboard/, train.log, results.json (losses of the
-#                  last validation, and the best loss, checkpoint_best.pt's)      [runs/pretrain/<TRAIN_TEXT name>-$SPAN_MASKING]
+#                  last validation, and the best loss, checkpoint_best.pt's)
+#                  [runs/pretrain/<TRAIN_TEXT name>-$SPAN_MASKING, or -$MASKING when not span]
 #   NUM_GPUS       GPUs to train on (more than 1: torchrun); 0 = CPU  [all visible]
 # Extra arguments go to fairseq-train last, so they override:
 #   TRAIN_TEXT=t.txt VALID_TEXT=v.txt recipes/pretrain/spanbert.sh --cpu --max-update 4
@@ -45,10 +50,11 @@ VALID_TEXT=${VALID_TEXT:-}
 ROBERTA_PATH=${ROBERTA_PATH:-}
 MODEL_DIR=${MODEL_DIR:-}
 BPE_DIR=${BPE_DIR:-gpt2_bpe}
+MASKING=${MASKING:-span}
 SPAN_MASKING=${SPAN_MASKING:-geometric}
 NGRAMS=${NGRAMS:-}
 TOKENS_PER_SAMPLE=${TOKENS_PER_SAMPLE:-512}
-BREAK_MODE=${BREAK_MODE:-none}
+BREAK_MODE=${BREAK_MODE:-complete_doc}
 BATCH_SIZE=${BATCH_SIZE:-16}
 UPDATE_FREQ=${UPDATE_FREQ:-1}
 LR=${LR:-1e-4}
@@ -67,7 +73,9 @@ for f in "$TRAIN_TEXT" "$VALID_TEXT"; do
     [ -f "$f" ] || die "$f does not exist"
     [ -s "$f" ] || die "$f is empty: span masking needs text"
 done
+case "$MASKING" in span|whole-word|token) ;; *) die "MASKING=$MASKING: expected span, whole-word or token" ;; esac
 case "$SPAN_MASKING" in geometric|ngram) ;; *) die "SPAN_MASKING=$SPAN_MASKING: expected geometric or ngram" ;; esac
+case "$BREAK_MODE" in complete_doc|complete|eos|none) ;; *) die "BREAK_MODE=$BREAK_MODE: expected complete_doc, complete, eos or none" ;; esac
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
 use_pretrained_encoder
 need_gpt2_files
@@ -75,15 +83,17 @@ ARCH=${ARCH:-$([ -n "$MODEL_DIR" ] && echo roberta_spanbert || echo roberta_span
 name=$(basename "$TRAIN_TEXT"); name=${name%.*}
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 DATA_DIR=${DATA_DIR:-data-bin/pretrain/$prefix$name}
-OUT_DIR=${OUT_DIR:-runs/pretrain/$prefix$name-$SPAN_MASKING}
+OUT_DIR=${OUT_DIR:-runs/pretrain/$prefix$name-$([ "$MASKING" = span ] && echo "$SPAN_MASKING" || echo "$MASKING")}
 
 # ---- raw text -> binarized folder (tokens and n-gram spans in one pass) ---------------
-# Geometric masking reads only the tokens: its span files hold one word a span, written
-# without loading an n-gram dictionary. A folder made for ngram serves both.
-segmentation=$([ "$SPAN_MASKING" = ngram ] && echo greedy || echo none)
-if [ -d "$DATA_DIR" ] && [ "$SPAN_MASKING" = ngram ] && [ -f "$DATA_DIR/segmentation" ] \
+# Geometric, whole-word and token masking read only the tokens: their span files hold
+# one word a span, written without loading an n-gram dictionary. A folder made for
+# ngram serves every masking. Empty lines stay (one </s> each): complete_doc's breaks.
+ngram=$([ "$MASKING" = span ] && [ "$SPAN_MASKING" = ngram ] && echo 1 || echo 0)
+segmentation=$([ "$ngram" = 1 ] && echo greedy || echo none)
+if [ -d "$DATA_DIR" ] && [ "$ngram" = 1 ] && [ -f "$DATA_DIR/segmentation" ] \
         && [ "$(cat "$DATA_DIR/segmentation")" != greedy ]; then
-    die "$DATA_DIR was prepared for SPAN_MASKING=geometric (no n-gram spans): delete it or set DATA_DIR"
+    die "$DATA_DIR was prepared without n-gram spans (for SPAN_MASKING=geometric, or MASKING whole-word or token): delete it or set DATA_DIR"
 fi
 if [ ! -d "$DATA_DIR" ]; then
     rm -rf "$DATA_DIR.tmp"
@@ -105,7 +115,7 @@ same_vocabulary "$DATA_DIR/dict.txt"
 args=(
     "$DATA_DIR" --user-dir "$ROOT/span_plugin"
     --task spanbert_masked_lm --criterion spanbert_masked_lm --arch "$ARCH" "${size_args[@]}"
-    --span-masking "$SPAN_MASKING" --sbo-weight "$SBO_WEIGHT"
+    --masking "$MASKING" --span-masking "$SPAN_MASKING" --sbo-weight "$SBO_WEIGHT"
     --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode "$BREAK_MODE" --seed "$SEED"
     --batch-size "$BATCH_SIZE" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1
     --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.01 --clip-norm 1.0

@@ -4,6 +4,14 @@ loss = MLM + sbo_weight * SBO, both summed cross-entropies over the masked token
 divided by their number; ``mlm_loss`` and ``sbo_loss`` are logged beside ``loss`` (in
 bits, as fairseq's masked_lm logs), and ``ppl`` is the MLM perplexity.
 ``--sbo-weight 0`` trains the MLM alone (any RoBERTa model, e.g. ``--arch roberta_base``).
+
+The SBO reads its spans from the batch alone: the predicted tokens are the positions
+whose target is not ``<pad>``, a span is a maximal run of them in a row, and its
+boundaries are the tokens just left and right of the run. This is the same for every
+``--masking`` of the task: SpanBERT's spans (a run per span, as spans never touch),
+whole words and single tokens (a run per word or token, or per group of neighbours
+chosen together). The masker never chooses a block's first or last token, so both
+boundaries are always tokens of the row (not padding, not the run itself).
 """
 
 import math

@@ -1,9 +1,16 @@
-"""SpanBERT's span masking of one token block, in numpy (no fairseq, no torch).
+"""Masking of one token block for masked-LM pre-training, in numpy (no fairseq, no
+torch): SpanBERT's span masking and its two ablations, BERT's whole-word and token
+masking (``SpanMasker.scheme``: ``span``, ``whole-word``, ``token``).
 
 A block is an int array ``tokens [T]``. What may be masked: every token that is not
-special (``<s> </s> <pad> <unk> <mask>``), grouped into *units*:
+special (``<s> </s> <pad> <unk> <mask>``). Each scheme is one method that returns the
+chosen token ranges ``(starts [n], ends [n])``, and :meth:`SpanMasker.apply` replaces
+them, 80/10/10 per range. The budget is ``round(mask_prob * maskable tokens)`` (at least
+1), counted over the tokens the scheme may choose.
 
-- ``geometric`` (SpanBERT): units are words. Span lengths in words are drawn from
+``span`` (SpanBERT), units grouped as follows:
+
+- ``geometric``: units are words. Span lengths in words are drawn from
   Geo(p) truncated to 1..max_words and renormalised (p = 0.2, 10 words: mean 3.80),
   until their words could hold the budget; the spans are then placed uniformly at
   random among all placements in which no two spans overlap or touch (at least one
@@ -17,13 +24,27 @@ special (``<s> </s> <pad> <unk> <mask>``), grouped into *units*:
   order until the budget is reached, each one whole. Neighbouring segments may both
   be chosen: then they form one masked run.
 
-The words or segments that contain the block's first or last token are never masked,
-so every masked run has a visible token on each side (fairseq blocks with
-``--sample-break-mode none`` end in the middle of a sentence, often of a word).
+``whole-word`` (BERT's whole-word masking): words are taken in a random order, each
+whole, skipping a word that would overshoot the budget (as BERT's
+``create_pretraining_data.py`` does), until the budget is reached: exactly the budget
+unless no remaining word is short enough. Two chosen words side by side form one masked
+run.
 
-Each chosen span as a whole becomes ``<mask>`` (80%), random tokens (10%) or stays
-unchanged (10%). The result is ``source`` (the model's input) and ``target`` (the
-original token at chosen positions, ``pad`` elsewhere), as fairseq's masked_lm has them.
+``token`` (BERT's original masking): exactly the budget of single tokens, drawn
+uniformly without replacement among the maskable ones, with no regard to words (a word
+may be masked in part).
+
+In every scheme the words, segments or tokens that contain the block's first or last
+token are never masked, so every maximal run of chosen tokens has a visible token on
+each side (fairseq blocks with ``--sample-break-mode none`` end in the middle of a
+sentence, often of a word): these two tokens are the run's boundaries for the span
+boundary objective, whatever the scheme (for ``token`` and ``whole-word`` a run is
+usually one token or one word; chosen neighbours merge into one run).
+
+Each chosen range as a whole becomes ``<mask>`` (80%), random tokens (10%) or stays
+unchanged (10%): per span, per word, or per token. The result is ``source`` (the
+model's input) and ``target`` (the original token at chosen positions, ``pad``
+elsewhere), as fairseq's masked_lm has them.
 Everything draws from the ``numpy.random.Generator`` it is given: the caller seeds it
 with (seed, epoch, index), which makes the masking deterministic.
 """
@@ -65,14 +86,19 @@ def expand(starts, lengths):
     return offsets + np.arange(total)
 
 
+SCHEMES = ("span", "whole-word", "token")
+
+
 @dataclass
 class SpanMasker:
-    """Masks blocks the SpanBERT way (see the module docstring).
+    """Masks blocks with one of :data:`SCHEMES` (see the module docstring).
 
     mask_idx, pad_idx: ids of ``<mask>`` and ``<pad>``.
     replacement_ids: int ``[R]``, the ids a "random token" is drawn from (the
     dictionary's ordinary symbols).
     special: bool ``[V]``, True for ids that are never masked.
+    scheme: ``span`` (SpanBERT; geometric spans of words, or the n-gram units given),
+    ``whole-word`` (BERT-WWM) or ``token`` (BERT).
     """
 
     mask_idx: int
@@ -84,8 +110,11 @@ class SpanMasker:
     leave_unmasked_prob: float = 0.1
     geometric_p: float = 0.2
     max_span_words: int = 10
+    scheme: str = "span"
 
     def __post_init__(self):
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"masking scheme {self.scheme!r}: expected one of {SCHEMES}")
         if not 0.0 < self.mask_prob < 1.0:
             raise ValueError(f"mask_prob={self.mask_prob}: expected 0 < p < 1")
         if self.random_token_prob + self.leave_unmasked_prob > 1.0:
@@ -161,6 +190,47 @@ class SpanMasker:
         chosen = np.sort(order[: int(np.searchsorted(reach, budget)) + 1])
         return unit_starts[chosen], unit_starts[chosen] + unit_lengths[chosen]
 
+    def whole_words(self, rng, word_starts, word_lengths, size):
+        """BERT's whole-word masking: whole words in a random order, a word that would
+        overshoot the budget skipped, until the budget: ``(starts [n], ends [n])``,
+        sorted by position, one range per word.
+
+        word_starts, word_lengths: ``[W]`` token start and token count of each word.
+        """
+        word_starts, word_lengths = self._drop_edges(
+            np.asarray(word_starts, dtype=np.int64), np.asarray(word_lengths, dtype=np.int64), size)
+        if len(word_starts) == 0:
+            return word_starts, word_starts.copy()
+        need = self._budget(int(word_lengths.sum()))
+        rest = rng.permutation(len(word_starts))  # the order words are considered in
+        taken = []
+        # BERT's loop, a run of words at a time: of the words that still fit, the longest
+        # prefix that fits is taken; the next one does not fit now, nor later (the need
+        # only shrinks), so it is dropped with every word too long for the need.
+        while need > 0:
+            rest = rest[word_lengths[rest] <= need]
+            if len(rest) == 0:
+                break
+            k = int(np.searchsorted(np.cumsum(word_lengths[rest]), need, side="right"))
+            taken.append(rest[:k])
+            need -= int(word_lengths[rest[:k]].sum())
+            rest = rest[k + 1:]
+        chosen = np.sort(np.concatenate(taken)) if taken else np.zeros(0, dtype=np.int64)
+        return word_starts[chosen], word_starts[chosen] + word_lengths[chosen]
+
+    def single_tokens(self, rng, maskable):
+        """BERT's token masking: exactly the budget of maskable tokens, uniformly
+        without replacement, the block's first and last position excepted:
+        ``(starts [n], ends [n])``, sorted, each one token long.
+
+        maskable: bool ``[T]``.
+        """
+        candidates = np.flatnonzero(maskable[1:-1]) + 1 if len(maskable) > 2 else np.zeros(0, dtype=np.int64)
+        if len(candidates) == 0:
+            return candidates, candidates.copy()
+        chosen = np.sort(rng.choice(candidates, size=self._budget(len(candidates)), replace=False))
+        return chosen, chosen + 1
+
     # -- replacing ------------------------------------------------------------------
 
     def apply(self, rng, tokens, starts, ends):
@@ -182,21 +252,35 @@ class SpanMasker:
         source[picks] = self.replacement_ids[rng.integers(0, len(self.replacement_ids), len(picks))]
         return source, target
 
+    def choose(self, rng, tokens, word_start=None, units=None):
+        """The chosen ranges of one block under :attr:`scheme`: ``(starts [n], ends
+        [n])``. ``span`` takes units when given (n-gram segments), else word_start;
+        ``whole-word`` needs word_start; ``token`` neither."""
+        size = len(tokens)
+        maskable = self.maskable(tokens)
+        if self.scheme == "token":
+            return self.single_tokens(rng, maskable)
+        if self.scheme == "span" and units is not None:
+            units = np.asarray(units, dtype=np.int64).reshape(-1, 2)
+            return self.unit_spans(rng, units[:, 0], units[:, 1] - units[:, 0], size)
+        if word_start is None:
+            raise ValueError(f"masking scheme {self.scheme!r} needs the word starts of the "
+                             f"block (word_start, bool [T])")
+        word_starts, word_lengths = words_from_starts(word_start, maskable)
+        if self.scheme == "whole-word":
+            return self.whole_words(rng, word_starts, word_lengths, size)
+        return self.geometric_spans(rng, word_starts, word_lengths, size)
+
     def __call__(self, rng, tokens, word_start=None, units=None):
         """Mask one block.
 
-        tokens: int ``[T]``. Either word_start (bool ``[T]``, geometric spans over
-        words) or units (int ``[n, 2]`` (start, end) token ranges, the n-gram
-        segments, sorted, non-overlapping). Returns ``(source, target, spans)`` with
-        spans ``[n, 2]`` (start, end) of the chosen spans.
+        tokens: int ``[T]``. word_start: bool ``[T]``, True where a token begins a word
+        (geometric spans, whole words). units: int ``[n, 2]`` (start, end) token ranges,
+        the n-gram segments, sorted, non-overlapping (``span`` only; instead of the
+        geometric spans). Returns ``(source [T], target [T], spans [n, 2])``, spans the
+        chosen (start, end) ranges (spans, words or single tokens).
         """
         tokens = np.asarray(tokens)
-        size = len(tokens)
-        if units is None:
-            word_starts, word_lengths = words_from_starts(word_start, self.maskable(tokens))
-            starts, ends = self.geometric_spans(rng, word_starts, word_lengths, size)
-        else:
-            units = np.asarray(units, dtype=np.int64).reshape(-1, 2)
-            starts, ends = self.unit_spans(rng, units[:, 0], units[:, 1] - units[:, 0], size)
+        starts, ends = self.choose(rng, tokens, word_start, units)
         source, target = self.apply(rng, tokens, starts, ends)
         return source, target, np.stack([starts, ends], axis=1)

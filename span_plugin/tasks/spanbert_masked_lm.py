@@ -1,18 +1,23 @@
-"""Task ``spanbert_masked_lm``: SpanBERT's span masking over fairseq monolingual text.
+"""Task ``spanbert_masked_lm``: SpanBERT's span masking over fairseq monolingual text,
+and BERT's whole-word and token masking as its ablations.
 
 Data: a folder with ``dict.txt`` and ``{split}.{bin,idx}`` (``fairseq-preprocess
 --only-source`` or ``span-preprocess binarize``), cut into blocks of up to
 ``--tokens-per-sample`` tokens (``<s>`` included) by fairseq's ``TokenBlockDataset``
-(``--sample-break-mode``), single segments, no next-sentence objective. Masking
-(:mod:`span_plugin.data.span_masking`) happens in the dataset, per (seed, epoch, block):
+(``--sample-break-mode``, default ``complete_doc``: whole lines, never across an empty
+line, the document break; a line longer than a block is cut into pieces first), single
+segments, no next-sentence objective. Masking (:mod:`span_plugin.data.span_masking`)
+happens in the dataset, per (seed, epoch, block), with ``--masking``:
 
-- ``--span-masking geometric`` (SpanBERT): spans of whole words, lengths from Geo(p)
-  clipped at ``--max-span-words``; word starts come from ``dict.txt``
-  (:mod:`span_plugin.data.word_boundaries`; GPT-2 needs ``encoder.json``);
-- ``--span-masking ngram``: the n-gram segmenter's spans, read from
-  ``{split}.spans.{bin,idx}`` (``span-preprocess binarize`` writes them with the tokens).
+- ``span`` (default, SpanBERT), by ``--span-masking``:
+  ``geometric``: spans of whole words, lengths from Geo(p) clipped at
+  ``--max-span-words``; ``ngram``: the n-gram segmenter's spans, read from
+  ``{split}.spans.{bin,idx}`` (``span-preprocess binarize`` writes them with the tokens);
+- ``whole-word`` (BERT-WWM): whole words at random up to the budget;
+- ``token`` (BERT): single tokens at random, words ignored.
 
-See docs/PRETRAIN.md.
+Word starts come from ``dict.txt`` (:mod:`span_plugin.data.word_boundaries`; GPT-2 needs
+``encoder.json``). See docs/PRETRAIN.md.
 """
 
 import contextlib
@@ -43,13 +48,19 @@ from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
 from omegaconf import II, MISSING, OmegaConf, open_dict
 
 from span_plugin.data import span_index
-from span_plugin.data.masked_blocks import BlockSegmentsDataset, FieldDataset, SpanMaskedDataset
-from span_plugin.data.span_masking import SpanMasker
+from span_plugin.data.masked_blocks import (
+    BlockSegmentsDataset,
+    FieldDataset,
+    LinePiecesDataset,
+    SpanMaskedDataset,
+)
+from span_plugin.data.span_masking import SCHEMES, SpanMasker
 from span_plugin.data.word_boundaries import KINDS, build_word_boundaries
 
 logger = logging.getLogger(__name__)
 
 SPAN_MASKING = ChoiceEnum(["geometric", "ngram"])
+MASKING = ChoiceEnum(list(SCHEMES))
 
 
 @dataclass
@@ -57,14 +68,19 @@ class SpanBertMaskedLMConfig(FairseqDataclass):
     data: str = field(default=MISSING, metadata={
         "help": "folder with dict.txt and {split}.{bin,idx}; colon-separated folders are "
         "taken in turn, one per epoch (dict.txt of the first)"})
-    sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(default="none", metadata={
-        "help": "how text is cut into blocks (fairseq's TokenBlockDataset): none fills "
-        "every block, complete / complete_doc keep whole lines (documents), eos one line"})
+    sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(default="complete_doc", metadata={
+        "help": "how text is cut into blocks (fairseq's TokenBlockDataset): complete_doc "
+        "packs whole lines and never crosses an empty line (a document break); complete "
+        "packs whole lines across documents; eos one line a block; none fills every "
+        "block across lines and documents. Lines longer than a block are cut first"})
     tokens_per_sample: int = field(default=512, metadata={
         "help": "block size in tokens, <s> included; at most the model's positions"})
+    masking: MASKING = field(default="span", metadata={
+        "help": "span: SpanBERT's spans (--span-masking); whole-word: BERT's whole-word "
+        "masking; token: BERT's masking of single sub-word tokens"})
     span_masking: SPAN_MASKING = field(default="geometric", metadata={
-        "help": "geometric: SpanBERT's spans of whole words; ngram: the n-gram "
-        "segmenter's spans from {split}.spans.{bin,idx}"})
+        "help": "spans of --masking span: geometric, SpanBERT's spans of whole words; "
+        "ngram, the n-gram segmenter's spans from {split}.spans.{bin,idx}"})
     mask_prob: float = field(default=0.15, metadata={
         "help": "fraction of the maskable tokens of a block that are chosen"})
     leave_unmasked_prob: float = field(default=0.1, metadata={
@@ -146,7 +162,11 @@ class SpanBertMaskedLMTask(FairseqTask):
             replacement_ids=replacement_ids(self.dictionary, special), special=special,
             mask_prob=self.cfg.mask_prob, random_token_prob=self.cfg.random_token_prob,
             leave_unmasked_prob=self.cfg.leave_unmasked_prob,
-            geometric_p=self.cfg.geometric_p, max_span_words=self.cfg.max_span_words)
+            geometric_p=self.cfg.geometric_p, max_span_words=self.cfg.max_span_words,
+            scheme=str(self.cfg.masking))
+
+    def _ngram_spans(self):
+        return self.cfg.masking == "span" and self.cfg.span_masking == "ngram"
 
     def _load_text(self, prefix, combine):
         """Token lines of a split (all shards ``train``, ``train1``, ... with combine),
@@ -158,7 +178,7 @@ class SpanBertMaskedLMTask(FairseqTask):
             if toks is None:
                 break
             tokens.append(toks)
-            if self.cfg.span_masking == "ngram":
+            if self._ngram_spans():
                 sprefix = span_index.span_prefix(shard)
                 if not span_index.exists(sprefix):
                     raise FileNotFoundError(
@@ -183,21 +203,31 @@ class SpanBertMaskedLMTask(FairseqTask):
         tokens, spans = self._load_text(prefix, combine)
         sizes = np.asarray(tokens.sizes)
         text_tokens = int(sizes.sum()) - len(sizes)  # without the </s> of every line
-        if text_tokens < cfg.max_span_words:
+        if cfg.masking == "span" and text_tokens < cfg.max_span_words:
             raise ValueError(
                 f"{prefix}.bin holds {text_tokens} tokens of text, shorter than one span "
                 f"(--max-span-words {cfg.max_span_words}): span masking needs more text")
 
+        block_size = cfg.tokens_per_sample - 1  # one less for <s>
+        items, item_sizes, item_lines = tokens, sizes, None
+        if cfg.sample_break_mode != "none" and len(sizes) and sizes.max() > block_size:
+            # Whole-line modes would make a longer line one oversized block, which
+            # fairseq-train drops from training: cut such lines into pieces that fit.
+            items = LinePiecesDataset(tokens, sizes, block_size)
+            item_sizes, item_lines = items.sizes, items.line
+            logger.info(f"{int((sizes > block_size).sum())} of {len(sizes)} lines of {prefix} "
+                        f"are longer than a block of {block_size} tokens: cut into pieces")
         blocks = TokenBlockDataset(
-            tokens, sizes, cfg.tokens_per_sample - 1,  # one less for <s>
-            pad=self.dictionary.pad(), eos=self.dictionary.eos(),
-            break_mode=cfg.sample_break_mode)
+            items, item_sizes, block_size, pad=self.dictionary.pad(),
+            eos=self.dictionary.eos(), break_mode=cfg.sample_break_mode)
         logger.info(f"loaded {len(blocks)} blocks from: {prefix}")
-        segments = None if spans is None else BlockSegmentsDataset(blocks, spans, sizes, shift=1)
+        segments = None if spans is None else BlockSegmentsDataset(
+            blocks, spans, sizes, shift=1, item_lines=item_lines)
         blocks = PrependTokenDataset(blocks, self.dictionary.bos())
         masked = SpanMaskedDataset(
             blocks, self.masker(), cfg.seed, segments=segments,
-            word_boundaries=self.word_boundaries() if segments is None else None)
+            word_boundaries=(self.word_boundaries()
+                             if segments is None and cfg.masking != "token" else None))
         source = FieldDataset(masked, "source")
         target = FieldDataset(masked, "target")
         pad = self.dictionary.pad()

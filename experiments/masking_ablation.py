@@ -1,0 +1,273 @@
+"""Resumable masking ablation of SpanBERT's objective on all-MiniLM-L6-v2: does span
+masking (with or without the span boundary objective) make a better masked LM than
+BERT's whole-word or token masking, in continued pre-training on Wikipedia?
+
+Conditions (recipes/pretrain/spanbert.sh, all from the recipe's default model, the
+packaged all-MiniLM-L6-v2 converted by span-convert, ``--arch roberta_spanbert``):
+    span+sbo    --masking span (geometric spans), --sbo-weight 1   (SpanBERT)
+    span        --masking span, --sbo-weight 0
+    whole-word  --masking whole-word, --sbo-weight 0              (BERT-WWM)
+    token       --masking token, --sbo-weight 0                   (BERT)
+Every run has the same data, seed, batches of blocks (complete_doc, 128 tokens), learning
+rate schedule and number of updates; only the masking (and the SBO) differ.
+
+Data: a fixed slice of ../shared/data/wikipedia: the first whole articles of wiki.AB
+(--train-lines, rounded up to the end of an article) for training, the first whole
+articles of wiki.AD (--valid-lines) held out. Articles are separated by empty lines, so
+blocks never cross articles.
+
+Curves: fairseq validates on the held-out text every --interval updates with the run's
+own masking (mlm_loss, and sbo_loss for span+sbo). Those losses are over different
+positions in each condition, so they are not comparable across conditions. Every
+checkpoint (each --interval updates) is therefore ALSO evaluated on the same fixed
+maskings of the held-out text, one per scheme of --eval-schemes (default token and
+span; seed --eval-seed, 80/10/10 as in training): MLM loss in bits per masked token,
+identical positions and replacements for every condition.
+
+Each finished condition is one JSON line of --results; a relaunch skips the conditions
+already there (an unfinished one starts again from scratch). The checkpoints are
+deleted after their evaluation (checkpoint_last.pt is kept).
+
+    .venv/bin/python experiments/masking_ablation.py [--max-runs N]
+    .venv/bin/python experiments/masking_report.py
+"""
+
+import argparse
+import gzip
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_lib import ROOT, append_result, read_results  # noqa: E402
+
+WIKI = ROOT.parent / "shared" / "data" / "wikipedia"
+CONDITIONS = {
+    "span+sbo": {"MASKING": "span", "SBO_WEIGHT": "1"},
+    "span": {"MASKING": "span", "SBO_WEIGHT": "0"},
+    "whole-word": {"MASKING": "whole-word", "SBO_WEIGHT": "0"},
+    "token": {"MASKING": "token", "SBO_WEIGHT": "0"},
+}
+
+
+def article_slice(path, min_lines):
+    """The first lines of a Wikipedia file up to the end of the article holding line
+    ``min_lines`` (the empty line after it included): whole articles."""
+    out = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            out.append(line)
+            if len(out) >= min_lines and not line.strip():
+                break
+    return out
+
+
+def prepare_text(work, a):
+    """work/text/{train,valid}.txt (written once) and their line / article counts."""
+    info = {}
+    for split, name, n in (("train", "wiki.AB.txt.gz", a.train_lines),
+                           ("valid", "wiki.AD.txt.gz", a.valid_lines)):
+        path = work / "text" / f"{split}.txt"
+        lines = article_slice(WIKI / name, n)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(lines), encoding="utf-8")
+        info[split] = {"file": name, "lines": len(lines),
+                       "paragraphs": sum(bool(x.strip()) for x in lines),
+                       "articles": sum(not x.strip() for x in lines)}
+    return info
+
+
+def parse_log(log):
+    """fairseq's simple log -> (train curve, valid curve): lists of dicts of floats."""
+    train, valid = [], []
+    for line in log.splitlines():
+        if "valid on 'valid' subset" in line:
+            stats = dict(re.findall(r"\| (\w+) ([-\d.]+)", line))
+            valid.append({k: float(v) for k, v in stats.items()
+                          if k in ("loss", "mlm_loss", "sbo_loss", "num_updates")})
+        elif "train_inner" in line or re.search(r"\| INFO \| train_inner \|", line):
+            stats = dict(re.findall(r"(\w+)=([-\d.]+)", line))
+            if "num_updates" in stats:
+                train.append({k: float(stats[k]) for k in ("loss", "mlm_loss", "sbo_loss", "num_updates")
+                              if k in stats})
+    return train, valid
+
+
+class FixedEval:
+    """MLM loss of a checkpoint on fixed maskings of the held-out split: one task per
+    scheme (seed ``seed``, epoch 1), the same blocks and masks for every checkpoint."""
+
+    def __init__(self, data, tokens_per_sample, seed, schemes, batch_size=32):
+        self.data, self.tokens, self.seed, self.batch_size = str(data), tokens_per_sample, seed, batch_size
+        self.schemes = schemes
+        self.batches = None
+
+    def _tasks(self):
+        from omegaconf import OmegaConf
+
+        from span_plugin.tasks.spanbert_masked_lm import SpanBertMaskedLMConfig, SpanBertMaskedLMTask
+
+        tasks = {}
+        for scheme in self.schemes:
+            cfg = OmegaConf.structured(SpanBertMaskedLMConfig(
+                data=self.data, masking=scheme, span_masking="geometric", seed=self.seed,
+                tokens_per_sample=self.tokens, sample_break_mode="complete_doc"))
+            tasks[scheme] = SpanBertMaskedLMTask.setup_task(cfg)
+        return tasks
+
+    def _build_batches(self):
+        """scheme -> list of (src_tokens [B, T], target [B, T]) over the whole split."""
+        self.tasks = self._tasks()
+        self.batches = {}
+        for scheme, task in self.tasks.items():
+            task.load_dataset("valid")
+            ds = task.dataset("valid")
+            ds.set_epoch(1)
+            items = [ds[i] for i in range(len(ds))]
+            self.batches[scheme] = [ds.collater(items[i:i + self.batch_size])
+                                    for i in range(0, len(items), self.batch_size)]
+        self.masked = {s: int(sum(b["target"].ne(1).sum() for b in bs)) for s, bs in self.batches.items()}
+
+    def __call__(self, checkpoint):
+        """scheme -> MLM loss in bits per masked token."""
+        import math
+
+        import torch
+        import torch.nn.functional as F
+        from fairseq import checkpoint_utils
+
+        if self.batches is None:
+            self._build_batches()
+        state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+        task = self.tasks[self.schemes[0]]
+        model = task.build_model(state["cfg"]["model"])
+        model.load_state_dict(state["model"], strict=True, model_cfg=state["cfg"]["model"])
+        model.eval()
+        pad = task.dictionary.pad()
+        out = {}
+        with torch.no_grad():
+            for scheme, batches in self.batches.items():
+                total = n = 0.0
+                for b in batches:
+                    mask = b["target"].ne(pad)
+                    logits = model(b["net_input"]["src_tokens"], masked_tokens=mask)[0]
+                    total += F.cross_entropy(logits.float(), b["target"][mask], reduction="sum").item()
+                    n += int(mask.sum())
+                out[scheme] = round(total / n / math.log(2), 4)
+        return out
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_condition(name, a, work, text_info, fixed):
+    out = work / "runs" / name
+    if out.exists():  # an unfinished run of an earlier launch: start it again
+        shutil.rmtree(out)
+    env = dict(os.environ, **CONDITIONS[name], **{
+        "TRAIN_TEXT": str(work / "text" / "train.txt"), "VALID_TEXT": str(work / "text" / "valid.txt"),
+        "DATA_DIR": str(work / "data"), "OUT_DIR": str(out), "TOKENS_PER_SAMPLE": str(a.tokens),
+        "BREAK_MODE": "complete_doc", "BATCH_SIZE": str(a.batch), "LR": str(a.lr),
+        "TOTAL_UPDATES": str(a.updates), "WARMUP_UPDATES": str(a.warmup),
+        "SAVE_INTERVAL": str(a.interval), "SEED": str(a.seed), "WORKERS": "1",
+        "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)})
+    extra = ["--cpu", "--num-workers", "0", "--log-interval", str(a.log_interval),
+             "--keep-interval-updates", "-1", "--no-save-optimizer-state"]
+    out.mkdir(parents=True)
+    load = round(os.getloadavg()[0], 2)  # a shared machine: wall time depends on it
+    start, cpu0 = time.time(), children_cpu()
+    with open(out / "recipe.log", "w", encoding="utf-8") as log:
+        proc = subprocess.run(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), *extra],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    train_wall, train_cpu = time.time() - start, children_cpu() - cpu0
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: recipes/pretrain/spanbert.sh failed; see {out / 'recipe.log'}")
+    train, valid = parse_log((out / "train.log").read_text(encoding="utf-8"))
+
+    # Fixed held-out maskings, every checkpoint.
+    start, cpu0 = time.time(), time.process_time()
+    ckpts = {}
+    for p in (out / "checkpoints").glob("checkpoint_*_*.pt"):
+        ckpts[int(p.stem.rsplit("_", 1)[1])] = p
+    fixed_curve = []
+    for update in sorted(ckpts):
+        fixed_curve.append({"num_updates": update, **fixed(ckpts[update])})
+        print(f"    {name} update {update}: {fixed_curve[-1]}", flush=True)
+    if a.updates not in ckpts:
+        fixed_curve.append({"num_updates": a.updates, **fixed(out / "checkpoints" / "checkpoint_last.pt")})
+    eval_wall, eval_cpu = time.time() - start, time.process_time() - cpu0
+    for p in ckpts.values():
+        p.unlink()
+    for p in (out / "checkpoints").glob("checkpoint_best.pt"):
+        p.unlink()
+    return {
+        "condition": name, **{k.lower(): v for k, v in CONDITIONS[name].items()},
+        "model": "all-MiniLM-L6-v2 (span-convert, recipes/lib.sh default_model)",
+        "arch": "roberta_spanbert", "updates": a.updates, "warmup": a.warmup, "lr": a.lr,
+        "batch": a.batch, "tokens_per_sample": a.tokens, "break_mode": "complete_doc",
+        "seed": a.seed, "interval": a.interval, "eval_seed": a.eval_seed, "threads": a.threads,
+        "data": text_info, "eval_masked_tokens": fixed.masked,
+        "train_curve": train, "valid_curve": valid, "fixed_curve": fixed_curve,
+        "train_wall_min": round(train_wall / 60, 2), "train_cpu_min": round(train_cpu / 60, 2),
+        "eval_wall_min": round(eval_wall / 60, 2), "eval_cpu_min": round(eval_cpu / 60, 2),
+        "load_avg_at_start": load, "finished": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "masking_ablation.jsonl"))
+    p.add_argument("--work-dir", default=str(ROOT / "runs" / "masking_ablation"))
+    p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
+    p.add_argument("--train-lines", type=int, default=3000)
+    p.add_argument("--valid-lines", type=int, default=250)
+    p.add_argument("--updates", type=int, default=125)
+    p.add_argument("--warmup", type=int, default=12)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--interval", type=int, default=25, help="updates between validations and checkpoints")
+    p.add_argument("--log-interval", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-seed", type=int, default=12345)
+    p.add_argument("--eval-schemes", nargs="+", default=["token", "span"],
+                   choices=["token", "whole-word", "span"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--max-runs", type=int, default=None)
+    a = p.parse_args()
+
+    import torch
+
+    import span_plugin
+
+    span_plugin.register()
+    torch.set_num_threads(a.threads)
+    work = Path(a.work_dir).resolve()
+    text_info = prepare_text(work, a)
+    done = {r["condition"] for r in read_results(a.results)
+            if (r["updates"], r["lr"], r["batch"], r["tokens_per_sample"]) == (a.updates, a.lr, a.batch, a.tokens)}
+    todo = [c for c in a.conditions if c not in done]
+    print(f"{len(a.conditions) - len(todo)} of {len(a.conditions)} conditions already in {a.results}", flush=True)
+    fixed = FixedEval(work / "data", a.tokens, a.eval_seed, a.eval_schemes)
+    for n, name in enumerate(todo):
+        if a.max_runs is not None and n >= a.max_runs:
+            break
+        print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
+        record = run_condition(name, a, work, text_info, fixed)
+        append_result(a.results, record)
+        last = record["valid_curve"][-1] if record["valid_curve"] else {}
+        print(f"    {name}: valid {last}, fixed {record['fixed_curve'][-1]}; train "
+              f"{record['train_wall_min']} min wall / {record['train_cpu_min']} CPU, eval "
+              f"{record['eval_wall_min']} / {record['eval_cpu_min']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
