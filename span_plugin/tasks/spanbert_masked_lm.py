@@ -56,6 +56,7 @@ from span_plugin.data.masked_blocks import (
 )
 from span_plugin.data.span_masking import SCHEMES, SpanMasker
 from span_plugin.data.word_boundaries import KINDS, build_word_boundaries
+from span_plugin.tasks.span_inputs import OneDictionaryTask
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ def replacement_ids(dictionary, special):
 
 
 @register_task("spanbert_masked_lm", dataclass=SpanBertMaskedLMConfig)
-class SpanBertMaskedLMTask(FairseqTask):
+class SpanBertMaskedLMTask(OneDictionaryTask, FairseqTask):
     """Masked-LM pre-training with span masking (SpanBERT)."""
 
     cfg: SpanBertMaskedLMConfig
@@ -264,12 +265,3 @@ class SpanBertMaskedLMTask(FairseqTask):
 
     def max_positions(self):
         return self.cfg.tokens_per_sample
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
-
