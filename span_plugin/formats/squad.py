@@ -174,6 +174,22 @@ def _question(qa):
     return question
 
 
+def _read_question(keep, here, qa, id_key, context, passage, answers_of, title=""):
+    """Read one question of ``context`` (either format) and hand ``keep`` the example,
+    or its problem. answers_of(qa, context) -> (answers, impossible, accepted)."""
+    qid = qa.get(id_key) if isinstance(qa, dict) else None
+    try:
+        qid = _get(qa, id_key, str, "the question")
+        if not context.strip():
+            raise _Bad(f"empty context, expected the {passage}'s text")
+        question = _question(qa)
+        answers, imp, accepted = answers_of(qa, context)
+    except _Bad as bad:
+        keep(here, qid, str(bad), None)
+        return
+    keep(here, qid, None, QAExample(qid, question, context, answers, imp, here, title, accepted))
+
+
 # ---------------------------------------------------------------- SQuAD JSON
 
 
@@ -245,18 +261,8 @@ def _read_squad(path, keep):
         isinstance(qa, dict) and "is_impossible" in qa for *_, qas in paragraphs for qa in qas)
     for where, title, context, qas in paragraphs:
         for k, qa in enumerate(qas, 1):
-            here = f"{where}, question {k}"
-            qid = qa.get("id") if isinstance(qa, dict) else None
-            try:
-                qid = _get(qa, "id", str, "the question")
-                if not context.strip():
-                    raise _Bad("empty context, expected the paragraph's text")
-                question = _question(qa)
-                answers, imp = _squad_answers(qa, context, v2)
-            except _Bad as bad:
-                keep(here, qid, str(bad), None)
-                continue
-            keep(here, qid, None, QAExample(qid, question, context, answers, imp, here, title))
+            _read_question(keep, f"{where}, question {k}", qa, "id", context, "paragraph",
+                           lambda q, c: (*_squad_answers(q, c, v2), []), title)
     return "2.0" if v2 else "1.1"
 
 
@@ -319,19 +325,8 @@ def _read_mrqa(path, keep):
             raise BadInputError(f"{path}:{lineno}: {bad}; expected an MRQA context "
                                 f"object") from None
         for k, qa in enumerate(qas, 1):
-            here = f"{path}:{lineno}, question {k}"
-            qid = qa.get("qid") if isinstance(qa, dict) else None
-            try:
-                qid = _get(qa, "qid", str, "the question")
-                if not context.strip():
-                    raise _Bad("empty context, expected the passage's text")
-                question = _question(qa)
-                answers, imp, accepted = _mrqa_answers(qa, context)
-            except _Bad as bad:
-                keep(here, qid, str(bad), None)
-                continue
-            keep(here, qid, None,
-                 QAExample(qid, question, context, answers, imp, here, "", accepted))
+            _read_question(keep, f"{path}:{lineno}, question {k}", qa, "qid", context,
+                           "passage", _mrqa_answers)
     if not header:
         raise BadInputError(f"{path}: empty, expected the MRQA header line and contexts")
     return "mrqa"
