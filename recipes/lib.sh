@@ -140,6 +140,26 @@ count_updates() {
     WARMUP_UPDATES=$(python -c "print(int(round($WARMUP * $UPDATES)))")
 }
 
+# The fairseq-train flags the F1-selected fine-tuning recipes (NER, QA) share, in the
+# array finetune_args (after count_updates): Adam with weight decay 0.01 and clipping 1.0,
+# polynomial decay over $UPDATES with $WARMUP_UPDATES of warm-up, dropout 0.1, the best
+# checkpoint by the largest logged f1, checkpoints and tensorboard under $OUT_DIR, and
+# the pretrained model to start from, when there is one.
+f1_finetune_args() {
+    finetune_args=(
+        --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1
+        --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.01 --clip-norm 1.0
+        --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$UPDATES"
+        --warmup-updates "$WARMUP_UPDATES" --max-update "$UPDATES" --max-epoch "$EPOCHS"
+        --dropout 0.1 --attention-dropout 0.1
+        --best-checkpoint-metric f1 --maximize-best-checkpoint-metric --no-epoch-checkpoints
+        --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
+        --log-format simple --log-interval 100
+        --find-unused-parameters  # RoBERTa's LM head is not used
+    )
+    if [ -n "$PRETRAINED" ]; then finetune_args+=(--finetune-from-model "$PRETRAINED"); fi
+}
+
 train_resumably() {
     local fp16=()
     if [ "$NUM_GPUS" -ge 1 ]; then

@@ -94,18 +94,9 @@ args=(
     "$DATA_DIR" --user-dir "$ROOT/span_plugin"
     --task "$TASK_NAME" --criterion "$TASK_NAME" --arch roberta_tagging "${head_args[@]}"
     --init-token 0 --max-positions 512 "${size_args[@]}" --seed "$SEED"
-    --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1
-    --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.01 --clip-norm 1.0
-    --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$UPDATES"
-    --warmup-updates "$WARMUP_UPDATES" --max-update "$UPDATES" --max-epoch "$EPOCHS"
-    --dropout 0.1 --attention-dropout 0.1
-    --best-checkpoint-metric f1 --maximize-best-checkpoint-metric --no-epoch-checkpoints
-    --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
-    --log-format simple --log-interval 100
-    --find-unused-parameters  # RoBERTa's LM head is not used
 )
-if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
-train_resumably "${args[@]}" "$@"
+f1_finetune_args
+train_resumably "${args[@]}" "${finetune_args[@]}" "$@"
 
 # ---- dev and test results of the best checkpoint, CoNLL prediction files ---------------
 span-predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \

@@ -94,18 +94,9 @@ args=(
     --task span_qa --criterion span_qa --arch roberta_qa --qa-head "$HEAD"
     --max-answer-tokens "$MAX_ANSWER_TOKENS" --null-threshold "$NULL_THRESHOLD"
     --max-positions 512 "${size_args[@]}" --seed "$SEED"
-    --batch-size "$BATCH_SIZE" --required-batch-size-multiple 1
-    --optimizer adam --adam-betas "(0.9,0.98)" --adam-eps 1e-06 --weight-decay 0.01 --clip-norm 1.0
-    --lr-scheduler polynomial_decay --lr "$LR" --total-num-update "$UPDATES"
-    --warmup-updates "$WARMUP_UPDATES" --max-update "$UPDATES" --max-epoch "$EPOCHS"
-    --dropout 0.1 --attention-dropout 0.1
-    --best-checkpoint-metric f1 --maximize-best-checkpoint-metric --no-epoch-checkpoints
-    --save-dir "$OUT_DIR/checkpoints" --tensorboard-logdir "$OUT_DIR/tensorboard"
-    --log-format simple --log-interval 100
-    --find-unused-parameters  # RoBERTa's LM head is not used
 )
-if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
-train_resumably "${args[@]}" "$@"
+f1_finetune_args
+train_resumably "${args[@]}" "${finetune_args[@]}" "$@"
 
 span-predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" --data "$DATA_DIR" \
     --input "$VALID_FILE" --output "$OUT_DIR/predictions.json" --nbest "$OUT_DIR/nbest.json" \
