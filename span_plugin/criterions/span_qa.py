@@ -50,7 +50,7 @@ class SpanQACriterion(SummedCriterion):
     def _log_scores(self, log, output, sample):
         qa = sample["qa"]
         records = qa["records"]
-        v2 = _is_v2(self.task)
+        v2 = self.task.squad_v2
         answers = answers_of_batch(output, qa["question"], qa["offsets"],
                                    [r.context for r in records], self.task.cfg.n_best,
                                    self.task.cfg.null_threshold if v2 else None)
@@ -75,8 +75,3 @@ class SpanQACriterion(SummedCriterion):
             for name in ("em", "f1"):
                 metrics.log_scalar(group + name, 100.0 * total(group + name) / max(n, 1), n,
                                    round=2)
-
-
-def _is_v2(task):
-    """Whether the task's folder holds SQuAD 2.0 data (impossible questions)."""
-    return "2.0" in set(getattr(task, "versions", {}).values())

@@ -28,22 +28,9 @@ from span_plugin.preprocess.qa import encode_question, passage_windows
 class QAHubInterface(SpanHubInterface):
     head_from_task = True
 
-    @property
-    def window_settings(self):
-        """``(max_positions, doc_stride)`` of the windows the model was trained on."""
-        labels = (self.record or {}).get("labels") or {}
-        return (labels.get("max_positions") or self.task.cfg.max_positions,
-                labels.get("doc_stride", 128))
-
-    @property
-    def squad_v2(self):
-        """Whether the model was trained on SQuAD 2.0 data (it may answer "")."""
-        labels = (self.record or {}).get("labels") or {}
-        return "2.0" in set((labels.get("versions") or {}).values())
-
     def dataset(self, examples):
         """The :class:`QAWindowsDataset` of ``QAExample`` items (answers unused)."""
-        positions, stride = self.window_settings
+        positions, stride = self.task.window_settings  # those of training
         columns = {k: TensorListDataset() for k in ("question", "passage", "offsets", "answer")}
         window_question = []
         for n, ex in enumerate(examples):
@@ -72,7 +59,7 @@ class QAHubInterface(SpanHubInterface):
         (never "") otherwise; None or a number overrides it.
         """
         if null_threshold == "default":
-            null_threshold = self.task.cfg.null_threshold if self.squad_v2 else None
+            null_threshold = self.task.cfg.null_threshold if self.task.squad_v2 else None
         if not examples:
             return []
         data = self.dataset(examples)

@@ -26,7 +26,7 @@ def read_questions(hub, input_path=None, split=None):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such split in the checkpoint's folder; give "
                                 f"--input FILE (SQuAD JSON or MRQA JSON Lines)")
-    versions = ((hub.record or {}).get("labels") or {}).get("versions") or {}
+    versions = hub.task.qa_labels.get("versions") or {}
     return read_records(path), versions.get(split, "1.1")
 
 

@@ -64,13 +64,10 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
     def __init__(self, cfg, dictionary):
         self.dictionary = dictionary  # before the data record is checked against it
         super().__init__(cfg)
-        record = provenance.read_record(cfg.data) or {}
-        labels = record.get("labels") or {}
-        self.window_positions = labels.get("max_positions")
-        self.versions = labels.get("versions", {})
-        if self.window_positions and self.window_positions > cfg.max_positions:
+        positions = self.window_settings[0]
+        if positions > cfg.max_positions:
             raise ValueError(
-                f"{cfg.data}: windows of up to {self.window_positions} tokens (span-preprocess "
+                f"{cfg.data}: windows of up to {positions} tokens (span-preprocess "
                 f"qa --max-positions) do not fit --max-positions {cfg.max_positions}")
         if cfg.max_answer_tokens < 1:
             raise ValueError(f"--max-answer-tokens must be >= 1, got {cfg.max_answer_tokens}")
@@ -86,9 +83,24 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
         dictionary.add_symbol("<mask>")  # as sentence_prediction: embedding rows match
         return cls(cfg, dictionary)
 
-    def null_threshold(self, split):
-        """The threshold of a SQuAD 2.0 split, None (never "") for the others."""
-        return self.cfg.null_threshold if self.versions.get(split) == "2.0" else None
+    @property
+    def qa_labels(self):
+        """The ``labels`` part of the data record the task holds (from its folder, or
+        from the checkpoint it was loaded with): window settings, file versions."""
+        return (provenance.task_record(self) or {}).get("labels") or {}
+
+    @property
+    def window_settings(self):
+        """``(max_positions, doc_stride)`` the folder's windows were cut with (a folder
+        without a record: ``--max-positions`` and 128)."""
+        labels = self.qa_labels
+        return (labels.get("max_positions") or self.cfg.max_positions,
+                labels.get("doc_stride", 128))
+
+    @property
+    def squad_v2(self):
+        """Whether the data holds SQuAD 2.0 files: answers may be "" (no answer)."""
+        return "2.0" in set((self.qa_labels.get("versions") or {}).values())
 
     def build_split(self, split, combine):
         cfg, data = self.cfg, self.cfg.data
