@@ -36,11 +36,11 @@ import io
 import logging
 import multiprocessing as mp
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-
-import re
+from urllib.parse import quote
 
 import numpy as np
 
@@ -104,12 +104,28 @@ class NgramDict:
         return len(self.grams)
 
 
-def _open_text(path, mode):
+def open_text(path, mode, errors="strict"):
+    """A UTF-8 text file, gzip-compressed when the name ends in ``.gz``."""
     if str(path).endswith(".gz"):
         # mtime=0: the same dictionary gives the same bytes (reproducible resource).
         raw = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.open(path, "rb")
-        return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
-    return open(path, mode, encoding="utf-8", newline="\n")
+        return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, newline="\n")
+    return open(path, mode, encoding="utf-8", errors=errors, newline="\n")
+
+
+def read_header(path):
+    """The ``key=value`` settings of a dictionary's header line (``{}`` without one);
+    a bare word is ``key: True``. What :func:`build_dictionary` wrote: words, n, min_count,
+    corpus, corpus_tokens, task_rows_checked, top_k."""
+    with open_text(path, "r") as f:
+        line = f.readline().lstrip("\ufeff").rstrip("\r\n")
+    if not line.startswith(f"# {FORMAT_TAG}"):
+        return {}
+    out = {}
+    for part in line[len(f"# {FORMAT_TAG}"):].split():
+        key, eq, value = part.partition("=")
+        out[key] = value if eq else True
+    return out
 
 
 DEFAULT_FILES = {"gpt2": "ngrams.default.txt.gz", "bert": "ngrams.default.bert.txt.gz"}
@@ -148,7 +164,7 @@ def load_ngrams(path=None, top_k=None, min_n=2, max_n=5, words="gpt2"):
     """
     path = str(path) if path is not None else default_ngrams_path(words)
     d = NgramDict(path=path)
-    with _open_text(path, "r") as f:
+    with open_text(path, "r") as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if line.startswith("\ufeff") and lineno == 1:
@@ -176,7 +192,7 @@ def load_ngrams(path=None, top_k=None, min_n=2, max_n=5, words="gpt2"):
 def save_ngrams(path, items, comment=""):
     """Write (tuple_of_keys, count) items, sorted by count then text, to ``path``."""
     items = sorted(items, key=lambda gc: (-gc[1], gc[0]))
-    with _open_text(path, "w") as f:
+    with open_text(path, "w") as f:
         f.write(f"# {FORMAT_TAG} {comment}".rstrip() + "\n")
         for gram, count in items:
             f.write(f"{' '.join(gram)}\t{count}\n")
@@ -357,10 +373,23 @@ def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=()
         with ctx.Pool(workers) as pool:
             paths = [str(p) for p in paths]
             wiki = set(paths) if wikitext is True else {str(p) for p in (wikitext or ())}
-            return _count(pool, paths, min_n, max_n, min_count, wiki, chunk_bytes,
+            plain = [_plain_file(p, tmp) for p in paths]
+            wiki = {q for p, q in zip(paths, plain) if p in wiki}
+            return _count(pool, plain, min_n, max_n, min_count, wiki, chunk_bytes,
                           partitions, tmp, top_k, edge_punct, words)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _plain_file(path, tmp):
+    """``path`` itself, or for ``.gz`` its decompressed copy in ``tmp`` (workers read
+    byte ranges)."""
+    if not path.endswith(".gz"):
+        return path
+    out = os.path.join(tmp, f"corpus{len(os.listdir(tmp))}.txt")
+    with gzip.open(path, "rb") as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 24)
+    return out
 
 
 def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, tmp, top_k,
@@ -468,14 +497,54 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
     return CountResult(items=items, corpus_tokens=corpus_tokens, vocab_size=len(frequent))
 
 
+def cut_dictionary(src, dst, top_k):
+    """Write the ``top_k`` most frequent entries of the dictionary ``src`` to ``dst``,
+    its header kept with ``top_k`` set: the same file a count with ``top_k`` writes."""
+    head = read_header(src)
+    d = load_ngrams(src, top_k=top_k, words=head.get("words", "gpt2"))
+    head["top_k"] = str(top_k)
+    comment = " ".join(k if v is True else f"{k}={v}" for k, v in head.items())
+    save_ngrams(dst, d.counts.items(), comment)
+    return len(d)
+
+
+class TaskRowsInCorpus(ValueError):
+    """The corpus of a dictionary contains rows of a task it is checked against."""
+
+
 def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=None,
-                     wikitext=(), top_k=None, edge_punct=False, words="gpt2", **kw):
-    """Count n-grams in ``paths`` and write the dictionary file; returns CountResult."""
+                     wikitext=(), top_k=None, edge_punct=False, words="gpt2", task_rows=(),
+                     allow_task_rows=False, **kw):
+    """Count n-grams in ``paths`` and write the dictionary file; returns CountResult.
+
+    task_rows: task files or folders the dictionary will serve; a corpus line that is
+    one of their sentences (:mod:`span_plugin.preprocess.leakage`) raises
+    :class:`TaskRowsInCorpus` before counting, or with ``allow_task_rows`` a warning.
+    The header records the corpus file names, the settings and how many task sentences
+    were checked."""
+    from span_plugin.preprocess.leakage import task_fingerprints, task_row_hits
+
+    checked = 0
+    if task_rows:
+        prints, n_files = task_fingerprints(task_rows)
+        checked = len(prints)
+        hits, examples = task_row_hits(paths, prints)
+        if hits:
+            shown = "; ".join(f"{p}:{n}: {t!r}" for p, n, t in examples)
+            msg = (f"{hits} corpus lines are sentences of the task files checked "
+                   f"({n_files} files, {checked} sentences), e.g. {shown}. A dictionary "
+                   f"counted on a task's rows segments them unlike unseen text: count a "
+                   f"general corpus")
+            if not allow_task_rows:
+                raise TaskRowsInCorpus(msg + " (or pass --allow-task-rows to count anyway)")
+            logger.warning("%s; counting anyway (--allow-task-rows)", msg)
     res = count_ngrams(paths, min_n=min_n, max_n=max_n, min_count=min_count,
                        workers=workers, wikitext=wikitext, top_k=top_k,
                        edge_punct=edge_punct, words=words, **kw)
+    corpus = ",".join(quote(os.path.basename(str(p)), safe="") for p in paths)
     comment = (f"words={words} n={min_n}..{max_n} min_count={min_count} "
-               f"corpus_tokens={res.corpus_tokens}"
+               f"corpus={corpus} corpus_tokens={res.corpus_tokens}"
+               + (f" task_rows_checked={checked}" if task_rows else "")
                + (f" top_k={top_k}" if top_k else "") + (" edge_punct" if edge_punct else ""))
     save_ngrams(out_path, res.items, comment)
     return res

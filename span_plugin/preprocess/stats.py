@@ -30,6 +30,12 @@ def read_sentences(texts=(), folders=(), max_lines=None):
     return out
 
 
+def sentence_keys(sentences, words):
+    """Matching keys per sentence in the word scheme ``words`` of a dictionary."""
+    split = W.splitter(words)
+    return [W.match_keys(split(s)) for s in sentences]
+
+
 def segment_stats(keys_list, dictionary):
     """keys_list: matching keys per sentence. Returns a dict with ``spans_per_sentence``,
     ``words_per_sentence``, ``hist`` (fraction of spans of 1..MAX_LEN words, [MAX_LEN])
@@ -67,7 +73,7 @@ def run_stats(texts=(), folders=(), ngrams_path=None, sizes="1000,5000,20000,all
     full = load_ngrams(path)
     ranked = sorted(full.counts.items(), key=lambda gc: (-gc[1], gc[0]))
     sentences = read_sentences(texts, folders, max_lines)
-    keys_list = [W.match_keys(W.split_words(s)) for s in sentences]
+    keys_list = sentence_keys(sentences, full.words)
     rows = []
     for k in _sizes(sizes, len(ranked)):
         st = segment_stats(keys_list, NgramDict.from_counts(ranked[:k]))

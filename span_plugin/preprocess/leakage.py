@@ -1,0 +1,83 @@
+"""Task rows inside a dictionary corpus: find them before counting.
+
+An n-gram dictionary counted on a task's own rows segments those rows differently from
+any unseen text (their rare n-grams pass the count threshold only because the rows were
+counted), so a dictionary must come from general text. :func:`task_row_hits` checks a
+corpus against the files of the tasks it will serve.
+
+A task sentence is any field (tab-separated) of any line of the task files with at least
+``MIN_WORDS`` words; GLUE TSVs, users' tables and plain sentence files all read this way.
+A corpus line is a hit when the line, or one of its tab-separated fields, equals a task
+sentence after case folding and whitespace collapsing. That catches what happens in
+practice (task files, or their sentence columns, appended to the corpus); a task sentence
+quoted inside a longer paragraph is not detected.
+"""
+
+import glob
+import hashlib
+import os
+
+from span_plugin.preprocess.ngrams import open_text
+
+MIN_WORDS = 4  # shorter fields ("1", "gj04", "not_entailment") are not sentences
+TASK_SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl", ".tsv.gz", ".txt.gz")
+
+
+def _normal(text):
+    return " ".join(text.split()).lower()
+
+
+def _fingerprint(normal_text):
+    return int.from_bytes(hashlib.blake2b(normal_text.encode("utf-8"), digest_size=8).digest(),
+                          "little")
+
+
+def task_files(paths):
+    """The files named, and the task files under the folders named (recursively)."""
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(f for f in glob.glob(os.path.join(p, "**", "*"), recursive=True)
+                           if f.endswith(TASK_SUFFIXES) and os.path.isfile(f))
+            if not found:
+                raise FileNotFoundError(f"{p}: no task files ({', '.join(TASK_SUFFIXES)}) "
+                                        f"under this folder")
+            out += found
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such file or folder (task rows to check)")
+    return out
+
+
+def task_fingerprints(paths):
+    """The fingerprints (a frozenset of 64-bit ints) of the task sentences in ``paths``
+    (files or folders), and the number of files read."""
+    files = task_files(paths)
+    prints = set()
+    for path in files:
+        with open_text(path, "r", errors="replace") as f:
+            for line in f:
+                for field in line.rstrip("\r\n").split("\t"):
+                    text = _normal(field)
+                    if text.count(" ") + 1 >= MIN_WORDS:
+                        prints.add(_fingerprint(text))
+    return frozenset(prints), len(files)
+
+
+def task_row_hits(corpus_paths, fingerprints, max_examples=3):
+    """Corpus lines that are task sentences. Returns ``(hits, examples)``; each example
+    is ``(path, line number, text)``."""
+    hits, examples = 0, []
+    if not fingerprints:
+        return hits, examples
+    for path in corpus_paths:
+        with open_text(path, "r", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                fields = (_normal(x) for x in line.rstrip("\r\n").split("\t"))
+                if any(x.count(" ") + 1 >= MIN_WORDS and _fingerprint(x) in fingerprints
+                       for x in fields):
+                    hits += 1
+                    if len(examples) < max_examples:
+                        examples.append((path, lineno, line.strip()[:100]))
+    return hits, examples
