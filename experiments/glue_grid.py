@@ -73,10 +73,12 @@ def hparams(lr, batch_size, epochs, warmup, rows):
 
 
 def run_glue(task, settings, seed, hp, model_dir, glue_dir, data_dir, out_dir, workers,
-             device, keep_checkpoints=False):
+             device, keep_checkpoints=False, extra=()):
     """Fine-tune ``model_dir`` on ``glue_dir``/TASK through recipes/glue/TASK.sh with the
-    recipe variables ``settings`` and hyperparameters ``hp`` (see :func:`hparams`);
-    returns the run's record (dev metrics, dev predictions and gold labels)."""
+    recipe variables ``settings``, hyperparameters ``hp`` (see :func:`hparams`) and
+    fairseq-train flags ``extra``; returns the run's record (dev metrics, dev predictions
+    and gold labels)."""
+    flags = list(extra)
     env = dict(GLUE_DIR=Path(glue_dir).resolve(), MODEL_DIR=Path(model_dir).resolve(),
                SEED=seed, DATA_DIR=data_dir, OUT_DIR=out_dir, WORKERS=workers,
                TEST_PREDICTIONS="0", **settings)
@@ -87,6 +89,7 @@ def run_glue(task, settings, seed, hp, model_dir, glue_dir, data_dir, out_dir, w
              "--log-interval", "50", "--num-workers", "0"]
     if device == "cpu":
         extra.append("--cpu")
+    extra += flags
     minutes = run_recipe(f"recipes/glue/{task}.sh", env, extra, out_dir,
                          f"{task} {settings} seed {seed}")
     out_dir = Path(out_dir)
@@ -103,7 +106,7 @@ def run_glue(task, settings, seed, hp, model_dir, glue_dir, data_dir, out_dir, w
             "seed": seed, "hparams": hp,
             "encoder": os.path.basename(os.path.normpath(model_dir)), "device": device,
             "minutes": minutes, "predictions": predictions, "gold": gold,
-            "settings": settings}
+            "settings": settings, **({"flags": flags} if flags else {})}
 
 
 def run_cell(a, task, variant, seed, device):

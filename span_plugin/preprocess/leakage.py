@@ -9,8 +9,9 @@ A task sentence is any field (tab-separated) of any line of the task files with 
 ``MIN_WORDS`` words; GLUE TSVs, users' tables and plain sentence files all read this way.
 A corpus line is a hit when the line, or one of its tab-separated fields, equals a task
 sentence after case folding and whitespace collapsing. That catches what happens in
-practice (task files, or their sentence columns, appended to the corpus); a task sentence
-quoted inside a longer paragraph is not detected.
+practice (task files, or their sentence columns, appended to the corpus), and
+one-sentence paragraphs of a corpus a task was drawn from (QNLI's sentences are
+Wikipedia's); a task sentence inside a longer paragraph is not detected.
 """
 
 import glob
@@ -65,19 +66,40 @@ def task_fingerprints(paths):
     return frozenset(prints), len(files)
 
 
-def task_row_hits(corpus_paths, fingerprints, max_examples=3):
-    """Corpus lines that are task sentences. Returns ``(hits, examples)``; each example
-    is ``(path, line number, text)``."""
-    hits, examples = 0, []
-    if not fingerprints:
-        return hits, examples
-    for path in corpus_paths:
+def is_task_row(line, fingerprints):
+    """Whether a corpus line, or one of its tab-separated fields, is a task sentence."""
+    fields = (_normal(x) for x in line.rstrip("\r\n").split("\t"))
+    return any(x.count(" ") + 1 >= MIN_WORDS and _fingerprint(x) in fingerprints
+               for x in fields)
+
+
+def task_row_hits(corpus_paths, fingerprints, max_examples=3, keep_dir=None):
+    """Corpus lines that are task sentences. Returns ``(hits, examples, kept)``; each
+    example is ``(path, line number, text)``. With ``keep_dir``, every corpus file with
+    a hit is rewritten there without those lines and ``kept`` lists the paths to count
+    instead of ``corpus_paths`` (else ``kept`` is ``corpus_paths``)."""
+    hits, examples, kept = 0, [], []
+    for i, path in enumerate(corpus_paths):
+        if not fingerprints:
+            kept.append(path)
+            continue
+        out_path = os.path.join(keep_dir, f"kept{i}.txt") if keep_dir else None
+        out = open(out_path, "w", encoding="utf-8") if out_path else None
+        before = hits
         with open_text(path, "r", errors="replace") as f:
             for lineno, line in enumerate(f, 1):
-                fields = (_normal(x) for x in line.rstrip("\r\n").split("\t"))
-                if any(x.count(" ") + 1 >= MIN_WORDS and _fingerprint(x) in fingerprints
-                       for x in fields):
+                if is_task_row(line, fingerprints):
                     hits += 1
                     if len(examples) < max_examples:
                         examples.append((path, lineno, line.strip()[:100]))
-    return hits, examples
+                elif out:
+                    out.write(line)
+        if out:
+            out.close()
+        if out and hits > before:
+            kept.append(out_path)
+        else:
+            if out_path:
+                os.remove(out_path)
+            kept.append(path)
+    return hits, examples, kept

@@ -512,39 +512,67 @@ class TaskRowsInCorpus(ValueError):
     """The corpus of a dictionary contains rows of a task it is checked against."""
 
 
+TASK_ROW_POLICIES = ("error", "drop", "count")
+
+
 def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=None,
                      wikitext=(), top_k=None, edge_punct=False, words="gpt2", task_rows=(),
-                     allow_task_rows=False, **kw):
+                     on_task_rows="error", **kw):
     """Count n-grams in ``paths`` and write the dictionary file; returns CountResult.
 
-    task_rows: task files or folders the dictionary will serve; a corpus line that is
-    one of their sentences (:mod:`span_plugin.preprocess.leakage`) raises
-    :class:`TaskRowsInCorpus` before counting, or with ``allow_task_rows`` a warning.
-    The header records the corpus file names, the settings and how many task sentences
-    were checked."""
+    task_rows: task files or folders the dictionary will serve. Corpus lines that are
+    their sentences (:mod:`span_plugin.preprocess.leakage`) raise
+    :class:`TaskRowsInCorpus` before counting (``on_task_rows="error"``), are left out of
+    the count (``"drop"``) or counted with a warning (``"count"``). The header records
+    the corpus file names, the settings, how many task sentences were checked and how
+    many corpus lines were dropped."""
     from span_plugin.preprocess.leakage import task_fingerprints, task_row_hits
 
-    checked = 0
-    if task_rows:
-        prints, n_files = task_fingerprints(task_rows)
-        checked = len(prints)
-        hits, examples = task_row_hits(paths, prints)
-        if hits:
-            shown = "; ".join(f"{p}:{n}: {t!r}" for p, n, t in examples)
-            msg = (f"{hits} corpus lines are sentences of the task files checked "
-                   f"({n_files} files, {checked} sentences), e.g. {shown}. A dictionary "
-                   f"counted on a task's rows segments them unlike unseen text: count a "
-                   f"general corpus")
-            if not allow_task_rows:
-                raise TaskRowsInCorpus(msg + " (or pass --allow-task-rows to count anyway)")
-            logger.warning("%s; counting anyway (--allow-task-rows)", msg)
+    if on_task_rows not in TASK_ROW_POLICIES:
+        raise ValueError(f"on_task_rows={on_task_rows!r}: expected one of {TASK_ROW_POLICIES}")
+    names = [os.path.basename(str(p)) for p in paths]
+    checked = dropped = 0
+    keep = tempfile.mkdtemp(prefix="span_ngrams_kept_", dir=kw.get("tmp_dir"))
+    try:
+        if task_rows:
+            prints, n_files = task_fingerprints(task_rows)
+            checked = len(prints)
+            hits, examples, kept = task_row_hits(
+                paths, prints, keep_dir=keep if on_task_rows == "drop" else None)
+            if hits:
+                shown = "; ".join(f"{p}:{n}: {t!r}" for p, n, t in examples)
+                msg = (f"{hits} corpus lines are sentences of the task files checked "
+                       f"({n_files} files, {checked} sentences), e.g. {shown}")
+                if on_task_rows == "error":
+                    raise TaskRowsInCorpus(
+                        msg + ". A dictionary counted on a task's rows segments them unlike "
+                        "unseen text: count a general corpus, or leave those lines out "
+                        "(--on-task-rows drop)")
+                logger.warning("%s: %s", msg, "left out of the count" if on_task_rows == "drop"
+                               else "counted anyway (--on-task-rows count)")
+                if on_task_rows == "drop":
+                    if wikitext is not True:
+                        wiki = {str(p) for p in wikitext}
+                        wikitext = [q for p, q in zip(paths, kept) if str(p) in wiki]
+                    paths, dropped = kept, hits
+        res = _count_and_save(paths, out_path, names, checked if task_rows else None,
+                              dropped, min_n, max_n, min_count, workers, wikitext, top_k,
+                              edge_punct, words, **kw)
+    finally:
+        shutil.rmtree(keep, ignore_errors=True)
+    return res
+
+
+def _count_and_save(paths, out_path, names, checked, dropped, min_n, max_n, min_count,
+                    workers, wikitext, top_k, edge_punct, words, **kw):
     res = count_ngrams(paths, min_n=min_n, max_n=max_n, min_count=min_count,
                        workers=workers, wikitext=wikitext, top_k=top_k,
                        edge_punct=edge_punct, words=words, **kw)
-    corpus = ",".join(quote(os.path.basename(str(p)), safe="") for p in paths)
+    corpus = ",".join(quote(name, safe="") for name in names)
     comment = (f"words={words} n={min_n}..{max_n} min_count={min_count} "
                f"corpus={corpus} corpus_tokens={res.corpus_tokens}"
-               + (f" task_rows_checked={checked}" if task_rows else "")
+               + (f" task_rows_checked={checked}" if checked is not None else "")
+               + (f" task_rows_dropped={dropped}" if dropped else "")
                + (f" top_k={top_k}" if top_k else "") + (" edge_punct" if edge_punct else ""))
     save_ngrams(out_path, res.items, comment)
     return res

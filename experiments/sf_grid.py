@@ -1,0 +1,162 @@
+"""Does Span Fine-tuning help? The powered grid of issue 26, resumable.
+
+Every run goes through the GLUE recipe (``experiments/glue_grid.py: run_glue``) on the
+converted all-MiniLM-L6-v2 and is appended, when finished, to the results file
+(``experiments/results/sf_minilm.jsonl``, committed), so the grid grows over sessions.
+``experiments/sf_report.py`` turns it into ``experiments/RESULTS_SF_MINILM.md``.
+
+Plan (in this order):
+  1. learning rate: every variant of LR_VARIANTS on CoLA seed 0 (never reported) at each
+     of 2e-5, 5e-5, 1e-4; a variant's rate is the one with the best CoLA dev MCC. The
+     Figure-4 variants (nocat, dict20k, dict400k) change one setting of sf and take
+     sf's rate.
+  2. reported runs, seed-major (seed 1 of every cell, then seed 2, ...), so a partial
+     grid is balanced:
+       CoLA: plain, sf 10 seeds; random, chunker, cnn 5 seeds; nocat, dict20k,
+             dict400k 3 seeds (the paper's Figure 4)
+       MRPC: plain, sf 5 seeds
+Variants:
+  plain     the encoder's <s> feature and a classification head (HEAD=plain)
+  sf        Span Fine-tuning: cnn-cnn span head, greedy segmentation with the packaged
+            dictionary (Wikipedia, most frequent 100k n-grams)
+  random    sf with random segmentation (greedy's span lengths, random boundaries)
+  chunker   sf with NLTK chunker segmentation (the paper's "NLTK SF")
+  cnn       the CNN head without segmentation (every word its own span)
+  nocat     sf without the <s> feature beside the span vector
+  dict20k, dict400k   sf with the most frequent 20k / 400k n-grams of the same counts
+
+    python experiments/sf_grid.py --model-dir MODEL --dictionaries runs/dictionaries
+    python experiments/sf_grid.py --model-dir MODEL --dictionaries ... --max-runs 4
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from glue_grid import hparams, run_glue, train_rows  # noqa: E402
+from grid_lib import ROOT, read_results, resolve_device, run_grid  # noqa: E402
+
+sys.path.insert(0, str(ROOT))
+
+SF = {"HEAD": "span", "SPAN_ENCODER": "cnn-cnn", "SEGMENTATION": "greedy"}
+VARIANTS = {
+    "plain": {"HEAD": "plain", "SEGMENTATION": "greedy"},
+    "sf": SF,
+    "random": dict(SF, SEGMENTATION="random"),
+    "chunker": dict(SF, SEGMENTATION="chunker"),
+    "cnn": dict(SF, SPAN_ENCODER="cnn"),
+    "nocat": SF,
+    "dict20k": SF,
+    "dict400k": SF,
+}
+EXTRA = {"nocat": ["--no-span-cls-concat"]}
+DICT_SIZES = {"dict20k": 20_000, "dict400k": 400_000}  # cut from the full counts
+LR_VARIANTS = ("plain", "sf", "random", "chunker", "cnn")
+LR_OF = {"nocat": "sf", "dict20k": "sf", "dict400k": "sf"}
+LRS = (2e-5, 5e-5, 1e-4)
+LR_SEED = 0
+SEEDS = {("CoLA", "plain"): 10, ("CoLA", "sf"): 10, ("CoLA", "random"): 5,
+         ("CoLA", "chunker"): 5, ("CoLA", "cnn"): 5, ("CoLA", "nocat"): 3,
+         ("CoLA", "dict20k"): 3, ("CoLA", "dict400k"): 3,
+         ("MRPC", "plain"): 5, ("MRPC", "sf"): 5}
+
+
+def run_key(r):
+    return (r["task"], r["variant"], r["seed"], r["hparams"]["lr"])
+
+
+def chosen_lrs(records):
+    """variant -> learning rate with the best CoLA dev MCC at seed 0 (ties: the smaller
+    rate); None while a variant's three selection runs are not all in."""
+    out = {}
+    for v in LR_VARIANTS:
+        got = {r["hparams"]["lr"]: r["value"] for r in records
+               if (r["task"], r["variant"], r["seed"]) == ("CoLA", v, LR_SEED)}
+        out[v] = max(LRS, key=lambda lr: (got[lr], -lr)) if all(lr in got for lr in LRS) else None
+    for v, base in LR_OF.items():
+        out[v] = out[base]
+    return out
+
+
+def reported_cells():
+    """(task, variant, seed), seed-major."""
+    top = max(SEEDS.values())
+    return [(t, v, s) for s in range(1, top + 1) for (t, v), n in SEEDS.items() if s <= n]
+
+
+def dictionary_for(variant, dictionaries, work):
+    """NGRAMS for a variant: '' (the packaged default) or a cut of the full counts."""
+    if variant not in DICT_SIZES:
+        return ""
+    from span_plugin.preprocess.ngrams import cut_dictionary
+
+    full = Path(dictionaries) / "wiki.bert.txt.gz"
+    if not full.exists():
+        raise SystemExit(f"{full}: the full WordPiece-scheme counts are missing; build them "
+                         f"with experiments/build_dictionaries.sh")
+    out = Path(work) / "dictionaries" / f"wiki.bert.top{DICT_SIZES[variant]}.txt.gz"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cut_dictionary(full, str(out) + ".part.gz", DICT_SIZES[variant])
+        os.replace(str(out) + ".part.gz", out)
+    return str(out)
+
+
+def run_cell(a, task, variant, seed, lr, device):
+    work = Path(a.work_dir).resolve()
+    ngrams = dictionary_for(variant, a.dictionaries, work)
+    settings = dict(VARIANTS[variant], NGRAMS=ngrams)
+    seg = settings["SEGMENTATION"] + (f"-{variant}" if ngrams else "")
+    hp = hparams(lr, a.batch_size, a.epochs, a.warmup, train_rows(a.glue_dir, task))
+    record = run_glue(task, settings, seed, hp, a.model_dir, a.glue_dir,
+                      work / "data" / f"{task}-{seg}",
+                      work / "runs" / f"{task}-{variant}-lr{lr:g}-s{seed}",
+                      a.workers, device, extra=EXTRA.get(variant, []))
+    return {"variant": variant, **record}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", required=True, help="a span-convert output folder")
+    p.add_argument("--dictionaries", default=str(ROOT / "runs" / "dictionaries"),
+                   help="folder with wiki.bert.txt.gz (experiments/build_dictionaries.sh)")
+    p.add_argument("--glue-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
+    p.add_argument("--nltk-data", default=str(ROOT.parent / "shared" / "data" / "nltk_data"))
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "sf_minilm.jsonl"))
+    p.add_argument("--work-dir", default=str(ROOT / "runs" / "sf_grid"))
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--warmup", type=float, default=0.06, help="share of updates")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--max-runs", type=int, help="stop after this many new runs")
+    a = p.parse_args(argv)
+    os.environ.setdefault("NLTK_DATA", a.nltk_data)
+    device = resolve_device(a.device)
+    name = lambda c: f"{c[0]} {c[1]} seed {c[2]} lr {c[3]:g}"  # noqa: E731
+    show = lambda r: f"{r['metric']} {r['value']:.2f}"  # noqa: E731
+    run = lambda c: run_cell(a, *c, device)  # noqa: E731
+
+    # 1. learning-rate selection on seed 0
+    select = {("CoLA", v, LR_SEED, lr): ("CoLA", v, LR_SEED, lr) for v in LR_VARIANTS for lr in LRS}
+    done = {run_key(r) for r in read_results(a.results)}
+    run_grid(select, done, run, a.results, a.max_runs, name=name, show=show)
+    new = len([k for k in select if k not in done])
+    left = None if a.max_runs is None else a.max_runs - min(new, a.max_runs)
+    lrs = chosen_lrs(read_results(a.results))
+    if any(lr is None for lr in lrs.values()) or left == 0:
+        return 0
+    print("learning rates (CoLA dev MCC, seed 0): "
+          + ", ".join(f"{v} {lr:g}" for v, lr in lrs.items()), flush=True)
+
+    # 2. the reported runs
+    cells = {(t, v, s, lrs[v]): (t, v, s, lrs[v]) for t, v, s in reported_cells()}
+    run_grid(cells, {run_key(r) for r in read_results(a.results)}, run, a.results, left,
+             name=name, show=show)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
