@@ -2,14 +2,24 @@
 
 Every (variant, seed) run goes through recipes/ner/conll2003.sh with one set of
 hyperparameters for all variants and is appended, when finished, as one JSON line
-(dev and test P/R/F1 of checkpoint_best.pt, settings, minutes) to the results file
-(committed to the repo). A relaunch skips what the file holds and resumes an
+(dev and test P/R/F1 of checkpoint_best.pt, the decoding, settings, minutes) to the
+results file (committed to the repo). The checkpoint is chosen by dev F1, so dev figures
+are optimistic; test is scored once, on the chosen checkpoint. A relaunch skips what the file holds and resumes an
 interrupted run from its checkpoint_last.pt, as experiments/glue_grid.py does.
 
 Variants:
-    token    span_tagging, a linear layer per token (the baseline)
-    sf       span_tagging, the token-level Span Fine-tuning head (paper's Table 8)
-    span     span_labeling, spans of up to 8 words, every candidate in the loss
+    token          span_tagging, a linear layer per token (the baseline), argmax tags
+    sf             span_tagging, the token-level Span Fine-tuning head (paper's Table 8),
+                   argmax tags
+    span           span_labeling, spans of up to 8 words, every candidate in the loss,
+                   flat decoding (best non-overlapping spans)
+    token-viterbi  token with --token-decoding viterbi (the best well-formed IOB2 tags):
+                   does the span head's gain survive a well-formed tagger?
+    sf-viterbi     sf with --token-decoding viterbi
+
+The decoding of a tagging variant is a fairseq-train flag: it sets the validation F1 that
+picks the checkpoint, and span-predict then scores dev and test with it. token and sf
+keep argmax, what their first records (made before Viterbi existed) used.
 
     python experiments/ner_grid.py --model-dir models/minilm --seeds 1 2 3
 """
@@ -28,7 +38,12 @@ VARIANTS = {
     "token": {"HEAD": "token"},
     "sf": {"HEAD": "sf"},
     "span": {"HEAD": "span", "MAX_SPAN_WORDS": "8", "NEGATIVE_SAMPLING": "0"},
+    "token-viterbi": {"HEAD": "token"},
+    "sf-viterbi": {"HEAD": "sf"},
 }
+# --token-decoding of the tagging variants (span labeling decodes flat spans).
+TOKEN_DECODING = {"token": "argmax", "sf": "argmax", "token-viterbi": "viterbi",
+                  "sf-viterbi": "viterbi"}
 
 
 def run_key(r):
@@ -49,15 +64,22 @@ def run_one(a, variant, seed, device):
     else:  # the recipe's default would be the packaged MiniLM
         env["BPE_DIR"] = Path(a.bpe_dir).resolve()
         env["FROM_SCRATCH"] = 1
-    extra = ["--log-interval", "50", "--num-workers", "0", *a.extra]
+    decoding = (["--token-decoding", TOKEN_DECODING[variant]] if variant in TOKEN_DECODING
+                else [])
+    extra = ["--log-interval", "50", "--num-workers", "0", *decoding, *a.extra]
     if device == "cpu":
         extra.append("--cpu")
     minutes = run_recipe("recipes/ner/conll2003.sh", env, extra, out_dir,
                          f"{variant} seed {seed}")
-    results = json.loads((out_dir / "results.json").read_text())["dev"]
+    scored = json.loads((out_dir / "results.json").read_text())
+    results = scored["dev"]
+    used = scored.get("decoding") or {}
+    if variant in TOKEN_DECODING and used.get("token_decoding") != TOKEN_DECODING[variant]:
+        raise SystemExit(f"{variant} seed {seed}: span-predict decoded with {used}, not "
+                         f"{TOKEN_DECODING[variant]}; see {out_dir / 'results.json'}")
     record = {
         "variant": variant, "seed": seed, "dev": results["valid"], "test": results["test"],
-        "dev_f1": results["valid"]["f1"], "test_f1": results["test"]["f1"],
+        "dev_f1": results["valid"]["f1"], "test_f1": results["test"]["f1"], "decoding": used,
         "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
                     "extra": a.extra},
         "encoder": model, "device": device, "settings": VARIANTS[variant],

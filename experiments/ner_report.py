@@ -3,10 +3,10 @@
     python experiments/ner_report.py --results experiments/results/ner_minilm.jsonl \\
         --out experiments/RESULTS_NER_MINILM.md --plot docs/figures/ner_minilm.png
 
-One row per head: dev and test entity-level precision, recall and F1 of the best-dev
-checkpoint as mean +- sample standard deviation over seeds; then, for each head, the
-paired difference to the token head (same seed) in dev and test F1, with how many seeds
-it won.
+One row per variant (head and decoding): dev and test entity-level precision, recall
+and F1 of the best-dev checkpoint as mean +- sample standard deviation over seeds; then,
+for each variant, the paired difference to the token head (same seed) in dev and test F1,
+with how many seeds it won. Dev picked the checkpoint (optimistic); test did not.
 """
 
 import argparse
@@ -17,8 +17,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import mean_sd, paired_cell, read_results, write_report  # noqa: E402
 
-ORDER = ["token", "sf", "span"]
+ORDER = ["token", "token-viterbi", "sf", "sf-viterbi", "span"]
 BASELINE = "token"
+
+
+def decoding(r):
+    """How a record's entities were decoded. Records made before the grid recorded it
+    (all before Viterbi existed) decoded tagging heads by argmax."""
+    used = r.get("decoding") or {}
+    if r["settings"]["HEAD"] == "span":
+        overlap = used.get("overlap", "flat")
+        return f"{overlap} spans" + (f" >= {used['span_threshold']:g}"
+                                     if used.get("span_threshold") is not None else "")
+    return used.get("token_decoding", "argmax")
 
 
 def fmt(values):
@@ -33,14 +44,15 @@ def report(records):
     for r in records:
         by[r["variant"]][r["seed"]] = r
     variants = [v for v in ORDER if v in by] + sorted(set(by) - set(ORDER))
-    lines = ["| head | seeds | dev P | dev R | dev F1 | test P | test R | test F1 | minutes |",
-             "|---" * 9 + "|"]
+    lines = ["| head | decoding | seeds | dev P | dev R | dev F1 | test P | test R | test F1 "
+             "| minutes |", "|---" * 10 + "|"]
     for v in variants:
         runs = list(by[v].values())
         cells = [fmt([r[split][k] for r in runs]) for split in ("dev", "test")
                  for k in ("precision", "recall", "f1")]
         minutes = mean_sd([r["minutes"] for r in runs])[0]
-        lines.append(f"| {v} | {len(runs)} | " + " | ".join(cells) + f" | {minutes:.0f} |")
+        how = ", ".join(sorted({decoding(r) for r in runs}))
+        lines.append(f"| {v} | {how} | {len(runs)} | " + " | ".join(cells) + f" | {minutes:.0f} |")
     if BASELINE in by and len(variants) > 1:
         lines += ["", f"Paired by seed, minus the {BASELINE} head (mean +- sd, seeds won):", "",
                   "| head | dev F1 | test F1 |", "|---|---|---|"]
@@ -61,6 +73,8 @@ def report(records):
                 fmt([r["test"]["by_type"][k]["f1"] for r in runs if k in r["test"]["by_type"]])
                 for k in kinds) + " |")
     settings, = {settings_text(r["hparams"]) for r in records}
+    lines += ["", "Dev scores are of the checkpoint that dev F1 selected (optimistic); test is "
+              "held out and scored once, on that checkpoint."]
     lines += ["", f"Settings: {settings}, encoder "
               + ", ".join(sorted({r["encoder"] for r in records})) + ", device "
               + ", ".join(sorted({r["device"] for r in records})) + "."]

@@ -106,33 +106,47 @@ def test_recipe_smoke_run_scores_like_seqeval(head, conll_dir, tmp_path):
 
 @pytest.mark.slow
 def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
-    """experiments/ner_grid.py runs the recipe per (head, seed) and appends its dev and
-    test scores; a relaunch runs nothing; ner_report.py pairs the heads by seed."""
+    """experiments/ner_grid.py runs the recipe per (variant, seed) and appends its dev and
+    test scores and decoding; a relaunch runs nothing; ner_report.py pairs the variants
+    by seed and names each one's decoding."""
     results = tmp_path / "ner.jsonl"
     grid = [ROOT / "experiments" / "ner_grid.py", "--conll-dir", conll_dir,
-            "--data-dir", conll_dir / "bin", "--variants", "token", "span", "--seeds", "1",
+            "--data-dir", conll_dir / "bin", "--variants", "token", "token-viterbi", "span",
+            "--seeds", "1",
             "--lr", "1e-3", "--batch-size", "8", "--epochs", "1", "--device", "cpu",
             "--workers", "1", "--results", results, "--work-dir", tmp_path / "work",
             "--extra", "--max-update", "2", *TINY_ROBERTA]
-    assert "0 of 2 runs already" in run_cli(sys.executable, *grid).stdout
+    assert "0 of 3 runs already" in run_cli(sys.executable, *grid).stdout
     records = {r["variant"]: r for r in map(json.loads, results.read_text().splitlines())}
-    assert set(records) == {"token", "span"}
+    assert set(records) == {"token", "token-viterbi", "span"}
     for variant, r in records.items():
         run = tmp_path / "work" / "runs" / f"scratch-{variant}-lr0.001-e1-s1"
         scores = json.loads((run / "results.json").read_text())["dev"]
         assert r["dev"] == scores["valid"] and r["test"] == scores["test"]
         assert r["dev_f1"] == scores["valid"]["f1"] and scores["test"]["items"] == 24
         assert not (run / "checkpoints").exists()  # removed unless --keep-checkpoints
+        # The variant's decoding went to fairseq-train (hence the checkpoint) and span-predict.
+        assert r["decoding"] == json.loads((run / "results.json").read_text())["decoding"]
+        log = (run / "recipe.log").read_text()
+        if variant != "span":
+            assert f"'token_decoding': {r['decoding']['token_decoding']}," in log
+    assert records["token"]["decoding"] == {"token_decoding": "argmax"}
+    assert records["token-viterbi"]["decoding"] == {"token_decoding": "viterbi"}
+    assert records["span"]["decoding"] == {"overlap": "flat", "span_threshold": None}
     assert records["span"]["settings"]["MAX_SPAN_WORDS"] == "8"
-    assert "2 of 2 runs already" in run_cli(sys.executable, *grid).stdout
-    assert len(results.read_text().splitlines()) == 2
+    assert "3 of 3 runs already" in run_cli(sys.executable, *grid).stdout
+    assert len(results.read_text().splitlines()) == 3
 
     md = tmp_path / "ner.md"
     run_cli(sys.executable, ROOT / "experiments" / "ner_report.py", "--results", results,
             "--out", md, "--plot", tmp_path / "ner.png")
     text = md.read_text()
     token, span = records["token"], records["span"]
-    assert f"| token | 1 | {token['dev']['precision']:.2f} |" in text
+    span_dev_p = span["dev"]["precision"]
+    assert f"| token | argmax | 1 | {token['dev']['precision']:.2f} |" in text
+    viterbi = records["token-viterbi"]
+    assert f"| token-viterbi | viterbi | 1 | {viterbi['dev']['precision']:.2f} |" in text
+    assert f"| span | flat spans | 1 | {span_dev_p:.2f} |" in text
     diff = span["test_f1"] - token["test_f1"]
     assert f"| span | {span['dev_f1'] - token['dev_f1']:+.2f} (" in text
     assert f"{diff:+.2f} ({int(diff > 0)} of 1) |" in text

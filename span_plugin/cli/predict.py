@@ -23,7 +23,9 @@ times the folder's label scale (STS-B: 5, ``--regression-scale``), clipped to it
 
 Tagging checkpoints: the tagging folder's splits (default ``valid``) against its gold
 tags; ``--conll-out`` writes the CoNLL source file with a predicted tag appended to every
-word line (conlleval's input); ``--results`` the scores as JSON.
+word line (conlleval's input); ``--spans-out`` the entities as JSON Lines; ``--results``
+the scores as JSON. ``--token-decoding`` (tagging heads) and ``--overlap nested``
+``--span-threshold`` (span labeling; JSON Lines output only) choose the decoding.
 
 Span-pair checkpoints: ``--input`` in the format of docs/SPAN_PAIRS.md, ``--output``
 one JSON object a line (see :mod:`span_plugin.inference.pair_files`).
@@ -47,7 +49,8 @@ import sys
 
 # The flags of each task's output (all default to None: given or not).
 GLUE_FLAGS = ("split", "output", "glue_dir", "task", "regression_scale", "batch_size")
-CONLL_FLAGS = ("split", "conll_out", "results", "batch_size")
+CONLL_FLAGS = ("split", "conll_out", "results", "batch_size", "spans_out", "token_decoding",
+               "overlap", "span_threshold")
 PAIR_FLAGS = ("input", "output")
 QA_FLAGS = ("input", "split", "output", "nbest", "results", "null_threshold", "n_best",
             "batch_size")
@@ -76,6 +79,20 @@ def build_parser():
     g = p.add_argument_group("tagging (CoNLL)")
     g.add_argument("--conll-out", nargs="+", help="one CoNLL prediction file per --split")
     g.add_argument("--results", help="write {split: {precision, recall, f1, by_type}} here (JSON)")
+    g.add_argument("--spans-out", nargs="+", help="one JSON Lines file per --split: each "
+                   "item's words, predicted and gold entities (word offsets); the only "
+                   "output of --overlap nested")
+    g.add_argument("--token-decoding", choices=("argmax", "viterbi"),
+                   help="tagging checkpoints: viterbi, the best well-formed IOB2 tags; "
+                   "argmax, each word's best tag (default: the checkpoint's --token-decoding)")
+    g.add_argument("--overlap", choices=("flat", "nested"),
+                   help="span-labeling checkpoints: flat, the best non-overlapping entities "
+                   "(default; CoNLL's); nested, every span whose best type has probability "
+                   ">= --span-threshold, nested ones kept, crossing ones dropped for the "
+                   "more probable")
+    g.add_argument("--span-threshold", type=float,
+                   help="with --overlap nested: the least probability of a kept span's type "
+                   "(default 0.5)")
     g = p.add_argument_group("span pairs")
     g.add_argument("--input", help="sentence pairs with phrase pairs (JSON Lines)")
     g = p.add_argument_group("question answering (SQuAD, MRQA)")
@@ -118,11 +135,14 @@ def predict_conll(hub, a):
     from span_plugin.inference.conll_files import write_conll_predictions
 
     splits = a.split or ["valid"]
-    if a.conll_out and len(a.conll_out) != len(splits):
-        raise ValueError(f"{len(splits)} --split but {len(a.conll_out)} --conll-out; give "
-                         f"one --conll-out per --split")
+    for flag, files in (("--conll-out", a.conll_out), ("--spans-out", a.spans_out)):
+        if files and len(files) != len(splits):
+            raise ValueError(f"{len(splits)} --split but {len(files)} {flag}; give "
+                             f"one {flag} per --split")
     write_conll_predictions(hub, splits, a.conll_out or (), a.results, a.checkpoint,
-                            a.batch_size or 32)
+                            a.batch_size or 32, a.spans_out or (),
+                            token_decoding=a.token_decoding, overlap=a.overlap,
+                            span_threshold=a.span_threshold)
 
 
 def predict_pairs(hub, a):

@@ -2,7 +2,10 @@
 ``precision``, ``recall`` and ``f1`` (percent): exact boundaries and type, entities read
 in the task's ``--metric-mode`` (``default``: conlleval's chunking, seqeval's default
 mode; ``strict``: seqeval's strict IOB2 mode; :mod:`span_plugin.modules.entities`,
-tested against seqeval in both).
+tested against seqeval in both). Tagging heads' tags come from the task's
+``--token-decoding`` (``viterbi``: the best well-formed IOB2 sequence; ``argmax``: per
+word); the word ``accuracy`` is the per-word argmax's either way. Span labeling is scored
+on its flat decoding (CoNLL entities do not nest).
 
 Entity metrics are computed in eval mode (validation) from three counts, true
 positives, predicted and gold entities, logged with ``log_scalar_sum``: summed over
@@ -38,7 +41,12 @@ class _EntityCriterion(SummedCriterion):
     @property
     def metric_mode(self):
         """The task's ``--metric-mode`` (``default`` for a task config without one)."""
-        return str(getattr(self.task.cfg, "metric_mode", None) or "default")
+        return ner.task_setting(self.task.cfg, "metric_mode")
+
+    @property
+    def token_decoding(self):
+        """The task's ``--token-decoding`` (``argmax`` for a task config without one)."""
+        return ner.task_setting(self.task.cfg, "token_decoding")
 
     def _log_entities(self, log, predicted, gold):
         for key, value in zip(COUNTS, ner.match_counts(predicted, gold)):
@@ -78,7 +86,7 @@ class SpanTaggingCriterion(_EntityCriterion):
                "n_correct": int(((scores.argmax(-1) == target) & mask).sum())}
         if not model.training:
             _, predicted = ner.tagging_entities(logits, net_input["words"], self.task.tag_names,
-                                                self.metric_mode)
+                                                self.metric_mode, self.token_decoding)
             self._log_entities(log, predicted, ner.gold_entities(target, self.task.tag_names,
                                                                  self.metric_mode))
         return loss, log["sample_size"], log

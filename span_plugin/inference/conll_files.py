@@ -8,7 +8,14 @@ to their source lines through ``raw/{split}.source``; items cut from one long se
 are joined again. The predicted column holds the IOB2 tags of the predicted entities
 (for tagging heads, the entities read from the raw predicted tags; so conlleval on the
 file gives the figures computed here). Entities are scored in the checkpoint's
-``--metric-mode`` (recorded in the results).
+``--metric-mode`` and decoded by its ``--token-decoding`` or the one given (tagging), or
+flat or nested (span labeling); the settings are recorded in the results.
+
+Nested entities (span labeling, ``overlap="nested"``) cannot be written as one tag per
+word: they go to a JSON Lines file instead (:func:`write_spans`, also written for flat
+output when asked), and a CoNLL file is refused. They are scored against the folder's
+flat gold like flat ones: a nested prediction that is not a gold entity is a false
+positive.
 
 Where the folder differs from the source file (``span-preprocess conll
 --unknown-labels``): sentences it left out (``skip``) are left out of the written file
@@ -39,17 +46,12 @@ def _lines(path):
     return read_lines(path, 0, os.path.getsize(path))
 
 
-def metric_mode(hub):
-    """The checkpoint task's ``--metric-mode`` (``default`` when it has none)."""
-    return str(getattr(hub.task.cfg, "metric_mode", None) or "default")
-
-
-def predicted_tags(hub, words, gold, batch_size=32, mode="default"):
-    """IOB2 tags of the predicted entities per item, and the scores against ``gold``
-    (entities read in metric ``mode``)."""
-    entities = hub.predict_words(words, batch_size=batch_size)
-    tags = [T.tags_of(e, len(w)) for e, w in zip(entities, words)]
-    return tags, scores(entities, [ner.entities_of(g, mode) for g in gold])
+def predicted_entities(hub, words, gold, batch_size=32, mode="default", **decoding):
+    """Predicted entities per item (``decoding``: the hub's :meth:`decoding` keywords),
+    the gold entities read in metric ``mode``, and the scores of one against the other."""
+    entities = hub.predict_words(words, batch_size=batch_size, **decoding)
+    gold_entities = [ner.entities_of(g, mode) for g in gold]
+    return entities, gold_entities, scores(entities, gold_entities)
 
 
 def scores(predicted, gold):
@@ -93,22 +95,52 @@ def write_conll(source_path, out_path, source, tags):
     return len(by_line)
 
 
+def write_spans(path, words, source, predicted, gold):
+    """One JSON object a line per item: ``{"item", "line", "words", "entities", "gold"}``;
+    ``line`` is the source line of its first word, each entity ``{"start", "end",
+    "type", "text"}`` with word offsets (end exclusive) into ``words``, in order (nested
+    entities included). Returns the items written."""
+    def spans(ents, ws):
+        return [{"start": a, "end": b, "type": t, "text": " ".join(ws[a:b])}
+                for a, b, t in sorted(ents)]
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for k, (ws, (first, _), pred, g) in enumerate(zip(words, source, predicted, gold)):
+            f.write(json.dumps({"item": k, "line": first, "words": ws, "entities": spans(pred, ws),
+                                "gold": spans(g, ws)}, ensure_ascii=False) + "\n")
+    return len(words)
+
+
 def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint=None,
-                            batch_size=32):
-    """Score each split (printed), write its CoNLL predictions (one file per split,
-    when given) and ``{"checkpoint", "metric_mode", "dev": {split: {precision, recall,
-    f1, entities, items, by_type[, unseen_types]}}}`` to ``results`` (JSON, when given)."""
+                            batch_size=32, spans_outs=(), **decoding):
+    """Score each split (printed), write its CoNLL predictions and/or its JSON Lines
+    entities (one file per split, when given) and ``{"checkpoint", "metric_mode",
+    "decoding", "dev": {split: {precision, recall, f1, entities, items, by_type[,
+    unseen_types]}}}`` to ``results`` (JSON, when given). ``decoding``: the keywords of
+    the hub's :meth:`~span_plugin.inference.ner.NerHubInterface.decoding`."""
+    settings = hub.decoding(**decoding)  # the checkpoint's, with the ones given; checked
+    if settings.get("overlap") == "nested" and conll_outs:
+        raise ValueError("a CoNLL file holds one IOB2 tag per word, which cannot represent "
+                         "nested entities (overlap nested): write them with --spans-out "
+                         "(JSON Lines) instead")
     record = hub.record or {}
     sources = {k: v["path"] for k, v in record.get("source", {}).items()}
     stats = (record.get("labels") or {}).get("stats") or {}
-    mode = metric_mode(hub)
+    mode = hub.metric_mode
+    described = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings.items()
+                          if v is not None)
     found = {}
     for n, split in enumerate(splits):
         words, gold, source = read_items(hub.data, split)
-        tags, found[split] = predicted_tags(hub, words, gold, batch_size, mode)
+        entities, gold_entities, found[split] = predicted_entities(
+            hub, words, gold, batch_size, mode, **settings)
         found[split]["items"] = len(words)
         print(f"{split}: " + ", ".join(f"{k} {v}" for k, v in found[split].items()
-                                       if k != "by_type") + f" (metric mode {mode})")
+                                       if k != "by_type") + f" (metric mode {mode}, {described})")
+        if settings.get("overlap") == "nested":
+            print("    nested output scored against the folder's flat gold: spans nested in "
+                  "or around a gold entity count as false positives")
         print("    " + "; ".join(f"{k} F1 {v['f1']}" for k, v in found[split]["by_type"].items()))
         unseen = (stats.get(split) or {}).get("unseen_types") or {}
         if unseen and (record.get("labels") or {}).get("unknown_labels") == "map-to-o":
@@ -119,9 +151,13 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
             if split not in sources or not os.path.exists(sources[split]):
                 raise FileNotFoundError(f"the source file of {split} ({sources.get(split)}) "
                                         f"is not here: no CoNLL output")
+            tags = [T.tags_of(e, len(w)) for e, w in zip(entities, words)]
             written = write_conll(sources[split], conll_outs[n], source, tags)
             print(f"{conll_outs[n]}: {written} word lines with predictions")
+        if spans_outs:
+            written = write_spans(spans_outs[n], words, source, entities, gold_entities)
+            print(f"{spans_outs[n]}: {written} items with their entities (JSON Lines)")
     if results:
         with open(results, "w", encoding="utf-8") as f:
             json.dump({"checkpoint": os.path.abspath(checkpoint), "metric_mode": mode,
-                       "dev": found}, f, indent=1)
+                       "decoding": settings, "dev": found}, f, indent=1)

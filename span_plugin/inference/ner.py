@@ -5,6 +5,15 @@
     hub.predict_entities("EU rejects German call to boycott British lamb.")
     # -> [{"text": "EU", "type": "ORG", "start": 0, "end": 2}, ...]   (end exclusive)
 
+Decoding: a tagging checkpoint reads its tags by its ``--token-decoding`` (``viterbi``,
+the best well-formed IOB2 sequence, unless trained with ``argmax``); ``token_decoding=``
+overrides it. A span-labeling checkpoint gives the best non-overlapping entities
+(``overlap="flat"``), or with ``overlap="nested"`` every span whose best type has
+probability >= ``span_threshold`` (default 0.5), nested ones included and crossing ones
+dropped in favour of the more probable (:mod:`span_plugin.modules.span_decoding`)::
+
+    hub.predict_entities(text, overlap="nested", span_threshold=0.3)
+
 ``SpanHubInterface.from_pretrained`` returns a :class:`NerHubInterface` for these tasks
 (encoder and data folder from the checkpoint's record, as for GLUE checkpoints).
 Raw text is cut into CoNLL-like words (:data:`WORD_RE`: runs of letters and digits
@@ -39,7 +48,35 @@ class NerHubInterface(SpanHubInterface):
     def metric_mode(self):
         """How a tagging head's tags are read as entities (``--metric-mode``; older
         checkpoints: "default")."""
-        return str(getattr(self.task.cfg, "metric_mode", None) or "default")
+        return ner.task_setting(self.task.cfg, "metric_mode")
+
+    @property
+    def token_decoding(self):
+        """How a tagging head's tags are read from its scores (``--token-decoding``)."""
+        return ner.task_setting(self.task.cfg, "token_decoding")
+
+    def decoding(self, token_decoding=None, overlap=None, span_threshold=None):
+        """The decoding settings of this checkpoint with the ones given: a dict with
+        ``token_decoding`` (tagging) or ``overlap`` and ``span_threshold`` (span
+        labeling). A setting of the other kind of head is an error."""
+        if self.kind == "span_labeling":
+            if token_decoding is not None:
+                raise ValueError(f"token decoding (--token-decoding {token_decoding}) applies "
+                                 f"to span_tagging checkpoints; this one is span_labeling "
+                                 f"(--overlap, --span-threshold)")
+            overlap = overlap or "flat"
+            ner.check_span_output(overlap, span_threshold)
+            if overlap == "nested" and span_threshold is None:
+                span_threshold = ner.DEFAULT_SPAN_THRESHOLD
+            return {"overlap": overlap, "span_threshold": span_threshold}
+        if overlap not in (None, "flat") or span_threshold is not None:
+            raise ValueError("--overlap and --span-threshold apply to span_labeling "
+                             "checkpoints; this one is span_tagging (--token-decoding)")
+        token_decoding = token_decoding or self.token_decoding
+        if token_decoding not in ner.TOKEN_DECODINGS:
+            raise ValueError(f"token decoding {token_decoding!r}: expected one of "
+                             f"{ner.TOKEN_DECODINGS}")
+        return {"token_decoding": token_decoding}
 
     @property
     def kind(self):
@@ -71,8 +108,11 @@ class NerHubInterface(SpanHubInterface):
         return list(zip(bounds[:-1], bounds[1:]))
 
     @torch.no_grad()
-    def predict_words(self, sentences, batch_size=32):
-        """Entities of word lists: ``[[(first word, last word + 1, type)]]``."""
+    def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,
+                      span_threshold=None):
+        """Entities of word lists: ``[[(first word, last word + 1, type)]]``, decoded as
+        :meth:`decoding` says (``overlap="nested"``: possibly nested)."""
+        settings = self.decoding(token_decoding, overlap, span_threshold)
         items, owner = [], []
         for n, words in enumerate(sentences):
             for a, b in self._parts(words) if words else []:
@@ -85,18 +125,20 @@ class NerHubInterface(SpanHubInterface):
             result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
                                         spans=collate_spans([s for _, (_, s, _) in chunk]))
             if self.kind == "span_labeling":
-                found = ner.labeling_entities(*result, self.task.entity_types)
+                found = ner.labeling_entities(*result, self.task.entity_types,
+                                              settings["overlap"], settings["span_threshold"])
             else:
                 found = ner.tagging_entities(result, words, self.task.tag_names,
-                                             self.metric_mode)[1]
+                                             self.metric_mode, settings["token_decoding"])[1]
             for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
                 out[n].extend((s + a, e + a, t) for s, e, t in ents)
         return out
 
-    def predict_entities(self, text):
+    def predict_entities(self, text, **decoding):
         """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
-        offsets into ``text`` (end exclusive), in order."""
+        offsets into ``text`` (end exclusive), in order; ``decoding``: the keyword
+        arguments of :meth:`decoding`."""
         found = words_of(text)
-        ents = self.predict_words([[w for w, _, _ in found]])[0]
+        ents = self.predict_words([[w for w, _, _ in found]], **decoding)[0]
         return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
                  "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]

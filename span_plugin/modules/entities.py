@@ -10,17 +10,37 @@ in one of two metric modes (:data:`METRIC_MODES`, :func:`entities_of`):
   followed by any ``I-X``; an ``I-`` that does not continue its type's entity belongs
   to none.
 
-Predictions are never repaired. The span head gives entities directly, decoded as the
-best non-overlapping spans (well-formed: both modes read its tags alike).
+Predictions are never repaired. A tagging head's tags come from its word scores by a
+token decoding (:data:`TOKEN_DECODINGS`, :mod:`span_plugin.modules.tag_decoding`):
+``argmax`` per word, which can be ill-formed, or ``viterbi``, the best well-formed IOB2
+sequence (both modes then read it alike). The span head gives entities directly
+(:data:`OVERLAPS`): ``flat``, the best non-overlapping spans (the metric's: CoNLL is
+flat), or ``nested``, every span whose best type reaches a probability threshold, nested
+ones included (for output only).
 """
+
+import math
 
 import torch
 import torch.nn.functional as F
 
 from span_plugin.formats import tags as T
-from span_plugin.modules.span_decoding import best_non_overlapping
+from span_plugin.modules.span_decoding import best_non_overlapping, nested_spans
+from span_plugin.modules.tag_decoding import TOKEN_DECODINGS, decode_tags  # noqa: F401 (choices, read by the hub)
 
 METRIC_MODES = ("default", "strict")
+OVERLAPS = ("flat", "nested")
+DEFAULT_SPAN_THRESHOLD = 0.5  # nested: a type at least as likely as none
+# What a task config made before a setting existed was scored with.
+LEGACY_SETTINGS = {"metric_mode": "default", "token_decoding": "argmax"}
+
+
+def task_setting(cfg, name):
+    """The task config's ``metric_mode`` or ``token_decoding``; a config without the
+    field (made before it existed, e.g. a legacy argparse one) gets what it was scored
+    with then (:data:`LEGACY_SETTINGS`). fairseq gives checkpoints of older versions of
+    these tasks the dataclass defaults when it loads them, so this applies to the rest."""
+    return str(getattr(cfg, name, None) or LEGACY_SETTINGS[name])
 
 
 def strict_entities(tags):
@@ -63,24 +83,50 @@ def word_counts(words):
     return (words[..., 0] < words[..., 1]).sum(-1)
 
 
-def tagging_entities(token_logits, words, tag_names, mode="default"):
-    """``[B, T, C]``, ``[B, W, 2]`` -> (tags per example, entities per example), the
-    entities read in metric ``mode``."""
-    preds = word_logits(token_logits, words).argmax(-1).tolist()
-    counts = word_counts(words).tolist()
-    tags = [[tag_names[i] for i in p[:n]] for p, n in zip(preds, counts)]
+def tagging_entities(token_logits, words, tag_names, mode="default", decoding="viterbi"):
+    """``[B, T, C]``, ``[B, W, 2]`` -> (tags per example, entities per example): tags by
+    token ``decoding`` (:data:`TOKEN_DECODINGS`) of the word log-probabilities, entities
+    read from them in metric ``mode``."""
+    counts = word_counts(words)
+    scores = F.log_softmax(word_logits(token_logits, words).float(), dim=-1)
+    preds = decode_tags(scores, counts, tag_names, decoding).tolist()
+    tags = [[tag_names[i] for i in p[:n]] for p, n in zip(preds, counts.tolist())]
     return tags, [entities_of(t, mode) for t in tags]
 
 
-def labeling_entities(logits, valid, types):
-    """Span-head logits ``[B, W, L, C]`` (class 0: none) -> entities per example."""
+def labeling_entities(logits, valid, types, overlap="flat", threshold=None):
+    """Span-head logits ``[B, W, L, C]`` (class 0: none) -> entities per example.
+
+    ``overlap`` (:data:`OVERLAPS`): ``flat``, the non-overlapping set with the largest
+    total ``log p(type) - log p(none)`` (``threshold`` must be None); ``nested``, every
+    candidate whose best type has probability >= ``threshold`` (default
+    :data:`DEFAULT_SPAN_THRESHOLD`), less those crossing a more probable one (disjoint
+    and nested spans are kept; :func:`span_plugin.modules.span_decoding.nested_spans`).
+    """
+    check_span_output(overlap, threshold)
     lprobs = F.log_softmax(logits.float(), dim=-1)
     best, kind = lprobs[..., 1:].max(-1)
-    chosen = best_non_overlapping(best - lprobs[..., 0], valid)
+    if overlap == "flat":
+        chosen = best_non_overlapping(best - lprobs[..., 0], valid)
+    else:
+        threshold = DEFAULT_SPAN_THRESHOLD if threshold is None else threshold
+        chosen = nested_spans(best, valid, math.log(threshold))
     out = [[] for _ in range(logits.size(0))]
     for b, i, w in chosen.nonzero().tolist():
         out[b].append((i, i + w + 1, types[int(kind[b, i, w])]))
     return [sorted(e) for e in out]
+
+
+def check_span_output(overlap, threshold):
+    """A clear error for an unknown ``overlap`` or a threshold it does not take."""
+    if overlap not in OVERLAPS:
+        raise ValueError(f"overlap {overlap!r}: expected one of {OVERLAPS}")
+    if threshold is not None:
+        if overlap != "nested":
+            raise ValueError(f"a span threshold ({threshold}) applies to overlap 'nested' "
+                             f"only; flat decoding keeps the spans a type beats none in")
+        if not 0 < threshold <= 1:
+            raise ValueError(f"span threshold {threshold}: expected a probability in (0, 1]")
 
 
 def match_counts(predicted, gold):

@@ -25,6 +25,7 @@ from span_plugin.data import span_index
 from span_plugin.data.layout import check_label_count, lay_out
 from span_plugin.data.tagging_datasets import EntitySpansDataset, WordTagsDataset
 from span_plugin.formats import tags as T
+from span_plugin.modules.tag_decoding import TOKEN_DECODINGS
 from span_plugin.preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
 from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask
 
@@ -46,6 +47,12 @@ class SpanTaggingConfig(FairseqDataclass):
                                      "default: conlleval's chunking (seqeval's default mode; "
                                      "an I-X after O starts an entity); strict: seqeval's "
                                      "strict IOB2 mode (only a B-X I-X* sequence is one)"})
+    token_decoding: ChoiceEnum(list(TOKEN_DECODINGS)) = field(
+        default="viterbi", metadata={"help": "tagging heads: how word tags are read from the "
+                                     "head's scores on validation, in span-predict and the "
+                                     "hub: viterbi: the best well-formed IOB2 sequence (I-X "
+                                     "only after B-X or I-X); argmax: each word's best tag "
+                                     "(may be ill-formed). span_labeling ignores it"})
     no_shuffle: bool = False
     seed: int = II("common.seed")
 
@@ -145,8 +152,9 @@ class SpanLabelingConfig(SpanTaggingConfig):
 
 @register_task("span_labeling", dataclass=SpanLabelingConfig)
 class SpanLabelingTask(SpanTaggingTask):
-    """Every span of up to L words labelled with an entity type or none; decoding keeps
-    the best non-overlapping spans."""
+    """Every span of up to L words labelled with an entity type or none; decoding for the
+    metric keeps the best non-overlapping spans (CoNLL is flat; span-predict and the hub
+    can also output nested spans)."""
 
     task_name = "span_labeling"
 
