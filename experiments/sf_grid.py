@@ -67,23 +67,24 @@ def run_key(r):
     return (r["task"], r["variant"], r["seed"], r["hparams"]["lr"])
 
 
-def chosen_lrs(records):
+def chosen_lrs(records, lrs=LRS):
     """variant -> learning rate with the best CoLA dev MCC at seed 0 (ties: the smaller
-    rate); None while a variant's three selection runs are not all in."""
+    rate); None while a variant's selection runs are not all in."""
     out = {}
     for v in LR_VARIANTS:
         got = {r["hparams"]["lr"]: r["value"] for r in records
                if (r["task"], r["variant"], r["seed"]) == ("CoLA", v, LR_SEED)}
-        out[v] = max(LRS, key=lambda lr: (got[lr], -lr)) if all(lr in got for lr in LRS) else None
+        out[v] = max(lrs, key=lambda lr: (got[lr], -lr)) if all(lr in got for lr in lrs) else None
     for v, base in LR_OF.items():
         out[v] = out[base]
     return out
 
 
-def reported_cells():
+def reported_cells(variants=VARIANTS, max_seed=None):
     """(task, variant, seed), seed-major."""
-    top = max(SEEDS.values())
-    return [(t, v, s) for s in range(1, top + 1) for (t, v), n in SEEDS.items() if s <= n]
+    top = max(SEEDS.values()) if max_seed is None else max_seed
+    return [(t, v, s) for s in range(1, top + 1) for (t, v), n in SEEDS.items()
+            if s <= n and v in variants]
 
 
 def dictionary_for(variant, dictionaries, work):
@@ -132,7 +133,16 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--max-runs", type=int, help="stop after this many new runs")
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS),
+                   help="a part of the plan (a variant without its own rate needs sf)")
+    p.add_argument("--lrs", nargs="+", type=float, default=list(LRS),
+                   help="the rates tried on seed 0")
+    p.add_argument("--max-seed", type=int, help="reported seeds 1..N only (smoke runs)")
     a = p.parse_args(argv)
+    missing = {LR_OF[v] for v in a.variants if v in LR_OF} - set(a.variants)
+    if missing:
+        raise SystemExit(f"--variants: {', '.join(sorted(missing))} is needed for the "
+                         f"learning rate of {', '.join(v for v in a.variants if v in LR_OF)}")
     os.environ.setdefault("NLTK_DATA", a.nltk_data)
     device = resolve_device(a.device)
     name = lambda c: f"{c[0]} {c[1]} seed {c[2]} lr {c[3]:g}"  # noqa: E731
@@ -140,19 +150,21 @@ def main(argv=None):
     run = lambda c: run_cell(a, *c, device)  # noqa: E731
 
     # 1. learning-rate selection on seed 0
-    select = {("CoLA", v, LR_SEED, lr): ("CoLA", v, LR_SEED, lr) for v in LR_VARIANTS for lr in LRS}
+    select = {("CoLA", v, LR_SEED, lr): ("CoLA", v, LR_SEED, lr)
+              for v in LR_VARIANTS if v in a.variants for lr in a.lrs}
     done = {run_key(r) for r in read_results(a.results)}
     run_grid(select, done, run, a.results, a.max_runs, name=name, show=show)
     new = len([k for k in select if k not in done])
     left = None if a.max_runs is None else a.max_runs - min(new, a.max_runs)
-    lrs = chosen_lrs(read_results(a.results))
-    if any(lr is None for lr in lrs.values()) or left == 0:
+    lrs = chosen_lrs(read_results(a.results), a.lrs)
+    if any(lrs[v] is None for v in a.variants) or left == 0:
         return 0
     print("learning rates (CoLA dev MCC, seed 0): "
-          + ", ".join(f"{v} {lr:g}" for v, lr in lrs.items()), flush=True)
+          + ", ".join(f"{v} {lrs[v]:g}" for v in a.variants), flush=True)
 
     # 2. the reported runs
-    cells = {(t, v, s, lrs[v]): (t, v, s, lrs[v]) for t, v, s in reported_cells()}
+    cells = {(t, v, s, lrs[v]): (t, v, s, lrs[v])
+             for t, v, s in reported_cells(a.variants, a.max_seed)}
     run_grid(cells, {run_key(r) for r in read_results(a.results)}, run, a.results, left,
              name=name, show=show)
     return 0

@@ -8,9 +8,20 @@ naming the file and the 1-based line, unless ``bad_utf8="replace"`` (then U+FFFD
 for each bad byte sequence).
 """
 
+import gzip
+import io
 import os
 
 BOM = b"\xef\xbb\xbf"
+
+
+def open_text(path, mode, errors="strict"):
+    """A UTF-8 text file, gzip-compressed when the name ends in ``.gz``."""
+    if str(path).endswith(".gz"):
+        # mtime=0: the same content gives the same bytes (reproducible resources).
+        raw = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.open(path, "rb")
+        return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, newline="\n")
+    return open(path, mode, encoding="utf-8", errors=errors, newline="\n")
 
 
 class BadInputError(ValueError):

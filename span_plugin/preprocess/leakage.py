@@ -18,7 +18,7 @@ import glob
 import hashlib
 import os
 
-from span_plugin.preprocess.ngrams import open_text
+from span_plugin.formats.lines import open_text
 
 MIN_WORDS = 4  # shorter fields ("1", "gj04", "not_entailment") are not sentences
 TASK_SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl", ".tsv.gz", ".txt.gz")

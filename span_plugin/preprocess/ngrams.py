@@ -32,7 +32,6 @@ and the number of frequent n-grams, not by the corpus:
 """
 
 import gzip
-import io
 import logging
 import multiprocessing as mp
 import os
@@ -44,6 +43,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from span_plugin.formats.lines import open_text
 from span_plugin.preprocess import progress
 from span_plugin.tokenizers import words as W
 
@@ -102,15 +102,6 @@ class NgramDict:
 
     def __len__(self):
         return len(self.grams)
-
-
-def open_text(path, mode, errors="strict"):
-    """A UTF-8 text file, gzip-compressed when the name ends in ``.gz``."""
-    if str(path).endswith(".gz"):
-        # mtime=0: the same dictionary gives the same bytes (reproducible resource).
-        raw = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.open(path, "rb")
-        return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, newline="\n")
-    return open(path, mode, encoding="utf-8", errors=errors, newline="\n")
 
 
 def read_header(path):

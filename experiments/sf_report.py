@@ -1,0 +1,196 @@
+"""Report of the powered grid (experiments/sf_grid.py): does Span Fine-tuning help?
+
+    python experiments/sf_report.py --out experiments/RESULTS_SF_MINILM.md \\
+        --plot docs/figures/sf_grid_minilm.png
+
+- the learning-rate selection (CoLA seed 0, never reported);
+- per task and variant: median over the reported seeds, min-max, mean +- sd, and runs
+  that collapsed to one class (CoLA MCC <= 5) flagged;
+- paired differences to the plain head (same task and seed): mean with a 95% t
+  interval, and a two-sided sign test;
+- the paper's Figure 4 on CoLA (no <s>, dictionary sizes, random and no segmentation);
+- the earlier 3-seed grid (dictionary counted on GLUE training text, lr chosen on a
+  reported seed) beside it, from experiments/results/glue_minilm.jsonl.
+Every metric is recomputed from the stored dev predictions and checked against fairseq's.
+The hand-written part of the output file (above its first ``---`` line) is kept.
+"""
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from glue_report import metric_from_predictions  # noqa: E402
+from grid_lib import ROOT, read_results, write_report  # noqa: E402
+from sf_grid import LR_SEED, chosen_lrs  # noqa: E402
+
+NAMES = {"plain": "plain head", "sf": "SF (cnn-cnn, greedy, 100k)",
+         "random": "SF, random segmentation", "chunker": "SF, chunker segmentation",
+         "cnn": "CNN, no segmentation", "nocat": "SF without <s>",
+         "dict20k": "SF, 20k dictionary", "dict400k": "SF, 400k dictionary"}
+ORDER = list(NAMES)
+COLLAPSED = 5.0  # CoLA MCC at or below: the model predicts (nearly) one class
+
+
+def paired(diffs):
+    """Mean, 95% t interval and sign-test p of paired differences (None if < 2)."""
+    from scipy.stats import binomtest, t
+
+    if len(diffs) < 2:
+        return None
+    d = np.asarray(diffs, dtype=float)
+    mean, se = d.mean(), d.std(ddof=1) / np.sqrt(len(d))
+    half = t.ppf(0.975, len(d) - 1) * se
+    wins, losses = int((d > 0).sum()), int((d < 0).sum())
+    p = binomtest(wins, wins + losses).pvalue if wins + losses else 1.0
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "wins": wins,
+            "losses": losses, "n": len(d), "p_sign": p}
+
+
+def fmt_paired(s):
+    if s is None:
+        return "-"
+    return (f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}] | {s['wins']}-{s['losses']} "
+            f"| {s['p_sign']:.3f}")
+
+
+def cells(runs):
+    """(task, variant) -> {seed: run}, reported seeds only."""
+    by = defaultdict(dict)
+    for r in runs:
+        if r["seed"] != LR_SEED:
+            by[(r["task"], r["variant"])][r["seed"]] = r
+    return by
+
+
+def summary_rows(by, tasks):
+    lines = ["| task | variant | seeds | median | min-max | mean +- sd | collapsed |",
+             "|---|---|---|---|---|---|---|"]
+    for t in tasks:
+        for v in ORDER:
+            runs = by.get((t, v))
+            if not runs:
+                continue
+            vals = [r["value"] for r in runs.values()]
+            flat = [s for s, r in sorted(runs.items())
+                    if r["metric"] == "mcc" and r["value"] <= COLLAPSED]
+            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            lines.append(f"| {t} | {NAMES[v]} | {len(vals)} | {statistics.median(vals):.2f} | "
+                         f"{min(vals):.2f}-{max(vals):.2f} | {np.mean(vals):.2f} +- {sd:.2f} | "
+                         f"{', '.join(f'seed {s}' for s in flat) or '-'} |")
+    return lines
+
+
+def paired_rows(by, tasks):
+    lines = ["| task | variant - plain | pairs | mean [95% t interval] | wins-losses | "
+             "sign test p |", "|---|---|---|---|---|---|"]
+    for t in tasks:
+        base = by.get((t, "plain"), {})
+        for v in ORDER[1:]:
+            runs = by.get((t, v), {})
+            diffs = [runs[s]["value"] - base[s]["value"] for s in sorted(runs) if s in base]
+            if diffs:
+                lines.append(f"| {t} | {NAMES[v]} | {len(diffs)} | {fmt_paired(paired(diffs))} |")
+    return lines
+
+
+def selection_rows(runs):
+    lrs = chosen_lrs(runs)
+    got = defaultdict(dict)
+    for r in runs:
+        if r["seed"] == LR_SEED:
+            got[r["variant"]][r["hparams"]["lr"]] = r["value"]
+    all_lrs = sorted({lr for g in got.values() for lr in g})
+    lines = ["| variant | " + " | ".join(f"lr {lr:g}" for lr in all_lrs) + " | chosen |",
+             "|---" * (len(all_lrs) + 2) + "|"]
+    for v in ORDER:
+        if v in got:
+            lines.append(f"| {NAMES[v]} | " + " | ".join(
+                f"{got[v][lr]:.2f}" if lr in got[v] else "-" for lr in all_lrs)
+                + f" | {lrs.get(v) or '-'} |")
+    return lines
+
+
+def old_grid_rows(path):
+    """The earlier grid: per task, plain vs sf means and the paired interval."""
+    runs = read_results(path)
+    by = defaultdict(dict)
+    for r in runs:
+        by[(r["task"], r["variant"])][r["seed"]] = r
+    lines = ["| task | plain (mean, 3 seeds) | SF (mean) | SF - plain [95% t interval] |",
+             "|---|---|---|---|"]
+    for t in sorted({r["task"] for r in runs}):
+        base, sf = by.get((t, "plain"), {}), by.get((t, "sf"), {})
+        diffs = [sf[s]["value"] - base[s]["value"] for s in sorted(sf) if s in base]
+        s = paired(diffs)
+        interval = f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]" if s else "-"
+        lines.append(f"| {t} | {np.mean([r['value'] for r in base.values()]):.2f} | "
+                     f"{np.mean([r['value'] for r in sf.values()]):.2f} | {interval} |")
+    return lines
+
+
+def report(runs, old_path, plot=None):
+    if not runs:
+        return "No runs yet.\n"
+    worst = max(abs(metric_from_predictions(r) - r["value"]) for r in runs)
+    by = cells(runs)
+    tasks = [t for t in ("CoLA", "MRPC") if any(k[0] == t for k in by)]
+    out = [f"Runs: {len(runs)} ({sum(r['seed'] == LR_SEED for r in runs)} for the learning "
+           f"rate); encoder: {', '.join(sorted({r['encoder'] for r in runs}))}; devices: "
+           f"{', '.join(sorted({r['device'] for r in runs}))}. Every metric recomputed from the "
+           f"stored dev predictions agrees with fairseq's within {worst:.2f} points.", "",
+           "### Learning rate (CoLA dev MCC, seed 0, not reported)", "",
+           *selection_rows(runs), "", "### Dev results (reported seeds)", "",
+           *summary_rows(by, tasks), "",
+           "### Paired differences to the plain head (same seed)", "",
+           *paired_rows(by, tasks), "",
+           "### The earlier grid (3 seeds; dictionary counted on GLUE training text; lr "
+           "chosen on a reported seed)", "", *old_grid_rows(old_path), ""]
+    if plot:
+        draw(by, plot)
+    return "\n".join(out)
+
+
+def draw(by, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [v for v in ("plain", "sf", "dict20k", "dict400k", "nocat", "random", "cnn",
+                         "chunker") if by.get(("CoLA", v))]
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for i, v in enumerate(shown):
+        vals = [r["value"] for r in by[("CoLA", v)].values()]
+        ax.scatter([i] * len(vals), vals, alpha=0.6)
+        ax.hlines(statistics.median(vals), i - 0.3, i + 0.3, color="black")
+    ax.set_xticks(range(len(shown)), [NAMES[v] for v in shown], rotation=25, ha="right",
+                  fontsize=8)
+    ax.set_ylabel("CoLA dev MCC")
+    ax.set_title("all-MiniLM-L6-v2: runs (dots) and medians (bars)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "sf_minilm.jsonl"))
+    p.add_argument("--old-results",
+                   default=str(ROOT / "experiments" / "results" / "glue_minilm.jsonl"))
+    p.add_argument("--out", help="markdown (default: print)")
+    p.add_argument("--plot", help="PNG")
+    a = p.parse_args(argv)
+    text = report(read_results(a.results), a.old_results, a.plot)
+    if a.out:
+        write_report(a.out, text)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The powered grid of issue 26 (experiments/sf_grid.py, sf_report.py): its plan, the
+learning-rate choice on the unreported seed, the paired statistics against scipy, and
+a smoke run of the variants that change one setting of SF (no <s>, a dictionary cut)
+through the real recipe and report."""
+
+import gzip
+import json
+import random
+import sys
+
+import pytest
+
+from conftest import DATA, ROOT, run_cli
+from test_task_data import mini_glue
+
+sys.path.insert(0, str(ROOT / "experiments"))
+import sf_grid  # noqa: E402
+import sf_report  # noqa: E402
+
+
+def test_plan_is_seed_major_and_never_reports_the_selection_seed():
+    cells = sf_grid.reported_cells()
+    counts = {}
+    for t, v, s in cells:
+        counts[(t, v)] = counts.get((t, v), 0) + 1
+    assert counts == sf_grid.SEEDS
+    seeds = [s for _, _, s in cells]
+    assert seeds == sorted(seeds) and sf_grid.LR_SEED not in seeds
+    assert sf_grid.reported_cells(["plain", "sf"], max_seed=2) == [
+        ("CoLA", "plain", 1), ("CoLA", "sf", 1), ("MRPC", "plain", 1), ("MRPC", "sf", 1),
+        ("CoLA", "plain", 2), ("CoLA", "sf", 2), ("MRPC", "plain", 2), ("MRPC", "sf", 2)]
+
+
+def _rec(variant, lr, value, seed=0, task="CoLA"):
+    return {"task": task, "variant": variant, "seed": seed, "hparams": {"lr": lr}, "value": value}
+
+
+def test_learning_rate_is_chosen_on_seed_zero_only():
+    runs = [_rec("sf", 2e-5, 30.0), _rec("sf", 5e-5, 41.0), _rec("sf", 1e-4, 41.0),
+            _rec("plain", 2e-5, 35.0), _rec("plain", 5e-5, 20.0),
+            _rec("plain", 1e-4, 99.0, seed=1)]  # a reported seed must not count
+    lrs = sf_grid.chosen_lrs(runs)
+    assert lrs["sf"] == 5e-5  # a tie goes to the smaller rate
+    assert lrs["nocat"] == lrs["dict20k"] == lrs["dict400k"] == 5e-5
+    assert lrs["plain"] is None  # 1e-4 at seed 0 is missing
+    assert sf_grid.chosen_lrs(runs, lrs=(2e-5, 5e-5))["plain"] == 2e-5
+
+
+def test_paired_interval_and_sign_test_match_scipy():
+    from scipy.stats import binomtest, ttest_1samp
+
+    rng = random.Random(3)
+    for n in (2, 5, 10):
+        d = [rng.gauss(0.5, 2.0) for _ in range(n)]
+        got = sf_report.paired(d)
+        ci = ttest_1samp(d, 0.0).confidence_interval(0.95)
+        assert got["lo"] == pytest.approx(ci.low) and got["hi"] == pytest.approx(ci.high)
+        wins = sum(x > 0 for x in d)
+        assert got["p_sign"] == pytest.approx(binomtest(wins, n).pvalue)
+    assert sf_report.paired([1.0]) is None
+
+
+@pytest.mark.slow
+def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
+    # full counts of a Wikipedia slice stand in for runs/dictionaries/wiki.bert.txt.gz
+    dicts = tmp_path / "dicts"
+    dicts.mkdir()
+    corpus = tmp_path / "wiki.txt"
+    with gzip.open(DATA / "wikipedia" / "wiki.AA.txt.gz", "rt", encoding="utf-8") as f:
+        corpus.write_text("".join(next(f) for _ in range(4000)), encoding="utf-8")
+    run_cli("span-preprocess", "ngrams", "--words", "bert", "--text", corpus, "--min-count",
+            "3", "--workers", "1", "--out", dicts / "wiki.bert.txt.gz")
+    results = tmp_path / "sf.jsonl"
+    grid = [ROOT / "experiments" / "sf_grid.py", "--model-dir", converted_minilm,
+            "--dictionaries", dicts, "--glue-dir", mini_glue(), "--variants", "sf", "nocat",
+            "dict20k", "--lrs", "5e-5", "--max-seed", "1", "--epochs", "1",
+            "--batch-size", "64", "--workers", "1", "--device", "cpu", "--results", results,
+            "--work-dir", tmp_path / "work"]
+    out = run_cli(sys.executable, *grid).stdout
+    assert "learning rates (CoLA dev MCC, seed 0): sf 5e-05, nocat 5e-05, dict20k 5e-05" in out
+    runs = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [(r["variant"], r["seed"]) for r in runs] == [
+        ("sf", 0), ("sf", 1), ("nocat", 1), ("dict20k", 1)]
+    by = {r["variant"]: r for r in runs if r["seed"] == 1}
+    assert by["nocat"]["flags"] == ["--no-span-cls-concat"] and "flags" not in by["sf"]
+    cut = by["dict20k"]["settings"]["NGRAMS"]
+    assert cut.endswith("wiki.bert.top20000.txt.gz") and by["sf"]["settings"]["NGRAMS"] == ""
+    from span_plugin.preprocess.ngrams import read_header
+    assert read_header(cut)["top_k"] == "20000"
+    # the no-<s> head is really built without it: its classifier reads the span vector only
+    log = (tmp_path / "work" / "runs" / "CoLA-nocat-lr5e-05-s1" / "recipe.log").read_text()
+    assert "no_span_cls_concat=True" in log or "'no_span_cls_concat': True" in log
+    md = tmp_path / "r.md"
+    run_cli(sys.executable, ROOT / "experiments" / "sf_report.py", "--results", results,
+            "--out", md, "--plot", tmp_path / "p.png")
+    text = md.read_text()
+    assert "| CoLA | SF without <s> | 1 |" in text and "lr 5e-05" in text
+    assert (tmp_path / "p.png").stat().st_size > 0
