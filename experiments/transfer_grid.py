@@ -1,6 +1,6 @@
-"""Resumable transfer fine-tuning grid (issue 13): does transfer fine-tuning with phrasal
-and sentential paraphrases (recipes/transfer/paraphrase.sh) help the target task, with
-little or with all of its training data?
+"""Resumable transfer fine-tuning grid (issues 13 and 28): does transfer fine-tuning with
+phrasal and sentential paraphrases (recipes/transfer/paraphrase.sh) help the target task,
+with little or with all of its training data, and which part of it helps?
 
 Cells are (target, share of its train rows, condition, seed):
     target     MRPC or STS-B, fine-tuned with the plain head through recipes/glue/
@@ -10,22 +10,44 @@ Cells are (target, share of its train rows, condition, seed):
                transfer    phrasal + sentential paraphrase objectives first
                phrasal     phrasal objective only   (the method's own hypotheses)
                sentential  sentential objective only
+               matched     compute-matched control: no transfer, but the target run gets
+                           as many extra updates (same batch size) as the transfer run of
+                           (target, seed) has: ceil(transfer train rows / batch) x
+                           transfer epochs; its schedule (warm-up, decay) spans them all
 Transfer data for a target comes from the other task's training pairs only (the weak
-aligner, span-preprocess align-pairs), without every pair that shares a sentence with the
-target's dev or test file (STS-B's MSRpar genre comes from the MRPC corpus); the dropped
-count is recorded. One transfer run per (target, condition, seed), reused by both shares.
+aligner, span-preprocess align-pairs, version ALIGNER_VERSION), without every pair that
+shares a sentence with the target's dev or test file (STS-B's MSRpar genre comes from the
+MRPC corpus); the dropped count, the class counts and the identity rule's accuracy
+(identical -> paraphrase; random partner -> random; else in-paraphrase) on the train and
+dev pairs are recorded. One transfer run per (target, condition, seed), reused by both
+shares.
 
 Every finished fine-tuning run is a JSON line of --results (kind "finetune"), every
-transfer run one too (kind "transfer"); a relaunch skips them. A 100% run without
+transfer run one too (kind "transfer"); a relaunch skips them. Records of the conditions
+that use transfer data carry "aligner" (the aligner version; records without it were
+made by version 1, whose positives were mostly identical strings): a new aligner version
+runs those cells again, and the report keeps the versions apart. A 100% run without
 transfer is a plain run of the GLUE grid (--glue-results): taken from there when it has
 one with these settings, else run and appended there too, so that neither grid runs it
 twice.
 
-    python experiments/transfer_grid.py --model-dir models/minilm --seeds 1 2 3
+The issue's control grid (2 targets x 2 shares x 5 conditions x 3 seeds; the "none" runs
+already in the results file are reused), then the report:
+
+    python experiments/transfer_grid.py \\
+        --model-dir ~/.cache/span_plugin/models/all-MiniLM-L6-v2 \\
+        --targets MRPC STS-B --shares 10 100 --seeds 1 2 3 \\
+        --conditions none transfer phrasal sentential matched
+    python experiments/transfer_report.py --results experiments/results/transfer_minilm.jsonl \\
+        --out experiments/RESULTS_TRANSFER_MINILM.md --plot docs/figures/transfer_minilm.png
+
+Add --max-runs N to stop after N new fine-tuning runs (a relaunch resumes), --device cpu
+to force the CPU.
 """
 
 import argparse
 import json
+import math
 import random
 import shutil
 import sys
@@ -35,23 +57,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from glue_grid import VARIANTS, hparams, run_glue, train_rows  # noqa: E402
 from grid_lib import ROOT, read_results, resolve_device, run_grid, run_recipe, append_result  # noqa: E402
 
-CONDITIONS = {  # condition -> loss weights of the transfer run (None: no transfer)
+from span_plugin.preprocess.align import ALIGNER_VERSION  # noqa: E402
+
+CONDITIONS = {  # condition -> loss weights of the transfer run (None: no transfer run)
     "none": None,
     "transfer": {"PHRASAL_WEIGHT": "1", "SENTENTIAL_WEIGHT": "1"},
     "phrasal": {"PHRASAL_WEIGHT": "1", "SENTENTIAL_WEIGHT": "0"},
     "sentential": {"PHRASAL_WEIGHT": "0", "SENTENTIAL_WEIGHT": "1"},
+    "matched": None,  # no transfer run: its updates, spent on the target task
 }
+USES_TRANSFER_DATA = ("transfer", "phrasal", "sentential", "matched")
 SOURCE = {"MRPC": "STS-B", "STS-B": "MRPC"}  # target -> where its transfer data comes from
+OLD_ALIGNER = 1  # the version of records that name none
 
 
-def cell_key(target, share, condition, seed, hp):
-    return ("finetune", target, share, condition, seed, hp["lr"], hp["epochs"])
+def aligner_of(condition, record=None):
+    """The aligner version a cell depends on: None for "none"; a record's own (version
+    1 when it names none), or the current one."""
+    if condition not in USES_TRANSFER_DATA:
+        return None
+    return record.get("aligner", OLD_ALIGNER) if record is not None else ALIGNER_VERSION
+
+
+def cell_key(target, share, condition, seed, hp, aligner):
+    return ("finetune", target, share, condition, seed, hp["lr"], hp["epochs"], aligner)
 
 
 def record_key(r):
     if r["kind"] != "finetune":
-        return ("transfer", r["target"], r["condition"], r["seed"])
-    return cell_key(r["task"], r["share"], r["condition"], r["seed"], r["hparams"])
+        return ("transfer", r["target"], r["condition"], r["seed"], r.get("aligner", OLD_ALIGNER))
+    return cell_key(r["task"], r["share"], r["condition"], r["seed"], r["hparams"],
+                    aligner_of(r["condition"], r))
 
 
 def subset_rows(subsets_path, glue_dir, task, share, seed):
@@ -93,41 +129,63 @@ def subset_glue_dir(a, task, share, seed):
     return out
 
 
-def transferred_model(a, target, condition, seed, device, done):
-    """The MODEL_DIR folder of the transfer run of (target, condition, seed), run first
-    when missing; its record goes to the results file."""
+def transfer_data(a, target, seed):
+    """The aligned transfer pairs of (target, seed): (folder with train.jsonl and
+    dev.jsonl, statistics per split). Made on every call (a second or two), the same
+    files each time (the aligner is seeded)."""
     from span_plugin.preprocess.align import align_file
 
-    work = Path(a.work_dir).resolve() / "transfer" / f"{target}-{condition}-s{seed}"
-    model = work / "out" / "transferred"
-    if ("transfer", target, condition, seed) in done and (model / "model.pt").exists():
-        return model
     source, glue = SOURCE[target], Path(a.glue_dir)
     exclude = [glue / target / f for f in ("dev.tsv", "test.tsv") if (glue / target / f).exists()]
-    pairs = work / "pairs"
+    pairs = Path(a.work_dir).resolve() / "transfer" / "pairs" / f"{target}-s{seed}-a{ALIGNER_VERSION}"
     pairs.mkdir(parents=True, exist_ok=True)
     stats = {}
     for split in ("train", "dev"):
         s = align_file(glue / source / f"{split}.tsv", pairs / f"{split}.jsonl", seed=seed,
                        exclude=exclude, words="bert")  # a span-convert model: WordPiece
         stats[split] = {"paraphrase_rows": s.paraphrase_rows, "random_rows": s.random_rows,
-                        "excluded_rows": s.excluded_rows, "phrase_pairs": dict(s.classes)}
-        print(f"    transfer data from {source} {split}: {s.report().splitlines()[0]}", flush=True)
+                        "excluded_rows": s.excluded_rows, "phrase_pairs": dict(s.classes),
+                        "identity_rule": s.rule.as_dict()}
+    return pairs, stats
+
+
+def transfer_updates(a, stats):
+    """Updates of a transfer run on these pairs: the recipe's count (one row a line of
+    the train file, batches of --transfer-batch-size, --transfer-epochs passes)."""
+    rows = stats["train"]["paraphrase_rows"] + stats["train"]["random_rows"]
+    return math.ceil(rows / a.transfer_batch_size) * a.transfer_epochs
+
+
+def transferred_model(a, target, condition, seed, device, done):
+    """The MODEL_DIR folder of the transfer run of (target, condition, seed), run first
+    when missing; its record goes to the results file."""
+    work = Path(a.work_dir).resolve() / "transfer" / f"{target}-{condition}-s{seed}-a{ALIGNER_VERSION}"
+    model = work / "out" / "transferred"
+    if ("transfer", target, condition, seed, ALIGNER_VERSION) in done and (model / "model.pt").exists():
+        return model
+    pairs, stats = transfer_data(a, target, seed)
+    for split, st in stats.items():
+        print(f"    transfer data from {SOURCE[target]} {split}: {st['paraphrase_rows']} paraphrase "
+              f"rows ({st['excluded_rows']} dropped for the overlap), phrase pairs "
+              f"{st['phrase_pairs']}, identity rule {st['identity_rule']['accuracy']:.1f}%",
+              flush=True)
     env = dict(MODEL_DIR=Path(a.model_dir).resolve(), PAIRS=pairs / "train.jsonl",
                PAIRS_VALID=pairs / "dev.jsonl", SEED=seed, LR=f"{a.transfer_lr:g}",
-               EPOCHS=a.transfer_epochs, DATA_DIR=work / "data", OUT_DIR=work / "out",
-               WORKERS=a.workers, **CONDITIONS[condition])
+               EPOCHS=a.transfer_epochs, BATCH_SIZE=a.transfer_batch_size,
+               DATA_DIR=work / "data", OUT_DIR=work / "out", WORKERS=a.workers,
+               **CONDITIONS[condition])
     extra = ["--log-interval", "50", "--num-workers", "0"] + (["--cpu"] if device == "cpu" else [])
     minutes = run_recipe("recipes/transfer/paraphrase.sh", env, extra, work / "out",
                          f"transfer for {target} ({condition}) seed {seed}")
     shutil.rmtree(work / "out" / "checkpoints", ignore_errors=True)
     append_result(a.results, {
-        "kind": "transfer", "target": target, "source": source, "condition": condition,
-        "seed": seed, "data": stats, "weights": CONDITIONS[condition],
+        "kind": "transfer", "target": target, "source": SOURCE[target], "condition": condition,
+        "seed": seed, "aligner": ALIGNER_VERSION, "data": stats, "weights": CONDITIONS[condition],
         "valid": last_validation(work / "out" / "recipe.log"),  # of the transfer objectives
-        "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs},
+        "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs,
+                    "batch_size": a.transfer_batch_size, "updates": transfer_updates(a, stats)},
         "minutes": minutes, "device": device})
-    done.add(("transfer", target, condition, seed))
+    done.add(("transfer", target, condition, seed, ALIGNER_VERSION))
     return model
 
 
@@ -154,33 +212,51 @@ def reusable(glue_results, task, seed, hp):
 def run_cell(a, target, share, condition, seed, device, done):
     glue_dir = subset_glue_dir(a, target, share, seed)
     epochs = a.epochs if share == 100 else a.small_epochs
-    hp = hparams(a.lr, a.batch_size, epochs, a.warmup, train_rows(glue_dir, target))
+    rows = train_rows(glue_dir, target)
+    hp = hparams(a.lr, a.batch_size, epochs, a.warmup, rows)
     tag = {"kind": "finetune", "share": share, "condition": condition}
+    if condition in USES_TRANSFER_DATA:
+        tag["aligner"] = ALIGNER_VERSION
     # Fine-tuning the encoder itself on all rows is the GLUE grid's plain run: share it.
     baseline = condition == "none" and share == 100
     if baseline:
         tag["reused_from"] = Path(a.glue_results).name
         if r := reusable(a.glue_results, target, seed, hp):
             return {**r, **tag}
-    model = Path(a.model_dir) if condition == "none" else transferred_model(
+    run_hp = hp
+    if condition == "matched":
+        # The transfer run's updates, spent on the target instead; --max-epoch allows them.
+        extra_updates = transfer_updates(a, transfer_data(a, target, seed)[1])
+        updates = hp["updates"] + extra_updates
+        run_hp = dict(hp, epochs=math.ceil(updates / math.ceil(rows / a.batch_size)),
+                      updates=updates)
+    model = Path(a.model_dir) if CONDITIONS[condition] is None else transferred_model(
         a, target, condition, seed, device, done)
     work = Path(a.work_dir).resolve()
     data = work / "data" / (f"{target}-p{share}" + (f"-s{seed}" if share != 100 else ""))
-    out = work / "runs" / f"{target}-p{share}-{condition}-s{seed}"
-    record = {**run_glue(target, VARIANTS["plain"], seed, hp, model, glue_dir, data, out,
+    out = work / "runs" / (f"{target}-p{share}-{condition}-s{seed}"
+                           + (f"-a{ALIGNER_VERSION}" if condition in USES_TRANSFER_DATA else ""))
+    record = {**run_glue(target, VARIANTS["plain"], seed, run_hp, model, glue_dir, data, out,
                          a.workers, device), "variant": "plain"}
+    if condition == "matched":  # keyed by the nominal epochs, as the other conditions
+        record["hparams"] = dict(hp, updates=run_hp["updates"], max_epoch=run_hp["epochs"],
+                                 extra_updates=extra_updates)
     if baseline:
         append_result(a.glue_results, record)
     return {**record, **tag}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model-dir", required=True, help="a span-convert output folder")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-dir", required=True,
+                   help="a span-convert output folder (the recipes' packaged model is "
+                   "converted to ~/.cache/span_plugin/models/all-MiniLM-L6-v2)")
     p.add_argument("--glue-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
     p.add_argument("--targets", nargs="+", default=["MRPC", "STS-B"], choices=list(SOURCE))
     p.add_argument("--shares", nargs="+", type=int, default=[10, 100])
-    p.add_argument("--conditions", nargs="+", default=["none", "transfer"], choices=list(CONDITIONS))
+    p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS),
+                   help="default: all (see above)")
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "transfer_minilm.jsonl"))
     p.add_argument("--subsets", default=str(ROOT / "experiments" / "results" / "transfer_subsets.json"))
@@ -194,6 +270,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=float, default=0.06, help="share of updates")
     p.add_argument("--transfer-lr", type=float, default=5e-5)
     p.add_argument("--transfer-epochs", type=int, default=2)
+    p.add_argument("--transfer-batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--max-runs", type=int, help="stop after this many new fine-tuning runs")
@@ -206,7 +283,8 @@ def main(argv=None):
             for target in a.targets:
                 for condition in a.conditions:
                     epochs = a.epochs if share == 100 else a.small_epochs
-                    key = cell_key(target, share, condition, seed, {"lr": a.lr, "epochs": epochs})
+                    key = cell_key(target, share, condition, seed, {"lr": a.lr, "epochs": epochs},
+                                   aligner_of(condition))
                     cells[key] = (target, share, condition, seed)
     run_grid(cells, done, lambda c: run_cell(a, *c, device, done), a.results, a.max_runs,
              name=lambda c: f"{c[0]} {c[1]}% {c[2]} seed {c[3]}",

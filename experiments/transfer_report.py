@@ -1,16 +1,22 @@
 """Table and plot of the transfer fine-tuning grid (experiments/transfer_grid.py).
 
     python experiments/transfer_report.py --results experiments/results/transfer_minilm.jsonl \\
-        --out /tmp/report.md --plot docs/figures/transfer_minilm.png
+        --out experiments/RESULTS_TRANSFER_MINILM.md --plot docs/figures/transfer_minilm.png
 
-One row per (target, share of train rows): the dev metric of each condition as mean +-
-sample standard deviation over seeds, and for each transfer condition the paired
-difference to "none" (same seed, same subset): its mean, standard deviation and how many
-seeds it won. Then the transfer data of each target (rows dropped for sharing a sentence
-with the target's dev or test file).
+One table per aligner version (records of the conditions that use transfer data name it;
+those without one are version 1; the "none" runs serve every table). One row per
+(target, share of train rows, dev metric): MRPC shows F1, accuracy and MCC, STS-B
+Pearson and Spearman; each condition's mean +- sample standard deviation over seeds,
+with runs whose MRPC MCC is <= 5 flagged as collapsed (the model predicts one class;
+F1 alone hides it: an all-positive guess has F1 81.2). For each condition, the paired
+difference to "none" (same seed, same subset): mean, standard deviation, seeds won and
+the paired t-test's two-sided p. Then the transfer runs: their data (class counts, the
+identity rule's accuracy: identical -> paraphrase; random partner -> random; else
+in-paraphrase) beside the model's own phrasal accuracy on the same dev pairs.
 """
 
 import argparse
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +24,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import mean_sd, paired_cell, read_results, write_report  # noqa: E402
 
-ORDER = ["none", "transfer", "phrasal", "sentential"]
+ORDER = ["none", "transfer", "phrasal", "sentential", "matched"]
+USES_TRANSFER_DATA = ("transfer", "phrasal", "sentential", "matched")  # as transfer_grid.py
+OLD_ALIGNER = 1
+METRICS = {"MRPC": ("f1", "accuracy", "mcc"), "STS-B": ("pearson", "spearman")}
+COLLAPSED_MCC = 5.0
+
+
+def aligner_of(r):
+    """The aligner version a record depends on (None: no transfer data)."""
+    condition = r["condition"]
+    return r.get("aligner", OLD_ALIGNER) if condition in USES_TRANSFER_DATA else None
+
+
+def collapsed(r):
+    return r["task"] == "MRPC" and r["dev"].get("mcc", math.inf) <= COLLAPSED_MCC
 
 
 def fmt(values):
@@ -28,67 +48,132 @@ def fmt(values):
     return f"{mean:.1f} +- {sd:.1f} (n={len(values)})" if len(values) > 1 else f"{mean:.1f} (n=1)"
 
 
-def report(records):
-    runs = [r for r in records if r["kind"] == "finetune"]
-    transfers = [r for r in records if r["kind"] == "transfer"]
-    by = defaultdict(dict)  # (task, share) -> condition -> seed -> value
+def paired_p(a, b):
+    """Two-sided p of the paired t-test of ``a`` against ``b``; None below two pairs
+    or when every difference is the same."""
+    diffs = [x - y for x, y in zip(a, b)]
+    if len(diffs) < 2 or max(diffs) == min(diffs):
+        return None
+    from scipy.stats import ttest_rel
+
+    return float(ttest_rel(a, b).pvalue)
+
+
+def diff_cell(cond, c, metric):
+    seeds = sorted(set(cond.get(c, {})) & set(cond.get("none", {})))
+    a = [cond[c][s]["dev"][metric] for s in seeds]
+    b = [cond["none"][s]["dev"][metric] for s in seeds]
+    text = paired_cell([x - y for x, y in zip(a, b)], 1)
+    p = paired_p(a, b)
+    return text if p is None else text[:-1] + f"; p={p:.2g})"
+
+
+def table(runs, version):
+    """The markdown table of the runs of one aligner version (and the "none" runs)."""
+    by = defaultdict(dict)  # (task, share) -> condition -> seed -> record
     for r in runs:
-        by[(r["task"], r["share"])].setdefault(r["condition"], {})[r["seed"]] = r["value"]
+        if aligner_of(r) in (None, version):
+            by[(r["task"], r["share"])].setdefault(r["condition"], {})[r["seed"]] = r
     conditions = [c for c in ORDER if any(c in v for v in by.values())]
+    others = [c for c in conditions if c != "none"]
     lines = ["| target | train rows | metric | " + " | ".join(conditions) + " | "
-             + " | ".join(f"{c} - none (wins)" for c in conditions if c != "none") + " |",
-             "|---" * (3 + 2 * len(conditions) - 1) + "|"]
-    metric = {r["task"]: r["metric"] for r in runs}
+             + " | ".join(f"{c} - none (wins; p)" for c in others) + " |",
+             "|---" * (3 + len(conditions) + len(others)) + "|"]
     for (task, share), cond in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        cells = [fmt(list(cond.get(c, {}).values())) for c in conditions]
-        for c in conditions[1:]:
-            seeds = sorted(set(cond.get(c, {})) & set(cond.get("none", {})))
-            cells.append(paired_cell([cond[c][s] - cond["none"][s] for s in seeds], 1))
-        lines.append(f"| {task} | {share}% | {metric[task]} | " + " | ".join(cells) + " |")
-    lines += ["", "Transfer runs (data: the weak aligner on the other task's train.tsv; rows "
-              "sharing a normalised sentence with the target's dev/test dropped):", "",
-              "| target | source | condition | seed | paraphrase rows | random partners | "
-              "dropped (overlap) | phrase pairs | dev phrasal / sentential accuracy (sentential F1) | "
-              "minutes |",
-              "|---" * 10 + "|"]
-    for t in sorted(transfers, key=lambda t: (t["target"], ORDER.index(t["condition"]), t["seed"])):
+        seen = {k for c in cond.values() for r in c.values() for k in r["dev"]}
+        for metric in [m for m in METRICS.get(task, ()) if m in seen] or [
+                next(iter(next(iter(cond.values())).values()))["metric"]]:
+            cells = []
+            for c in conditions:
+                recs = list(cond.get(c, {}).values())
+                cell = fmt([r["dev"][metric] for r in recs if metric in r["dev"]])
+                down = sum(map(collapsed, recs))
+                cells.append(cell + (f" **{down} collapsed**" if down else ""))
+            cells += [diff_cell(cond, c, metric) for c in others]
+            lines.append(f"| {task} | {share}% | {metric} | " + " | ".join(cells) + " |")
+    return lines, by, conditions
+
+
+def transfer_rows(transfers):
+    lines = ["| target | source | aligner | condition | seed | paraphrase rows | random partners | "
+             "dropped (overlap) | train phrase pairs | identity rule dev (train) | "
+             "model dev phrasal / sentential accuracy (sentential F1) | minutes |",
+             "|---" * 12 + "|"]
+    for t in sorted(transfers, key=lambda t: (t.get("aligner", OLD_ALIGNER), t["target"],
+                                              ORDER.index(t["condition"]), t["seed"])):
         d = t["data"]["train"]
         pp = ", ".join(f"{k} {v}" for k, v in sorted(d["phrase_pairs"].items()))
+        rule = [t["data"][s].get("identity_rule", {}).get("accuracy") for s in ("dev", "train")]
+        rule = "-" if rule[0] is None else f"{rule[0]:.1f} ({rule[1]:.1f})"
         v = t.get("valid") or {}
         acc = " / ".join(f"{v[k]:.1f}" if k in v else "-"
                          for k in ("phrasal_accuracy", "sentential_accuracy"))
         if "sentential_f1" in v:  # not logged by the grid's first transfer runs
             acc += f" ({v['sentential_f1']:.1f})"
-        lines.append(f"| {t['target']} | {t['source']} train | {t['condition']} | {t['seed']} | "
-                     f"{d['paraphrase_rows']} | {d['random_rows']} | {d['excluded_rows']} | "
-                     f"{pp} | {acc} | {t['minutes']} |")
-    return "\n".join(lines) + "\n", by, conditions
+        lines.append(f"| {t['target']} | {t['source']} train | {t.get('aligner', OLD_ALIGNER)} | "
+                     f"{t['condition']} | {t['seed']} | {d['paraphrase_rows']} | "
+                     f"{d['random_rows']} | {d['excluded_rows']} | {pp} | {rule} | {acc} | "
+                     f"{t['minutes']} |")
+    return lines
 
 
-def draw(by, conditions, path):
+def report(records):
+    runs = [r for r in records if r["kind"] == "finetune"]
+    transfers = [r for r in records if r["kind"] == "transfer"]
+    versions = sorted({aligner_of(r) for r in runs} - {None}) or [None]
+    lines, plots = [], []
+    for version in versions:
+        rows, by, conditions = table(runs, version)
+        if version is not None:
+            lines += [f"### Aligner version {version}"
+                      + (" (identical anchors as positives; before issue 28)"
+                         if version == OLD_ALIGNER else ""), ""]
+        lines += rows + [""]
+        plots.append((version, by, conditions))
+    lines += [f"Collapsed: a run whose MRPC dev MCC is <= {COLLAPSED_MCC:g} (one class "
+              f"predicted for (nearly) every pair). p: two-sided paired t-test over seeds.", ""]
+    if transfers:
+        lines += ["Transfer runs (data: the weak aligner on the other task's train.tsv and "
+                  "dev.tsv; rows sharing a normalised sentence with the target's dev/test "
+                  "dropped; identity rule: identical -> paraphrase, random partner -> "
+                  "random, else in-paraphrase, on the same dev pairs the model's phrasal "
+                  "accuracy is measured on; \"-\": not recorded by aligner 1 runs):", ""]
+        lines += transfer_rows(transfers)
+    return "\n".join(lines) + "\n", plots
+
+
+def draw(plots, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = sorted(by, key=lambda k: (k[0], k[1]))
-    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(keys), 3.4))
-    width = 0.8 / len(conditions)
-    for i, c in enumerate(conditions):
+    bars = []  # (label, by, condition): "none" once, every other condition per version
+    for version, by, conditions in plots:
+        for c in conditions:
+            if c == "none" and any(b[0] == "none" for b in bars):
+                continue
+            label = c if c == "none" or version is None else f"{c} (aligner {version})"
+            bars.append((label, by, c))
+    keys = sorted({k for _, by, _ in bars for k in by}, key=lambda k: (k[0], k[1]))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.6 * len(keys), 3.6))
+    width = 0.8 / len(bars)
+    low = math.inf
+    for i, (label, by, c) in enumerate(bars):
         xs, means, sds = [], [], []
         for j, k in enumerate(keys):
-            values = list(by[k].get(c, {}).values())
+            values = [r["value"] for r in by.get(k, {}).get(c, {}).values()]
             if values:
                 mean, sd = mean_sd(values)
-                xs.append(j + (i - (len(conditions) - 1) / 2) * width)
+                xs.append(j + (i - (len(bars) - 1) / 2) * width)
                 means.append(mean)
                 sds.append(sd)
-        ax.bar(xs, means, width, yerr=sds, capsize=3, label=c)
+                low = min(low, min(values))
+        ax.bar(xs, means, width, yerr=sds, capsize=3, label=label)
     ax.set_xticks(range(len(keys)), [f"{t}\n{s}% train" for t, s in keys])
-    low = min(min(v.values()) for k in keys for v in by[k].values())
     ax.set_ylim(max(0, low - 10), None)
     ax.set_ylabel("dev metric (MRPC F1, STS-B Pearson)")
-    ax.legend(title="transfer", fontsize=8)
+    ax.legend(title="condition", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -99,11 +184,11 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--plot")
     a = p.parse_args(argv)
-    text, by, conditions = report(read_results(a.results))
+    text, plots = report(read_results(a.results))
     write_report(a.out, text)
     print(text)
-    if a.plot and by:
-        draw(by, conditions, a.plot)
+    if a.plot and any(by for _, by, _ in plots):
+        draw(plots, a.plot)
     return 0
 
 

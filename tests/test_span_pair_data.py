@@ -168,14 +168,15 @@ def test_aligner_on_real_mrpc_is_fast_and_deterministic(tmp_path, capsys):
     assert (tmp_path / "a.jsonl").read_bytes() != (tmp_path / "c.jsonl").read_bytes()
     report = stats.report()
     assert "identical" in report and "one word" in report and "pairs per" in report
+    assert "identity rule" in report
     assert stats.paraphrase_rows == sum(1 for a, b, y in mrpc_rows(10_000) if y == "1")
     assert set(stats.classes) == set(LABELS)
-    assert 0 < stats.identical < stats.classes["paraphrase"]  # gap positives exist
+    assert stats.identical == 0 and stats.classes["paraphrase"] > 2000  # gap positives only
     # Its output reads back through the span-pair reader, every range on tokens.
     lines = (tmp_path / "a.jsonl").read_text(encoding="utf-8").splitlines()
     (tmp_path / "head.jsonl").write_text("\n".join(lines[:150] + lines[-50:]) + "\n")
     rows = read_pairs(str(tmp_path / "head.jsonl"), gpt2_spec().build(), label_column="label")
-    assert rows.rows == 200 and sum(map(len, rows.phrases)) > 1000
+    assert rows.rows == 200 and sum(map(len, rows.phrases)) > 200
     assert set(rows.labels) == {"0", "1"}
 
 
@@ -328,7 +329,7 @@ def test_aligner_words_fit_the_encoder(tmp_path, converted_minilm):
     stats = align_file(stsb, tmp_path / "bert.jsonl", seed=1, words="bert")
     rows = read_pairs(str(tmp_path / "bert.jsonl"), wordpiece, label_column="label")
     assert rows.rows == stats.paraphrase_rows + stats.random_rows
-    assert sum(map(len, rows.phrases)) == sum(stats.classes.values()) > 10_000
+    assert sum(map(len, rows.phrases)) == sum(stats.classes.values()) > 2000
     lines = (tmp_path / "bert.jsonl").read_text(encoding="utf-8").splitlines()
     for line in lines[:300]:
         row = json.loads(line)

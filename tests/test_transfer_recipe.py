@@ -56,8 +56,10 @@ def transfer(tmp_path_factory):
            "EXCLUDE": str(cwd / "target_dev.tsv")}
     log = run_cli("bash", RECIPE, "--cpu", "--max-update", "2", *TINY, "--num-workers", "0",
                   cwd=cwd, env={**env, "FROM_SCRATCH": "1"}).stdout
+    data = re.search(r"preparing (data-bin/transfer-MRPC-s1-[0-9a-f]{8})\n", log)
+    assert data, log[-3000:]  # keyed by source, exclusion set and seed
     return {"cwd": cwd, "glue": glue, "out": cwd / "runs" / "transfer-MRPC", "log": log,
-            "env": env, "excluded": (a, b)}
+            "env": env, "excluded": (a, b), "data": cwd / data.group(1)}
 
 
 @pytest.mark.slow
@@ -98,7 +100,7 @@ def test_hydra_twin_gives_the_same_validation(transfer):
     hydra_log = run_cli(
         "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", "transfer_paraphrase",
         f"common.user_dir={USER_DIR}", "common.cpu=true", "common.fp16=false",
-        f"task.data={cwd / 'data-bin' / 'transfer-MRPC'}", "optimization.max_update=2",
+        f"task.data={transfer['data']}", "optimization.max_update=2",
         f"lr_scheduler.total_num_update={total}", f"lr_scheduler.warmup_updates={warmup}",
         "checkpoint.save_dir=runs/hydra/checkpoints", "dataset.num_workers=0", *TINY_HYDRA,
         cwd=cwd).stdout
@@ -248,7 +250,10 @@ def test_predict_pairs_equals_the_model_on_the_prepared_folder(transfer, hub):
     hub.task.load_dataset("valid")
     ds = hub.task.datasets["valid"]
     assert len(ds) == len(rows)
-    picked = [0, 1, 2, len(rows) - 1]  # paraphrase rows, and a random partner (last)
+    # Paraphrase rows with phrase pairs, and a random partner with some (last).
+    with_pairs = [i for i, row in enumerate(rows) if row["phrases"]]
+    picked = with_pairs[:3] + [i for i in with_pairs if rows[i]["label"] == "0"][-1:]
+    assert len(picked) == 4 and rows[picked[-1]]["label"] == "0"
     for i in picked:
         row = rows[i]
         got = hub.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])

@@ -18,9 +18,18 @@
 #   GLUE_DIR, ALIGN_FROM  without PAIRS: the weak aligner (span-preprocess align-pairs)
 #                  on $GLUE_DIR/$ALIGN_FROM/train.tsv (MRPC labels 1, STS-B scores >= 4)
 #                  for training and dev.tsv for validation      [glue_data, MRPC]
-#   EXCLUDE        TSV files (space-separated) whose sentences the aligner keeps out:
-#                  the target task's dev.tsv and test.tsv, so no evaluation sentence
-#                  is seen in transfer (the MSRpar genre of STS-B comes from MRPC)  []
+#   EXCLUDE        TSV files with a header (space-separated) whose sentences the aligner
+#                  keeps out, compared as text (case, spaces, punctuation ignored): the
+#                  TARGET task's dev.tsv and test.tsv, so no evaluation sentence is seen
+#                  in transfer (the MSRpar genre of STS-B comes from MRPC), e.g.
+#                  ALIGN_FROM=MRPC EXCLUDE="glue_data/STS-B/dev.tsv glue_data/STS-B/test.tsv"
+#                  for an STS-B target. When it holds $ALIGN_FROM's own dev.tsv (the
+#                  target is the source task), validation is the last VALID_ROWS
+#                  paraphrase rows of its train.tsv instead (excluding a file from
+#                  itself leaves no rows)                                  []
+#   ALIGN_ARGS     more span-preprocess align-pairs options, e.g. --keep-identical
+#                  (identical segments as positives too, aligner version 1's data)  []
+#   PREPARE_ONLY   1: stop once DATA_DIR is ready (no training)         [0]
 #   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt              []
 #   MODEL_DIR      a converted BERT-family model (span-convert bert): WordPiece, sizes
 #                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR
@@ -31,13 +40,20 @@
 #   FEATURES       phrase pair vector: max4 (2019) | mean2 (2021)         [max4]
 #   PHRASAL_WEIGHT, SENTENTIAL_WEIGHT   loss weights w_p, w_s             [1, 1]
 #   SEED [1]  LR [2e-05]  BATCH_SIZE [32]  EPOCHS [2]  WARMUP [0.06: share of updates]
-#   DATA_DIR       the span-pair folder; prepared when missing
-#                  [data-bin/transfer-$ALIGN_FROM or data-bin/transfer-<PAIRS name>;
-#                  MODEL_DIR: data-bin/<model>/...]
+#   DATA_DIR       the span-pair folder; prepared when missing. Its default name is
+#                  keyed by what makes the phrase pairs, so another source, EXCLUDE set,
+#                  SEED, ALIGN_ARGS or aligner version gets another folder:
+#                  [data-bin/transfer-$ALIGN_FROM-s$SEED-<key> or
+#                  data-bin/transfer-<PAIRS name>-<key>; MODEL_DIR: data-bin/<model>/...;
+#                  key: 8 hex digits of a sha256 over the aligner version, the source,
+#                  exclusion and PAIRS files' contents, the seed and ALIGN_ARGS]
+#                  An existing folder is used only if its provenance.json names this
+#                  run's phrase-pair files (sha256) as its sources; else the recipe stops
 #   OUT_DIR        checkpoints/, tensorboard/, aligned/ (the JSON Lines made by the
-#                  aligner), transferred.pt (encoder only, heads stripped) and, with
-#                  MODEL_DIR, transferred/ (a MODEL_DIR folder: that model.pt, dict.txt
-#                  and the tokenizer)     [runs/transfer-...; -seed$SEED]
+#                  aligner), transfer_data.txt (the DATA_DIR it trains on: a relaunch on
+#                  another one stops), transferred.pt (encoder only, heads stripped) and,
+#                  with MODEL_DIR, transferred/ (a MODEL_DIR folder: that model.pt,
+#                  dict.txt and the tokenizer)     [runs/transfer-...; -seed$SEED]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -56,6 +72,8 @@ GLUE_DIR=${GLUE_DIR:-glue_data}
 ALIGN_FROM=${ALIGN_FROM:-MRPC}
 read -r -a exclude <<< "${EXCLUDE:-}"
 exclude_args=(); [ "${#exclude[@]}" -eq 0 ] || exclude_args=(--exclude-sentences-of "${exclude[@]}")
+read -r -a align_args <<< "${ALIGN_ARGS:-}"
+PREPARE_ONLY=${PREPARE_ONLY:-0}
 ROBERTA_PATH=${ROBERTA_PATH:-}
 MODEL_DIR=${MODEL_DIR:-}
 BPE_DIR=${BPE_DIR:-gpt2_bpe}
@@ -72,18 +90,33 @@ count_gpus "$@"
 
 # ---- check the inputs before spending any time -------------------------------------
 case "$FEATURES" in max4|mean2) ;; *) die "FEATURES=$FEATURES: expected max4 or mean2" ;; esac
+case "$PREPARE_ONLY" in 0|1) ;; *) die "PREPARE_ONLY=$PREPARE_ONLY: expected 0 or 1" ;; esac
+digests() { local f; for f in "$@"; do sha256sum < "$f" | cut -c1-64; done; }
+holdout=0  # 1: validate on held-out train rows (EXCLUDE holds the source's own dev.tsv)
 if [ -n "$PAIRS" ]; then
     [ -f "$PAIRS" ] || die "PAIRS=$PAIRS does not exist (a JSON Lines file of phrase pairs, docs/SPAN_PAIRS.md)"
     [ -z "$PAIRS_VALID" ] || [ -f "$PAIRS_VALID" ] || die "PAIRS_VALID=$PAIRS_VALID does not exist"
+    [ "${#exclude[@]}" -eq 0 ] || die "EXCLUDE is the aligner's; with PAIRS, keep the target's sentences out of your file yourself"
     source_name=$(basename "$PAIRS" .jsonl)
+    key_text="pairs $(digests "$PAIRS") valid $([ -n "$PAIRS_VALID" ] && digests "$PAIRS_VALID" || echo "last $VALID_ROWS")"
+    tag=$source_name
 else
     case "$ALIGN_FROM" in MRPC|STS-B) ;; *) die "ALIGN_FROM=$ALIGN_FROM: expected MRPC or STS-B (or give PAIRS)" ;; esac
-    for f in "${exclude[@]}"; do [ -f "$f" ] || die "EXCLUDE: $f does not exist"; done
+    for f in "${exclude[@]}"; do [ -f "$f" ] || die "EXCLUDE: $f does not exist (the target task's dev.tsv and test.tsv)"; done
     for s in train dev; do
         [ -f "$GLUE_DIR/$ALIGN_FROM/$s.tsv" ] \
             || die "$GLUE_DIR/$ALIGN_FROM/$s.tsv not found: set GLUE_DIR to your glue_data folder, or give PAIRS"
     done
+    for f in "${exclude[@]}"; do
+        cmp -s "$f" "$GLUE_DIR/$ALIGN_FROM/train.tsv" \
+            && die "EXCLUDE holds $f, the aligner's own source $GLUE_DIR/$ALIGN_FROM/train.tsv: every row would go. EXCLUDE takes the target task's dev.tsv and test.tsv"
+        if cmp -s "$f" "$GLUE_DIR/$ALIGN_FROM/dev.tsv"; then holdout=1; fi
+    done
     source_name=$ALIGN_FROM
+    aligner_version=$(python -c "from span_plugin.preprocess.align import ALIGNER_VERSION; print(ALIGNER_VERSION)") \
+        || die "could not import span_plugin (run 'bash install.sh')"
+    key_text="aligner $aligner_version source $(digests "$GLUE_DIR/$ALIGN_FROM/train.tsv" "$GLUE_DIR/$ALIGN_FROM/dev.tsv") seed $SEED args ${align_args[*]:-} exclude $(digests "${exclude[@]}" | sort | tr '\n' ' ') holdout $holdout $VALID_ROWS"
+    tag=$ALIGN_FROM-s$SEED
 fi
 use_pretrained_encoder
 if [ -n "$MODEL_DIR" ]; then
@@ -94,39 +127,69 @@ else
     ARCH=${ARCH:-roberta_span_pair_base}
 fi
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
-DATA_DIR=${DATA_DIR:-data-bin/${prefix}transfer-$source_name}
+words=$([ -n "$MODEL_DIR" ] && echo bert || echo gpt2)  # the aligner's words: the encoder's
+key=$(printf '%s words %s' "$key_text" "$words" | sha256sum | cut -c1-8)
+DATA_DIR=${DATA_DIR:-data-bin/${prefix}transfer-$tag-$key}
 OUT_DIR=${OUT_DIR:-runs/${prefix}transfer-$source_name$([ "$SEED" = 1 ] || echo "-seed$SEED")}
 
+# A run directory trains on one folder: resuming its checkpoints on other phrase pairs
+# (another EXCLUDE or SEED) would mix two data sets.
+data_abs=$(realpath -m "$DATA_DIR")
+if [ -f "$OUT_DIR/transfer_data.txt" ] && [ "$(cat "$OUT_DIR/transfer_data.txt")" != "$data_abs" ]; then
+    die "OUT_DIR=$OUT_DIR holds a run on $(cat "$OUT_DIR/transfer_data.txt"), not on $data_abs (other phrase pairs: another source, EXCLUDE, SEED or aligner). Set OUT_DIR to another folder, or remove it"
+fi
+mkdir -p "$OUT_DIR"
+echo "$data_abs" > "$OUT_DIR/transfer_data.txt"
+
 # ---- phrase pairs and the span-pair folder ---------------------------------------------
-if [ ! -d "$DATA_DIR" ]; then
-    need_gpt2_files
-    aligned=$OUT_DIR/aligned
-    mkdir -p "$aligned"
-    if [ -n "$PAIRS" ]; then
-        train=$PAIRS valid=$PAIRS_VALID
-        if [ -z "$valid" ]; then  # hold out the last VALID_ROWS lines
-            rows=$(wc -l < "$PAIRS")
-            [ "$rows" -gt "$VALID_ROWS" ] || die "$PAIRS has $rows lines: give PAIRS_VALID or a VALID_ROWS below that"
-            head -n $(( rows - VALID_ROWS )) "$PAIRS" > "$aligned/train.jsonl"
-            tail -n "$VALID_ROWS" "$PAIRS" > "$aligned/valid.jsonl"
-            train=$aligned/train.jsonl valid=$aligned/valid.jsonl
-        fi
+# The pairs are made on every launch (seconds): an existing folder must have been built
+# from exactly these files (its provenance.json hashes them), or the recipe stops.
+aligned=$OUT_DIR/aligned
+mkdir -p "$aligned"
+if [ -n "$PAIRS" ]; then
+    train=$PAIRS valid=$PAIRS_VALID
+    if [ -z "$valid" ]; then  # hold out the last VALID_ROWS lines
+        rows=$(wc -l < "$PAIRS")
+        [ "$rows" -gt "$VALID_ROWS" ] || die "$PAIRS has $rows lines: give PAIRS_VALID or a VALID_ROWS below that"
+        head -n $(( rows - VALID_ROWS )) "$PAIRS" > "$aligned/train.jsonl"
+        tail -n "$VALID_ROWS" "$PAIRS" > "$aligned/valid.jsonl"
+        train=$aligned/train.jsonl valid=$aligned/valid.jsonl
+    fi
+else
+    # The weak aligner (docs/SPAN_PAIRS.md, section 2); the seed makes it repeatable.
+    common=(--seed "$SEED" --words "$words" "${exclude_args[@]}" "${align_args[@]}")
+    if [ "$holdout" = 1 ]; then
+        echo "EXCLUDE holds $GLUE_DIR/$ALIGN_FROM/dev.tsv itself: validating on the last $VALID_ROWS paraphrase rows of $GLUE_DIR/$ALIGN_FROM/train.tsv instead"
+        echo "aligning $GLUE_DIR/$ALIGN_FROM/train.tsv"
+        span-preprocess align-pairs --input "$GLUE_DIR/$ALIGN_FROM/train.tsv" --out "$aligned/train.jsonl" \
+            --holdout-rows "$VALID_ROWS" --holdout-out "$aligned/dev.jsonl" "${common[@]}" \
+            || die "the aligner failed on $GLUE_DIR/$ALIGN_FROM/train.tsv (see above)"
     else
-        # The weak aligner (docs/SPAN_PAIRS.md, section 2); the seed makes it repeatable.
         for s in train dev; do
             echo "aligning $GLUE_DIR/$ALIGN_FROM/$s.tsv"
             span-preprocess align-pairs --input "$GLUE_DIR/$ALIGN_FROM/$s.tsv" \
-                --out "$aligned/$s.jsonl" --seed "$SEED" "${exclude_args[@]}" \
-                --words "$([ -n "$MODEL_DIR" ] && echo bert || echo gpt2)"
+                --out "$aligned/$s.jsonl" "${common[@]}" \
+                || die "the aligner failed on $GLUE_DIR/$ALIGN_FROM/$s.tsv (see above)"
         done
-        train=$aligned/train.jsonl valid=$aligned/dev.jsonl
     fi
+    train=$aligned/train.jsonl valid=$aligned/dev.jsonl
+fi
+if [ -d "$DATA_DIR" ]; then
+    span-preprocess check "$DATA_DIR" --built-from "train=$train" "valid=$valid" >/dev/null \
+        || die "DATA_DIR=$DATA_DIR was not built from this run's phrase pairs (see above): remove it to rebuild it, or set DATA_DIR to another folder"
+    echo "using $DATA_DIR (built from these phrase pairs)"
+else
+    need_gpt2_files
     rm -rf "$DATA_DIR.tmp"
     echo "preparing $DATA_DIR"
     span-preprocess pairs --out "$DATA_DIR.tmp" --name "transfer-$source_name" \
         --train "$train" --valid "$valid" --label-column label --positive-label 1 \
         "${encoder_args[@]}" --srcdict "$SRCDICT" --workers "$WORKERS"
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+fi
+if [ "$PREPARE_ONLY" = 1 ]; then
+    echo "transfer data: $DATA_DIR"
+    exit 0
 fi
 # The task checks an existing folder when it loads it (phrase files, record hashes).
 same_vocabulary "$DATA_DIR/input0/dict.txt"

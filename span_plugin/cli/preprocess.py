@@ -155,10 +155,14 @@ def cmd_pairs(a):
 def cmd_align_pairs(a):
     from span_plugin.preprocess.align import align_file
 
+    if bool(a.holdout_rows) != bool(a.holdout_out):
+        raise SystemExit("span-preprocess align-pairs: give --holdout-rows and --holdout-out together")
     stats = align_file(a.input, a.out, source=a.source, ngrams=a.ngrams,
                        random_ratio=a.random_sentence_ratio, seed=a.seed,
                        require_overlap=a.require_overlap, min_score=a.min_score,
-                       exclude=a.exclude_sentences_of, words=a.words)
+                       exclude=a.exclude_sentences_of, words=a.words,
+                       keep_identical=a.keep_identical, holdout=a.holdout_rows,
+                       holdout_path=a.holdout_out)
     print(stats.report())
 
 
@@ -232,8 +236,18 @@ def cmd_check(a):
     from span_plugin.preprocess.check import CheckError, check_folder
     from span_plugin.preprocess.conll import check_tagging_folder, is_tagging_folder
 
+    built_from = {}
+    for item in a.built_from or ():
+        split, _, path = item.partition("=")
+        if not split or not path:
+            raise SystemExit(f"span-preprocess check: --built-from {item!r}: expected SPLIT=FILE")
+        built_from[split] = path
     for folder in a.folders:
         try:
+            if built_from:
+                from span_plugin.preprocess.pairs import check_built_from
+
+                check_built_from(folder, built_from)
             for line in check_folder(folder):
                 print(line)
             if is_tagging_folder(folder):
@@ -349,10 +363,19 @@ def build_parser():
                    "word boundaries")
     q.add_argument("--ngrams", help="n-gram dictionary of that word scheme (default: packaged)")
     q.add_argument("--random-sentence-ratio", type=float, default=0.5,
-                   help="random partners (sentence label 0, no phrase pairs) per paraphrase pair")
+                   help="random partners (sentence label 0; the random phrase pairs) per paraphrase pair")
     q.add_argument("--min-score", type=float, default=4.0, help="STS-B: lowest score kept")
     q.add_argument("--require-overlap", action="store_true",
                    help="in-paraphrase negatives must share a word with the source phrase")
+    q.add_argument("--keep-identical", action="store_true",
+                   help="also keep identical segments of the anchors as paraphrase pairs "
+                   "(aligner version 1's positives; the identity rule then nearly solves "
+                   "the phrasal task)")
+    q.add_argument("--holdout-rows", type=int, default=0, metavar="N",
+                   help="write the last N paraphrase rows left (with their own random "
+                   "partners) to --holdout-out instead: a validation file when the "
+                   "source's own dev split is excluded")
+    q.add_argument("--holdout-out", help="JSON Lines file of the held-out rows")
     q.add_argument("--exclude-sentences-of", nargs="+", default=[], metavar="TSV",
                    help="drop paraphrase pairs sharing a sentence (case, spaces and "
                    "punctuation ignored) with these files, e.g. the target task's dev.tsv "
@@ -418,6 +441,9 @@ def build_parser():
 
     q = sub.add_parser("check", help="validate binarized folders")
     q.add_argument("folders", nargs="+")
+    q.add_argument("--built-from", nargs="+", metavar="SPLIT=FILE",
+                   help="also refuse a folder whose record names another source file "
+                   "(by sha256) for SPLIT, e.g. train=aligned/train.jsonl")
     q.set_defaults(func=cmd_check)
 
     q = sub.add_parser("stats", help="spans per sentence and span lengths by dictionary size")

@@ -5,25 +5,49 @@ paraphrase pairs (MRPC train rows labelled 1, STS-B train rows scored >= 4) by s
 matching. It is a weak aligner: users with better alignments write them in the same
 JSON Lines format (docs/SPAN_PAIRS.md) and skip this step.
 
-Per paraphrase pair (words are those of the encoder's word scheme, ``words``: GPT-2
-pre-token words, or BERT pre-tokens for WordPiece; every phrase then starts and ends at
-a word boundary of that encoder, so ``span-preprocess pairs`` can map it to tokens):
+Aligner version :data:`ALIGNER_VERSION` (2; version 1 kept every identical anchor as a
+positive, so 83-91% of its positives were identical strings and "identical ->
+paraphrase" nearly solved the task). Per paraphrase pair (words are those of the
+encoder's word scheme, ``words``: GPT-2 pre-token words, or BERT pre-tokens for
+WordPiece; every phrase starts and ends at a word boundary of that encoder, so
+``span-preprocess pairs`` can map it to tokens; words are compared by their case-folded
+keys):
 
-1. each sentence is segmented by the n-gram segmenter (greedy longest match);
-2. anchors: segments whose lower-cased words occur exactly once as a segment in each
-   sentence, kept in order on both sides (a later anchor must lie to the right of the
-   previous one in both), punctuation-only segments left out;
-3. gap positives: the words between two consecutive anchors (or an anchor and the
-   sentence's start or end), 1-4 words on each side and
-   not identical after lower-casing (non-identical paraphrases, so a classifier cannot
-   win by string identity alone);
-4. in-paraphrase negatives: for each positive, a segment of the target sentence that
-   does not overlap the aligned target (``require_overlap``: that shares a word with the
-   source phrase, when one exists);
-5. random partners: ``random_ratio`` x (paraphrase pairs) extra rows, sentence 1 of one
-   pair with sentence 2 of another (sentence label ``0``); their phrase pairs are the
-   random negatives: each positive source phrase of sentence 1 against a random segment
-   of the partner (so every phrase pair stays inside its own sentence pair).
+1. **anchors**: the identical stretches of the two word sequences, found by a
+   Ratcliff-Obershelp diff (:class:`difflib.SequenceMatcher`, longest common block
+   first, then recursively left and right of it; no junk heuristic). Anchors are in
+   order on both sides, so reordered material never forms a gap;
+2. **paraphrases** (positives): each *replace* block of the diff, i.e. the two differing
+   spans between consecutive anchors (or an anchor and the sentence start or end),
+   with punctuation-only words trimmed off both ends; kept when each side then holds
+   1-:data:`MAX_PHRASE_WORDS` words, and neither side holds a digit (in these corpora a
+   changed number, "5.2 percent" -> "5.3 percent", is a changed fact more often than a
+   paraphrase). The two sides share no word (a shared word would have been an anchor),
+   so no positive is an identical string. Pure insertions and deletions (a span on one
+   side only) give no pair;
+3. **in-paraphrase negatives**: for each positive (s, t), the source phrase s against
+   another word window of the same target sentence: of the same length as t (another
+   length, nearest first, when none fits), not overlapping t, starting and ending on a
+   word with a letter or digit, and never the source phrase's own string. Windows holding
+   a word that sentence 1 lacks are preferred (else most would be anchor words copied
+   from sentence 1, a cue that needs no alignment); ``require_overlap``: windows sharing
+   a word with s are preferred before that;
+4. **random partners**: ``random_ratio`` x (paraphrase pairs) extra rows, sentence 1 of
+   one pair with sentence 2 of another (sentence label ``0``); their phrase pairs are the
+   **random** negatives: each positive source phrase of that sentence 1 against a window
+   of the partner chosen as in 3 (same length, not its own string), so every phrase pair
+   stays inside its own sentence pair.
+
+``keep_identical`` (``--keep-identical``) adds identical pairs as positives as well:
+the n-gram segmenter's segments (greedy longest match) lying inside an anchor, each with
+the same words of the other sentence (version 1's identity positives, for comparison).
+
+Lengths are bounded on every class (1-4 words on each side but for identical segments),
+and a phrase pair's classes differ only in which target they pair a source phrase with,
+so neither phrase length nor the source phrase tells the class.
+:func:`identity_rule` scores the rule "identical strings -> paraphrase; random partner
+-> random; else in-paraphrase" on any phrase-pair file: on version 2 output it can only
+get the negatives right.
 
 Everything is drawn from one ``random.Random(seed)``: the same input and seed give the
 same file.
@@ -31,9 +55,12 @@ same file.
 ``exclude``: paraphrase rows that share a sentence with these files (GLUE TSVs: the
 target task's dev and test files) are dropped before anything is drawn, with case,
 spaces and punctuation ignored, so that transfer data cannot leak a target's evaluation
-sentences (STS-B's MSRpar genre comes from the MRPC corpus).
+sentences (STS-B's MSRpar genre comes from the MRPC corpus). ``holdout``: the last
+``holdout`` paraphrase rows left go to a second file (with their own random partners),
+a validation file for when the source's own dev split is excluded.
 """
 
+import difflib
 import json
 import random
 import statistics
@@ -42,10 +69,14 @@ from dataclasses import dataclass, field
 
 from span_plugin.tokenizers import words as W
 from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.formats.pairs import read_pair_rows
 from span_plugin.preprocess.ngrams import load_ngrams
 from span_plugin.preprocess.segment import Segmenter
 
-MAX_GAP_WORDS = 4
+ALIGNER_VERSION = 2
+MAX_PHRASE_WORDS = 4
+PARAPHRASE, RANDOM, IN_PARAPHRASE = "paraphrase", "random", "in-paraphrase"
+PARAPHRASE_ROW, RANDOM_ROW = "1", "0"  # sentence labels of the written rows
 
 
 @dataclass
@@ -56,24 +87,35 @@ class AlignStats:
     classes: Counter = field(default_factory=Counter)
     identical: int = 0
     one_word: int = 0
+    digit_gaps: int = 0  # replace blocks left out for holding a digit
+    long_gaps: int = 0  # replace blocks left out for a side over MAX_PHRASE_WORDS words
     pairs_per_row: list = field(default_factory=list)
     source_words: list = field(default_factory=list)
+    rule: "IdentityRule" = None
+    holdout: "AlignStats" = None
 
     def report(self):
-        pos = self.classes["paraphrase"]
+        pos = self.classes[PARAPHRASE]
         per = self.pairs_per_row or [0]
         lens = self.source_words or [0]
-        return "\n".join([
+        lines = [
             f"rows: {self.paraphrase_rows} paraphrase pairs, {self.random_rows} random partners"
             + (f" ({self.excluded_rows} paraphrase pairs dropped: they share a sentence with "
                f"an excluded file)" if self.excluded_rows else ""),
             "phrase pairs: " + ", ".join(f"{k} {v}" for k, v in sorted(self.classes.items())),
             f"positives: {100.0 * self.identical / max(pos, 1):.1f}% identical strings, "
-            f"{100.0 * self.one_word / max(pos, 1):.1f}% one word on both sides",
+            f"{100.0 * self.one_word / max(pos, 1):.1f}% one word on both sides; gaps left "
+            f"out: {self.digit_gaps} holding a digit, {self.long_gaps} over "
+            f"{MAX_PHRASE_WORDS} words",
             f"pairs per paraphrase row: mean {statistics.fmean(per):.2f}, max {max(per)}, "
             f"rows with none {sum(1 for p in per if p == 0)}",
             f"source phrase words: mean {statistics.fmean(lens):.2f}, max {max(lens)}",
-        ])
+        ]
+        if self.rule is not None:
+            lines.append(self.rule.describe())
+        if self.holdout is not None:
+            lines += ["held out:"] + ["  " + line for line in self.holdout.report().splitlines()]
+        return "\n".join(lines)
 
 
 def read_paraphrases(path, source="auto", min_score=4.0):
@@ -147,86 +189,155 @@ def word_ranges(text, scheme):
 
 
 class _Sentence:
-    """Words with character ranges and the segments (word ranges) of one sentence."""
+    """Words of one sentence: character ranges, case-folded keys, which hold a letter or
+    digit; spans are word ranges ``(first, last + 1)``."""
 
-    def __init__(self, text, segmenter, scheme):
+    def __init__(self, text, scheme, segmenter=None):
         self.text = text
         self.chars, self.keys = word_ranges(text, scheme)
-        self.segments, i = [], 0
-        for n in segmenter(self.keys, text) if self.keys else []:
-            self.segments.append((i, i + n))
-            i += n
+        self.keys = [k.strip() for k in self.keys]
+        self.wordlike = [any(c.isalnum() for c in k) for k in self.keys]
+        self.segments = []
+        if segmenter is not None and self.keys:
+            i = 0
+            for n in segmenter(self.keys, text):
+                self.segments.append((i, i + n))
+                i += n
 
-    def key(self, seg):
-        return tuple(self.keys[seg[0]:seg[1]])
+    def key(self, span):
+        return tuple(self.keys[span[0]:span[1]])
 
-    def char_range(self, seg):
-        return [self.chars[seg[0]][0], self.chars[seg[1] - 1][1]]
+    def char_range(self, span):
+        return [self.chars[span[0]][0], self.chars[span[1] - 1][1]]
 
-    def is_word_segment(self, seg):
-        return any(any(c.isalnum() for c in k) for k in self.key(seg))
+    def has_digit(self, span):
+        return any(c.isdigit() for k in self.keys[span[0]:span[1]] for c in k)
 
 
-def _anchors(s, t):
-    """In-order unique exact segment matches: list of (source seg, target seg)."""
-    def unique(sent):
-        count = Counter(sent.key(g) for g in sent.segments)
-        return {sent.key(g): g for g in sent.segments
-                if count[sent.key(g)] == 1 and sent.is_word_segment(g)}
+def _trim(sent, lo, hi):
+    """The word range [lo, hi) without punctuation-only words at either end."""
+    while lo < hi and not sent.wordlike[lo]:
+        lo += 1
+    while hi > lo and not sent.wordlike[hi - 1]:
+        hi -= 1
+    return lo, hi
 
-    us, ut = unique(s), unique(t)
-    out, last = [], -1
-    for g in s.segments:
-        k = s.key(g)
-        if k in us and k in ut and ut[k][0] > last:
-            out.append((g, ut[k]))
-            last = ut[k][0]
+
+def diff_blocks(s, t):
+    """The diff of two sentences' keys, in order: ``(op, (i1, i2), (j1, j2))`` with op
+    ``equal`` (an anchor), ``replace`` (differing spans on both sides), ``insert`` or
+    ``delete`` (a span on one side only); equal blocks and the others alternate."""
+    matcher = difflib.SequenceMatcher(None, s.keys, t.keys, autojunk=False)
+    return [(op, (i1, i2), (j1, j2)) for op, i1, i2, j1, j2 in matcher.get_opcodes()]
+
+
+def _anchor(s, block):
+    """An anchor a gap may lean on: an equal block holding a word with a letter or digit
+    (a lone comma or quote matches too easily)."""
+    return block[0] == "equal" and any(s.wordlike[block[1][0]:block[1][1]])
+
+
+def gap_positives(s, t, blocks, stats=None):
+    """Paraphrase pairs of one sentence pair: the replace blocks with an anchor on both
+    sides, trimmed, 1-MAX_PHRASE_WORDS words a side, no digit; list of (source span,
+    target span)."""
+    out = []
+    for k, (op, (i1, i2), (j1, j2)) in enumerate(blocks):
+        if op != "replace" or not (0 < k < len(blocks) - 1 and _anchor(s, blocks[k - 1])
+                                   and _anchor(s, blocks[k + 1])):
+            continue
+        a, b = _trim(s, i1, i2), _trim(t, j1, j2)
+        if a[0] == a[1] or b[0] == b[1]:
+            continue
+        if not (a[1] - a[0] <= MAX_PHRASE_WORDS and b[1] - b[0] <= MAX_PHRASE_WORDS):
+            if stats is not None:
+                stats.long_gaps += 1
+            continue
+        if s.has_digit(a) or t.has_digit(b):
+            if stats is not None:
+                stats.digit_gaps += 1
+            continue
+        if s.key(a) != t.key(b):  # always so after a diff; kept as the rule itself
+            out.append((a, b))
     return out
 
 
-def align_pair(s, t, rng, require_overlap=False):
-    """Phrase pairs of one paraphrase pair: list of (source seg, target seg, label)."""
-    anchors = _anchors(s, t)
-    positives = list(anchors)
-    # Sentence edges act as anchors too, so the words before the first and after the
-    # last anchor are gaps as well.
-    bounds = ([((0, 0), (0, 0))] + anchors
-              + [((len(s.keys),) * 2, (len(t.keys),) * 2)]) if anchors else []
-    for (sa, ta), (sb, tb) in zip(bounds, bounds[1:]):
-        gs, gt = (sa[1], sb[0]), (ta[1], tb[0])
-        ns, nt = gs[1] - gs[0], gt[1] - gt[0]
-        if 1 <= ns <= MAX_GAP_WORDS and 1 <= nt <= MAX_GAP_WORDS and s.key(gs) != t.key(gt) \
-                and s.is_word_segment(gs) and t.is_word_segment(gt):
-            positives.append((gs, gt))
+def identical_positives(s, t, blocks):
+    """Identical pairs (``keep_identical``): the source segments inside an anchor with a
+    letter or digit, each with the same words of the target."""
+    out = []
+    for op, (i1, i2), (j1, _) in blocks:
+        if op != "equal":
+            continue
+        for a, b in s.segments:
+            if i1 <= a and b <= i2 and any(s.wordlike[a:b]):
+                out.append(((a, b), (j1 + a - i1, j1 + b - i1)))
+    return out
+
+
+def _windows(sent, n, avoid):
+    """Word windows of ``n`` words starting and ending on a word with a letter or digit,
+    not overlapping the span ``avoid`` (None: anywhere)."""
+    return [(i, i + n) for i in range(len(sent.keys) - n + 1)
+            if sent.wordlike[i] and sent.wordlike[i + n - 1]
+            and (avoid is None or i + n <= avoid[0] or i >= avoid[1])]
+
+
+def pick_window(rng, sent, n, source_key, avoid=None, prefer=()):
+    """A window for a negative: ``n`` words (else the nearest other length with one, the
+    shorter first), not the source phrase's own string; among them the first non-empty
+    set of ``prefer`` (predicates on a span), else any. None when the sentence has none."""
+    lengths = sorted(range(1, MAX_PHRASE_WORDS + 1), key=lambda m: (abs(m - n), m))
+    for m in lengths:
+        found = [w for w in _windows(sent, m, avoid) if sent.key(w) != source_key]
+        if found:
+            for keep in prefer:
+                kept = [w for w in found if keep(w)]
+                if kept:
+                    return rng.choice(kept)
+            return rng.choice(found)
+    return None
+
+
+def align_pair(s, t, rng, require_overlap=False, keep_identical=False, stats=None):
+    """Phrase pairs of one paraphrase pair: list of (source span, target span, label)."""
+    blocks = diff_blocks(s, t)
+    positives = gap_positives(s, t, blocks, stats)
+    if keep_identical:
+        positives += identical_positives(s, t, blocks)
     positives.sort()
-    out = [(a, b, "paraphrase") for a, b in positives]
+    source_words = set(s.keys)
+    out = [(a, b, PARAPHRASE) for a, b in positives]
     for a, b in positives:
-        others = [g for g in t.segments if (g[1] <= b[0] or g[0] >= b[1]) and t.is_word_segment(g)]
-        if require_overlap:
-            words = set(s.key(a))
-            shared = [g for g in others if words & set(t.key(g))]
-            others = shared or others
-        if others:
-            out.append((a, rng.choice(others), "in-paraphrase"))
+        prefer = [lambda w: bool(set(s.key(a)) & set(t.key(w)))] if require_overlap else []
+        prefer.append(lambda w: not set(t.key(w)) <= source_words)
+        w = pick_window(rng, t, b[1] - b[0], s.key(a), avoid=b, prefer=prefer)
+        if w is not None:
+            out.append((a, w, IN_PARAPHRASE))
     return out
 
 
-def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, seed=1,
-               require_overlap=False, min_score=4.0, exclude=(), words="gpt2"):
-    """Write the JSON Lines file of :mod:`span_plugin.preprocess.pairs` from the
-    paraphrase rows of ``path``, without those sharing a sentence with the files
-    ``exclude``; ``words``: the word scheme of the encoder that will read the file (and
-    of the n-gram dictionary); returns :class:`AlignStats`."""
-    rng = random.Random(seed)
-    segmenter = Segmenter(load_ngrams(ngrams, words=words), method="greedy")
+def paraphrase_rows(path, source="auto", min_score=4.0, exclude=()):
+    """The paraphrase rows of ``path`` without those sharing a sentence with a file of
+    ``exclude``: (rows, number dropped)."""
     rows = read_paraphrases(path, source, min_score)
     banned = set().union(*(sentences_of(p) for p in exclude))
     kept = [(a, b) for a, b in rows if normalise(a) not in banned and normalise(b) not in banned]
-    excluded, rows = len(rows) - len(kept), kept
+    return kept, len(rows) - len(kept)
+
+
+def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, seed=1,
+               require_overlap=False, keep_identical=False, where=None):
+    """Write the phrase pairs of the paraphrase ``rows`` ((sentence1, sentence2) pairs)
+    and their random partners to ``out_path``; returns :class:`AlignStats`."""
     if len(rows) < 2:
-        raise BadInputError(f"{path}: {len(rows)} paraphrase rows; need at least 2")
-    sents = [(_Sentence(a, segmenter, words), _Sentence(b, segmenter, words)) for a, b in rows]
-    stats = AlignStats(excluded_rows=excluded)
+        raise BadInputError(f"{where or out_path}: {len(rows)} paraphrase rows; need at "
+                            f"least 2 (random partners pair two rows)")
+    rng = random.Random(seed)
+    segmenter = (Segmenter(load_ngrams(ngrams, words=words), method="greedy")
+                 if keep_identical else None)
+    sents = [(_Sentence(a, words, segmenter), _Sentence(b, words, segmenter)) for a, b in rows]
+    stats = AlignStats()
     positives_of = []
     with open(out_path, "w", encoding="utf-8", newline="\n") as f:
         def write(s, t, label, pairs):
@@ -238,22 +349,114 @@ def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, see
                 stats.classes[y] += 1
 
         for s, t in sents:
-            pairs = align_pair(s, t, rng, require_overlap)
-            pos = [(a, b) for a, b, y in pairs if y == "paraphrase"]
-            positives_of.append([a for a, _ in pos])
+            pairs = align_pair(s, t, rng, require_overlap, keep_identical, stats)
+            pos = [(a, b) for a, b, y in pairs if y == PARAPHRASE]
+            positives_of.append(pos)
             stats.identical += sum(s.key(a) == t.key(b) for a, b in pos)
             stats.one_word += sum(a[1] - a[0] == 1 and b[1] - b[0] == 1 for a, b in pos)
             stats.pairs_per_row.append(len(pairs))
             stats.source_words += [a[1] - a[0] for a, _ in pos]
-            write(s, t, "1", pairs)
+            write(s, t, PARAPHRASE_ROW, pairs)
             stats.paraphrase_rows += 1
         for _ in range(int(round(random_ratio * len(sents)))):
             i = rng.randrange(len(sents))
             j = rng.randrange(len(sents) - 1)
             j += j >= i  # another pair's sentence 2
             s, t = sents[i][0], sents[j][1]
-            words = [g for g in t.segments if t.is_word_segment(g)]
-            pairs = [(a, rng.choice(words), "random") for a in positives_of[i]] if words else []
-            write(s, t, "0", pairs)
+            pairs = []
+            for a, b in positives_of[i]:
+                w = pick_window(rng, t, b[1] - b[0], s.key(a))
+                if w is not None:
+                    pairs.append((a, w, RANDOM))
+            write(s, t, RANDOM_ROW, pairs)
             stats.random_rows += 1
+    stats.rule = identity_rule(out_path)
     return stats
+
+
+def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, seed=1,
+               require_overlap=False, min_score=4.0, exclude=(), words="gpt2",
+               keep_identical=False, holdout=0, holdout_path=None):
+    """Write the JSON Lines file of :mod:`span_plugin.preprocess.pairs` from the
+    paraphrase rows of ``path``, without those sharing a sentence with the files
+    ``exclude``; ``words``: the word scheme of the encoder that will read the file (and
+    of the n-gram dictionary); ``holdout`` > 0: the last ``holdout`` rows left go to
+    ``holdout_path`` instead (aligned on their own, seed + 1). Returns
+    :class:`AlignStats` (the held-out file's in ``.holdout``)."""
+    rows, excluded = paraphrase_rows(path, source, min_score, exclude)
+    where = (f"{path}: after dropping {excluded} paraphrase rows that share a sentence with "
+             f"{', '.join(map(str, exclude))} (EXCLUDE / --exclude-sentences-of takes the "
+             f"target task's dev and test files; a file's own split drops all of its rows)"
+             if exclude else str(path))
+    settings = dict(words=words, ngrams=ngrams, random_ratio=random_ratio,
+                    require_overlap=require_overlap, keep_identical=keep_identical)
+    held = None
+    if holdout:
+        if holdout_path is None:
+            raise ValueError("holdout needs holdout_path")
+        if len(rows) - holdout < 2:
+            raise BadInputError(f"{where}: {len(rows)} paraphrase rows, too few to hold out "
+                                f"{holdout} and train on the rest")
+        rows, kept = rows[:-holdout], rows[-holdout:]
+        held = align_rows(kept, holdout_path, seed=seed + 1, where=f"{where} (held out)",
+                          **settings)
+    stats = align_rows(rows, out_path, seed=seed, where=where, **settings)
+    stats.excluded_rows = excluded
+    stats.holdout = held
+    return stats
+
+
+# ----------------------------------------------------------------------------------
+# How far string identity gets on a phrase-pair file
+
+
+@dataclass
+class IdentityRule:
+    """The rule "identical strings -> paraphrase; random partner row -> random; else
+    in-paraphrase" on a phrase-pair file: per gold class, pairs and how many it got."""
+    counts: Counter = field(default_factory=Counter)
+    correct: Counter = field(default_factory=Counter)
+    identical: int = 0  # pairs whose two phrases are the same string
+
+    @property
+    def total(self):
+        return sum(self.counts.values())
+
+    @property
+    def accuracy(self):
+        return 100.0 * sum(self.correct.values()) / max(self.total, 1)
+
+    def as_dict(self):
+        return {"accuracy": round(self.accuracy, 2), "pairs": self.total,
+                "identical": self.identical, "classes": dict(sorted(self.counts.items())),
+                "correct": dict(sorted(self.correct.items()))}
+
+    def describe(self):
+        per = ", ".join(f"{k} {self.correct[k]}/{n}" for k, n in sorted(self.counts.items()))
+        return (f"identity rule (identical -> paraphrase; random partner -> random; else "
+                f"in-paraphrase): {self.accuracy:.1f}% of {self.total} phrase pairs ({per})")
+
+
+def same_string(a, b):
+    """Two phrases are identical: equal after case-folding and collapsing whitespace."""
+    return " ".join(a.casefold().split()) == " ".join(b.casefold().split())
+
+
+def identity_rule(path, label_column="label", random_label=RANDOM_ROW,
+                  text_columns=("sentence1", "sentence2")):
+    """Score the identity rule (:class:`IdentityRule`) on a phrase-pair JSON Lines file
+    (docs/SPAN_PAIRS.md, section 1, labels ``paraphrase random in-paraphrase``): a
+    phrase pair is guessed ``paraphrase`` when its two phrases are the same string,
+    else ``random`` in a row whose sentence label is ``random_label``, else
+    ``in-paraphrase``."""
+    labels = (PARAPHRASE, RANDOM, IN_PARAPHRASE)
+    rule = IdentityRule()
+    for row in read_pair_rows(path, text_columns, label_column, phrase_labels=labels):
+        for source, target, y in row.phrases:
+            same = same_string(row.texts[0][source[0]:source[1]],
+                               row.texts[1][target[0]:target[1]])
+            rule.identical += same
+            guess = PARAPHRASE if same else RANDOM if row.label == random_label else IN_PARAPHRASE
+            rule.counts[labels[y]] += 1
+            rule.correct[labels[y]] += guess == labels[y]
+    return rule

@@ -28,7 +28,11 @@ labels, data record), plus::
     out/phrase_label/{split}.{bin,idx}     item i: one label id per phrase pair (int32)
     out/phrase_label/labels.txt            the declared labels, one a line, id = line - 1
 
-The phrase files are written before the data record, so the record hashes them too.
+The phrase files are written before the data record, so the record hashes them too,
+and the record's ``source`` names the JSON Lines files it was built from (with their
+sha256): :func:`check_built_from` refuses a folder built from other phrase pairs
+(``span-preprocess check FOLDER --built-from train=FILE valid=FILE``; the transfer
+recipe runs it on an existing folder before it trains on it).
 The sentence label set is the train file's: a valid label outside it is an error naming
 the file, line and label, or (``unknown_labels="skip"``) the row is left out of every
 file, phrase pairs included, and listed in ``dropped_rows.tsv``; a train file without
@@ -43,7 +47,7 @@ import numpy as np
 from span_plugin.formats.lines import BadInputError
 from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
 from span_plugin.formats.rows import SplitRows
-from span_plugin.preprocess import indexed, span_files
+from span_plugin.preprocess import indexed, provenance, span_files
 from span_plugin.preprocess.binarize import _get_encoder
 from span_plugin.preprocess.folder import (given_splits, restrict_to_train_labels,
                                            write_task_folder)
@@ -206,3 +210,36 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
                                     f"{toks.sizes[bad[0]] - 1} tokens, phrases counted "
                                     f"{mine[bad[0]] - 1}")
     return counts, n_pairs
+
+
+# ----------------------------------------------------------------------------------
+# Is an existing folder the one these files make?
+
+
+def check_built_from(folder, files):
+    """Refuse a folder that was not built from ``files`` = {split: path}: the sha256 its
+    data record gives each split's source must be that file's. Raises
+    :class:`~span_plugin.preprocess.provenance.ProvenanceError` naming the folder, the
+    split, both files and both hashes (a folder made from other phrase pairs: another
+    source, exclusion set, seed or aligner)."""
+    record = provenance.read_record(folder)
+    if record is None:
+        raise provenance.ProvenanceError(
+            f"{folder}: no {provenance.RECORD_NAME}, so nothing tells which phrase pairs "
+            f"built it; remove the folder to rebuild it")
+    sources = record.get("source") or {}
+    for split, path in files.items():
+        entry = sources.get(split)
+        actual = provenance.sha256(path)
+        if entry is None:
+            raise provenance.ProvenanceError(
+                f"{folder}: its record has no {split} split, but {path} was given for one; "
+                f"remove the folder to rebuild it")
+        if entry.get("sha256") != actual:
+            raise provenance.ProvenanceError(
+                f"{folder} was built from {entry.get('path')} (sha256 "
+                f"{provenance.short(entry.get('sha256') or '')}) as its {split} split, not from "
+                f"{path} (sha256 {provenance.short(actual)}): it holds other phrase pairs "
+                f"(another source, exclusion set, seed or aligner). Remove it to rebuild it, "
+                f"or give another folder")
+    return record
