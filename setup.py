@@ -33,7 +33,11 @@ setup(
         "tokenizers",
         "safetensors",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={
+        "test": ["pytest"],
+        # --segmentation chunker: NLTK's JSON tagger format (3.9+); data via --nltk-data
+        "chunker": ["nltk>=3.9"],
+    },
     entry_points={
         "console_scripts": [
             "span-preprocess = span_plugin.cli.preprocess:main",

@@ -30,8 +30,14 @@ def _add_encoder_args(p):
                    help="fairseq dict.txt of the BPE symbols (GPT-2: gpt2_bpe/dict.txt)")
     g.add_argument("--ngrams", help="n-gram dictionary (default: the packaged one)")
     g.add_argument("--ngrams-top-k", type=int, help="use only the K most frequent n-grams")
-    g.add_argument("--segmentation", choices=SEGMENTATIONS, default="greedy")
+    g.add_argument("--segmentation", choices=SEGMENTATIONS, default="greedy",
+                   help="greedy: longest n-gram match; random: greedy's lengths shuffled; "
+                   "none: one word a span; chunker: NLTK POS tags + a CoNLL-2000 chunker "
+                   "(pip install 'span_plugin[chunker]'; docs/PREPROCESS.md)")
     g.add_argument("--seed", type=int, default=0, help="seed of --segmentation random")
+    g.add_argument("--nltk-data", metavar="DIR", help="--segmentation chunker: NLTK data "
+                   "folder with taggers/averaged_perceptron_tagger_eng and corpora/conll2000 "
+                   "(default: $NLTK_DATA, then NLTK's default folders)")
     g.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     g.add_argument("--bad-utf8", choices=("error", "replace"), default="error",
                    help="invalid UTF-8: stop naming file and line, or use U+FFFD")
@@ -64,13 +70,17 @@ def _print_dropped(out):
 def _spec(a, need_dict=True):
     from span_plugin.preprocess.encoding import EncoderSpec
 
+    if a.nltk_data and a.segmentation != "chunker":
+        raise SystemExit(f"span-preprocess {a.cmd}: --nltk-data is read only by "
+                         f"--segmentation chunker (got --segmentation {a.segmentation})")
     if need_dict and not a.srcdict:
         raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")
     spec = EncoderSpec(bpe=a.bpe, encoder_json=a.gpt2_encoder_json,
                        vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
                        bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece,
                        ngrams=a.ngrams,
-                       ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed)
+                       ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed,
+                       nltk_data=a.nltk_data)
     from span_plugin.preprocess.binarize import _get_encoder
 
     _get_encoder(spec)  # fail early on a bad path or dictionary line (built once, kept)

@@ -67,6 +67,27 @@ def _same(name, given, recorded, checkpoint):
                                f"{name}={recorded!r}")
 
 
+def _chunker_data(recorded, checkpoint):
+    """The NLTK data folder of a checkpoint trained on chunker spans: the recorded one,
+    if its files and the chunker trained from them are still the recorded ones."""
+    from span_plugin.preprocess.chunker import build
+
+    now = provenance.chunker_record(build(recorded["nltk_data"]))  # names a missing file
+    entries = [(recorded["tagger"][k], now["tagger"][k]) for k in recorded["tagger"]]
+    for was, new in entries + [(recorded["train"], now["train"])]:
+        if was["sha256"] != new["sha256"]:
+            raise SettingsMismatch(
+                f"{new['path']} (sha256 {provenance.short(new['sha256'])}) changed since "
+                f"{checkpoint} was trained (sha256 {provenance.short(was['sha256'])}): its "
+                f"chunker would segment differently")
+    if now["model_sha256"] != recorded["model_sha256"]:
+        raise SettingsMismatch(
+            f"the chunker trained from {recorded['nltk_data']} now (NLTK {now['nltk']}, model "
+            f"sha256 {provenance.short(now['model_sha256'])}) is not the one {checkpoint} was "
+            f"trained with (NLTK {recorded['nltk']}, {provenance.short(recorded['model_sha256'])})")
+    return recorded["nltk_data"]
+
+
 def encoder_spec(record, given, checkpoint):
     """EncoderSpec for inference. ``given``: {setting: value or None} with the keys of
     :data:`SETTINGS`; ``record``: the checkpoint's data record, or None."""
@@ -123,5 +144,9 @@ def encoder_spec(record, given, checkpoint):
             # The packaged dictionary of this installation must be the one trained with.
             entry = dict(ng, path=default_ngrams_path(ng["words"]))
         ngrams, top_k = _file("ngrams", given["ngrams"], entry, checkpoint), ng["top_k"]
+    nltk_data = None
+    if enc["segmentation"] == "chunker":
+        nltk_data = _chunker_data(enc["chunker"], checkpoint)
     return EncoderSpec(bpe=enc["bpe"], ngrams=ngrams, ngrams_top_k=top_k,
-                       segmentation=enc["segmentation"], seed=enc["seed"], **files)
+                       segmentation=enc["segmentation"], seed=enc["seed"], nltk_data=nltk_data,
+                       **files)

@@ -16,7 +16,7 @@ How each kind cuts words into tokens is in its module (:mod:`span_plugin.tokeniz
 from dataclasses import dataclass, fields
 
 from span_plugin.preprocess.ngrams import load_ngrams
-from span_plugin.preprocess.segment import Segmenter
+from span_plugin.preprocess.segment import NO_DICTIONARY, Segmenter
 from span_plugin.tokenizers import TOKENIZERS, build_tokenizer
 
 # The registered kinds, live: a kind registered later is one too.
@@ -88,6 +88,7 @@ class EncoderSpec:
     ngrams_top_k: int = None
     segmentation: str = "greedy"
     seed: int = 0
+    nltk_data: str = None  # segmentation chunker: NLTK data folder (None: $NLTK_DATA, ...)
 
     def build(self):
         return make_encoder(**self.__dict__)
@@ -95,15 +96,17 @@ class EncoderSpec:
 
 # The EncoderSpec fields that name a tokenizer's files.
 FILE_FIELDS = tuple(f.name for f in fields(EncoderSpec)
-                    if f.name not in ("bpe", "ngrams", "ngrams_top_k", "segmentation", "seed"))
+                    if f.name not in ("bpe", "ngrams", "ngrams_top_k", "segmentation", "seed",
+                                      "nltk_data"))
 
 
 def make_encoder(bpe="gpt2", ngrams=None, ngrams_top_k=None, segmentation="greedy", seed=0,
-                 **files):
+                 nltk_data=None, **files):
     """Build a :class:`SpanTokenizer`. ``files``: the tokenizer's files by EncoderSpec
     field (``encoder_json=...``). ``ngrams`` is a path, a loaded NgramDict, or None for
     the packaged default dictionary of the tokenizer's word scheme (not loaded at all
-    for ``segmentation="none"``)."""
+    for ``segmentation="none"`` or ``"chunker"``; the chunker's NLTK data folder is
+    ``nltk_data``)."""
     unknown = sorted(set(files) - set(FILE_FIELDS))
     if unknown:
         raise TypeError(f"make_encoder: unknown file argument {unknown[0]!r}; expected "
@@ -111,11 +114,16 @@ def make_encoder(bpe="gpt2", ngrams=None, ngrams_top_k=None, segmentation="greed
     if bpe not in TOKENIZERS:
         raise ValueError(f"bpe {bpe!r}: expected one of {tuple(TOKENIZERS)}")
     scheme = TOKENIZERS[bpe].word_scheme
-    if segmentation == "none":
+    chunker = None
+    if segmentation == "chunker":
+        from span_plugin.preprocess.chunker import ChunkSegmenter
+
+        chunker = ChunkSegmenter(scheme, nltk_data)
+    if segmentation in NO_DICTIONARY:
         dictionary = None
     elif ngrams is None or isinstance(ngrams, (str, bytes)) or hasattr(ngrams, "__fspath__"):
         dictionary = load_ngrams(ngrams, top_k=ngrams_top_k, words=scheme)
     else:
         dictionary = ngrams
-    segmenter = Segmenter(dictionary, method=segmentation, seed=seed)
+    segmenter = Segmenter(dictionary, method=segmentation, seed=seed, chunker=chunker)
     return SpanTokenizer(build_tokenizer(bpe, **files), segmenter)

@@ -24,7 +24,10 @@ preparation did not finish)::
 field names; a WordPiece folder is recorded as the tokenizer file it resolves to
 (``wordpiece``), plus ``wordpiece_config`` when a bare vocab.txt took its casing from a
 tokenizer_config.json. ``files`` covers every file of the folder except ``raw/`` and the
-record itself.
+record itself. Segmentation ``chunker`` records no n-grams (null) but ``encoder.chunker``:
+its NLTK data folder and files (tagger JSON, CoNLL-2000 train and test, by sha256), NLTK's
+version, the trained model's sha256 and its CoNLL-2000 test scores
+(:func:`chunker_record`).
 
 Who reads it:
 
@@ -110,13 +113,35 @@ def encoder_record(spec, srcdict):
             if getattr(spec, name):
                 files[name] = file_entry(getattr(spec, name))
     ngrams = None
-    if spec.segmentation != "none":
+    if spec.segmentation not in ("none", "chunker"):
         words = TOKENIZERS[spec.bpe].word_scheme
         path = spec.ngrams or default_ngrams_path(words)
         ngrams = dict(file_entry(path), top_k=spec.ngrams_top_k, words=words,
                       packaged=DEFAULT_FILES[words] if spec.ngrams is None else None)
-    return {"bpe": spec.bpe, "files": files, "srcdict": file_entry(srcdict),
-            "ngrams": ngrams, "segmentation": spec.segmentation, "seed": spec.seed}
+    record = {"bpe": spec.bpe, "files": files, "srcdict": file_entry(srcdict),
+              "ngrams": ngrams, "segmentation": spec.segmentation, "seed": spec.seed}
+    if spec.segmentation == "chunker":  # its data files, model hash and test F1
+        from span_plugin.preprocess.chunker import build
+
+        record["chunker"] = chunker_record(build(spec.nltk_data))
+    return record
+
+
+def chunker_record(model):
+    """The ``encoder.chunker`` part of a record for a
+    :class:`span_plugin.preprocess.chunker.Model`."""
+    from span_plugin.preprocess.chunker import TAGGER_FILES, TEST_FILE, TRAIN_FILE
+
+    test = os.path.join(model.root, TEST_FILE)
+    return {
+        "nltk_data": model.root, "nltk": model.key["nltk"],
+        "tagger": {part: file_entry(os.path.join(model.root, rel))
+                   for part, rel in TAGGER_FILES.items()},
+        "train": file_entry(os.path.join(model.root, TRAIN_FILE)),
+        "test": file_entry(test) if os.path.isfile(test) else None,
+        "chunker": model.description, "model_sha256": model.fingerprint,
+        "test_scores": model.scores,  # with the tagger's POS tags; null without test.txt
+    }
 
 
 def folder_files(folder):
@@ -251,6 +276,13 @@ def positive_label(record):
     return labels.get("positive")
 
 
+def chunker_line(chunker):
+    scores = chunker.get("test_scores")
+    f1 = f"CoNLL-2000 test F1 {scores['f1']:.4f}" if scores else "no test F1"
+    return (f"{chunker['chunker']} on {chunker['train']['path']}, {f1}, NLTK "
+            f"{chunker['nltk']}, model sha256 {short(chunker['model_sha256'])}")
+
+
 def describe(record):
     """Readable lines for ``span-preprocess check``."""
     enc = record["encoder"]
@@ -258,7 +290,7 @@ def describe(record):
                       for e in enc["files"].values())
     ng = enc["ngrams"]
     if ng is None:
-        ngrams = "none (segmentation none)"
+        ngrams = f"none (segmentation {enc['segmentation']})"
     else:
         top = "all entries" if ng["top_k"] is None else f"top {ng['top_k']}"
         name = f"packaged {ng['packaged']}" if ng.get("packaged") else ng["path"]
@@ -280,6 +312,7 @@ def describe(record):
         f"(sha256 {short(enc['srcdict']['sha256'])})",
         f"  n-grams: {ngrams}",
         f"  segmentation: {enc['segmentation']} (seed {enc['seed']})",
+        *([f"  chunker: {chunker_line(enc['chunker'])}"] if enc.get("chunker") else []),
         f"  labels: {lab}",
         f"  files: {len(record['files'])} recorded, hashes match",
     ]

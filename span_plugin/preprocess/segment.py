@@ -12,20 +12,31 @@ A segmentation is a list of span lengths in words that sums to the number of wor
   seeded by ``seed`` and the sentence text, so it does not depend on worker count or
   line order.
 - ``none``: every word is its own span (the paper's "CNN without segmentation").
+- ``chunker``: every chunk of a POS-tag chunker trained on CoNLL-2000 is a span, every
+  word outside chunks a one-word span (the paper's "NLTK SF"; needs NLTK and its data,
+  :mod:`span_plugin.preprocess.chunker`). It reads the sentence text for the words'
+  case and uses no n-gram dictionary.
 """
 
 import random
 
-METHODS = ("greedy", "random", "none")
+METHODS = ("greedy", "random", "none", "chunker")
+NO_DICTIONARY = ("none", "chunker")  # the methods that need no n-gram dictionary
 
 
 class Segmenter:
-    def __init__(self, ngrams=None, method="greedy", seed=0):
+    def __init__(self, ngrams=None, method="greedy", seed=0, chunker=None):
+        """chunker: for ``chunker``, a ``(keys, text) -> lengths`` callable
+        (:class:`~span_plugin.preprocess.chunker.ChunkSegmenter`)."""
         if method not in METHODS:
             raise ValueError(f"segmentation method {method!r}: expected one of {METHODS}")
-        if method != "none" and ngrams is None:
+        if method not in NO_DICTIONARY and ngrams is None:
             raise ValueError(f"segmentation {method!r} needs an n-gram dictionary")
+        if (method == "chunker") != (chunker is not None):
+            raise ValueError(f"segmentation {method!r}: a chunker is given for, and only "
+                             f"for, 'chunker'")
         self.method = method
+        self.chunker = chunker
         self.seed = seed
         self.ngrams = ngrams
         self._grams = ngrams.grams if ngrams is not None else set()
@@ -33,9 +44,12 @@ class Segmenter:
 
     def __call__(self, keys, text=""):
         """keys: matching keys of the sentence's words, ``[num_words]``.
-        text: the sentence (seeds ``random``). Returns span lengths in words."""
+        text: the sentence (seeds ``random``; ``chunker`` reads its words' case).
+        Returns span lengths in words."""
         if self.method == "none":
             return [1] * len(keys)
+        if self.method == "chunker":
+            return self.chunker(keys, text)
         lengths = self.greedy(keys)
         if self.method == "random":
             random.Random(f"{self.seed}\x00{text}").shuffle(lengths)
