@@ -8,7 +8,6 @@ import logging
 import os
 import shlex
 import sys
-import tempfile
 
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
 from span_plugin.tokenizers.words import WORD_SCHEMES
@@ -88,24 +87,32 @@ def _spec(a, need_dict=True):
 
 
 def cmd_ngrams(a):
-    from span_plugin.formats.glue import iter_glue_sentences
-    from span_plugin.preprocess.ngrams import build_dictionary
+    from span_plugin.preprocess.ngrams import TaskRowsInCorpus, build_dictionary, cut_dictionary
 
+    if a.glue_dir:
+        raise SystemExit(
+            "span-preprocess ngrams: --glue-dir was removed: a dictionary counted on a "
+            "task's training rows segments those rows unlike unseen text. Count a general "
+            "corpus (--text), and pass the task folders to --task-rows to check it")
     paths = list(a.text or []) + list(a.wikitext or [])
-    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
-        if a.glue_dir:
-            glue_txt = os.path.join(tmp, "glue_sentences.txt")
-            with open(glue_txt, "w", encoding="utf-8") as f:
-                for s in iter_glue_sentences(a.glue_dir):
-                    f.write(s + "\n")
-            paths.append(glue_txt)
-        if not paths:
-            raise SystemExit("span-preprocess ngrams: give --text, --wikitext or --glue-dir")
+    if a.from_dictionary:
+        if paths or not a.top_k:
+            raise SystemExit("span-preprocess ngrams: --from-dictionary takes --top-k and "
+                             "no --text/--wikitext")
+        n = cut_dictionary(a.from_dictionary, a.out, a.top_k)
+        print(f"{a.out}: the {n} most frequent n-grams of {a.from_dictionary}")
+        return
+    if not paths:
+        raise SystemExit("span-preprocess ngrams: give --text or --wikitext")
+    try:
         res = build_dictionary(paths, a.out, min_n=a.min_n, max_n=a.max_n,
                                min_count=a.min_count, workers=a.workers,
                                wikitext=list(a.wikitext or []), top_k=a.top_k,
                                edge_punct=a.keep_edge_punct, partitions=a.partitions,
-                               tmp_dir=a.tmp_dir, words=a.words)
+                               tmp_dir=a.tmp_dir, words=a.words, task_rows=a.task_rows or (),
+                               on_task_rows=a.on_task_rows)
+    except TaskRowsInCorpus as e:
+        raise SystemExit(f"span-preprocess ngrams: {e}")
     print(f"{a.out}: {len(res.items)} n-grams over {a.words} words "
           f"(n={a.min_n}..{a.max_n}, count >= "
           f"{a.min_count}) from {res.corpus_tokens} words")
@@ -294,9 +301,19 @@ def build_parser():
 
     q = sub.add_parser("ngrams", help="count n-grams and write a dictionary")
     q.add_argument("--out", required=True, help="output file (.gz: gzip-compressed)")
-    q.add_argument("--text", nargs="+", help="plain text files, one sentence/paragraph a line")
+    q.add_argument("--text", nargs="+",
+                   help="plain text files (.gz too), one sentence or paragraph a line")
     q.add_argument("--wikitext", nargs="+", help="WikiText .tokens files")
-    q.add_argument("--glue-dir", help="also count the input fields of every GLUE train TSV here (dev and test are left out)")
+    q.add_argument("--from-dictionary", metavar="DICT",
+                   help="instead of counting: write the --top-k most frequent entries of DICT")
+    q.add_argument("--glue-dir", help=argparse.SUPPRESS)  # removed: explains why
+    q.add_argument("--task-rows", nargs="+", metavar="PATH",
+                   help="task files or folders (GLUE, tables, sentence files) the dictionary "
+                   "will serve: refuse a corpus with one of their sentences as a line")
+    q.add_argument("--on-task-rows", choices=("error", "drop", "count"), default="error",
+                   help="corpus lines that are --task-rows sentences: stop before counting "
+                   "(error), leave them out of the count (drop; recorded in the header) or "
+                   "count them with a warning (count)")
     q.add_argument("--min-n", type=int, default=2)
     q.add_argument("--max-n", type=int, default=5)
     q.add_argument("--min-count", type=int, default=11,

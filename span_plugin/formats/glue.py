@@ -114,20 +114,3 @@ def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
         out.lines.append(lineno)
         out.rows += 1
     return out
-
-
-def iter_glue_sentences(glue_dir, tasks=None):
-    """Every input field of every task's train TSV under ``glue_dir`` (no labels), for
-    building an n-gram dictionary from unlabeled GLUE text. Dev and test sentences are
-    left out so that the evaluation sets shape nothing the model is trained with."""
-    for task in TASKS.values():
-        if tasks and task.name not in tasks:
-            continue
-        for raw_split, _ in task.splits:
-            if raw_split != "train":
-                continue
-            path = os.path.join(glue_dir, task.name, raw_split + ".tsv")
-            if os.path.exists(path):
-                rows = read_split(task, path, raw_split, bad_rows="skip", bad_utf8="replace")
-                for col in rows.inputs:
-                    yield from col

@@ -11,7 +11,9 @@ preparation did not finish)::
                            "vocab_bpe": {...}},
                  "srcdict": {"path": "/abs/dict.txt", "sha256": "..."},
                  "ngrams": {"path": ..., "sha256": ..., "packaged": "ngrams.default.txt.gz",
-                            "top_k": null, "words": "gpt2"},      (null: segmentation none)
+                            "top_k": null, "words": "gpt2",       (null: segmentation none)
+                            "built": {"corpus": "wiki.AA.txt.gz,...", "min_count": "11",
+                                      ...}},  (the dictionary header, ngrams.read_header)
                  "segmentation": "greedy", "seed": 0},
      "labels": {"kind": "classes", "names": ["entailment", "not_entailment"],
                 "positive": "entailment"}       (regression: {"kind": "regression",
@@ -100,7 +102,7 @@ def encoder_record(spec, srcdict):
     """The ``encoder`` part of a record for an EncoderSpec and its fairseq dict.txt."""
     from span_plugin.tokenizers import TOKENIZERS
     from span_plugin.tokenizers.wordpiece import resolve_wordpiece
-    from span_plugin.preprocess.ngrams import DEFAULT_FILES, default_ngrams_path
+    from span_plugin.preprocess.ngrams import DEFAULT_FILES, default_ngrams_path, read_header
 
     files = {}
     if spec.bpe == "wordpiece":
@@ -117,7 +119,8 @@ def encoder_record(spec, srcdict):
         words = TOKENIZERS[spec.bpe].word_scheme
         path = spec.ngrams or default_ngrams_path(words)
         ngrams = dict(file_entry(path), top_k=spec.ngrams_top_k, words=words,
-                      packaged=DEFAULT_FILES[words] if spec.ngrams is None else None)
+                      packaged=DEFAULT_FILES[words] if spec.ngrams is None else None,
+                      built=read_header(path))  # corpus and counting settings
     record = {"bpe": spec.bpe, "files": files, "srcdict": file_entry(srcdict),
               "ngrams": ngrams, "segmentation": spec.segmentation, "seed": spec.seed}
     if spec.segmentation == "chunker":  # its data files, model hash and test F1
