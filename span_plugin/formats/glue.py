@@ -14,7 +14,6 @@ row from every input and the label, so nothing shifts. Each row keeps its line
 (:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
 """
 
-import os
 from dataclasses import dataclass
 
 from span_plugin.formats.lines import BadInputError, read_file_lines
