@@ -3,8 +3,10 @@
 The reference is always Hugging Face's own implementation: the real all-MiniLM-L6-v2
 on real GLUE sentences, and small random BERTs (pre-training heads, .bin with
 gamma/beta names, SpanBERT-like without pooler, cased vocabulary, tanh GELU) built
-with ``transformers``. fairseq's LayerNorm eps is set to the checkpoint's by hand, as
-the plugin's model will do from ``cfg.model.layernorm_eps``.
+with ``transformers``, pairs with BERT's token types (segment B after the first
+[SEP]). fairseq's LayerNorm eps is set to the checkpoint's by hand, as the plugin's
+model does from ``cfg.model.layernorm_eps``. The pooler and the plain and span heads
+over it: tests/test_bert_conversion_faithful.py.
 """
 
 import json
@@ -15,7 +17,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import GLUE, run_cli
+from conftest import GLUE, USER_DIR, run_cli
 from span_plugin.convert import (
     ConversionError,
     checkpoint_train_flags,
@@ -42,8 +44,9 @@ def minilm_dir():
 
 
 def load_fairseq(out_dir):
-    """The converted model through fairseq's own loader, in eval mode, with the
-    checkpoint's LayerNorm eps. Returns (model, task, cfg)."""
+    """The converted model through fairseq's own loader (the architecture its cfg
+    names: the plugin's roberta_span, or fairseq's roberta for --roberta-only), in eval
+    mode, with the checkpoint's LayerNorm eps. Returns (model, task, cfg)."""
     from fairseq import checkpoint_utils
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
@@ -73,15 +76,26 @@ def pad_batch(seqs, pad, left=False):
     return out
 
 
-def hf_features(hf_model, seqs):
+def bert_token_types(seq, sep):
+    """BERT's token_type_ids of one sequence of BERT ids: 0 for [CLS] A [SEP], 1 for
+    what follows (B [SEP]); all 0 for a single sentence."""
+    first = list(seq).index(sep)
+    return [0] * (first + 1) + [1] * (len(seq) - first - 1)
+
+
+def hf_features(hf_model, seqs, sep=None, pooled=False):
     """Hugging Face last_hidden_state of each sequence ([len, H] each), batched with
-    right padding, token type 0 everywhere."""
+    right padding; token types as BERT's (``sep``: the [SEP] id) or 0 everywhere
+    (``sep`` None). ``pooled``: also the pooler output ``[B, H]``."""
     ids = pad_batch(seqs, 0)
     mask = pad_batch([[1] * len(s) for s in seqs], 0)
+    types = (torch.zeros_like(ids) if sep is None
+             else pad_batch([bert_token_types(s, sep) for s in seqs], 0))
     with torch.no_grad():
-        out = hf_model(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
+        out = hf_model(input_ids=ids, attention_mask=mask, token_type_ids=types)
     hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out
-    return [hidden[i, : len(s)] for i, s in enumerate(seqs)]
+    features = [hidden[i, : len(s)] for i, s in enumerate(seqs)]
+    return (features, out.pooler_output) if pooled else features
 
 
 def fairseq_outputs(model, seqs, left, features_only=True):
@@ -158,16 +172,22 @@ def test_minilm_output_folder(minilm_out):
             model_cfg["encoder_ffn_embed_dim"], model_cfg["encoder_attention_heads"],
             model_cfg["max_positions"]) == (6, 384, 1536, 12, 512)
     assert model_cfg["layernorm_eps"] == 1e-12 and model_cfg["activation_fn"] == "gelu"
+    # BERT's segment B and pooler are kept: the plugin's architecture holds them.
+    assert model_cfg["_name"] == "roberta_span"
+    assert model_cfg["bert_token_types"] and model_cfg["bert_pooler"]
     record = model_cfg["bert_conversion"]
     assert record["lm_head"].startswith("fresh")
     assert record["source_config"]["hidden_size"] == 384
-    dropped = {d["tensor"] for d in record["dropped"]}
-    assert {"pooler.dense.weight", "pooler.dense.bias",
-            "embeddings.token_type_embeddings.weight[1:]"} <= dropped
+    assert {d["tensor"] for d in record["dropped"]} == {"embeddings.position_ids"}
     sd = state["model"]
     assert sd["encoder.sentence_encoder.embed_tokens.weight"].shape == (30522, 384)
     assert sd["encoder.sentence_encoder.embed_positions.weight"].shape == (514, 384)
     assert not sd["encoder.sentence_encoder.embed_positions.weight"][:2].any()
+    bert = safetensors_torch.load_file(os.path.join(minilm_dir(), "model.safetensors"))
+    types = bert["embeddings.token_type_embeddings.weight"]
+    assert torch.equal(sd["token_types.weight"], torch.stack([torch.zeros(384), types[1] - types[0]]))
+    assert torch.equal(sd["pooler.dense.weight"], bert["pooler.dense.weight"])
+    assert torch.equal(sd["pooler.dense.bias"], bert["pooler.dense.bias"])
 
 
 def test_checkpoint_holds_only_plain_types(minilm_out):
@@ -205,7 +225,7 @@ def test_minilm_features_match_transformers(minilm_out, minilm_ids):
     to_fs = vocab_mapping(read_vocab(os.path.join(minilm_dir(), "vocab.txt"))).bert_to_fairseq
     fs_seqs = [to_fs[torch.tensor(s)] for s in minilm_ids]
 
-    reference = hf_features(hf, minilm_ids)
+    reference = hf_features(hf, minilm_ids, sep=102)  # pairs with BERT's segment B
     for left in (False, True):
         diff = max_diff(fairseq_outputs(model, fs_seqs, left), reference)
         assert diff < 1e-4, f"padding {'left' if left else 'right'}: max abs diff {diff}"
@@ -217,14 +237,32 @@ def test_minilm_features_match_transformers(minilm_out, minilm_ids):
     assert 1e-4 < diff < 0.1
 
 
-def test_fairseqs_own_hub_loads_the_converted_folder(minilm_out, minilm_ids):
-    """fairseq's RobertaModel.from_pretrained on the folder, nothing else given: its
-    encode() (fairseq's bert BPE over the folder's vocab.txt) gives the reference
-    tokenizer's ids, and with BERT's eps (fairseq's roberta keeps 1e-5, see above) its
-    features are transformers' within 1e-4."""
+@pytest.fixture(scope="module")
+def minilm_roberta_only(tmp_path_factory):
+    out = tmp_path_factory.mktemp("minilm") / "roberta_only"
+    convert_bert(minilm_dir(), out, roberta_only=True)
+    return out
+
+
+def test_fairseqs_own_hub_loads_the_roberta_only_folder(minilm_roberta_only, minilm_ids):
+    """``--roberta-only``: fairseq's own RobertaModel.from_pretrained on the folder,
+    nothing else given: its encode() (fairseq's bert BPE over the folder's vocab.txt)
+    gives the reference tokenizer's ids, and with BERT's eps (fairseq's roberta keeps
+    1e-5, see above) its features are transformers' within 1e-4."""
     from fairseq.models.roberta import RobertaModel
 
+    minilm_out = minilm_roberta_only
+    state = torch.load(minilm_out / "model.pt", weights_only=True, mmap=True)
+    assert state["cfg"]["model"]["_name"] == "roberta"
+    assert not any(k.startswith(("token_types.", "pooler.")) for k in state["model"])
+    record = state["cfg"]["model"]["bert_conversion"]
+    dropped = {d["tensor"] for d in record["dropped"]}
+    assert {"pooler.dense.weight", "pooler.dense.bias",
+            "embeddings.token_type_embeddings.weight[1:]"} <= dropped
+    assert checkpoint_train_flags(minilm_out)[-1] == "512"  # sizes only
+
     hub = RobertaModel.from_pretrained(str(minilm_out), "model.pt", str(minilm_out)).eval()
+    assert type(hub.model) is RobertaModel
     to_fs = vocab_mapping(read_vocab(os.path.join(minilm_dir(), "vocab.txt"))).bert_to_fairseq
     singles, pairs = glue_texts()
     encoded = [hub.encode(s) for s in singles] + [hub.encode(a, b) for a, b in pairs]
@@ -248,7 +286,7 @@ def test_fairseqs_own_hub_loads_the_converted_folder(minilm_out, minilm_ids):
 def test_flags(minilm_out, capsys):
     expected = ["--encoder-layers", "6", "--encoder-embed-dim", "384",
                 "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12",
-                "--max-positions", "512"]
+                "--max-positions", "512", "--bert-token-types", "--bert-pooler"]
     assert checkpoint_train_flags(minilm_out / "model.pt") == expected
     assert cli_main(["flags", str(minilm_out / "model.pt")]) == 0
     assert capsys.readouterr().out == " ".join(expected) + "\n"
@@ -270,15 +308,16 @@ CASED = ["The", "the", "[UNK]", "Cat", "cat", "[CLS]", "[MASK]", "sat", "##s", "
 
 
 def make_hf_folder(folder, vocab, head="pretraining", weights="safetensors",
-                   hidden_act="gelu", old_layernorm_names=False, seed=0):
+                   hidden_act="gelu", old_layernorm_names=False, seed=0, **config):
     """A random BERT saved in Hugging Face layout; returns the in-memory model (eval).
 
     head: "pretraining" (BertForPreTraining: pooler, MLM and NSP heads), "mlm"
     (BertForMaskedLM without pooler, like SpanBERT), "none" (BertModel with pooler).
-    Weights are perturbed well beyond BERT's init so that every tensor matters."""
+    Weights are perturbed well beyond BERT's init so that every tensor matters.
+    ``config``: other BertConfig values (type_vocab_size, ...)."""
     config = transformers.BertConfig(
         vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=48, max_position_embeddings=40, hidden_act=hidden_act,
+        intermediate_size=48, max_position_embeddings=40, hidden_act=hidden_act, **config,
     )
     cls = {"pretraining": transformers.BertForPreTraining,
            "mlm": transformers.BertForMaskedLM, "none": transformers.BertModel}[head]
@@ -347,7 +386,8 @@ def test_random_bert_matches_transformers(variant, tmp_path):
     to_fs = vocab_mapping(vocab).bert_to_fairseq
     fs_seqs = [to_fs[torch.tensor(s)] for s in seqs]
     encoder = hf if kwargs["head"] == "none" else hf.bert
-    reference = hf_features(encoder, seqs)
+    sep = vocab.index("[SEP]")
+    reference = hf_features(encoder, seqs, sep)  # some are pairs: segment B matters
     for left in (False, True):
         assert max_diff(fairseq_outputs(model, fs_seqs, left), reference) < 1e-4
 
@@ -367,7 +407,8 @@ def test_random_bert_matches_transformers(variant, tmp_path):
     with torch.no_grad():
         hf_logits = hf.cls.predictions(hf.bert(
             input_ids=pad_batch(seqs, 0), attention_mask=mask,
-            token_type_ids=torch.zeros_like(mask)).last_hidden_state)
+            token_type_ids=pad_batch([bert_token_types(s, sep) for s in seqs], 0)
+        ).last_hidden_state)
     assert max_diff(logits, [hf_logits[i, : len(s)] for i, s in enumerate(seqs)]) < 1e-4
 
 
@@ -504,46 +545,63 @@ def test_interrupted_write_leaves_no_model(hf_copy, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_fairseq_train_finetunes_from_converted_minilm(minilm_out, tmp_path):
+    """fairseq-train on real MRPC pairs in BERT's layout, from the converted folder with
+    the flags span-convert prints (sizes, segment B, pooler) and the plain head (BERT's
+    classifier): the checkpoint loads whole (nothing fresh, nothing dropped), and the
+    fine-tuned checkpoint keeps segment B and the pooler."""
     tok = wordpiece(minilm_out)  # the output folder tokenizes on its own
     raw = tmp_path / "raw"
     raw.mkdir()
-    with open(GLUE / "SST-2" / "train.tsv", encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:49]
-    splits = {"train": rows[:32], "valid": rows[32:]}
+    with open(GLUE / "MRPC" / "train.tsv", encoding="utf-8-sig") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:41]
+    splits = {"train": rows[:24], "valid": rows[24:]}
+
+    def wordpieces(text):
+        tokens = tok.encode(text, add_special_tokens=False).tokens
+        return " ".join(tokens).replace("[UNK]", "<unk>") + "\n"
+
     for split, part in splits.items():
-        tokens = [" ".join(tok.encode(s, add_special_tokens=False).tokens) for s, _ in part]
-        (raw / f"{split}.input0").write_text(
-            "".join(t.replace("[UNK]", "<unk>") + "\n" for t in tokens), encoding="utf-8")
-        (raw / f"{split}.label").write_text("".join(y + "\n" for _, y in part))
+        for k, column in ((3, "input0"), (4, "input1")):
+            (raw / f"{split}.{column}").write_text(
+                "".join(wordpieces(r[k]) for r in part), encoding="utf-8")
+        (raw / f"{split}.label").write_text("".join(r[0] + "\n" for r in part))
     data = tmp_path / "data"
-    for column, srcdict in (("input0", ["--srcdict", minilm_out / "dict.txt"]), ("label", [])):
+    for column in ("input0", "input1", "label"):
+        srcdict = ["--srcdict", minilm_out / "dict.txt"] if column != "label" else []
         run_cli("fairseq-preprocess", "--only-source", "--workers", "1", *srcdict,
                 "--trainpref", raw / f"train.{column}", "--validpref", raw / f"valid.{column}",
                 "--destdir", data / column)
     assert (data / "input0" / "dict.txt").read_text() == (minilm_out / "dict.txt").read_text()
 
-    # The binarized ids are BERT's, mapped: [CLS] (--init-token 0) + WordPieces + [SEP].
+    # The binarized ids are BERT's, mapped: [CLS] (--init-token 0) A [SEP] B [SEP].
     from fairseq.data import Dictionary, data_utils
 
     d = Dictionary.load(str(data / "input0" / "dict.txt"))
-    first = data_utils.load_indexed_dataset(str(data / "input0" / "train"), d)[0]
+    first = [data_utils.load_indexed_dataset(str(data / c / "train"), d)[0] for c in ("input0", "input1")]
     to_fs = vocab_mapping(read_vocab(minilm_out / "vocab.txt")).bert_to_fairseq
-    bert_ids = torch.tensor(tok.encode(rows[0][0]).ids)
-    assert torch.equal(torch.cat([torch.tensor([0]), first]), to_fs[bert_ids])
+    bert_ids = torch.tensor(tok.encode(rows[0][3], rows[0][4]).ids)
+    assert torch.equal(torch.cat([torch.tensor([0]), *first]), to_fs[bert_ids])
 
     # (run_cli merges stderr, where fairseq's import logs: the flags are the last line)
     flags = run_cli("span-convert", "flags", minilm_out / "model.pt").stdout.splitlines()[-1]
     flags = flags.split()
-    assert flags == checkpoint_train_flags(minilm_out)
-    # No --user-dir: plain fairseq loads the checkpoint (torch's weights_only default).
+    assert flags == checkpoint_train_flags(minilm_out) and "--bert-token-types" in flags
     log = run_cli(
-        "fairseq-train", data, "--task", "sentence_prediction", "--arch", "roberta",
+        "fairseq-train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
+        "--arch", "roberta_span", "--sentence-head", "plain",
         "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
         "--finetune-from-model", minilm_out / "model.pt", *flags,
         "--optimizer", "adam", "--lr", "1e-5", "--batch-size", "8", "--max-update", "2",
-        "--cpu", "--seed", "1", "--no-save", "--no-progress-bar", "--log-interval", "1",
-        "--log-format", "simple", "--save-dir", tmp_path / "ckpt",
+        "--cpu", "--seed", "1", "--no-progress-bar", "--log-interval", "1",
+        "--no-epoch-checkpoints", "--log-format", "simple", "--save-dir", tmp_path / "ckpt",
     ).stdout
     assert re.search(r"Loaded checkpoint .*model\.pt", log), log[-3000:]
     assert "size mismatch" not in log
+    assert "starts fresh" not in log and "is dropped" not in log
     assert re.search(r"num_updates 2\b", log), log[-3000:]
+    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=False)
+    assert state["cfg"]["model"].bert_token_types and state["cfg"]["model"].bert_pooler
+    converted = torch.load(minilm_out / "model.pt", weights_only=True)["model"]
+    for key in ("token_types.weight", "pooler.dense.weight"):
+        # trained two small steps from BERT's values
+        assert (state["model"][key] - converted[key]).abs().max() < 1e-3

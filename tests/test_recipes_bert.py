@@ -1,5 +1,6 @@
 """The GLUE recipes with a converted BERT-family encoder (MODEL_DIR), both heads:
-the span head (HEAD=span) and fairseq's own plain head (HEAD=plain), on real rows."""
+the span head (HEAD=span) and the plain head (HEAD=plain: BERT's classifier over its
+pooler, in the plugin's model, which holds BERT's segment B and pooler), on real rows."""
 
 import json
 import re
@@ -73,14 +74,20 @@ def test_relaunch_resumes_the_run_not_the_pretrained_model(span_run, converted_m
 
 
 @pytest.mark.slow
-def test_plain_head_runs_fairseqs_own_model_on_the_same_data(span_run, converted_minilm):
+def test_plain_head_runs_berts_classifier_on_the_same_data(span_run, converted_minilm):
     cwd, span_log = span_run
     data = cwd / "data-bin" / "minilm" / "MRPC"
     # One variable changes the head; the run gets its own folder, the data is reused.
     log = run_recipe("MRPC", cwd, converted_minilm, "--max-update", "2", HEAD="plain").stdout
     assert "preparing" not in log
     assert "task='sentence_prediction'" in log or "'_name': 'sentence_prediction'" in log
-    assert "arch='roberta'" in log or "'arch': 'roberta'" in log
+    # fairseq's own roberta cannot hold BERT's segment B and pooler: the plugin's model
+    # with the plain head, both switched on, as in the span run.
+    assert "arch='roberta_span'" in log or "'arch': 'roberta_span'" in log
+    assert "sentence_head='plain'" in log or "'sentence_head': 'plain'" in log
+    for log_ in (log, span_log):
+        assert "bert_token_types=True" in log_ or "'bert_token_types': True" in log_
+        assert "bert_pooler=True" in log_ or "'bert_pooler': True" in log_
     assert f"Loaded checkpoint {converted_minilm}/model.pt" in log
     # Same data, same batches: the first update sees the same examples.
     first = lambda text: re.search(r"loaded (\d+) examples from: .*train", text).group(1)
@@ -102,6 +109,7 @@ def test_hydra_twin_of_a_model_dir_run(span_run, converted_minilm):
     overrides = run_cli("span-convert", "hydra-overrides", converted_minilm).stdout.split()
     assert f"checkpoint.restore_file={converted_minilm}/model.pt" in overrides
     assert "++model.encoder_layers=6" in overrides and "task.separator_token=null" in overrides
+    assert {"++model.bert_token_types=true", "++model.bert_pooler=true"} <= set(overrides)
     log = run_cli(
         "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", "mrpc", *overrides,
         f"task.data={cwd / 'data-bin' / 'minilm' / 'MRPC'}", f"common.user_dir={USER_DIR}",

@@ -9,7 +9,9 @@
 #   GLUE_DIR       glue_data folder with one sub-folder per task      [glue_data]
 #   HEAD           span: roberta_span, the span head (Span Fine-tuning)
 #                  plain: fairseq's own roberta model and sentence_prediction head on
-#                  the same data, hyperparameters and seed (the baseline)  [span]
+#                  the same data, hyperparameters and seed (the baseline); for a
+#                  MODEL_DIR that keeps BERT's segment B and pooler (span-convert bert),
+#                  roberta_span with --sentence-head plain: BERT's own classifier  [span]
 #   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt            []
 #   MODEL_DIR      a converted BERT-family model (span-convert bert: model.pt, dict.txt,
 #                  tokenizer). Replaces ROBERTA_PATH and BPE_DIR: WordPiece, BERT's pair
@@ -19,7 +21,8 @@
 #   FROM_SCRATCH   1: neither, a model from random weights (smoke runs)  [0]
 #   SPAN_CACHE     where the default model is converted    [~/.cache/span_plugin]
 #   ARCH           roberta_span_base or roberta_span_large; HEAD=plain: roberta_base or
-#                  roberta_large; MODEL_DIR: roberta_span / roberta  [roberta_span_base]
+#                  roberta_large; MODEL_DIR: roberta_span / roberta (roberta_span when
+#                  the model holds BERT's segment B and pooler)  [roberta_span_base]
 #   SEED           fairseq's --seed                                    [1]
 #   BPE_DIR        folder with encoder.json, vocab.bpe, dict.txt       [gpt2_bpe]
 #   NGRAMS         n-gram dictionary; empty uses the packaged default  []
@@ -77,7 +80,11 @@ case "$HEAD" in span|plain) ;; *) die "HEAD=$HEAD: expected span or plain" ;; es
 use_pretrained_encoder
 if [ -n "$MODEL_DIR" ]; then
     layout_args=(--init-token 0)  # BERT: [CLS] A [SEP] B [SEP], one separator
-    default_arch=$([ "$HEAD" = span ] && echo roberta_span || echo roberta)
+    # BERT's segment B and pooler (span-convert flags prints their options) live in the
+    # plugin's model only: the plain head runs there too, as BERT's own classifier.
+    plain_arch=roberta
+    case " ${size_args[*]} " in *" --bert-token-types "*|*" --bert-pooler "*) plain_arch=roberta_span ;; esac
+    default_arch=$([ "$HEAD" = span ] && echo roberta_span || echo "$plain_arch")
 else
     layout_args=(--init-token 0 --separator-token 2)  # RoBERTa: <s> A </s> </s> B </s>
     default_arch=$([ "$HEAD" = span ] && echo roberta_span_base || echo roberta_base)
@@ -141,6 +148,7 @@ if [ "$HEAD" = span ]; then
 else
     TASK_NAME=sentence_prediction  # fairseq's own task and head; the span files are not read
     head_args=()
+    case "$ARCH" in roberta_span*) head_args=(--sentence-head plain) ;; esac
 fi
 args=(
     "$DATA_DIR" --user-dir "$ROOT/span_plugin"

@@ -1,7 +1,7 @@
 """``span-convert``: thin command line over :mod:`span_plugin.convert`.
 
-    span-convert bert --hf-dir HF_MODEL_DIR --out OUT_DIR [--force] [--seed N]
-    span-convert flags OUT_DIR/model.pt      # fairseq-train size flags, one line
+    span-convert bert --hf-dir HF_MODEL_DIR --out OUT_DIR [--force] [--seed N] [--roberta-only]
+    span-convert flags OUT_DIR/model.pt      # fairseq-train model flags, one line
     span-convert hydra-overrides OUT_DIR     # the hydra twin of MODEL_DIR=OUT_DIR recipes
 """
 
@@ -26,8 +26,12 @@ def _parser():
     p.add_argument("--force", action="store_true", help="overwrite an existing OUT/model.pt")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of a fresh LM head, for checkpoints without one")
+    p.add_argument("--roberta-only", action="store_true",
+                   help="leave out BERT's segment-B embedding and pooler: a checkpoint "
+                        "fairseq's own roberta loads, which encodes every token as segment A")
 
-    p = sub.add_parser("flags", help="print the fairseq-train size flags of a checkpoint")
+    p = sub.add_parser("flags", help="print the fairseq-train model flags of a checkpoint "
+                       "(sizes; BERT's segment B and pooler when it holds them)")
     p.add_argument("checkpoint", help="a fairseq checkpoint, or a folder with model.pt")
 
     p = sub.add_parser("hydra-overrides", help="print the fairseq-hydra-train overrides that "
@@ -37,19 +41,22 @@ def _parser():
 
 
 def _bert(args):
-    from span_plugin.convert.bert import convert_bert, fairseq_model_cfg
+    from span_plugin.convert.bert import convert_bert
     from span_plugin.convert.flags import train_flags
 
-    plan = convert_bert(args.hf_dir, args.out, overwrite=args.force, seed=args.seed)
+    plan = convert_bert(args.hf_dir, args.out, overwrite=args.force, seed=args.seed,
+                        roberta_only=args.roberta_only)
     rec, shape = plan.record, plan.shape
     print(f"wrote {args.out}/model.pt: {shape.layers} layers, H={shape.embed_dim}, "
           f"{shape.attention_heads} heads, FFN {shape.ffn_embed_dim}, vocab {shape.vocab_size}, "
           f"{shape.max_positions} positions (from {plan.weights_path})")
     print(f"lm_head: {rec['lm_head']}; LayerNorm eps {shape.layernorm_eps} "
           f"(cfg.model.layernorm_eps)")
+    print(f"segment B: {rec['token_types']}; pooler: {rec['pooler']}; architecture "
+          f"{plan.model_cfg['_name']}")
     for item in rec["dropped"]:
         print(f"dropped {item['tensor']}: {item['reason']}")
-    print("fairseq-train flags: " + shlex.join(train_flags(fairseq_model_cfg(shape))))
+    print("fairseq-train flags: " + shlex.join(train_flags(plan.model_cfg)))
 
 
 def _flags(args):

@@ -1,7 +1,7 @@
 """Hugging Face BERT-architecture checkpoint -> fairseq RoBERTa checkpoint.
 
 BERT and fairseq's ``roberta`` encoder are the same network (post-LN, exact GELU,
-unscaled embeddings, learned positions, embedding LayerNorm), so the conversion only
+unscaled embeddings, learned positions, embedding LayerNorm), so the conversion mostly
 renames and reorders tensors:
 
 =================================================  ==========================================
@@ -20,12 +20,23 @@ encoder.layer.N.output.LayerNorm                   ....final_layer_norm
 cls.predictions.transform.{dense,LayerNorm}        lm_head.{dense,layer_norm} (fresh if absent)
 cls.predictions.bias                               lm_head.bias (permuted); lm_head.weight is
                                                      tied to embed_tokens
+embeddings.token_type_embeddings[1]                token_types.weight[1] (model level; row 0
+  - token_type_embeddings[0]                         is zero: type 0 is in the positions)
+pooler.dense                                       pooler.dense (model level)
 =================================================  ==========================================
 
-What has no place in fairseq's RoBERTa is dropped and recorded in the checkpoint's
-``cfg.model.bert_conversion``: the pooler, the next-sentence head, and the segment-B
-token-type embedding (fairseq encodes pairs with BERT's type 0 throughout; fine-tuning
-adapts). fairseq hard-codes LayerNorm eps = 1e-5; BERT's eps is kept as
+The last two have no place in fairseq's RoBERTa encoder: the plugin's models hold them
+(:mod:`span_plugin.models.bert_parts`), so a checkpoint that has them is written for
+the ``roberta_span`` architecture with ``cfg.model.bert_token_types`` /
+``bert_pooler`` set (``span-convert flags`` prints ``--bert-token-types
+--bert-pooler``). Pairs are then encoded as BERT encodes them: the tokens after the
+first ``</s>`` (BERT's ``B [SEP]``) get segment B. ``roberta_only=True`` (``span-convert
+bert --roberta-only``) writes a checkpoint fairseq's own ``roberta`` loads instead, with
+both dropped: every token is segment A, heads read the raw ``<s>`` feature.
+
+What has no place in the plugin either is dropped and recorded in the checkpoint's
+``cfg.model.bert_conversion``: the next-sentence classifier, token types past the
+second. fairseq hard-codes LayerNorm eps = 1e-5; BERT's eps is kept as
 ``cfg.model.layernorm_eps`` for a model that can set it.
 
 Vocabulary: fairseq's ``Dictionary`` puts ``<s> <pad> </s> <unk>`` at ids 0-3, then
@@ -69,6 +80,10 @@ POSITION_OFFSET = FAIRSEQ_PAD + 1
 
 ENC = "encoder.sentence_encoder."
 LM = "encoder.lm_head."
+# BERT's parts the plugin's models hold at model level (span_plugin.models.bert_parts).
+TOKEN_TYPES = "token_types.weight"
+POOLER = "pooler.dense."
+SEGMENTS = 2  # segments A and B of a pair
 INIT_STD = 0.02  # fairseq's init_bert_params, used for a fresh LM head
 
 
@@ -503,15 +518,43 @@ def _untied_decoder(weights: BertWeights, word: torch.Tensor) -> bool:
     return not torch.equal(decoder, word)
 
 
+def _bert_parts(weights: BertWeights, shape: BertShape, keep: bool):
+    """The segment-B difference ``[2, H]`` (row 0 zero) and the pooler of the checkpoint,
+    each None when it has none or ``keep`` is False; and the drop records of what is
+    left out."""
+    h, dropped = shape.embed_dim, []
+    types = pooler = None
+    if shape.type_vocab_size > 1:
+        table = weights.get("embeddings.token_type_embeddings.weight", (shape.type_vocab_size, h))
+        if keep:
+            types = torch.cat([torch.zeros_like(table[:1]), table[1:SEGMENTS] - table[:1]])
+        first_dropped = SEGMENTS if keep else 1
+        if shape.type_vocab_size > first_dropped:
+            dropped.append({
+                "tensor": f"{weights.prefix}embeddings.token_type_embeddings.weight"
+                          f"[{first_dropped}:]",
+                "reason": ("token types >= 2: a pair has two segments" if keep else
+                           "segment B (token type 1): fairseq's roberta has no segment "
+                           "embeddings (--roberta-only); pairs are encoded as segment A "
+                           "throughout"),
+            })
+    if keep and weights.has("pooler.dense.weight"):  # else unused: _drop_reason records it
+        pooler = {"weight": weights.get("pooler.dense.weight", (h, h)),
+                  "bias": weights.get("pooler.dense.bias", (h,))}
+    return types, pooler, dropped
+
+
 def convert_state_dict(
-    weights: BertWeights, shape: BertShape, vocab: VocabMapping, seed: int = 0
+    weights: BertWeights, shape: BertShape, vocab: VocabMapping, seed: int = 0,
+    roberta_only: bool = False,
 ) -> Tuple[Dict[str, torch.Tensor], Dict]:
-    """Map BERT tensors onto fairseq RoBERTa's state dict.
+    """Map BERT tensors onto fairseq RoBERTa's state dict, plus BERT's segment-B
+    embedding and pooler for the plugin's models (neither with ``roberta_only``).
 
     Returns (state_dict, record). Tensors are views of the source where the layout is
     the same; new tensors are made only for the permuted embedding [V, H], the position
-    table [P + 2, H] and the LM-head bias [V]. ``record`` says what was converted,
-    folded, made fresh and dropped.
+    table [P + 2, H], the segment difference [2, H] and the LM-head bias [V]. ``record``
+    says what was converted, folded, made fresh and dropped.
     """
     h, f, v, p = shape.embed_dim, shape.ffn_embed_dim, shape.vocab_size, shape.max_positions
     word = weights.get("embeddings.word_embeddings.weight", (v, h))
@@ -542,16 +585,16 @@ def convert_state_dict(
     head, lm_head_how = _lm_head(weights, shape, vocab, seed)
     for name, tensor in head.items():
         sd[LM + name] = tensor
+    types, pooler, parts_dropped = _bert_parts(weights, shape, keep=not roberta_only)
+    if types is not None:
+        sd[TOKEN_TYPES] = types
+    if pooler is not None:
+        sd.update({POOLER + k: t for k, t in pooler.items()})
     sd = {k: _compact(t) for k, t in sd.items()}
     sd[LM + "weight"] = sd[ENC + "embed_tokens.weight"]  # tied: one tensor, saved once
 
     dropped = [{"tensor": k, "reason": _drop_reason(k)} for k in weights.unused()]
-    if folded and shape.type_vocab_size > 1:
-        dropped.append({
-            "tensor": weights.prefix + "embeddings.token_type_embeddings.weight[1:]",
-            "reason": "token types >= 1 (segment B): fairseq RoBERTa has no segment "
-                      "embeddings; pairs are encoded with type 0 throughout",
-        })
+    dropped += parts_dropped
     if lm_head_how == "converted" and _untied_decoder(weights, word):
         logger.warning("%s: the MLM decoder is not tied to the word embeddings; fairseq "
                        "ties them, so the converted LM head uses the word embeddings",
@@ -565,6 +608,10 @@ def convert_state_dict(
         "specials": {bert: fs for bert, fs in BERT_SPECIALS} | {BERT_MASK: "<mask>"},
         "positions": f"fairseq row i = BERT position i - {POSITION_OFFSET}; rows 0-1 unused "
                      f"(zero); token type 0 {'folded in' if folded else 'absent'}",
+        "token_types": (f"{TOKEN_TYPES}: row 1 = BERT's type 1 - type 0, row 0 zero; "
+                        f"segment B = the tokens after the first </s>"
+                        if types is not None else "none kept"),
+        "pooler": f"{POOLER}{{weight,bias}}" if pooler is not None else "none kept",
         "lm_head": lm_head_how,
         "dtype": str(word.dtype).replace("torch.", ""),
         "dropped": dropped,
@@ -574,12 +621,14 @@ def convert_state_dict(
 
 def _drop_reason(key: str) -> str:
     if ".pooler." in key or key.startswith("pooler."):
-        return "pooler: fairseq's classification heads have their own dense layer"
+        return ("pooler: fairseq's roberta has no place for it (--roberta-only); its "
+                "classification heads start a dense layer of their own")
     if key.startswith("cls.seq_relationship."):
-        return "next-sentence-prediction head: no counterpart in fairseq RoBERTa"
+        return ("next-sentence-prediction classifier: no task reads it (the pooler under "
+                "it is kept)")
     if key.endswith("position_ids") or key.endswith("token_type_ids"):
         return "buffer, not a weight"
-    return "no counterpart in fairseq RoBERTa"
+    return "no counterpart in fairseq RoBERTa or the plugin's models"
 
 
 # --------------------------------------------------------------------------------------
@@ -587,13 +636,17 @@ def _drop_reason(key: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def fairseq_model_cfg(shape: BertShape, record: Optional[Dict] = None) -> Dict:
-    """``cfg.model`` for fairseq's ``roberta`` architecture with the checkpoint's sizes.
-    The structural flags are written out (not left to defaults) because they are what
-    makes RoBERTa compute BERT's function."""
+def fairseq_model_cfg(shape: BertShape, record: Optional[Dict] = None,
+                      token_types: bool = False, pooler: bool = False) -> Dict:
+    """``cfg.model`` with the checkpoint's sizes: fairseq's ``roberta`` architecture, or
+    the plugin's ``roberta_span`` with ``bert_token_types`` / ``bert_pooler`` when the
+    checkpoint holds BERT's segment-B embedding / pooler. The structural flags are
+    written out (not left to defaults) because they are what makes RoBERTa compute
+    BERT's function."""
+    arch = "roberta_span" if token_types or pooler else "roberta"
     cfg = {
-        "_name": "roberta",
-        "arch": "roberta",
+        "_name": arch,
+        "arch": arch,
         "encoder_layers": shape.layers,
         "encoder_embed_dim": shape.embed_dim,
         "encoder_ffn_embed_dim": shape.ffn_embed_dim,
@@ -613,6 +666,8 @@ def fairseq_model_cfg(shape: BertShape, record: Optional[Dict] = None) -> Dict:
         "untie_weights_roberta": False,
         "layernorm_eps": shape.layernorm_eps,
     }
+    if arch != "roberta":
+        cfg.update(bert_token_types=token_types, bert_pooler=pooler)
     if record is not None:
         cfg["bert_conversion"] = record
     return cfg
@@ -689,15 +744,23 @@ class Conversion:
     state_dict: Dict[str, torch.Tensor]
     record: Dict
 
+    @property
+    def model_cfg(self) -> Dict:
+        return fairseq_model_cfg(self.shape, self.record,
+                                 token_types=TOKEN_TYPES in self.state_dict,
+                                 pooler=POOLER + "weight" in self.state_dict)
+
     def checkpoint(self, out_dir) -> Dict:
         normalizer = json.loads(load_wordpiece(str(self.hf_dir)).to_str()).get("normalizer") or {}
         return build_checkpoint(
-            self.state_dict, fairseq_model_cfg(self.shape, self.record), Path(out_dir).resolve(),
+            self.state_dict, self.model_cfg, Path(out_dir).resolve(),
             cased=not normalizer.get("lowercase", True))
 
 
-def plan_bert_conversion(hf_dir, seed: int = 0) -> Conversion:
-    """Read and validate everything; map the tensors. Nothing is written."""
+def plan_bert_conversion(hf_dir, seed: int = 0, roberta_only: bool = False) -> Conversion:
+    """Read and validate everything; map the tensors. Nothing is written.
+    ``roberta_only``: leave out the segment-B embedding and the pooler (a checkpoint
+    for fairseq's own ``roberta``)."""
     hf_dir = Path(hf_dir)
     shape = read_bert_config(hf_dir)
     vocab_path = hf_dir / "vocab.txt"
@@ -713,7 +776,7 @@ def plan_bert_conversion(hf_dir, seed: int = 0) -> Conversion:
     mapping = vocab_mapping(vocab, vocab_path)
     if (hf_dir / "tokenizer.json").is_file():
         check_tokenizer_json(hf_dir / "tokenizer.json", vocab, vocab_path)
-    state_dict, record = convert_state_dict(weights, shape, mapping, seed)
+    state_dict, record = convert_state_dict(weights, shape, mapping, seed, roberta_only)
     record = {
         "source_dir": str(hf_dir.resolve()),
         "source_weights": weights_path.name,
@@ -725,9 +788,12 @@ def plan_bert_conversion(hf_dir, seed: int = 0) -> Conversion:
     return Conversion(hf_dir, weights_path, shape, mapping, state_dict, record)
 
 
-def convert_bert(hf_dir, out_dir, overwrite: bool = False, seed: int = 0) -> Conversion:
+def convert_bert(hf_dir, out_dir, overwrite: bool = False, seed: int = 0,
+                 roberta_only: bool = False) -> Conversion:
     """Convert a Hugging Face BERT folder into ``out_dir``: ``model.pt`` (fairseq RoBERTa
-    checkpoint), ``dict.txt``, and copies of the tokenizer files and ``hf_config.json``.
+    checkpoint, with BERT's segment-B embedding and pooler for the plugin's models
+    unless ``roberta_only``), ``dict.txt``, and copies of the tokenizer files and
+    ``hf_config.json``.
 
     Every check runs before anything is written; each file is written atomically, and
     ``model.pt`` last, so its presence means the folder is complete. ``seed`` seeds a
@@ -737,7 +803,7 @@ def convert_bert(hf_dir, out_dir, overwrite: bool = False, seed: int = 0) -> Con
         raise ConversionError(f"{out_dir}: exists and is not a folder")
     if (out_dir / "model.pt").exists() and not overwrite:
         raise ConversionError(f"{out_dir / 'model.pt'}: exists (pass overwrite / --force)")
-    plan = plan_bert_conversion(hf_dir, seed=seed)
+    plan = plan_bert_conversion(hf_dir, seed=seed, roberta_only=roberta_only)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     write_dict_txt(plan.vocab.dict_tokens, out_dir / "dict.txt")

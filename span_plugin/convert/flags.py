@@ -1,12 +1,16 @@
-"""Recipe flags of a fairseq RoBERTa-family checkpoint: the ``fairseq-train`` size flags
-(``span-convert flags``) and the ``fairseq-hydra-train`` overrides that start a
-``recipes/hydra`` GLUE config from a converted model (``span-convert hydra-overrides``).
-Tensors are memory-mapped, not read."""
+"""Recipe flags of a fairseq RoBERTa-family checkpoint: the ``fairseq-train`` model
+flags (``span-convert flags``: sizes, and BERT's segment B and pooler when the checkpoint
+holds them) and the ``fairseq-hydra-train`` overrides that start a ``recipes/hydra``
+GLUE config from a converted model (``span-convert hydra-overrides``). Tensors are
+memory-mapped, not read."""
 
+import logging
 from pathlib import Path
 from typing import List, Mapping
 
 from span_plugin.convert.bert import ConversionError, load_torch_file
+
+logger = logging.getLogger(__name__)
 
 TRAIN_FLAGS = (
     ("--encoder-layers", "encoder_layers"),
@@ -15,13 +19,18 @@ TRAIN_FLAGS = (
     ("--encoder-attention-heads", "encoder_attention_heads"),
     ("--max-positions", "max_positions"),
 )
+# cfg.model switches of the plugin's models a converted BERT sets (span_plugin.models.bert_parts)
+BERT_PART_FLAGS = (("--bert-token-types", "bert_token_types"), ("--bert-pooler", "bert_pooler"))
 
 
 def train_flags(model_cfg) -> List[str]:
     """fairseq-train arguments that build a ``roberta``-family model of these sizes.
 
     ``model_cfg`` is a checkpoint's ``cfg["model"]`` (dict, DictConfig or Namespace).
-    ``--activation-fn`` is added only when it is not RoBERTa's default (gelu)."""
+    ``--activation-fn`` is added only when it is not RoBERTa's default (gelu);
+    ``--bert-token-types`` / ``--bert-pooler`` when the checkpoint holds BERT's
+    segment-B embedding / pooler (the plugin's models take them, fairseq's own roberta
+    does not)."""
     def get(key):
         value = model_cfg.get(key) if isinstance(model_cfg, Mapping) else getattr(
             model_cfg, key, None)
@@ -36,6 +45,13 @@ def train_flags(model_cfg) -> List[str]:
     act = get("activation_fn")
     if act not in (None, "gelu"):
         flags += ["--activation-fn", str(act)]
+    flags += [flag for flag, key in BERT_PART_FLAGS if get(key)]
+    record = get("bert_conversion")
+    if record is not None and "token_types" not in record:
+        logger.warning("this BERT was converted before span-convert kept its segment-B "
+                       "embedding and pooler: pairs run as segment A throughout and the "
+                       "heads read the raw <s>; re-convert it with span-convert bert for "
+                       "BERT's own pair encoding")
     return flags
 
 
@@ -64,7 +80,10 @@ def hydra_overrides(model_dir) -> List[str]:
     data folder (``task.data``) must be one built with that model's WordPiece."""
     model = Path(model_dir).resolve() / "model.pt"
     flags = checkpoint_train_flags(model)
+    switches = [f for f, _ in BERT_PART_FLAGS if f in flags]
+    flags = [f for f in flags if f not in switches]
     sizes = [f"++model.{flag[2:].replace('-', '_')}={value}"
              for flag, value in zip(flags[::2], flags[1::2])]
+    sizes += [f"++model.{flag[2:].replace('-', '_')}=true" for flag in switches]
     return [f"checkpoint.restore_file={model}", "model._name=roberta_span",
             "task.separator_token=null", *sizes]

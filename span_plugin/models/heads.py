@@ -10,17 +10,26 @@ inputs it needs.
 | kind | module | inputs | output |
 |---|---|---|---|
 | ``sentence`` | :class:`SpanClassificationHead` (the paper's) | spans | logits ``[B, C]`` |
+| ``plain`` | fairseq's ``RobertaClassificationHead``, or :class:`PooledClassificationHead` | | logits ``[B, C]`` |
 | ``token`` | ``modules.TokenTaggingHead`` | | logits ``[B, T, C]`` |
 | ``sf`` | ``modules.SpanTokenTaggingHead`` | spans | logits ``[B, T, C]`` |
 | ``span`` | ``modules.SpanLabelingHead`` | words | ``(logits [B, W, L, C], valid [B, W, L])`` |
 | ``span_pair`` | ``modules.SpanPairHeads`` | phrases | ``{"phrasal", "sentential"}`` |
 | ``qa_boundary`` | ``modules.BoundaryQAHead`` | passage | ``{"start", "end", "scores", "null"}`` |
 | ``qa_span`` | ``modules.SpanQAHead`` | passage | ``{"scores", "null"}`` |
+
+The two sentence heads (``sentence``, ``plain``; ``--sentence-head`` picks which one
+``register_classification_head`` builds) have two forms. On a RoBERTa encoder they
+read the ``<s>`` feature and carry their own dense + tanh layer. With BERT's pooler
+(``--bert-pooler``) they read the pooled ``<s>`` (the model's pooler, passed as
+``pooled [B, D]`` to heads whose ``reads_pooled`` is true) and end in one linear layer:
+BERT's own classifier, and the paper's span head over BERT's pooled output.
 """
 
 import torch
 import torch.nn as nn
 from fairseq import utils
+from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.modules.quant_noise import quant_noise as apply_quant_noise_
 
 from span_plugin.modules import build_span_encoder
@@ -47,43 +56,65 @@ def build_head(kind, args, **options):
     return HEAD_KINDS[kind](args, **options)
 
 
+def _output_layer(input_dim, num_classes, q_noise, qn_block_size, do_spectral_norm):
+    """fairseq's classification-head projection: Linear with optional quant noise or
+    spectral norm."""
+    out_proj = apply_quant_noise_(nn.Linear(input_dim, num_classes), q_noise, qn_block_size)
+    if do_spectral_norm:
+        if q_noise != 0:
+            raise NotImplementedError("spectral norm together with quant noise")
+        out_proj = torch.nn.utils.spectral_norm(out_proj)
+    return out_proj
+
+
 class SpanClassificationHead(nn.Module):
-    """The paper's head: span encoder -> s; [s; x_<s>] -> dense -> tanh -> projection.
+    """The paper's head: span encoder -> s; ``[s; x_<s>]`` -> dropout -> dense -> tanh ->
+    dropout -> projection. With BERT's pooler (``pooled_cls``): ``[s; pooled <s>]`` ->
+    dropout -> projection, as the paper's code over BERT.
 
     Args:
         input_dim: D, width of the encoder's token features.
         span_dim: H, width of the span encoder; when it differs from D the features
             go through a Linear(D, H) first.
-        inner_dim: width of the dense layer.
+        inner_dim: width of the dense layer (not used with ``pooled_cls``).
         num_classes: outputs (1 for regression).
         span_encoder: one of ``SPAN_ENCODERS`` ("cnn" is the no-segmentation control).
         kernel_size: CNN kernel of the cnn kinds.
         concat_cls: join s with the ``<s>`` feature (the paper's default); False feeds
             s alone (the paper's Figure 4 setting).
+        span_dropout: the paper's dropout: on the span vectors (each learned level of
+            the span encoder) and on the classifier input ``[s; <s>]``. 0: the head
+            before it had one (dropout only where ``pooler_dropout`` puts it).
+        pooler_dropout: dropout after the dense layer (fairseq's RoBERTa head: 0).
+        pooled_cls: read BERT's pooled ``<s>`` (``pooled``) and end in one linear layer.
     """
 
     def __init__(self, input_dim, span_dim, inner_dim, num_classes, span_encoder="cnn-cnn",
                  kernel_size=3, concat_cls=True, activation_fn="tanh", pooler_dropout=0.0,
-                 q_noise=0, qn_block_size=8, do_spectral_norm=False):
+                 span_dropout=0.0, pooled_cls=False, q_noise=0, qn_block_size=8,
+                 do_spectral_norm=False):
         super().__init__()
         self.span_proj = nn.Linear(input_dim, span_dim) if span_dim != input_dim else None
-        self.span_encoder = build_span_encoder(span_encoder, span_dim, kernel_size)
+        self.span_encoder = build_span_encoder(span_encoder, span_dim, kernel_size, span_dropout)
         self.concat_cls = concat_cls
-        self.dense = nn.Linear(span_dim + (input_dim if concat_cls else 0), inner_dim)
-        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self.reads_pooled = pooled_cls and concat_cls
+        width = span_dim + (input_dim if concat_cls else 0)
+        self.input_dropout = nn.Dropout(p=span_dropout)
+        self.dense = self.activation_fn = None
+        if not pooled_cls:
+            self.dense = nn.Linear(width, inner_dim)
+            self.activation_fn = utils.get_activation_fn(activation_fn)
+            width = inner_dim
         self.dropout = nn.Dropout(p=pooler_dropout)
-        self.out_proj = apply_quant_noise_(nn.Linear(inner_dim, num_classes), q_noise, qn_block_size)
-        if do_spectral_norm:
-            if q_noise != 0:
-                raise NotImplementedError("spectral norm together with quant noise")
-            self.out_proj = torch.nn.utils.spectral_norm(self.out_proj)
+        self.out_proj = _output_layer(width, num_classes, q_noise, qn_block_size, do_spectral_norm)
 
-    def forward(self, features, spans, **unused):
+    def forward(self, features, spans, pooled=None, **unused):
         """
         Args:
             features: ``[B, T, D]`` encoder output; position 0 is ``<s>``.
             spans: LongTensor ``[B, S, 2]``, (start, end) into T, end exclusive;
                 (0, 0) rows are padding. An example with no span gets s = 0.
+            pooled: ``[B, D]``, BERT's pooled ``<s>`` (read when ``reads_pooled``).
 
         Returns:
             logits ``[B, num_classes]``.
@@ -93,11 +124,38 @@ class SpanClassificationHead(nn.Module):
         token_features = features if self.span_proj is None else self.span_proj(features)
         x = self.span_encoder(token_features, spans)  # [B, H]
         if self.concat_cls:
-            x = torch.cat([x, features[:, 0, :]], dim=-1)  # [B, H + D]
-        x = self.dropout(x)
+            if self.reads_pooled and pooled is None:
+                raise ValueError("this span head reads BERT's pooled <s> (--bert-pooler): "
+                                 "pass pooled=[B, D]")
+            cls = pooled if self.reads_pooled else features[:, 0, :]
+            x = torch.cat([x, cls], dim=-1)  # [B, H + D]
+        x = self.input_dropout(x)
+        if self.dense is None:
+            return self.out_proj(x)
         x = self.activation_fn(self.dense(x))
         x = self.dropout(x)
         return self.out_proj(x)
+
+
+class PooledClassificationHead(nn.Module):
+    """BERT's sequence classifier over the model's pooled ``<s>``: dropout ->
+    projection (the pooler's dense + tanh is the model's, pretrained)."""
+
+    reads_pooled = True
+
+    def __init__(self, input_dim, num_classes, dropout=0.1, q_noise=0, qn_block_size=8,
+                 do_spectral_norm=False):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        self.out_proj = _output_layer(input_dim, num_classes, q_noise, qn_block_size,
+                                      do_spectral_norm)
+
+    def forward(self, features, pooled=None, **unused):
+        """``features [B, T, D]`` (unused), ``pooled [B, D]`` -> logits ``[B, C]``."""
+        if pooled is None:
+            raise ValueError("the plain head over BERT's pooler reads pooled=[B, D] "
+                             "(the model's pooler output, --bert-pooler)")
+        return self.out_proj(self.dropout(pooled))
 
 
 @register_head_kind("sentence")
@@ -112,9 +170,30 @@ def sentence_head(args, num_classes, inner_dim=None):
         concat_cls=not args.no_span_cls_concat,
         activation_fn=args.pooler_activation_fn,
         pooler_dropout=args.pooler_dropout,
+        span_dropout=args.span_dropout,
+        pooled_cls=args.bert_pooler,
         q_noise=args.quant_noise_pq,
         qn_block_size=args.quant_noise_pq_block_size,
         do_spectral_norm=args.spectral_norm_classification_head,
+    )
+
+
+@register_head_kind("plain")
+def plain_head(args, num_classes, inner_dim=None):
+    """The baseline of the span head: BERT's classifier over its pooler, else exactly
+    the head fairseq's own ``roberta`` registers (same arguments, same initialisation)."""
+    noise = dict(q_noise=args.quant_noise_pq, qn_block_size=args.quant_noise_pq_block_size,
+                 do_spectral_norm=args.spectral_norm_classification_head)
+    if args.bert_pooler:
+        return PooledClassificationHead(args.encoder_embed_dim, num_classes,
+                                        dropout=args.pooler_dropout, **noise)
+    return RobertaClassificationHead(
+        input_dim=args.encoder_embed_dim,
+        inner_dim=inner_dim or args.encoder_embed_dim,
+        num_classes=num_classes,
+        activation_fn=args.pooler_activation_fn,
+        pooler_dropout=args.pooler_dropout,
+        **noise,
     )
 
 

@@ -1,7 +1,9 @@
 """The span model: fairseq's RoBERTa encoder, unchanged (so ``roberta.base``,
 ``roberta.large`` and ``span-convert`` checkpoints load into it), with heads registered
 by name and kind (:mod:`span_plugin.models.heads`): the paper's sentence head (Bao,
-Zhang, Zhao: Span Fine-tuning), token tagging, span labeling and span-pair heads.
+Zhang, Zhao: Span Fine-tuning), its plain baseline, token tagging, span labeling and
+span-pair heads. For a converted BERT it also holds what fairseq's RoBERTa has no place
+for (:mod:`span_plugin.models.bert_parts`): the segment-B embedding and the pooler.
 
 One class, registered under the fairseq model names the tasks document:
 ``roberta_span`` (span_classification), ``roberta_tagging`` (span_tagging,
@@ -19,6 +21,14 @@ from fairseq.models.roberta import RobertaModel, roberta_base_architecture, robe
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
+from span_plugin.models.bert_parts import (
+    add_bert_args,
+    attach_bert_parts,
+    bert_defaults,
+    fit_bert_parts,
+    pooled_first,
+    token_embeddings,
+)
 from span_plugin.models.checkpoint_fit import check_encoder_fits, set_layernorm_eps
 from span_plugin.models.heads import build_head
 from span_plugin.modules import SPAN_ENCODERS
@@ -26,6 +36,7 @@ from span_plugin.modules import SPAN_ENCODERS
 logger = logging.getLogger(__name__)
 
 MODEL_NAMES = ("roberta_span", "roberta_tagging", "roberta_span_pair", "roberta_qa")
+SENTENCE_HEADS = {"span": "sentence", "plain": "plain"}  # --sentence-head -> head kind
 HEAD_INPUTS = ("spans", "words", "phrases", "passage")  # what tasks put in net_input for heads
 
 
@@ -55,6 +66,16 @@ class RobertaSpanModel(RobertaModel):
                             help="classify from the span vector alone, without the <s> feature")
         parser.add_argument("--head-dropout", type=float, metavar="P",
                             help="dropout before the tagging or span-labeling output (0.1)")
+        parser.add_argument("--span-dropout", type=float, metavar="P",
+                            help="the span head's dropout, as the paper's code: on the span "
+                            "vectors and on the classifier input (0.1; 0: the head before "
+                            "issue 26, dropout only where --pooler-dropout puts it)")
+        parser.add_argument("--sentence-head", choices=SENTENCE_HEADS,
+                            help="the head register_classification_head builds (the "
+                            "span_classification and sentence_prediction tasks): span, the "
+                            "paper's (default); plain, the baseline: BERT's classifier over "
+                            "its pooler with --bert-pooler, else fairseq's RoBERTa head")
+        add_bert_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -63,6 +84,7 @@ class RobertaSpanModel(RobertaModel):
         span_defaults(args)
         model = super().build_model(args, task)
         set_layernorm_eps(model, args.layernorm_eps)
+        attach_bert_parts(model, args)
         return model
 
     def register_head(self, name, kind, **options):
@@ -70,8 +92,25 @@ class RobertaSpanModel(RobertaModel):
         self.classification_heads[name] = build_head(kind, self.args, **options)
 
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
-        """fairseq's name for it: the paper's sentence head (replacing one of that name)."""
-        self.register_head(name, "sentence", num_classes=num_classes, inner_dim=inner_dim)
+        """fairseq's name for it: the ``--sentence-head`` (the paper's, or the plain
+        baseline), replacing one of that name."""
+        self.register_head(name, SENTENCE_HEADS[self.args.sentence_head],
+                           num_classes=num_classes, inner_dim=inner_dim)
+
+    def encode(self, src_tokens, features_only=False, return_all_hiddens=False,
+               masked_tokens=None, **unused):
+        """RobertaEncoder.forward, with BERT's segment B added to the token embeddings
+        when the model has it (``--bert-token-types``); without it, exactly the encoder's
+        own call."""
+        if getattr(self, "token_types", None) is None:
+            return self.encoder(src_tokens, features_only, return_all_hiddens,
+                                masked_tokens=masked_tokens, **unused)
+        x, extra = self.encoder.extract_features(
+            src_tokens, return_all_hiddens=return_all_hiddens,
+            token_embeddings=token_embeddings(self, src_tokens))
+        if not features_only:
+            x = self.encoder.output_layer(x, masked_tokens=masked_tokens)
+        return x, extra
 
     def forward(self, src_tokens, spans=None, words=None, phrases=None, passage=None,
                 features_only=False, return_all_hiddens=False, classification_head_name=None,
@@ -81,11 +120,12 @@ class RobertaSpanModel(RobertaModel):
             src_tokens: LongTensor ``[B, T]``.
             spans: LongTensor ``[B, S, 2]``; words: ``[B, W, 2]``; phrases:
                 ``[B, P, 4]``: positions into T, for the heads that read them.
-            classification_head_name: run that head on the features.
+            classification_head_name: run that head on the features (a head whose
+                ``reads_pooled`` is true also gets ``pooled``, BERT's pooled ``<s>``).
         """
         if classification_head_name is None:
-            return self.encoder(src_tokens, features_only, return_all_hiddens, **kwargs)
-        x, extra = self.encoder(src_tokens, True, return_all_hiddens, **kwargs)
+            return self.encode(src_tokens, features_only, return_all_hiddens, **kwargs)
+        x, extra = self.encode(src_tokens, True, return_all_hiddens, **kwargs)
         head = self.classification_heads[classification_head_name]
         given = {"spans": spans, "words": words, "phrases": phrases, "passage": passage}
         missing = [k for k in head_inputs(head) if given[k] is None]
@@ -93,15 +133,20 @@ class RobertaSpanModel(RobertaModel):
             raise ValueError(
                 f"classification head {classification_head_name!r} reads {missing[0]}: pass "
                 f"{missing[0]}=LongTensor[B, N, 2] (its task puts them in net_input)")
-        return head(x, **{k: v for k, v in given.items() if v is not None}), extra
+        given = {k: v for k, v in given.items() if v is not None}
+        if getattr(head, "reads_pooled", False):
+            given["pooled"] = pooled_first(self, x)
+        return head(x, **given), extra
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Refuse an encoder of another vocabulary or positions (a clear error instead of
         fairseq's size mismatch); keep a checkpoint head only where it fits a head of
         this model (same keys and shapes: resume, hub), else drop it so the head starts
-        fresh (a plain RoBERTa head, another task's head, other span settings)."""
+        fresh (a plain RoBERTa head, another task's head, other span settings). BERT's
+        segment-B embedding and pooler: see :func:`~span_plugin.models.bert_parts.fit_bert_parts`."""
         prefix = name + "." if name != "" else ""
         check_encoder_fits(self, state_dict, prefix, "set --max-positions {n}")
+        fit_bert_parts(self, state_dict, prefix)
         head_prefix = prefix + "classification_heads."
         # fairseq's own upgrade reads every checkpoint head as a dense/out_proj head:
         # take them out first, and put back only those that fit after it.
@@ -154,6 +199,9 @@ def span_defaults(args):
     args.no_span_cls_concat = safe_getattr(args, "no_span_cls_concat", False) or False
     args.layernorm_eps = safe_getattr(args, "layernorm_eps", None)
     args.head_dropout = safe_getattr(args, "head_dropout", 0.1)
+    args.span_dropout = safe_getattr(args, "span_dropout", 0.1)
+    args.sentence_head = safe_getattr(args, "sentence_head", "span")
+    bert_defaults(args)
 
 
 def base_architecture(args):

@@ -25,6 +25,7 @@ from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
 from span_plugin.modules import SpanBoundaryHead
+from span_plugin.models.bert_parts import add_bert_args, attach_bert_parts, bert_defaults, fit_bert_parts
 from span_plugin.models.checkpoint_fit import check_encoder_fits
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ class RobertaSpanBertModel(RobertaModel):
             "--sbo-max-positions", type=int, metavar="N",
             help="rows of the SBO head's relative position table (offsets in a masked "
             "run; longer runs share the last row); default 128")
+        # A converted BERT's segment-B embedding and pooler (span-convert flags prints
+        # the options): pre-training reads neither, and carries them on unchanged.
+        add_bert_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -55,6 +59,7 @@ class RobertaSpanBertModel(RobertaModel):
             args.encoder_embed_dim, len(task.source_dictionary), args.sbo_max_positions)
         head.apply(init_bert_params)  # BERT's initialisation, as the rest of RoBERTa
         model.classification_heads[SBO_HEAD] = head
+        attach_bert_parts(model, args, trainable=False)
         return model
 
     def forward(self, src_tokens, features_only=False, return_all_hiddens=False,
@@ -108,11 +113,13 @@ class RobertaSpanBertModel(RobertaModel):
                            "it is dropped and the head starts fresh")
             for k in theirs:
                 del state_dict[prefix + k]
+        fit_bert_parts(self, state_dict, prefix)
         super().upgrade_state_dict_named(state_dict, name)
 
 
 def _sbo_defaults(args):
     args.sbo_max_positions = safe_getattr(args, "sbo_max_positions", 128)
+    bert_defaults(args)
 
 
 @register_model_architecture("roberta_spanbert", "roberta_spanbert")
