@@ -2,7 +2,7 @@ from setuptools import find_packages, setup
 
 setup(
     name="span_plugin",
-    version="0.2.0",
+    version="0.3.0",
     description="Span Fine-tuning (Bao, Zhang, Zhao) as a fairseq --user-dir plugin",
     packages=find_packages(include=["span_plugin", "span_plugin.*"]),
     package_data={"span_plugin": ["resources/*"]},

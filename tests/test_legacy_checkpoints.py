@@ -5,7 +5,9 @@ tests/fixtures/checkpoint_v0_2 holds a tiny ``roberta_span`` MRPC checkpoint (1 
 width 16, a 1,159-symbol dictionary cut from GPT-2's), its data folder's dictionaries and
 record, and the old hub's logits on 22 sentence pairs (expected.json). It was made with
 the old code from a git worktree of that commit: 40 MRPC train rows through ``python -m
-span_plugin.preprocess.cli glue`` and 6 updates of ``fairseq-train``.
+span_plugin.preprocess.cli glue`` and 6 updates of ``fairseq-train``. They were segmented
+with the dictionary packaged up to 0.2 (counted on WikiText-2 and GLUE training text),
+kept here as ngrams.v0_2.txt.gz: since the packaged one changed, it is given again.
 """
 
 import json
@@ -19,6 +21,7 @@ from span_plugin.hub import SpanHubInterface
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "checkpoint_v0_2")
 BPE = str(GPT2_BPE)
+OLD_NGRAMS = os.path.join(FIXTURE, "ngrams.v0_2.txt.gz")
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +34,24 @@ def test_old_checkpoint_predicts_as_before(expected):
     hub = SpanHubInterface.from_pretrained(
         os.path.join(FIXTURE, "span_classification.pt"), data=os.path.join(FIXTURE, "data"),
         gpt2_encoder_json=os.path.join(BPE, "encoder.json"),
-        gpt2_vocab_bpe=os.path.join(BPE, "vocab.bpe"))
+        gpt2_vocab_bpe=os.path.join(BPE, "vocab.bpe"), ngrams=OLD_NGRAMS)
     pairs = [tuple(p) for p in expected["pairs"]]
     logits = hub.predict_logits(pairs)
     torch.testing.assert_close(logits, torch.tensor(expected["logits"]), rtol=0, atol=1e-5)
     assert [p["label"] for p in hub.predict(pairs)] == expected["labels"]
+
+
+def test_old_checkpoint_without_its_dictionary_names_it():
+    """The packaged dictionary is no longer the one this checkpoint was segmented with:
+    loading it without ngrams= stops and says what to pass (nothing segments silently
+    with another dictionary)."""
+    from span_plugin.preprocess.encoder_settings import SettingsMismatch
+
+    with pytest.raises(SettingsMismatch, match=r"changed since .* pass ngrams=PATH .*0\.2"):
+        SpanHubInterface.from_pretrained(
+            os.path.join(FIXTURE, "span_classification.pt"), data=os.path.join(FIXTURE, "data"),
+            gpt2_encoder_json=os.path.join(BPE, "encoder.json"),
+            gpt2_vocab_bpe=os.path.join(BPE, "vocab.bpe"))
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +64,7 @@ def _hub(name, data):
     return SpanHubInterface.from_pretrained(
         os.path.join(FIXTURE, f"{name}.pt"), data=os.path.join(FIXTURE, data),
         gpt2_encoder_json=os.path.join(BPE, "encoder.json"),
-        gpt2_vocab_bpe=os.path.join(BPE, "vocab.bpe"))
+        gpt2_vocab_bpe=os.path.join(BPE, "vocab.bpe"), ngrams=OLD_NGRAMS)
 
 
 def test_old_span_labeling_checkpoint_keeps_its_trained_head(expected_ner_pairs):

@@ -143,7 +143,16 @@ def encoder_spec(record, given, checkpoint):
         if ng.get("packaged") and given["ngrams"] is None:
             # The packaged dictionary of this installation must be the one trained with.
             entry = dict(ng, path=default_ngrams_path(ng["words"]))
-        ngrams, top_k = _file("ngrams", given["ngrams"], entry, checkpoint), ng["top_k"]
+            try:
+                ngrams = _file("ngrams", None, entry, checkpoint)
+            except SettingsMismatch as e:
+                raise SettingsMismatch(
+                    f"{e} (the packaged dictionaries were counted on WikiText-2 and GLUE "
+                    f"training text up to span_plugin 0.2 and on Wikipedia since 0.3: give the "
+                    f"one this checkpoint was trained with; docs/PREPROCESS.md)") from None
+        else:
+            ngrams = _file("ngrams", given["ngrams"], entry, checkpoint)
+        top_k = ng["top_k"]
     nltk_data = None
     if enc["segmentation"] == "chunker":
         nltk_data = _chunker_data(enc["chunker"], checkpoint)
