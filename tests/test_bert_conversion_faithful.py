@@ -503,3 +503,26 @@ def test_segment_b_in_half_precision(minilm, glue_encodings):
     half = features(model, fs[:4])
     assert all(h.dtype == torch.float16 and torch.isfinite(h).all() for h in half)
     assert max_diff([h.float() for h in half], full) < 0.1
+
+
+def test_spanbert_pretraining_carries_the_parts_unchanged(minilm, caplog):
+    """Continued pre-training (roberta_spanbert, which the pre-training recipe builds with
+    span-convert's flags) loads a converted BERT whole and keeps its segment B and pooler
+    frozen: pre-training reads neither, and the checkpoint it writes still has them."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(minilm), "--user-dir", str(USER_DIR), "--task", "masked_lm",
+        "--criterion", "masked_lm", "--arch", "roberta_spanbert",
+        *checkpoint_train_flags(minilm)])
+    cfg = convert_namespace_to_omegaconf(args)
+    model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    with caplog.at_level(logging.WARNING, logger=PARTS_LOG):
+        load(cfg, model, minilm / "model.pt")
+    assert not parts_log(caplog)
+    converted = torch.load(minilm / "model.pt", weights_only=True)["model"]
+    for key in ("token_types.weight", "pooler.dense.weight", "pooler.dense.bias"):
+        assert torch.equal(model.state_dict()[key], converted[key])
+    assert not any(p.requires_grad for name in ("token_types", "pooler")
+                   for p in getattr(model, name).parameters())
