@@ -79,9 +79,10 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
     out = run_cli(sys.executable, *grid).stdout
     assert "learning rates (CoLA dev MCC, seed 0): sf 5e-05, nocat 5e-05, dict20k 5e-05" in out
     runs = [json.loads(line) for line in results.read_text().splitlines()]
-    assert [(r["variant"], r["seed"]) for r in runs] == [
-        ("sf", 0), ("sf", 1), ("nocat", 1), ("dict20k", 1)]
-    by = {r["variant"]: r for r in runs if r["seed"] == 1}
+    assert [(r["task"], r["variant"], r["seed"]) for r in runs] == [
+        ("CoLA", "sf", 0), ("CoLA", "sf", 1), ("CoLA", "nocat", 1), ("CoLA", "dict20k", 1),
+        ("MRPC", "sf", 1)]
+    by = {r["variant"]: r for r in runs if r["seed"] == 1 and r["task"] == "CoLA"}
     assert by["nocat"]["flags"] == ["--no-span-cls-concat"] and "flags" not in by["sf"]
     cut = by["dict20k"]["settings"]["NGRAMS"]
     assert cut.endswith("wiki.bert.top20000.txt.gz") and by["sf"]["settings"]["NGRAMS"] == ""
@@ -89,7 +90,8 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
     assert read_header(cut)["top_k"] == "20000"
     # the no-<s> head is really built without it: its classifier reads the span vector only
     log = (tmp_path / "work" / "runs" / "CoLA-nocat-lr5e-05-s1" / "recipe.log").read_text()
-    assert "no_span_cls_concat=True" in log or "'no_span_cls_concat': True" in log
+    assert "no_span_cls_concat=True" in log
+    assert "bert_pooler=True" in log  # a faithful conversion: BERT's pooler feeds the head
     md = tmp_path / "r.md"
     run_cli(sys.executable, ROOT / "experiments" / "sf_report.py", "--results", results,
             "--out", md, "--plot", tmp_path / "p.png")
