@@ -8,7 +8,8 @@ can grow over several sessions. ``experiments/glue_report.py`` turns the file in
 table, the plot and the paired tests.
 
 Variants (the paper's Table 6 comparison and its controls):
-    plain    fairseq's roberta + sentence_prediction head (HEAD=plain)
+    plain    the plain classification head (HEAD=plain): fairseq's roberta, or for a
+             converted BERT with segment B and pooler, BERT's classifier in roberta_span
     sf       Span Fine-tuning: cnn-cnn head, greedy n-gram segmentation
     cnn      CNN without segmentation (SPAN_ENCODER=cnn)
     random   cnn-cnn head, random segmentation (same span lengths, random boundaries)
