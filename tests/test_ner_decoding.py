@@ -17,6 +17,7 @@ from span_plugin.formats import tags as T
 from span_plugin.modules import entities as ner
 from span_plugin.modules.span_decoding import nested_spans
 from span_plugin.modules.tag_decoding import decode_tags, iob2_constraints, viterbi_tags
+from test_ner_recipes import sentences
 from span_plugin.modules.tagging_heads import enumerate_word_spans
 
 
@@ -298,18 +299,6 @@ def test_labeling_entities_nested_against_probabilities():
 
 
 # ---- end to end: fairseq-train, the hub and span-predict -------------------------------
-
-
-def sentences(path, n):
-    """The first n sentences of a CoNLL file (with its -DOCSTART- lines)."""
-    out, count = [], 0
-    for line in open(path, encoding="utf-8"):
-        out.append(line)
-        if not line.strip() and out[-2:-1] and out[-2].strip() and not out[-2].startswith("-DOCSTART-"):
-            count += 1
-            if count == n:
-                break
-    return "".join(out)
 
 
 @pytest.fixture(scope="module")
