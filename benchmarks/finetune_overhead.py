@@ -9,7 +9,11 @@ recipe
     extra flags, variant ``plain``, ``--cpu``), i.e. ``recipes/glue/MRPC.sh`` ->
     ``recipes/glue/common.sh`` -> ``fairseq-train`` (fairseq's ``roberta`` and
     ``sentence_prediction`` head), then the dev result and dev predictions of
-    ``checkpoint_best.pt``, read back as the grid reads them.
+    ``checkpoint_best.pt``, read back as the grid reads them. Its checkpoints are kept
+    (the grid deletes them afterwards; the plain loop's stays too). After each run, and
+    outside its time, the ``fairseq-validate`` pass the recipe made before it read the
+    dev result from its training log is timed on the same checkpoint, for the figure of
+    the recipe as it was.
 plain
     a fresh ``python`` process running :func:`plain_main`: the same fairseq model
     (built by fairseq's ``sentence_prediction`` task from the same flags, the converted
@@ -362,6 +366,9 @@ def log_figures(log):
             "checkpoint writes": sum(writes), "checkpoints saved": len(writes)}
 
 
+REMOVED = "(not run any more: fairseq-validate of checkpoint_best.pt)"
+
+
 def run_recipe_side(a, data, glue_dir, out, hp):
     """One recipe run as the grid launches it; (wall s, CPU s, phases, dev f1)."""
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
@@ -375,8 +382,9 @@ def run_recipe_side(a, data, glue_dir, out, hp):
     os.environ.update(BASH_ENV=rc, FINETUNE_TRACE=trace)
     try:
         cpu0, start = children_cpu(), time.perf_counter()
+        # The checkpoints stay, as the plain loop's does (the grid deletes them after).
         record = run_glue(TASK, VARIANTS["plain"], a.seed, hp, a.model_dir, glue_dir, data, out,
-                          a.workers, "cpu", keep_checkpoints=False)
+                          a.workers, "cpu", keep_checkpoints=True)
         wall, cpu = time.perf_counter() - start, children_cpu() - cpu0
     finally:
         os.environ.pop("BASH_ENV")
@@ -384,6 +392,15 @@ def run_recipe_side(a, data, glue_dir, out, hp):
     phases = trace_phases(trace, wall)
     with open(os.path.join(out, "recipe.log"), encoding="utf-8", errors="replace") as f:
         phases.update(log_figures(f.read()))
+    # What the recipe ran before reading the dev result from train.log (not in its time).
+    start = time.perf_counter()
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-validate"), data,
+                    "--user-dir", os.path.join(ROOT, "span_plugin"), "--task", "sentence_prediction",
+                    "--criterion", "span_classification", "--path",
+                    os.path.join(out, "checkpoints", "checkpoint_best.pt"), "--valid-subset", "valid",
+                    "--batch-size", "32", "--log-format", "json", "--cpu"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    phases[REMOVED] = time.perf_counter() - start
     return wall, cpu, phases, record["value"]
 
 
@@ -414,7 +431,8 @@ def side_by_side(a):
         rows = train_rows(glue_dir, TASK)
         hp = hparams(a.lr, a.batch_size, a.epochs, a.warmup, rows)
         print(f"{TASK}: {rows} train rows, {a.epochs} epochs of batch {a.batch_size}, "
-              f"{hp['updates']} updates, lr {a.lr:g}, seed {a.seed}; folder prepared in "
+              f"{hp['updates']} updates, lr {a.lr:g}, seed {a.seed}, torch threads "
+              f"{os.environ.get('OMP_NUM_THREADS', 'default')}; folder prepared in "
               f"{prep:.1f} s (span-preprocess glue, once, not in the times below); "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
         runs = {"recipe": [], "plain": []}
@@ -469,6 +487,10 @@ def summary(result):
     result["median"] = med
     result["ratio_wall"] = ratio
     result["ratio_cpu"] = recipe["cpu"] / plain["cpu"]
+    before = statistics.median(r["wall"] + r["phases"][REMOVED] for r in result["runs"]["recipe"])
+    result["ratio_wall_with_fairseq_validate"] = before / plain["wall"]
+    print(f"with the fairseq-validate pass the recipe ran before: {before:.1f} s, "
+          f"{before / plain['wall']:.3f} x the plain loop")
     print(f"recipe / plain torch loop, median wall time: {ratio:.3f} "
           f"(cpu time {result['ratio_cpu']:.3f})")
     return result
@@ -503,13 +525,20 @@ def main(argv=None):
     p.add_argument("--model-dir", default=MODEL_DIR)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     p.add_argument("--work-dir", help="where the runs go (default: the system temp folder)")
+    p.add_argument("--threads", type=int, help="torch threads of every process of both sides "
+                   "(OMP_NUM_THREADS; default: torch's own choice, as the grid runs). On a "
+                   "machine shared with another multi-threaded job, 1 keeps the step times "
+                   "from swinging with thread contention")
     p.add_argument("--json", help="also write every figure here")
     p.add_argument("--logs", help="keep every run's log (and the recipe's bash trace) here")
     a = p.parse_args(argv)
     if a.quick:
         a.rows, a.dev_rows, a.epochs = a.rows or 200, 100, 1
+    if a.threads:  # inherited by the recipe's processes and the plain loop's
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
     result = summary(side_by_side(a))
-    result["machine"] = {"cpus": os.cpu_count(), "load_end": os.getloadavg()}
+    result["machine"] = {"cpus": os.cpu_count(), "threads": a.threads or "torch default",
+                         "load_end": os.getloadavg()}
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

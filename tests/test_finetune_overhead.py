@@ -180,8 +180,19 @@ def test_recipe_reads_the_dev_result_from_its_log_through_a_kill_and_a_relaunch(
     predictions = (out / "dev_predictions" / "MRPC.tsv").read_text().splitlines()
     assert len(predictions) == 1 + ROWS["valid"]
 
-    # A log that cannot tell which epoch checkpoint_best.pt holds (its saves cut out, as
-    # a run killed while saving leaves it): the relaunch validates the checkpoint.
+    from write_results import best_from_train_log
+
+    # The figure the run tracked is read from the log (best_f1), whatever the recipe says.
+    if "best_f1" in full:
+        assert best_from_train_log(full, "accuracy") == best_from_train_log(full, "f1")
+    # Killed while saving its last best (the new-best line logged, "Saved" not): the
+    # file may hold that epoch or the one before, so the log does not tell.
+    lines = full.splitlines(keepends=True)
+    last = max(i for i, l in enumerate(lines) if re.search(r"Saved checkpoint \S+checkpoint_best", l))
+    assert best_from_train_log("".join(lines[:last] + lines[last + 1:]), "f1") is None
+
+    # A log that cannot tell which epoch checkpoint_best.pt holds (its saves cut out):
+    # the relaunch validates the checkpoint.
     log.write_text("".join(l for l in full.splitlines(keepends=True) if "Saved checkpoint" not in l))
     run_cli("bash", *recipe_args(), cwd=tmp_path, env=dict(env, HEAD="plain"))
     again = json.loads((out / "results.json").read_text())

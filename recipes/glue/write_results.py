@@ -68,8 +68,14 @@ def _pipe_stats(text):
 def best_from_train_log(log_text, metric):
     """({subset: stats}, epoch, updates) of the validation whose weights
     checkpoint_best.pt holds, from fairseq-train's simple-format log; None when the log
-    cannot tell. ``metric`` is the --best-checkpoint-metric."""
-    rounds = []  # validation rounds in log order: {"subsets": {...}, "new_best": bool}
+    cannot tell. ``metric`` is the recipe's --best-checkpoint-metric; the log's own
+    ``best_X`` figure names the one the run tracked, should extra arguments have
+    changed it."""
+    valid = [(m.group(1), _pipe_stats(m.group(2)))
+             for m in map(VALID_LINE.search, log_text.splitlines()) if m]
+    tracked = next((k[len("best_"):] for _, stats in valid for k in stats
+                    if k.startswith("best_")), metric)
+    rounds = []  # validation rounds, in log order
     best = None
     for line in log_text.splitlines():
         m = VALID_LINE.search(line)
@@ -79,13 +85,13 @@ def best_from_train_log(log_text, metric):
             if (current is None or current["saved"] or subset in current["subsets"]
                     or current["updates"] != stats.get("num_updates")):
                 # The first subset tracks the best (fairseq's tracking_best): its line
-                # has best_METRIC unless no validation came before in this process.
-                if metric not in stats:
+                # has best_X unless no validation came before it in this process.
+                if tracked not in stats:
                     return None
-                key = "best_" + metric
+                key = "best_" + tracked
                 current = {"subsets": {}, "updates": stats.get("num_updates"), "saved": False,
-                           "value": stats[metric],
-                           "new_best": key not in stats or stats[key] == stats[metric]}
+                           "value": stats[tracked],
+                           "new_best": key not in stats or stats[key] == stats[tracked]}
                 rounds.append(current)
             current["subsets"][subset] = stats
             continue
@@ -96,7 +102,7 @@ def best_from_train_log(log_text, metric):
             if current["updates"] != updates:
                 return None  # a save of another validation than the last one logged
             if score != "None" and float(score) != current["value"]:
-                return None
+                return None  # the save tracked another figure than this one
             current["saved"] = True
             if current["new_best"]:
                 best = (current, epoch, updates)
