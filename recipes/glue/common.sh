@@ -235,6 +235,10 @@ else
     add valid "$OUT_DIR/dev_predictions/$TASK.tsv"
     if [ "$TEST_PREDICTIONS" = 1 ]; then add test "$OUT_DIR/$TEST_FOLDER/$TASK.tsv"; fi
 fi
+# Where results.json came from fairseq-train's validation, the dev predictions do too:
+# the criterion keeps them in the checkpoint (span-predict --from-validation), which
+# saves a pass over the dev set and gives exactly the predictions results.json scores.
+if [ "$from_log" = 0 ]; then predict_args+=(--from-validation); fi
 if [ "${#splits[@]}" -gt 0 ]; then
     span-predict --checkpoint "$best" --data "$DATA_DIR" --split "${splits[@]}" \
         --output "${outputs[@]}" "${predict_args[@]}"

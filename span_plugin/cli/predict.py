@@ -48,7 +48,8 @@ import os
 import sys
 
 # The flags of each task's output (all default to None: given or not).
-GLUE_FLAGS = ("split", "output", "glue_dir", "task", "regression_scale", "batch_size")
+GLUE_FLAGS = ("split", "output", "glue_dir", "task", "regression_scale", "batch_size",
+              "from_validation")
 CONLL_FLAGS = ("split", "conll_out", "results", "batch_size", "spans_out", "token_decoding",
                "overlap", "span_threshold")
 PAIR_FLAGS = ("input", "output")
@@ -76,6 +77,13 @@ def build_parser():
     g.add_argument("--regression-scale", type=float,
                    help="multiply regression outputs by this (default: the folder's label "
                    "scale: 5 for STS-B, else 1)")
+    g.add_argument("--from-validation", action="store_true", default=None,
+                   help="split valid: write what fairseq-train's own validation predicted "
+                   "with these weights (the span_classification criterion keeps it in "
+                   "the checkpoint), without loading the model or a pass over the rows; "
+                   "when the checkpoint cannot give every row (no stored pass, "
+                   "several validation subsets, a multi-process run), it says why and "
+                   "predicts as usual")
     g = p.add_argument_group("tagging (CoNLL)")
     g.add_argument("--conll-out", nargs="+", help="one CoNLL prediction file per --split")
     g.add_argument("--results", help="write {split: {precision, recall, f1, by_type}} here (JSON)")
@@ -190,6 +198,25 @@ def _output_of(hub):
     return outputs[type(hub)]
 
 
+def _from_validation(a):
+    """--from-validation: write split valid of the folder from the checkpoint's stored
+    validation predictions. Removes what it wrote from ``a.split`` / ``a.output``;
+    returns whether splits remain to predict."""
+    from span_plugin.inference.glue_files import write_validation_predictions
+
+    splits, outputs = a.split or ["test"], a.output or []
+    if a.glue_dir or "valid" not in splits or len(outputs) != len(splits):
+        return True  # nothing it can stand in for; the usual checks follow
+    k = splits.index("valid")
+    why = write_validation_predictions(a.checkpoint, a.data, outputs[k], a.task,
+                                       a.regression_scale)
+    if why is not None:
+        print(f"span-predict: split valid is predicted: {why}", file=sys.stderr)
+        return True
+    a.split, a.output = splits[:k] + splits[k + 1:], outputs[:k] + outputs[k + 1:]
+    return bool(a.split)
+
+
 def _quiet_logging():
     """fairseq configures the root logger at import (one of its modules at DEBUG);
     keep its INFO chatter out of this command's output."""
@@ -206,6 +233,8 @@ def main(argv=None):
 
     _quiet_logging()
     try:
+        if a.from_validation and not _from_validation(a):
+            return 0  # every split written from the checkpoint
         hub = SpanHubInterface.from_pretrained(
             a.checkpoint, data=a.data, bpe=a.bpe, gpt2_encoder_json=a.gpt2_encoder_json,
             gpt2_vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,

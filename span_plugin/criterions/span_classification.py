@@ -25,6 +25,15 @@ split; summed over workers they hold every prediction exactly once, which is the
 ranked. (Summing, not gathering: fairseq's gather path needs CUDA.) Any of the
 metric names works with ``--best-checkpoint-metric NAME
 --maximize-best-checkpoint-metric``.
+
+The predictions of the latest validation pass (the eval-mode calls since the last
+training step) are kept in the task state as ``valid_predictions``: ``{"ids": [...],
+"values": [...]}``, class indices or regression outputs by example id. fairseq saves the
+task state in every checkpoint right after the validation that decided it, so
+``checkpoint_best.pt`` holds the dev predictions that made it best, and
+``span-predict --from-validation`` writes them without a second pass over the dev set.
+A process sees only its own shard, and one pass may cover several subsets (MNLI):
+the reader uses the record only when it holds every row of the split exactly once.
 """
 
 import logging
@@ -42,6 +51,7 @@ from fairseq.logging import metrics
 from span_plugin.preprocess import provenance
 from span_plugin.criterions import glue_metrics
 from span_plugin.criterions.sums import SummedCriterion
+from span_plugin.runtime.checkpoints import VALID_PREDICTIONS
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +83,7 @@ class SpanClassificationCriterion(SummedCriterion):
         data = getattr(getattr(task, "cfg", None), "data", None)
         if data:
             provenance.verify_folder(data)
+        self._valid_pass = None  # the current validation pass's record, in the task state
         self.positive = None
         if not self.regression_target and self.num_classes == 2:
             name = cfg.positive_label
@@ -124,7 +135,19 @@ class SpanClassificationCriterion(SummedCriterion):
             if not model.training:
                 log.update(self._by_id(sample["id"], preds.detach(), targets))
         log["loss"] = loss.data
+        self._remember(model, sample, preds)
         return loss, sample_size, log
+
+    def _remember(self, model, sample, preds):
+        """Keep eval-mode predictions by example id in the task state (see above)."""
+        if model.training:
+            self._valid_pass = None  # the next eval-mode call starts a new pass
+            return
+        if self._valid_pass is None:
+            self._valid_pass = {"ids": [], "values": []}
+            self.task.state.merge_state_dict({VALID_PREDICTIONS: self._valid_pass})
+        self._valid_pass["ids"].extend(sample["id"].tolist())
+        self._valid_pass["values"].extend(preds.detach().cpu().tolist())
 
     def _by_id(self, ids, preds, targets):
         """``[N]`` float64 vectors of predictions, targets and seen-flags, indexed by

@@ -54,26 +54,104 @@ def format_predictions(predictions, regression_scale=1.0, clip=None):
     return lines
 
 
-def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression_scale=None,
-                      batch_size=32):
-    """Predict each split into its output file. Regression values are multiplied by
-    ``regression_scale`` (default: the folder's label scale, STS-B 5) and clipped to
-    the folder's label range (STS-B [0, 5])."""
-    labels = (hub.record or {}).get("labels") or {}
+def regression_output(record, task=None, regression_scale=None):
+    """``(scale, clip)`` of regression outputs: ``regression_scale`` or the folder's
+    label scale (STS-B 5), and its label range (STS-B [0, 5])."""
+    labels = (record or {}).get("labels") or {}
     if regression_scale is not None:
         scale = regression_scale
     elif "scale" in labels:
         scale = labels["scale"]
     else:  # a folder without a record: STS-B folders hold score / 5
         scale = 5.0 if task == "STS-B" else 1.0
-    clip = labels.get("range") if hub.record else ([0.0, 5.0] if task == "STS-B" else None)
+    clip = labels.get("range") if record else ([0.0, 5.0] if task == "STS-B" else None)
+    return scale, clip
+
+
+def write_predictions(output, predictions, scale=1.0, clip=None):
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as h:
+        h.write("\n".join(format_predictions(predictions, scale, clip)) + "\n")
+    print(f"{output}: {len(predictions)} predictions", file=sys.stderr)
+
+
+def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression_scale=None,
+                      batch_size=32):
+    """Predict each split into its output file. Regression values are multiplied by
+    ``regression_scale`` (default: the folder's label scale, STS-B 5) and clipped to
+    the folder's label range (STS-B [0, 5])."""
+    scale, clip = regression_output(hub.record, task, regression_scale)
     for split, output in zip(splits, outputs):
         if glue_dir:
             examples = read_test_rows(glue_dir, task, split)
         else:
             examples = read_folder_rows(hub.data, split)
-        predictions = hub.predict(examples, batch_size=batch_size)
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        with open(output, "w", encoding="utf-8") as h:
-            h.write("\n".join(format_predictions(predictions, scale, clip)) + "\n")
-        print(f"{output}: {len(predictions)} predictions", file=sys.stderr)
+        write_predictions(output, hub.predict(examples, batch_size=batch_size), scale, clip)
+
+
+def validation_predictions(state, data=None):
+    """The predictions fairseq-train's own validation made of the folder's ``valid``
+    split with the weights of this checkpoint (kept in the task state by the
+    ``span_classification`` criterion), one dict per row as ``SentenceHubInterface
+    .predict`` gives them (``label``; regression ``score``), and the folder's record.
+
+    Returns ``(predictions, record, None)``, or ``(None, None, why)`` when the
+    checkpoint cannot stand in for a forward pass: no stored pass, a pass over more
+    than the one subset ``valid``, another folder than the one it was trained on, or
+    not every row of the split exactly once (a multi-process run keeps its own shard).
+    """
+    from span_plugin.preprocess.provenance import STATE_KEY
+    from span_plugin.runtime.checkpoints import VALID_PREDICTIONS
+
+    task_state = state.get("task_state") or {}
+    stored = task_state.get(VALID_PREDICTIONS)
+    cfg = state.get("cfg") or {}
+    task_cfg, dataset_cfg = cfg.get("task") or {}, cfg.get("dataset") or {}
+    trained_on = task_cfg.get("data")
+    if not stored:
+        return None, None, "the checkpoint holds no validation predictions"
+    if dataset_cfg.get("valid_subset") != "valid":
+        return None, None, (f"its validation covered {dataset_cfg.get('valid_subset')!r}, "
+                            f"not the one subset 'valid'")
+    if data and trained_on and os.path.realpath(data) != os.path.realpath(trained_on):
+        return None, None, f"--data {data} is not the folder it was trained on ({trained_on})"
+    folder = data or trained_on
+    if not folder or not os.path.exists(os.path.join(folder, "raw", "valid.input0")):
+        return None, None, f"{folder}/raw/valid.input0 not found"
+    rows = len(read_folder_rows(folder, "valid"))
+    ids, values = stored["ids"], stored["values"]
+    if sorted(ids) != list(range(rows)):
+        return None, None, (f"its validation predictions cover {len(set(ids))} distinct "
+                            f"of {rows} rows ({len(ids)} in all)")
+    by_id = dict(zip(ids, values))
+    if task_cfg.get("regression_target"):
+        return [{"score": float(by_id[i])} for i in range(rows)], task_state.get(STATE_KEY), None
+    names = read_label_names(folder)
+    return [{"label": names[int(by_id[i])]} for i in range(rows)], task_state.get(STATE_KEY), None
+
+
+def read_label_names(folder):
+    """Class names in output order: ``label/dict.txt`` as fairseq's Dictionary reads it
+    (the classes follow its 4 specials in file order; padding words are not classes)."""
+    path = os.path.join(folder, "label", "dict.txt")
+    with open(path, encoding="utf-8") as f:
+        names = [line.split(" ")[0] for line in f.read().splitlines() if line.strip()]
+    return [n for n in names if not n.startswith("madeupword")]
+
+
+def write_validation_predictions(checkpoint, data, output, task=None, regression_scale=None):
+    """Write ``output`` from the checkpoint's stored validation predictions of
+    ``valid`` (see :func:`validation_predictions`); returns None, or why it could not."""
+    from span_plugin.runtime.checkpoints import damaged_error, is_damage, load_mapped
+
+    try:
+        state = load_mapped(checkpoint)
+    except Exception as err:  # noqa: BLE001 - a damaged file gets the one clear error
+        if is_damage(err):
+            raise damaged_error(checkpoint, err) from err
+        return f"{checkpoint} cannot be read here ({type(err).__name__})"
+    predictions, record, why = validation_predictions(state, data)
+    if predictions is None:
+        return why
+    write_predictions(output, predictions, *regression_output(record, task, regression_scale))
+    return None

@@ -35,6 +35,9 @@ import sys
 from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_write  # noqa: F401
 
 LAST = "checkpoint_last.pt"
+# The task-state entry where the span_classification criterion keeps the latest
+# validation pass's predictions (read back by span-predict --from-validation).
+VALID_PREDICTIONS = "valid_predictions"
 
 
 class DamagedCheckpointError(RuntimeError):
@@ -76,25 +79,30 @@ def load_state(path):
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def read_updates(path):
-    """``(num_updates, None)`` of a checkpoint that loads; ``(None, why)`` for a damaged
-    one; ``(-1, why)`` for one that cannot be inspected here but is not damaged (it
-    holds types outside the allow-list: fairseq's own loader decides). The file is
-    memory-mapped, so its tensors are not read."""
+def load_mapped(path):
+    """A checkpoint's dict with its tensors memory-mapped, not read (fairseq's
+    allow-listed types only): cheap when only the small entries are wanted."""
     import torch
 
     from span_plugin.convert.bert import allow_checkpoint_types
 
     allow_checkpoint_types()
-
     try:
-        try:
-            state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        except RuntimeError as err:
-            if "mmap can only be used" not in str(err):
-                raise
-            # An old (non-zip) torch.save format, or an empty file: read it whole.
-            state = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except RuntimeError as err:
+        if "mmap can only be used" not in str(err):
+            raise
+        # An old (non-zip) torch.save format, or an empty file: read it whole.
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def read_updates(path):
+    """``(num_updates, None)`` of a checkpoint that loads; ``(None, why)`` for a damaged
+    one; ``(-1, why)`` for one that cannot be inspected here but is not damaged (it
+    holds types outside the allow-list: fairseq's own loader decides). The file is
+    memory-mapped, so its tensors are not read."""
+    try:
+        state = load_mapped(path)
     except Exception as err:  # noqa: BLE001 - sorted below
         text = str(err).splitlines()[0][:160] if str(err) else ""
         return (None if is_damage(err) else -1), f"{type(err).__name__}: {text}"
