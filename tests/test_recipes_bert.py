@@ -53,7 +53,11 @@ def test_span_head_fine_tunes_the_converted_encoder(span_run, converted_minilm):
     predictions = (cwd / "runs" / "minilm" / "MRPC" / "dev_predictions" / "MRPC.tsv").read_text().splitlines()
     assert len(predictions) == len(dev_rows) + 1
 
-    # The hub reproduces the recipe's dev predictions from the checkpoint.
+    # They are fairseq-train's own validation predictions, kept in checkpoint_best.pt
+    # (span-predict --from-validation: no second pass) ...
+    assert f"dev_predictions/MRPC.tsv: {len(dev_rows)} predictions" in log, log[-2000:]
+    assert "split valid is predicted" not in log
+    # ... and the hub reproduces them from the checkpoint and the raw text.
     hub = SpanHubInterface.from_pretrained(cwd / "runs" / "minilm" / "MRPC" / "checkpoints" / "checkpoint_best.pt",
                                            data=data, bpe="wordpiece", wordpiece=converted_minilm)
     assert hub.reads_spans

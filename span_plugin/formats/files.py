@@ -55,3 +55,23 @@ def atomic_copy(src, dst):
             shutil.copyfileobj(s, f, 1 << 24)
 
     atomic_write(dst, write)
+
+
+def atomic_link(src, dst):
+    """Give ``src``'s content the name ``dst`` as :func:`atomic_copy` does, by a hard
+    link where the file system allows one (no bytes copied), else by a copy.
+
+    Only for files that are never changed in place, only replaced whole (checkpoints:
+    every writer here replaces them by rename), since both names share the content
+    until one of them is replaced."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    tmp = dst + TMP_SUFFIX
+    try:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        os.link(src, tmp)
+    except OSError:  # another file system, or one without hard links
+        atomic_copy(src, dst)
+        return
+    commit(tmp, dst)
+

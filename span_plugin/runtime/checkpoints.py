@@ -7,7 +7,8 @@ file under the final name, which later fails to load with ``OSError: [Errno 22]
 Invalid argument`` or a zip error that names no file. With the plugin loaded
 (:func:`span_plugin.runtime.compat.apply`):
 
-- every checkpoint file, the first and the copies, is written to ``NAME.tmp``,
+- every checkpoint file, the first and the copies (hard links where the file system
+  allows: no file is changed in place), is written to ``NAME.tmp``,
   flushed to disk, renamed over ``NAME`` and the rename made durable
   (:func:`span_plugin.formats.files.atomic_write`);
 - loading a damaged checkpoint raises :class:`DamagedCheckpointError`, naming the file
@@ -32,7 +33,7 @@ import sys
 
 
 # atomic_write is imported from here by runtime.compat and runtime.transfer.
-from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_write  # noqa: F401
+from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_link, atomic_write  # noqa: F401
 
 LAST = "checkpoint_last.pt"
 # The task-state entry where the span_classification criterion keeps the latest
@@ -154,7 +155,7 @@ def prepare_resume(save_dir, log=print):
             log(f"no intact checkpoint in {save_dir}: the run starts afresh")
         return None
     if best != last:
-        atomic_copy(best, last)
+        atomic_link(best, last)
         log(f"resuming from {best} ({best_updates} updates), copied to {last}")
     return last
 

@@ -1,0 +1,34 @@
+"""Checkpoint copies as hard links (span_plugin.formats.files.atomic_link): the same
+bytes under both names, no name changed when the other is replaced, a copy where the
+file system has no links."""
+
+import os
+
+from span_plugin.formats import files
+from span_plugin.formats.files import atomic_link, atomic_write
+
+
+def test_link_shares_the_bytes_until_one_name_is_replaced(tmp_path):
+    best, last = tmp_path / "checkpoint_best.pt", tmp_path / "checkpoint_last.pt"
+    best.write_bytes(b"epoch 1")
+    (tmp_path / "checkpoint_last.pt.tmp").write_bytes(b"stale, from a killed writer")
+    atomic_link(best, last)
+    assert last.read_bytes() == b"epoch 1" and os.stat(last).st_ino == os.stat(best).st_ino
+    assert not (tmp_path / "checkpoint_last.pt.tmp").exists()
+    # The next save replaces checkpoint_last.pt by rename: the best keeps its bytes.
+    atomic_write(last, lambda f: f.write(b"epoch 2"))
+    assert best.read_bytes() == b"epoch 1" and last.read_bytes() == b"epoch 2"
+    # Linking over an existing name replaces it whole.
+    atomic_link(best, last)
+    assert last.read_bytes() == b"epoch 1"
+
+
+def test_without_hard_links_it_copies(tmp_path, monkeypatch):
+    def no_links(src, dst):
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    src, dst = tmp_path / "a.pt", tmp_path / "b.pt"
+    src.write_bytes(b"x" * 1000)
+    atomic_link(src, dst)
+    assert dst.read_bytes() == b"x" * 1000 and os.stat(dst).st_ino != os.stat(src).st_ino
