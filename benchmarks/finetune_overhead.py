@@ -7,8 +7,8 @@ the grid shares it between variants and seeds):
 recipe
     ``experiments/glue_grid.py``'s own launch (``run_glue``: the same environment and
     extra flags, variant ``plain``, ``--cpu``), i.e. ``recipes/glue/MRPC.sh`` ->
-    ``recipes/glue/common.sh`` -> ``fairseq-train`` (fairseq's ``roberta`` and
-    ``sentence_prediction`` head), then the dev result and dev predictions of
+    ``recipes/glue/common.sh`` -> ``fairseq-train`` (``sentence_prediction``; BERT's
+    classifier over the converted model), then the dev result and dev predictions of
     ``checkpoint_best.pt``, read back as the grid reads them. Its checkpoints are kept
     (the grid deletes them afterwards; the plain loop's stays too). After each run, and
     outside its time, the ``fairseq-validate`` pass the recipe made before it read the
@@ -151,15 +151,22 @@ def polynomial_decay(warmup, total):
 
 def build_model(data, num_classes, seed, size_flags, dropout=0.1):
     """The model fairseq-train builds for the recipe: fairseq's ``sentence_prediction``
-    task from the same flags (fairseq's ``roberta`` with a fresh classification head).
+    task from the same flags, with a fresh classification head: fairseq's ``roberta``,
+    or, for a model with BERT's segment B and pooler, the plugin's ``roberta_span``
+    with BERT's classifier (``--sentence-head plain``), as recipes/glue/common.sh picks.
     Returns (model, the input dictionary's pad index)."""
     import torch
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    import span_plugin
+
+    span_plugin.register()  # imported before fairseq: --user-dir would not register it
+    arch = ["--arch", "roberta"]
+    if {"--bert-token-types", "--bert-pooler"} & set(size_flags):
+        arch = ["--arch", "roberta_span", "--sentence-head", "plain"]
     args = options.parse_args_and_arch(options.get_training_parser(), [
-        data, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-        "--arch", "roberta",
+        data, "--task", "sentence_prediction", "--criterion", "sentence_prediction", *arch,
         "--num-classes", str(num_classes), "--init-token", str(INIT_TOKEN),
         "--max-positions", str(MAX_POSITIONS), *size_flags, "--shorten-method", "truncate",
         "--dropout", str(dropout), "--attention-dropout", str(dropout), "--cpu",
