@@ -95,3 +95,5 @@ def test_a_pass_that_saw_a_row_twice_or_another_folder_is_refused(tmp_path):
     assert "3 distinct of 3 rows (4 in all)" in why
     _, _, why = validation_predictions(state([0, 1, 2], [0, 0, 0]), data=tmp_path)
     assert "is not the folder it was trained on" in why
+    _, _, why = validation_predictions(state([0, 1, 2], [0, 3, 0]))  # beyond the 3 symbols
+    assert "a stored class is not one of the 3" in why

@@ -140,7 +140,7 @@ class SpanClassificationCriterion(SummedCriterion):
 
     def _remember(self, model, sample, preds):
         """Keep eval-mode predictions by example id in the task state (see above)."""
-        if model.training:
+        if model.training or getattr(self.task, "state", None) is None:
             self._valid_pass = None  # the next eval-mode call starts a new pass
             return
         if self._valid_pass is None:

@@ -127,16 +127,18 @@ def validation_predictions(state, data=None):
     if task_cfg.get("regression_target"):
         return [{"score": float(by_id[i])} for i in range(rows)], task_state.get(STATE_KEY), None
     names = read_label_names(folder)
+    if any(not 0 <= int(v) < len(names) for v in values):
+        return None, None, f"a stored class is not one of the {len(names)} of {folder}/label/dict.txt"
     return [{"label": names[int(by_id[i])]} for i in range(rows)], task_state.get(STATE_KEY), None
 
 
 def read_label_names(folder):
-    """Class names in output order: ``label/dict.txt`` as fairseq's Dictionary reads it
-    (the classes follow its 4 specials in file order; padding words are not classes)."""
+    """Class names in output order, as the hub names them: the symbols of
+    ``label/dict.txt`` in file order (fairseq's Dictionary puts its 4 specials first,
+    and class ``i`` is symbol ``i + 4``)."""
     path = os.path.join(folder, "label", "dict.txt")
     with open(path, encoding="utf-8") as f:
-        names = [line.split(" ")[0] for line in f.read().splitlines() if line.strip()]
-    return [n for n in names if not n.startswith("madeupword")]
+        return [line.split(" ")[0] for line in f.read().splitlines() if line.strip()]
 
 
 def write_validation_predictions(checkpoint, data, output, task=None, regression_scale=None):
