@@ -66,6 +66,7 @@ def _altered(checkpoint, tmp_path, change):
     (lambda s: s["task_state"].pop(VALID_PREDICTIONS), "holds no validation predictions"),
     (lambda s: s["cfg"]["dataset"].update(valid_subset="valid,valid1"), "not the one subset 'valid'"),
     (lambda s: s["task_state"][VALID_PREDICTIONS]["ids"].pop(), "distinct of"),  # a shard
+    (lambda s: s["extra_state"].update(val_loss=None), "saved without a validation"),
 ])
 def test_what_cannot_stand_in_is_said_and_predicted(runs, tmp_path, change, why):
     forward, _ = predict_valid(runs["MRPC"], tmp_path / "forward.tsv")
@@ -83,9 +84,10 @@ def test_a_pass_that_saw_a_row_twice_or_another_folder_is_refused(tmp_path):
     (folder / "label" / "dict.txt").write_text("yes 5\nno 3\nmadeupword0000 0\n")
     cfg = {"task": {"data": str(folder)}, "dataset": {"valid_subset": "valid"}}
 
-    def state(ids, values, **task):
+    def state(ids, values, val_loss=0.5, **task):
         return {"cfg": {"task": dict(cfg["task"], **task), "dataset": cfg["dataset"]},
-                "task_state": {VALID_PREDICTIONS: {"ids": ids, "values": values}}}
+                "task_state": {VALID_PREDICTIONS: {"ids": ids, "values": values}},
+                "extra_state": {"val_loss": val_loss}}
 
     preds, _, why = validation_predictions(state([2, 0, 1], [1, 0, 0]))
     assert why is None and [p["label"] for p in preds] == ["yes", "yes", "no"]  # by id
@@ -95,5 +97,7 @@ def test_a_pass_that_saw_a_row_twice_or_another_folder_is_refused(tmp_path):
     assert "3 distinct of 3 rows (4 in all)" in why
     _, _, why = validation_predictions(state([0, 1, 2], [0, 0, 0]), data=tmp_path)
     assert "is not the folder it was trained on" in why
+    _, _, why = validation_predictions(state([0, 1, 2], [0, 0, 0], val_loss=None))
+    assert "saved without a validation just before" in why  # its weights are newer
     _, _, why = validation_predictions(state([0, 1, 2], [0, 3, 0]))  # beyond the 3 symbols
     assert "a stored class is not one of the 3" in why

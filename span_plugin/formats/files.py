@@ -74,4 +74,3 @@ def atomic_link(src, dst):
         atomic_copy(src, dst)
         return
     commit(tmp, dst)
-

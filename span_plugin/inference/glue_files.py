@@ -96,8 +96,8 @@ def validation_predictions(state, data=None):
     .predict`` gives them (``label``; regression ``score``), and the folder's record.
 
     Returns ``(predictions, record, None)``, or ``(None, None, why)`` when the
-    checkpoint cannot stand in for a forward pass: no stored pass, a pass over more
-    than the one subset ``valid``, another folder than the one it was trained on, or
+    checkpoint cannot stand in for a forward pass: no stored pass, a save that did not
+    follow a validation, a pass over more than the one subset ``valid``, another folder than the one it was trained on, or
     not every row of the split exactly once (a multi-process run keeps its own shard).
     """
     from span_plugin.preprocess.provenance import STATE_KEY
@@ -110,6 +110,10 @@ def validation_predictions(state, data=None):
     trained_on = task_cfg.get("data")
     if not stored:
         return None, None, "the checkpoint holds no validation predictions"
+    if (state.get("extra_state") or {}).get("val_loss") is None:
+        # fairseq records the validation a save follows; a save without one (e.g.
+        # --save-interval-updates between validations) holds newer weights
+        return None, None, "it was saved without a validation just before"
     if dataset_cfg.get("valid_subset") != "valid":
         return None, None, (f"its validation covered {dataset_cfg.get('valid_subset')!r}, "
                             f"not the one subset 'valid'")
