@@ -52,8 +52,8 @@ def paired(diffs):
 
 
 def fmt_paired(s):
-    if s is None:
-        return "-"
+    if s is None:  # fewer than two pairs: no interval; the three columns stay aligned
+        return "- | - | -"
     return (f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}] | {s['wins']}-{s['losses']} "
             f"| {s['p_sign']:.3f}")
 
