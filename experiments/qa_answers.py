@@ -1,0 +1,103 @@
+"""Where the QA heads' EM and F1 part: outcome shares and answer lengths per run, and a
+per-question paired comparison of two heads at the same seed.
+
+EM and F1 can move in opposite directions (a head that is more often exactly right but
+further off when wrong). This splits each run's questions into exact (EM 1), partial
+(0 < F1 < 1) and miss (F1 0), and compares predicted with gold answer lengths (words of
+the normalized text; the gold length is that of the gold answer the prediction scores
+best against), so the report can say which it is.
+
+    python experiments/qa_answers.py --valid data-bin/all-MiniLM-L6-v2/squad-dev-split38/valid.json \\
+        --runs runs/qa_grid/runs/*/predictions.json
+Run folders are named <encoder>-<head>-...-s<seed> (experiments/qa_grid.py).
+"""
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from span_plugin.formats.squad import read_qa  # noqa: E402
+from span_plugin.formats.squad_metrics import f1_score, gold_texts, normalize_answer  # noqa: E402
+
+RUN_NAME = re.compile(r"-(boundary|span)-.*-s(\d+)$")
+
+
+def outcomes(predictions, examples):
+    """{id: (em, f1, predicted words, gold words)}; the gold answer is the one the
+    prediction scores best against (F1, then EM)."""
+    out = {}
+    for ex in examples:
+        pred = predictions[ex.id]
+        scored = [(f1_score(pred, g, "1.1"), normalize_answer(pred) == normalize_answer(g), g)
+                  for g in gold_texts(ex)]
+        f1, em, gold = max(scored, key=lambda s: (s[0], s[1]))
+        out[ex.id] = (float(em), f1, len(normalize_answer(pred).split()),
+                      len(normalize_answer(gold).split()))
+    return out
+
+
+def summary(rows):
+    n = len(rows)
+    em = [r[0] for r in rows]
+    f1 = [r[1] for r in rows]
+    partial = [r for r in rows if r[0] == 0 and r[1] > 0]
+    return {
+        "EM": 100 * sum(em) / n, "F1": 100 * sum(f1) / n,
+        "exact %": 100 * sum(em) / n,
+        "partial %": 100 * len(partial) / n,
+        "miss %": 100 * sum(1 for r in rows if r[1] == 0) / n,
+        "F1 of partials": 100 * statistics.mean(r[1] for r in partial) if partial else 0.0,
+        "pred words": statistics.mean(r[2] for r in rows),
+        "gold words": statistics.mean(r[3] for r in rows),
+        "longer than gold %": 100 * sum(1 for r in rows if r[0] == 0 and r[2] > r[3]) / n,
+        "shorter than gold %": 100 * sum(1 for r in rows if r[0] == 0 and r[2] < r[3]) / n,
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--valid", required=True, help="the held-out SQuAD file the runs predicted")
+    p.add_argument("--runs", nargs="+", required=True, help="predictions.json of grid runs")
+    a = p.parse_args(argv)
+    examples = read_qa(a.valid).examples
+    runs = {}
+    for path in a.runs:
+        m = RUN_NAME.search(Path(path).parent.name)
+        if not m:
+            p.error(f"{path}: folder name does not end in -<head>-...-s<seed>")
+        predictions = json.loads(Path(path).read_text(encoding="utf-8"))
+        missing = [ex.id for ex in examples if ex.id not in predictions]
+        if missing:
+            p.error(f"{path}: no prediction for {len(missing)} questions (first {missing[0]})")
+        runs[m.group(1), int(m.group(2))] = outcomes(predictions, examples)
+
+    columns = list(summary(next(iter(runs.values())).values()))
+    print("| head | seed | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 2) + "|")
+    for (head, seed), out in sorted(runs.items()):
+        s = summary(list(out.values()))
+        print(f"| {head} | {seed} | " + " | ".join(f"{s[c]:.2f}" for c in columns) + " |")
+
+    seeds = sorted({s for h, s in runs if h == "span"} & {s for h, s in runs if h == "boundary"})
+    if seeds:
+        print("\nPer question, span vs boundary at the same seed (counts of questions):\n")
+        print("| seed | both exact | span only exact | boundary only exact | "
+              "span F1 higher | boundary F1 higher |")
+        print("|---|---|---|---|---|---|")
+    for seed in seeds:
+        span, bound = runs["span", seed], runs["boundary", seed]
+        ids = list(span)
+        count = lambda f: sum(1 for i in ids if f(span[i], bound[i]))  # noqa: E731
+        print(f"| {seed} | {count(lambda s, b: s[0] and b[0])} | "
+              f"{count(lambda s, b: s[0] and not b[0])} | {count(lambda s, b: b[0] and not s[0])} | "
+              f"{count(lambda s, b: s[1] > b[1])} | {count(lambda s, b: b[1] > s[1])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
