@@ -7,7 +7,8 @@ further off when wrong). This splits each run's questions into exact (EM 1), par
 the normalized text; the gold length is that of the gold answer the prediction scores
 best against), so the report can say which it is.
 
-    python experiments/qa_answers.py --valid data-bin/all-MiniLM-L6-v2/squad-dev-split38/valid.json \\
+    python experiments/qa_answers.py \\
+        --valid data-bin/all-MiniLM-L6-v2/squad-dev-split38/valid.json \\
         --runs runs/qa_grid/runs/*/predictions.json
 Run folders are named <encoder>-<head>-...-s<seed> (experiments/qa_grid.py).
 """
@@ -93,9 +94,10 @@ def main(argv=None):
         span, bound = runs["span", seed], runs["boundary", seed]
         ids = list(span)
         count = lambda f: sum(1 for i in ids if f(span[i], bound[i]))  # noqa: E731
-        print(f"| {seed} | {count(lambda s, b: s[0] and b[0])} | "
-              f"{count(lambda s, b: s[0] and not b[0])} | {count(lambda s, b: b[0] and not s[0])} | "
-              f"{count(lambda s, b: s[1] > b[1])} | {count(lambda s, b: b[1] > s[1])} |")
+        cells = [count(lambda s, b: s[0] and b[0]), count(lambda s, b: s[0] and not b[0]),
+                 count(lambda s, b: b[0] and not s[0]), count(lambda s, b: s[1] > b[1]),
+                 count(lambda s, b: b[1] > s[1])]
+        print(f"| {seed} | " + " | ".join(map(str, cells)) + " |")
     return 0
 
 
