@@ -2,10 +2,13 @@
 per-question paired comparison of two heads at the same seed.
 
 EM and F1 can move in opposite directions (a head that is more often exactly right but
-further off when wrong). This splits each run's questions into exact (EM 1), partial
+further off when wrong). This splits each run's questions into exact (EM 1, the EM column), partial
 (0 < F1 < 1) and miss (F1 0), and compares predicted with gold answer lengths (words of
 the normalized text; the gold length is that of the gold answer the prediction scores
-best against), so the report can say which it is.
+best against), so the report can say which it is. With the run's nbest.json beside its
+predictions, "top-5 exact %" is the share of questions with an exact answer among the
+five best candidates: a head that ranks the gold answer high but picks another has a
+decoding or calibration problem rather than a ranking one.
 
     python experiments/qa_answers.py \\
         --valid data-bin/all-MiniLM-L6-v2/squad-dev-split38/valid.json \\
@@ -28,17 +31,24 @@ from span_plugin.formats.squad_metrics import f1_score, gold_texts, normalize_an
 RUN_NAME = re.compile(r"-(boundary|span)-.*-s(\d+)$")
 
 
-def outcomes(predictions, examples):
-    """{id: (em, f1, predicted words, gold words)}; the gold answer is the one the
-    prediction scores best against (F1, then EM)."""
+TOP_K = 5
+
+
+def outcomes(predictions, examples, nbest=None):
+    """{id: (em, f1, predicted words, gold words, exact in top 5 or None)}; the gold
+    answer is the one the prediction scores best against (F1, then EM). nbest: {id:
+    [{"text": ...}, ...] best first} (span-predict's nbest.json) or None."""
     out = {}
     for ex in examples:
         pred = predictions[ex.id]
+        golds = {normalize_answer(g) for g in gold_texts(ex)}
         scored = [(f1_score(pred, g, "1.1"), normalize_answer(pred) == normalize_answer(g), g)
                   for g in gold_texts(ex)]
         f1, em, gold = max(scored, key=lambda s: (s[0], s[1]))
+        top = None if nbest is None else float(any(
+            normalize_answer(c["text"]) in golds for c in nbest[ex.id][:TOP_K]))
         out[ex.id] = (float(em), f1, len(normalize_answer(pred).split()),
-                      len(normalize_answer(gold).split()))
+                      len(normalize_answer(gold).split()), top)
     return out
 
 
@@ -49,7 +59,6 @@ def summary(rows):
     partial = [r for r in rows if r[0] == 0 and r[1] > 0]
     return {
         "EM": 100 * sum(em) / n, "F1": 100 * sum(f1) / n,
-        "exact %": 100 * sum(em) / n,
         "partial %": 100 * len(partial) / n,
         "miss %": 100 * sum(1 for r in rows if r[1] == 0) / n,
         "F1 of partials": 100 * statistics.mean(r[1] for r in partial) if partial else 0.0,
@@ -57,6 +66,8 @@ def summary(rows):
         "gold words": statistics.mean(r[3] for r in rows),
         "longer than gold %": 100 * sum(1 for r in rows if r[0] == 0 and r[2] > r[3]) / n,
         "shorter than gold %": 100 * sum(1 for r in rows if r[0] == 0 and r[2] < r[3]) / n,
+        f"top-{TOP_K} exact %": (100 * sum(r[4] for r in rows) / n
+                                 if all(r[4] is not None for r in rows) else float("nan")),
     }
 
 
@@ -75,7 +86,10 @@ def main(argv=None):
         missing = [ex.id for ex in examples if ex.id not in predictions]
         if missing:
             p.error(f"{path}: no prediction for {len(missing)} questions (first {missing[0]})")
-        runs[m.group(1), int(m.group(2))] = outcomes(predictions, examples)
+        nbest_path = Path(path).with_name("nbest.json")
+        nbest = (json.loads(nbest_path.read_text(encoding="utf-8"))
+                 if nbest_path.exists() else None)
+        runs[m.group(1), int(m.group(2))] = outcomes(predictions, examples, nbest)
 
     columns = list(summary(next(iter(runs.values())).values()))
     print("| head | seed | " + " | ".join(columns) + " |")

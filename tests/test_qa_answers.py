@@ -40,7 +40,7 @@ def test_outcomes_reproduce_the_official_scores_and_partition_the_questions(tmp_
     s = qa_answers.summary(list(qa_answers.outcomes(predictions, examples).values()))
     assert abs(s["EM"] - official["exact_match"]) < 1e-9
     assert abs(s["F1"] - official["f1"]) < 1e-9
-    assert abs(s["exact %"] + s["partial %"] + s["miss %"] - 100) < 1e-9
+    assert abs(s["EM"] + s["partial %"] + s["miss %"] - 100) < 1e-9
     assert 0 < s["partial %"] and 0 < s["miss %"]
 
     # every answer cut to its first word: never longer than gold, shorter where gold
@@ -49,6 +49,13 @@ def test_outcomes_reproduce_the_official_scores_and_partition_the_questions(tmp_
     short = qa_answers.summary(list(qa_answers.outcomes(first_words, examples).values()))
     assert short["longer than gold %"] == 0 < short["shorter than gold %"]
     assert short["pred words"] < short["gold words"]
+
+    # top-5: the gold answer fourth among wrong candidates counts, sixth does not
+    wrong = [{"text": "zzz"}] * 5
+    for place, share in ((3, 100.0), (5, 0.0)):
+        nbest = {ex.id: wrong[:place] + [{"text": ex.answers[0][0]}] for ex in examples}
+        rows = qa_answers.outcomes(first_words, examples, nbest).values()
+        assert qa_answers.summary(list(rows))["top-5 exact %"] == share
 
 
 def test_the_cli_pairs_heads_by_seed(tmp_path, capsys):
