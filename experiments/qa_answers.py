@@ -2,7 +2,7 @@
 per-question paired comparison of two heads at the same seed.
 
 EM and F1 can move in opposite directions (a head that is more often exactly right but
-further off when wrong). This splits each run's questions into exact (EM 1, the EM column), partial
+further off when wrong). This splits each run's questions into exact (EM 1), partial
 (0 < F1 < 1) and miss (F1 0), and compares predicted with gold answer lengths (words of
 the normalized text; the gold length is that of the gold answer the prediction scores
 best against), so the report can say which it is. With the run's nbest.json beside its
@@ -26,28 +26,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from span_plugin.formats.squad import read_qa  # noqa: E402
-from span_plugin.formats.squad_metrics import f1_score, gold_texts, normalize_answer  # noqa: E402
+from span_plugin.formats.squad_metrics import (  # noqa: E402
+    exact_match, f1_score, gold_texts, normalize_answer)
 
 RUN_NAME = re.compile(r"-(boundary|span)-.*-s(\d+)$")
-
-
 TOP_K = 5
 
 
 def outcomes(predictions, examples, nbest=None):
     """{id: (em, f1, predicted words, gold words, exact in top 5 or None)}; the gold
-    answer is the one the prediction scores best against (F1, then EM). nbest: {id:
+    answer is the one the prediction scores best against (F1, then EM; the first on ties). nbest: {id:
     [{"text": ...}, ...] best first} (span-predict's nbest.json) or None."""
     out = {}
     for ex in examples:
         pred = predictions[ex.id]
-        golds = {normalize_answer(g) for g in gold_texts(ex)}
-        scored = [(f1_score(pred, g, "1.1"), normalize_answer(pred) == normalize_answer(g), g)
-                  for g in gold_texts(ex)]
-        f1, em, gold = max(scored, key=lambda s: (s[0], s[1]))
+        golds = gold_texts(ex)
+        # ties (a miss against every gold) keep the first gold answer
+        f1, em, gold = max(((f1_score(pred, g, "1.1"), exact_match(pred, g), g) for g in golds),
+                           key=lambda s: s[:2])
         top = None if nbest is None else float(any(
-            normalize_answer(c["text"]) in golds for c in nbest[ex.id][:TOP_K]))
-        out[ex.id] = (float(em), f1, len(normalize_answer(pred).split()),
+            exact_match(c["text"], g) for c in nbest[ex.id][:TOP_K] for g in golds))
+        out[ex.id] = (em, f1, len(normalize_answer(pred).split()),
                       len(normalize_answer(gold).split()), top)
     return out
 
