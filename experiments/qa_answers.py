@@ -35,8 +35,9 @@ TOP_K = 5
 
 def outcomes(predictions, examples, nbest=None):
     """{id: (em, f1, predicted words, gold words, exact in top 5 or None)}; the gold
-    answer is the one the prediction scores best against (F1, then EM; the first on ties). nbest: {id:
-    [{"text": ...}, ...] best first} (span-predict's nbest.json) or None."""
+    answer is the one the prediction scores best against (F1, then EM; the first on
+    ties). nbest: {id: [{"text": ...}, ...] best first} (span-predict's nbest.json) or
+    None."""
     out = {}
     for ex in examples:
         pred = predictions[ex.id]
