@@ -71,16 +71,20 @@ def best_from_train_log(log_text, metric):
     cannot tell. ``metric`` is the recipe's --best-checkpoint-metric; the log's own
     ``best_X`` figure names the one the run tracked, should extra arguments have
     changed it."""
-    valid = [(m.group(1), _pipe_stats(m.group(2)))
-             for m in map(VALID_LINE.search, log_text.splitlines()) if m]
-    tracked = next((k[len("best_"):] for _, stats in valid for k in stats
-                    if k.startswith("best_")), metric)
-    rounds = []  # validation rounds, in log order
-    best = None
+    events = []  # ("valid", subset, stats) and ("saved", match), in log order
     for line in log_text.splitlines():
         m = VALID_LINE.search(line)
         if m:
-            subset, stats = m.group(1), _pipe_stats(m.group(2))
+            events.append(("valid", m.group(1), _pipe_stats(m.group(2))))
+        elif m := SAVED_LINE.search(line):
+            events.append(("saved", m))
+    tracked = next((k[len("best_"):] for e in events if e[0] == "valid" for k in e[2]
+                    if k.startswith("best_")), metric)
+    rounds = []  # validation rounds, in log order
+    best = None
+    for event in events:
+        if event[0] == "valid":
+            _, subset, stats = event
             current = rounds[-1] if rounds else None
             if (current is None or current["saved"] or subset in current["subsets"]
                     or current["updates"] != stats.get("num_updates")):
@@ -95,8 +99,8 @@ def best_from_train_log(log_text, metric):
                 rounds.append(current)
             current["subsets"][subset] = stats
             continue
-        m = SAVED_LINE.search(line)
-        if m and rounds and not rounds[-1]["saved"]:
+        m = event[1]
+        if rounds and not rounds[-1]["saved"]:
             current = rounds[-1]
             epoch, updates, score = int(m.group(2)), int(m.group(3)), m.group(4)
             if current["updates"] != updates:
