@@ -10,9 +10,10 @@ Pearson and Spearman; each condition's mean +- sample standard deviation over se
 with runs whose MRPC MCC is <= 5 flagged as collapsed (the model predicts one class;
 F1 alone hides it: an all-positive guess has F1 81.2). For each condition, the paired
 difference to "none" (same seed, same subset): mean, standard deviation, seeds won and
-the paired t-test's two-sided p. Then the transfer runs: their data (class counts, the
-identity rule's accuracy: identical -> paraphrase; random partner -> random; else
-in-paraphrase) beside the model's own phrasal accuracy on the same dev pairs.
+the paired t-test's two-sided p; transfer also against the compute-matched control.
+Then the transfer runs: their data (class counts, the identity rule's accuracy:
+identical -> paraphrase; random partner -> random; else in-paraphrase) beside the
+model's own phrasal accuracy on the same dev pairs.
 """
 
 import argparse
@@ -59,10 +60,10 @@ def paired_p(a, b):
     return float(ttest_rel(a, b).pvalue)
 
 
-def diff_cell(cond, c, metric):
-    seeds = sorted(set(cond.get(c, {})) & set(cond.get("none", {})))
+def diff_cell(cond, c, metric, base="none"):
+    seeds = sorted(set(cond.get(c, {})) & set(cond.get(base, {})))
     a = [cond[c][s]["dev"][metric] for s in seeds]
-    b = [cond["none"][s]["dev"][metric] for s in seeds]
+    b = [cond[base][s]["dev"][metric] for s in seeds]
     text = paired_cell([x - y for x, y in zip(a, b)], 1)
     p = paired_p(a, b)
     return text if p is None else text[:-1] + f"; p={p:.2g})"
@@ -75,10 +76,14 @@ def table(runs, version):
         if aligner_of(r) in (None, version):
             by[(r["task"], r["share"])].setdefault(r["condition"], {})[r["seed"]] = r
     conditions = [c for c in ORDER if any(c in v for v in by.values())]
-    others = [c for c in conditions if c != "none"]
+    # every condition against no transfer; transfer also against the compute-matched
+    # control, which separates "transfer data helps" from "more updates help"
+    pairs = [(c, "none") for c in conditions if c != "none"]
+    if {"transfer", "matched"} <= set(conditions):
+        pairs.append(("transfer", "matched"))
     lines = ["| target | train rows | metric | " + " | ".join(conditions) + " | "
-             + " | ".join(f"{c} - none (wins; p)" for c in others) + " |",
-             "|---" * (3 + len(conditions) + len(others)) + "|"]
+             + " | ".join(f"{c} - {b} (wins; p)" for c, b in pairs) + " |",
+             "|---" * (3 + len(conditions) + len(pairs)) + "|"]
     for (task, share), cond in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         seen = {k for c in cond.values() for r in c.values() for k in r["dev"]}
         for metric in [m for m in METRICS.get(task, ()) if m in seen] or [
@@ -89,7 +94,7 @@ def table(runs, version):
                 cell = fmt([r["dev"][metric] for r in recs if metric in r["dev"]])
                 down = sum(map(collapsed, recs))
                 cells.append(cell + (f" **{down} collapsed**" if down else ""))
-            cells += [diff_cell(cond, c, metric) for c in others]
+            cells += [diff_cell(cond, c, metric, b) for c, b in pairs]
             lines.append(f"| {task} | {share}% | {metric} | " + " | ".join(cells) + " |")
     return lines, by, conditions
 

@@ -97,6 +97,11 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     row, = [line for line in text.splitlines() if line.startswith("| MRPC | 50% | f1 |")]
     diff = runs["transfer"]["value"] - runs["none"]["value"]
     assert f"{runs['none']['value']:.1f} (n=1)" in row and f"{diff:+.1f} ({int(diff > 0)} of 1)" in row
+    # transfer against the compute-matched control too, last column
+    header, = [line for line in text.splitlines() if line.startswith("| target | train rows |")]
+    assert header.split(" | ")[-1] == "transfer - matched (wins; p) |"
+    vs = runs["transfer"]["value"] - runs["matched"]["value"]
+    assert row.split(" | ")[-1] == f"{vs:+.1f} ({int(vs > 0)} of 1) |"
     mcc, = [line for line in text.splitlines() if line.startswith("| MRPC | 50% | mcc |")]
     assert f"{runs['none']['dev']['mcc']:.1f}" in mcc
     assert [line for line in text.splitlines() if line.startswith("| MRPC | 50% | accuracy |")]
