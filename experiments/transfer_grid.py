@@ -32,8 +32,12 @@ one with these settings, else run and appended there too, so that neither grid r
 twice.
 
 The issue's control grid (2 targets x 2 shares x 5 conditions x 3 seeds; the "none" runs
-already in the results file are reused), then the report:
+already in the results file are reused), then the report. The records so far were made
+with the `--roberta-only` conversion (both sentences as segment A, no pooler; the run
+keys do not name the encoder, so resume with that one):
 
+    span-convert bert --hf-dir $M --out ~/.cache/span_plugin/models/all-MiniLM-L6-v2 \\
+        --roberta-only
     python experiments/transfer_grid.py \\
         --model-dir ~/.cache/span_plugin/models/all-MiniLM-L6-v2 \\
         --targets MRPC STS-B --shares 10 100 --seeds 1 2 3 \\
