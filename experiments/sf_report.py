@@ -7,7 +7,9 @@
 - per task and variant: median over the reported seeds, min-max, mean +- sd, and runs
   that collapsed to one class (CoLA MCC <= 5) flagged;
 - paired differences to the plain head (same task and seed): mean with a 95% t
-  interval, and a two-sided sign test;
+  interval, a two-sided sign test, and the power of those pairs: the smallest true
+  difference a two-sided paired t test (5%) would detect with 80% probability, given the
+  observed sd of the differences;
 - the paper's Figure 4 on CoLA (no <s>, dictionary sizes, random and no segmentation);
 - the earlier 3-seed grid (dictionary counted on GLUE training text, lr chosen on a
   reported seed) beside it, from experiments/results/glue_minilm.jsonl.
@@ -37,25 +39,50 @@ COLLAPSED = 5.0  # CoLA MCC at or below: the model predicts (nearly) one class
 
 
 def paired(diffs):
-    """Mean, 95% t interval and sign-test p of paired differences (None if < 2)."""
+    """Mean, 95% t interval, sign-test p, sd and 80%-power effect of paired differences
+    (None if < 2)."""
     from scipy.stats import binomtest, t
 
     if len(diffs) < 2:
         return None
     d = np.asarray(diffs, dtype=float)
-    mean, se = d.mean(), d.std(ddof=1) / np.sqrt(len(d))
+    sd = d.std(ddof=1)
+    mean, se = d.mean(), sd / np.sqrt(len(d))
     half = t.ppf(0.975, len(d) - 1) * se
     wins, losses = int((d > 0).sum()), int((d < 0).sum())
     p = binomtest(wins, wins + losses).pvalue if wins + losses else 1.0
     return {"mean": mean, "lo": mean - half, "hi": mean + half, "wins": wins,
-            "losses": losses, "n": len(d), "p_sign": p}
+            "losses": losses, "n": len(d), "p_sign": p, "sd": sd,
+            "detectable": detectable_effect(sd, len(d))}
+
+
+def detectable_effect(sd, n, power=0.8, alpha=0.05):
+    """The true mean difference a two-sided one-sample t test at level alpha on n paired
+    differences of standard deviation sd rejects with probability power (exact, from the
+    noncentral t distribution). Divide it by sd to compare designs."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct, t
+
+    if sd == 0:
+        return 0.0
+    df, crit = n - 1, t.ppf(1 - alpha / 2, n - 1)
+
+    def shortfall(effect):
+        nc = effect * np.sqrt(n) / sd
+        wrong_side = nct.cdf(-crit, df, nc)  # below 1e-15 where scipy returns nan for it
+        return nct.sf(crit, df, nc) + np.nan_to_num(wrong_side) - power
+
+    hi = sd
+    while shortfall(hi) < 0:  # grow the bracket: n = 2 needs about 10 sd
+        hi *= 2
+    return brentq(shortfall, 0.0, hi, xtol=1e-9 * sd)
 
 
 def fmt_paired(s):
-    if s is None:  # fewer than two pairs: no interval; the three columns stay aligned
-        return "- | - | -"
+    if s is None:  # fewer than two pairs: no interval; the five columns stay aligned
+        return "- | - | - | - | -"
     return (f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}] | {s['wins']}-{s['losses']} "
-            f"| {s['p_sign']:.3f}")
+            f"| {s['p_sign']:.3f} | {s['sd']:.2f} | {s['detectable']:.2f}")
 
 
 def cells(runs):
@@ -87,7 +114,8 @@ def summary_rows(by, tasks):
 
 def paired_rows(by, tasks):
     lines = ["| task | variant - plain | pairs | mean [95% t interval] | wins-losses | "
-             "sign test p |", "|---|---|---|---|---|---|"]
+             "sign test p | sd of differences | detectable at 80% power |",
+             "|---|---|---|---|---|---|---|---|"]
     for t in tasks:
         base = by.get((t, "plain"), {})
         for v in ORDER[1:]:

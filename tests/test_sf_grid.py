@@ -8,6 +8,7 @@ import json
 import random
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import DATA, ROOT, run_cli
@@ -58,6 +59,28 @@ def test_paired_interval_and_sign_test_match_scipy():
         wins = sum(x > 0 for x in d)
         assert got["p_sign"] == pytest.approx(binomtest(wins, n).pvalue)
     assert sf_report.paired([1.0]) is None
+
+
+def test_detectable_effect_has_the_stated_power():
+    """Simulated paired t tests at the reported effect reject 80% of the time; a quarter
+    of it is far below that, and the effect shrinks like 1/sqrt(n) for many pairs."""
+    from scipy.stats import norm, ttest_1samp
+
+    rng = np.random.default_rng(0)
+    for n, sd in ((3, 2.0), (10, 1.5)):
+        effect = sf_report.detectable_effect(sd, n)
+        d = rng.normal(effect, sd, size=(20000, n))
+        rejected = ttest_1samp(d, 0.0, axis=1).pvalue < 0.05
+        assert rejected.mean() == pytest.approx(0.80, abs=0.015)
+        d = rng.normal(effect / 4, sd, size=(20000, n))
+        assert (ttest_1samp(d, 0.0, axis=1).pvalue < 0.05).mean() < 0.3
+    # many pairs: the normal approximation (z_0.975 + z_0.8) sd / sqrt(n)
+    approx = (norm.ppf(0.975) + norm.ppf(0.8)) * 1.0 / np.sqrt(400)
+    assert sf_report.detectable_effect(1.0, 400) == pytest.approx(approx, rel=0.01)
+    assert sf_report.detectable_effect(0.0, 5) == 0.0
+    got = sf_report.paired([0.5, -1.0, 2.0, 0.0])
+    assert got["sd"] == pytest.approx(np.std([0.5, -1.0, 2.0, 0.0], ddof=1))
+    assert got["detectable"] == pytest.approx(sf_report.detectable_effect(got["sd"], 4))
 
 
 @pytest.mark.slow
