@@ -365,6 +365,32 @@ def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, convert
     examples = read_qa(tmp_path / "v2.json").examples
     assert squad_scores(predictions, examples)["f1"] == pytest.approx(scores["f1"])
 
+    # the same questions without answers (the official test files' layout): predicted,
+    # the same answers at the same threshold, and scores refused up front, naming one
+    raw = json.loads((tmp_path / "v2.json").read_text())
+    for par in (p for a in raw["data"] for p in a["paragraphs"]):
+        for qa in par["qas"]:
+            for key in ("answers", "is_impossible", "plausible_answers"):
+                qa.pop(key, None)
+    bare = tmp_path / "test-v2.json"
+    bare.write_text(json.dumps(raw))
+    threshold = str(scores["null_threshold"])
+    for name, file in (("gold", tmp_path / "v2.json"), ("bare", bare)):
+        run_cli("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
+                "--input", file, "--output", out / f"{name}.json", "--null-threshold", threshold)
+    assert json.loads((out / "bare.json").read_text()) == json.loads(
+        (out / "gold.json").read_text())
+    for flags in (("--results", out / "s.json"), ("--null-threshold", "tune")):
+        proc = run_cli("span-predict", "--checkpoint",
+                       tmp_path / "ckpt-v2" / "checkpoint_last.pt", "--input", bare,
+                       "--output", out / "x.json", *flags, check=False)
+        first = raw["data"][0]["paragraphs"][0]["qas"][0]["id"]
+        assert proc.returncode != 0 and "Traceback" not in proc.stdout, proc.stdout[-2000:]
+        assert (f"test-v2.json: article 1 (t), paragraph 1, question 1: question {first!r} "
+                f"has no answers ({len(examples)} of {len(examples)} questions have none)"
+                in proc.stdout), proc.stdout[-2000:]
+        assert not (out / "x.json").exists()
+
 
 def test_bad_questions_are_named_or_skipped_and_counted(tmp_path, squad, converted_minilm):
     ex = squad.examples[0]

@@ -368,3 +368,59 @@ def test_mrqa_malformed_files(tmp_path):
     with pytest.raises(BadInputError, match="an MRQA JSON Lines file, expected SQuAD JSON"):
         write_jsonl(path, rows)
         split_squad_articles(path, 1, tmp_path / "a.json", tmp_path / "b.json")
+
+
+# ---------------------------------------------------------------- files to predict
+
+
+def test_questions_without_answers_are_read_unlabelled_only_when_asked(tmp_path):
+    """Official test files carry no answers: read for prediction, refused for training."""
+    raw = json.loads(DEV.read_text(encoding="utf-8"))
+    raw["data"] = raw["data"][:2]
+    for article in raw["data"]:
+        for par in article["paragraphs"]:
+            for qa in par["qas"]:
+                del qa["answers"]
+    raw["data"][1]["paragraphs"][0]["qas"][0]["answers"] = []  # v1.1: an empty list too
+    path = write_json(tmp_path / "test-v1.1.json", raw)
+    with pytest.raises(BadInputError, match=r"article 1 \(Super_Bowl_50\), paragraph 1, "
+                                            r"question 1: question '56be4db0acb8001400a502ec'"
+                                            r": the question has no 'answers'"):
+        read_qa(path)
+    split = read_qa(path, require_answers=False)
+    n = sum(len(p["qas"]) for a in raw["data"] for p in a["paragraphs"])
+    assert len(split.examples) == n and split.dropped == [] and split.version == "1.1"
+    assert all(not ex.labelled and ex.answers == [] and not ex.impossible
+               for ex in split.examples)
+    labelled = read_qa(DEV).examples[:n]
+    assert [(e.id, e.question, e.context) for e in split.examples] == [
+        (e.id, e.question, e.context) for e in labelled]
+    assert all(e.labelled for e in labelled)
+
+    # v2.0: a missing key is unlabelled, an empty list stays an impossible question;
+    # answers that are given are still checked
+    obj = squad_v2()
+    del obj["data"][0]["paragraphs"][0]["qas"][0]["answers"]
+    del obj["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"]
+    obj["data"][0]["paragraphs"][1]["qas"][0]["answers"][0]["answer_start"] = 11
+    path = write_json(tmp_path / "v2.json", obj)
+    with pytest.raises(BadInputError, match="question 'q3': answer 1 text 'a Viking leader' "
+                                            "at offset 11 does not match"):
+        read_qa(path, require_answers=False)
+    obj["data"][0]["paragraphs"][1]["qas"][0]["answers"][0]["answer_start"] = 10
+    q1, q2, q3, q4 = read_qa(write_json(path, obj), require_answers=False).examples
+    assert not q1.labelled and not q1.impossible
+    assert q2.labelled and q2.impossible and q4.impossible
+    assert q3.labelled and q3.answers == [("a Viking leader", 10)]
+
+    # MRQA: no detected_answers is unlabelled (with or without "answers")
+    rows = mrqa_lines()
+    del rows[1]["qas"][0]["detected_answers"]
+    del rows[1]["qas"][0]["answers"]
+    del rows[2]["qas"][0]["detected_answers"]
+    path = write_jsonl(tmp_path / "test.jsonl", rows)
+    with pytest.raises(BadInputError, match=r"test.jsonl:2, question 1: question 'm1': "
+                                            r"the question has no 'answers'"):
+        read_qa(path)
+    m1, m2, m3 = read_qa(path, require_answers=False).examples
+    assert not m1.labelled and m1.accepted == [] and m2.labelled and not m3.labelled

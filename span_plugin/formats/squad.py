@@ -28,6 +28,12 @@ an impossible question with answers) are a :class:`BadInputError`, or with
 ``on_bad="skip"`` the question is left out and listed in :attr:`QASplit.dropped`.
 Malformed JSON, a missing file-level structure (``data``, ``paragraphs``, ``context``,
 ``qas``, the MRQA header) and duplicate question ids are always errors.
+
+Files to predict need no answers: with ``require_answers=False`` a question without the
+``answers`` key (SQuAD; in v1.1 an empty list too) or without ``detected_answers`` (MRQA)
+is read unlabelled (:attr:`QAExample.labelled` False: no answers, not impossible), as in
+the official test files. Answers that are given are still checked. In v2.0 an empty
+``answers`` list stays an impossible question, as the official evaluation reads it.
 """
 
 import gzip
@@ -51,6 +57,7 @@ class QAExample:
     where: str  # "FILE: article 3 (title), paragraph 2, question 5" / "FILE:LINE, question 2"
     title: str = ""  # article title (SQuAD) or "" (MRQA)
     accepted: list = field(default_factory=list)  # MRQA "answers" (scored against); SQuAD: []
+    labelled: bool = True  # False: read without gold (require_answers=False), nothing to score
 
 
 @dataclass
@@ -174,15 +181,21 @@ def _question(qa):
     return question
 
 
-def _read_question(keep, here, qa, id_key, context, passage, answers_of, title=""):
+def _read_question(keep, here, qa, id_key, context, passage, answers_of, title="",
+                   unlabelled=lambda qa: False):
     """Read one question of ``context`` (either format) and hand ``keep`` the example,
-    or its problem. answers_of(qa, context) -> (answers, impossible, accepted)."""
+    or its problem. answers_of(qa, context) -> (answers, impossible, accepted);
+    unlabelled(qa): True when the question is read without gold instead."""
     qid = qa.get(id_key) if isinstance(qa, dict) else None
     try:
         qid = _get(qa, id_key, str, "the question")
         if not context.strip():
             raise _Bad(f"empty context, expected the {passage}'s text")
         question = _question(qa)
+        if unlabelled(qa):
+            keep(here, qid, None, QAExample(qid, question, context, [], False, here, title,
+                                            labelled=False))
+            return
         answers, imp, accepted = answers_of(qa, context)
     except _Bad as bad:
         keep(here, qid, str(bad), None)
@@ -253,16 +266,19 @@ def _squad_paragraphs(path, articles):
             raise BadInputError(f"{path}: article {i}: {bad}") from None
 
 
-def _read_squad(path, keep):
+def _read_squad(path, keep, require_answers=True):
     obj, articles = _load_squad(path, _read_bytes(path))
     version = str(obj.get("version", "1.1"))
     paragraphs = list(_squad_paragraphs(path, articles))
     v2 = version.lstrip("v") == "2.0" or any(
         isinstance(qa, dict) and "is_impossible" in qa for *_, qas in paragraphs for qa in qas)
+    def unlabelled(qa):  # v2.0: an empty list is an impossible question, not a missing gold
+        return not require_answers and ("answers" not in qa or qa["answers"] == [] and not v2)
+
     for where, title, context, qas in paragraphs:
         for k, qa in enumerate(qas, 1):
             _read_question(keep, f"{where}, question {k}", qa, "id", context, "paragraph",
-                           lambda q, c: (*_squad_answers(q, c, v2), []), title)
+                           lambda q, c: (*_squad_answers(q, c, v2), []), title, unlabelled)
     return "2.0" if v2 else "1.1"
 
 
@@ -302,7 +318,7 @@ def _mrqa_answers(qa, context):
     return out, imp, list(accepted)
 
 
-def _read_mrqa(path, keep):
+def _read_mrqa(path, keep, require_answers=True):
     header = False
     for lineno, raw in _lines(path):
         if not raw.strip():
@@ -326,7 +342,8 @@ def _read_mrqa(path, keep):
                                 f"object") from None
         for k, qa in enumerate(qas, 1):
             _read_question(keep, f"{path}:{lineno}, question {k}", qa, "qid", context,
-                           "passage", _mrqa_answers)
+                           "passage", _mrqa_answers, unlabelled=lambda qa: not (
+                               require_answers or "detected_answers" in qa))
     if not header:
         raise BadInputError(f"{path}: empty, expected the MRQA header line and contexts")
     return "mrqa"
@@ -335,8 +352,9 @@ def _read_mrqa(path, keep):
 # ---------------------------------------------------------------- the reader
 
 
-def read_qa(path, on_bad="error"):
-    """The :class:`QASplit` of a SQuAD JSON or MRQA JSON Lines file (``.gz`` too)."""
+def read_qa(path, on_bad="error", require_answers=True):
+    """The :class:`QASplit` of a SQuAD JSON or MRQA JSON Lines file (``.gz`` too);
+    ``require_answers=False`` reads questions without gold (files to predict)."""
     if on_bad not in ON_BAD:
         raise ValueError(f"on_bad={on_bad!r}: expected one of {ON_BAD}")
     path = os.fspath(path)
@@ -357,7 +375,7 @@ def read_qa(path, on_bad="error"):
             raise BadInputError(f"{where}: {named}{reason}")
 
     read = _read_mrqa if _is_mrqa(path) else _read_squad
-    version = read(path, keep)
+    version = read(path, keep, require_answers)
     return QASplit(examples, dropped, version)
 
 

@@ -79,5 +79,5 @@ class QAHubInterface(SpanHubInterface):
         ``end`` (characters of the context, end exclusive; -1 for no answer),
         ``score``, ``null_margin``, ``nbest``."""
         examples = [QAExample(id=str(n), question=q, context=c, answers=[], impossible=False,
-                              where="pair") for n, (q, c) in enumerate(pairs)]
+                              where="pair", labelled=False) for n, (q, c) in enumerate(pairs)]
         return self.predict_examples(examples, n_best, null_threshold, batch_size)

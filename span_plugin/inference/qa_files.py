@@ -4,8 +4,11 @@
 answers, the official exact match and F1 (v2.0: HasAns/NoAns, and the no-answer
 threshold that maximizes F1 on these questions).
 
-Questions come from a SQuAD / MRQA file (``--input``) or a split of the folder the
-checkpoint was trained on (``raw/{split}.jsonl``).
+Questions come from a SQuAD / MRQA file (``--input``; questions without answers, as in
+the official test files, are predicted and not scored) or a split of the folder the
+checkpoint was trained on (``raw/{split}.jsonl``). Scores (``--results``, a tuned
+threshold) need every question labelled: otherwise an error says which is not, before
+anything is predicted.
 """
 
 import json
@@ -20,7 +23,7 @@ from span_plugin.preprocess.qa import read_records
 def read_questions(hub, input_path=None, split=None):
     """``(examples, version)`` of ``input_path`` or of the folder's ``split``."""
     if input_path:
-        data = read_qa(input_path)
+        data = read_qa(input_path, require_answers=False)
         return data.examples, data.version
     path = os.path.join(hub.data, "raw", f"{split}.jsonl")
     if not os.path.isfile(path):
@@ -38,15 +41,20 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
     the threshold that maximizes F1 on these questions, reported in the scores).
     """
     tune = null_threshold == "tune"
+    unlabelled = [ex for ex in examples if not ex.labelled]
+    if unlabelled and (tune or results):
+        raise ValueError(
+            f"{unlabelled[0].where}: question {unlabelled[0].id!r} has no answers "
+            f"({len(unlabelled)} of {len(examples)} questions have none); "
+            f"{'--null-threshold tune' if tune else '--results'} needs every question's "
+            f"gold answers (or is_impossible)")
     answers = hub.predict_examples(examples, n_best, None if tune else null_threshold,
                                    batch_size)
     predictions = {ex.id: a["text"] for ex, a in zip(examples, answers)}
     scores = {}
-    has_gold = all(ex.answers or ex.impossible for ex in examples)
+    has_gold = not unlabelled
     if tune:
         margins = {ex.id: a["null_margin"] for ex, a in zip(examples, answers)}
-        if not has_gold:
-            raise ValueError("--null-threshold tune needs questions with gold answers")
         threshold, _, _ = best_null_threshold(predictions, margins, examples, "2.0")
         predictions = {k: ("" if margins[k] > threshold else v) for k, v in predictions.items()}
         scores["null_threshold"] = threshold
