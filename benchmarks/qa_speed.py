@@ -1,12 +1,13 @@
-"""Extractive QA: preprocessing speed of the SQuAD v1.1 dev file, and the span head's
-cost per training step against the boundary head.
+"""Extractive QA: preprocessing speed of the SQuAD v1.1 dev file, and the cost per
+training step of the sf and span heads against the boundary head.
 
 1. ``span-preprocess qa`` of all 10,570 dev questions (WordPiece of all-MiniLM-L6-v2,
    windows of ``--max-positions`` with ``--doc-stride``), one process: questions/s.
 2. One MiniLM-sized encoder (``roberta_qa``: 6 layers, H = 384, WordPiece vocabulary,
-   random weights: the cost does not depend on them) with both heads on it. Each step is
-   forward + head loss + backward on the same real batches of the folder above (16
-   questions and all their windows); steps alternate (boundary, span, boundary, ...)
+   random weights: the cost does not depend on them) with the three heads on it. Each
+   step is forward + head loss + backward on the same real batches of the folder above
+   (16 questions and all their windows, n-gram spans included); steps alternate
+   (boundary, sf, span, boundary, ...)
    after a warm-up, and medians of process CPU time are compared (wall time on a
    shared machine mostly measures the neighbours). No optimizer step (it costs both
    the same, so the ratio is stricter).
@@ -74,13 +75,14 @@ def step_costs(folder, steps, max_positions):
     task = tasks.setup_task(cfg.task)
     data = task.load_dataset("valid")
     model = task.build_model(cfg.model)  # the boundary head, "qa_head"
+    model.register_head("sf_head", "qa_boundary_sf", max_answer_tokens=30)
     model.register_head("span_head", "qa_span", max_answer_tokens=30)
     model.train()
     batches = [data.collater([data[i] for i in range(k * 16, k * 16 + 16)])
                for k in range(steps + 1)]
-    times = {"qa_head": [], "span_head": []}
+    times = {"qa_head": [], "sf_head": [], "span_head": []}
     for k, batch in enumerate(batches):
-        for name in ("qa_head", "span_head"):
+        for name in times:
             model.zero_grad()
             t0 = time.process_time()
             out, _ = model(**batch["net_input"], classification_head_name=name)
@@ -88,10 +90,11 @@ def step_costs(folder, steps, max_positions):
             loss.backward()
             if k > 0:  # the first batch warms up
                 times[name].append(time.process_time() - t0)
-    boundary, span = (statistics.median(times[n]) for n in ("qa_head", "span_head"))
+    boundary, sf, span = (statistics.median(times[n]) for n in times)
     windows = statistics.median(b["target"].size(0) for b in batches)
     print(f"step (16 questions, median {windows:.0f} windows of <= {max_positions} tokens), "
-          f"CPU s: boundary {boundary:.2f}, span {span:.2f}; span / boundary = "
+          f"CPU s: boundary {boundary:.2f}, sf {sf:.2f}, span {span:.2f}; sf / boundary = "
+          f"{sf / boundary:.3f} ({100 * (sf / boundary - 1):+.1f}%), span / boundary = "
           f"{span / boundary:.3f} ({100 * (span / boundary - 1):+.1f}%)")
 
 

@@ -1,4 +1,5 @@
-"""Resumable extractive-QA grid: boundary head vs span head on SQuAD v1.1 dev split by
+"""Resumable extractive-QA grid: boundary head vs token-level SF (``sf``: the boundary
+head over [token; conv within its n-gram span]) and span head on SQuAD v1.1 dev split by
 article (first 38 articles to train, last 10 to evaluate: NOT comparable with the
 official leaderboard, which trains on the 87k-question train set).
 
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import (  # noqa: E402
     ROOT, mean_sd, paired_cell, read_results, resolve_device, run_grid, run_recipe, write_report)
 
-HEADS = ("boundary", "span")
+HEADS = ("boundary", "sf", "span")
 
 
 def run_key(r):
@@ -57,7 +58,8 @@ def run_one(a, head, seed, device):
 
 
 def report(records):
-    """The markdown table: per head mean +- sd of EM/F1, span minus boundary paired."""
+    """The markdown table: per head mean +- sd of EM/F1; each head minus boundary,
+    paired by seed."""
     lines = ["| head | seeds | EM | F1 | minutes per run |", "|---|---|---|---|---|"]
     for head in HEADS:
         rows = [r for r in records if r["head"] == head]
@@ -69,10 +71,12 @@ def report(records):
         lines.append(f"| {head} | {', '.join(str(r['seed']) for r in rows)} | {em:.2f} +- "
                      f"{em_sd:.2f} | {f1:.2f} +- {f1_sd:.2f} | {minutes:.0f} |")
     by = {(r["head"], r["seed"]): r for r in records}
-    seeds = sorted({s for h, s in by if h == "span"} & {s for h, s in by if h == "boundary"})
-    for key in ("em", "f1"):
-        diffs = [by["span", s][key] - by["boundary", s][key] for s in seeds]
-        lines.append(f"\nspan - boundary, {key.upper()}, paired by seed: {paired_cell(diffs, 2)}")
+    for head in HEADS[1:]:
+        seeds = sorted({s for h, s in by if h == head} & {s for h, s in by if h == "boundary"})
+        for key in ("em", "f1") if seeds else ():
+            diffs = [by[head, s][key] - by["boundary", s][key] for s in seeds]
+            lines.append(f"\n{head} - boundary, {key.upper()}, paired by seed: "
+                         f"{paired_cell(diffs, 2)}")
     return "\n".join(lines) + "\n"
 
 

@@ -8,12 +8,14 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import DATA, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import squad_scores
 from span_plugin.modules.qa_decoding import decode_answers
-from span_plugin.modules.qa_heads import BoundaryQAHead, SpanQAHead, candidate_mask
+from span_plugin.modules.qa_heads import (BoundaryQAHead, SpanBoundaryQAHead, SpanQAHead,
+                                          candidate_mask)
 from span_plugin.preprocess.encoding import make_encoder
 from span_plugin.preprocess.qa import clip_spans, encode_question, passage_windows
 
@@ -102,6 +104,43 @@ def test_boundary_grid_equals_start_plus_end():
                 else:
                     assert got == -math.inf
         assert out["null"][b].item() == pytest.approx((logits[b, 0, 0] + logits[b, 0, 1]).item(), abs=1e-5)
+
+
+def test_sf_boundary_head_equals_a_per_span_convolution_reference():
+    """Start/end logits from [x_t; ReLU(conv inside t's span)], written span by span;
+    the rest of the grid is the boundary head's. span_dim != D goes through a projection."""
+    g = torch.Generator().manual_seed(4)
+    torch.manual_seed(4)
+    for span_dim in (None, 5):
+        head = SpanBoundaryQAHead(8, max_answer_tokens=3, span_dim=span_dim,
+                                  dropout=0.0).double().eval()
+        features = torch.randn(2, 10, 8, generator=g, dtype=torch.float64)
+        passage = torch.tensor([[4, 9], [3, 7]])
+        spans = torch.tensor([[[1, 3], [4, 5], [5, 8], [8, 9]], [[1, 2], [3, 7], [0, 0], [0, 0]]])
+        out = head(features, passage, spans)
+        x = features if head.span_proj is None else head.span_proj(features)
+        for b in range(2):
+            within = torch.zeros(10, x.size(-1), dtype=torch.float64)
+            for st, en in spans[b].tolist():
+                if st < en:
+                    seg = x[b, st:en].t().unsqueeze(0)
+                    conv = F.conv1d(seg, head.conv.weight, head.conv.bias, padding=1)
+                    within[st:en] = torch.relu(conv)[0].t()
+            logits = head.out_proj(torch.cat([features[b], within], -1))
+            p0, p1 = passage[b].tolist()
+            for i in range(10):
+                for w in range(3):
+                    got = out["scores"][b, i, w].item()
+                    if p0 <= i and i + w < p1:
+                        assert got == pytest.approx((logits[i, 0] + logits[i + w, 1]).item(), abs=1e-6)
+                    else:
+                        assert got == -math.inf
+            assert out["null"][b].item() == pytest.approx((logits[0, 0] + logits[0, 1]).item())
+    target = torch.tensor([[5, 7], [0, 0]])
+    loss, unreachable = head.loss(out, target)
+    expect = (F.cross_entropy(out["start"], target[:, 0], reduction="sum")
+              + F.cross_entropy(out["end"], target[:, 1], reduction="sum")) / 2
+    assert unreachable == 0 and loss.item() == pytest.approx(expect.item())
 
 
 def test_span_head_scores_equal_a_plain_per_candidate_reference():
@@ -238,10 +277,21 @@ def test_batches_point_at_the_gold_answers(qa_folder):
         assert a <= start and start + len(text) <= b
         found.add(q)
     assert len(found) == len(records)  # every question's answer is in one of its windows
+    # n-gram spans in the layout: they tile the question and the passage, nothing else
+    spans, lengths = batch["net_input"]["spans"], batch["net_input"]["src_lengths"]
+    multi = 0
+    for w in range(len(spans)):
+        p0, p1 = batch["net_input"]["passage"][w].tolist()
+        q_end = p0 - 2  # <s> Q </s> </s> P </s>
+        covered = [t for s, e in spans[w].tolist() for t in range(s, e)]
+        assert covered == [*range(1, q_end), *range(p0, p1)], w
+        assert p1 == lengths[w] - 1
+        multi += int(((spans[w, :, 1] - spans[w, :, 0]) > 1).sum())
+    assert multi > len(spans)  # n-grams and words split into pieces, not only single tokens
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("head", ["boundary", "span"])
+@pytest.mark.parametrize("head", ["boundary", "sf", "span"])
 def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     """fairseq-train's validation EM/F1 (criterion) equal the official scores of the
     predictions.json span-predict writes from the saved checkpoint."""
@@ -278,6 +328,15 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     from span_plugin.inference.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(save / "checkpoint_last.pt")
+    # the hub builds the batches of training from raw text: tokens, passage and spans
+    valid = hub.task.load_dataset("valid")
+    n = min(6, len(valid))
+    ours = hub.dataset([valid[i]["record"] for i in range(n)])
+    want = valid.collater([valid[i] for i in range(n)])["net_input"]
+    got = ours.collater([ours[i] for i in range(n)])["net_input"]
+    assert set(got) == set(want) == {"src_tokens", "src_lengths", "passage", "spans"}
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
     ex = examples[0]
     answer = hub.predict_answers([(ex.question, ex.context)])[0]
     assert answer["text"] == predictions[ex.id]

@@ -79,3 +79,20 @@ def test_the_cli_pairs_heads_by_seed(tmp_path, capsys):
     assert both == len(exact["span"] & exact["boundary"]) >= len(examples) // 4
     assert (span_only, boundary_only) == (len(exact["span"] - exact["boundary"]),
                                           len(exact["boundary"] - exact["span"]))
+
+
+def test_qa_grid_report_pairs_every_head_with_boundary():
+    import qa_grid
+
+    def rec(head, seed, em, f1):
+        return {"head": head, "seed": seed, "em": em, "f1": f1, "minutes": 10.0}
+
+    records = [rec("boundary", 1, 40.0, 55.0), rec("boundary", 2, 42.0, 57.0),
+               rec("sf", 1, 41.0, 56.5), rec("sf", 2, 41.0, 58.0), rec("span", 1, 39.0, 50.0)]
+    text = qa_grid.report(records)
+    assert "| sf | 1, 2 | 41.00 +- 0.00 | 57.25 +- 1.06 | 10 |" in text
+    assert "sf - boundary, EM, paired by seed: +0.00 +- 1.41 (1 of 2)" in text
+    assert "sf - boundary, F1, paired by seed: +1.25 +- 0.35 (2 of 2)" in text
+    assert "span - boundary, F1, paired by seed: -5.00 (0 of 1)" in text
+    assert "span - boundary" in qa_grid.report(records[:2] + records[4:])
+    assert "sf - boundary" not in qa_grid.report(records[:2] + records[4:])

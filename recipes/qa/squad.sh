@@ -9,8 +9,10 @@
 #                  articles to train, the rest to evaluate]
 #   SQUAD_DEV      the official dev-v1.1.json                 [../shared/data/squad/dev-v1.1.json]
 #   SPLIT_ARTICLES articles of SQUAD_DEV to train on           [38]
-#   HEAD           boundary: start/end logits (BERT, SpanBERT) | span: candidate spans
-#                  scored from [start; end; self-attentive] representations   [boundary]
+#   HEAD           boundary: start/end logits (BERT, SpanBERT) | sf: the same over
+#                  [token; conv within its n-gram span] (token-level Span Fine-tuning) |
+#                  span: candidate spans scored from [start; end; self-attentive]
+#                  representations                                          [boundary]
 #   MAX_POSITIONS  tokens per window (<s> question </s></s> passage </s>)     [384]
 #   DOC_STRIDE     tokens consecutive windows of a long passage share         [128]
 #   MAX_ANSWER_TOKENS  longest answer in tokens                               [30]
@@ -55,7 +57,7 @@ EPOCHS=${EPOCHS:-2}
 WARMUP=${WARMUP:-0.1}
 count_gpus "$@"
 
-case "$HEAD" in boundary|span) ;; *) die "HEAD=$HEAD: expected boundary or span" ;; esac
+case "$HEAD" in boundary|sf|span) ;; *) die "HEAD=$HEAD: expected boundary, sf or span" ;; esac
 use_pretrained_encoder
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 

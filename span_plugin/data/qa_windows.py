@@ -12,6 +12,8 @@ Batch (N windows of B questions, T the longest window)::
     net_input.src_tokens   LongTensor [N, T]  right-padded
     net_input.src_lengths  LongTensor [N]
     net_input.passage      LongTensor [N, 2]  (p0, p0 + len(P)): the passage positions
+    net_input.spans        LongTensor [N, S, 2]  n-gram spans of question and passage in
+                                              the layout, (0, 0) rows pad (given spans)
     target                 LongTensor [N, 2]  (start, last) positions of the gold answer,
                                               (0, 0) when the window has none (``<s>``)
     qa.question            LongTensor [N]     which of the B questions a window belongs to
@@ -36,11 +38,14 @@ class QAWindowsDataset(FairseqDataset):
     records: the split's questions (``QAExample`` of ``raw/{split}.jsonl``).
     pad: padding id; shuffle_seed: None keeps the file order, else questions are
         shuffled per (seed, epoch).
+    spans: None, or the windows' n-gram spans in the layout (``layout.spans(...)``, item
+        w = ``[n_w, 2]``), batched as ``net_input.spans``.
     """
 
     def __init__(self, layout, window_question, offsets, answers, records, pad,
-                 shuffle_seed=None):
+                 shuffle_seed=None, spans=None):
         super().__init__()
+        self.spans = spans
         self.tokens = layout.tokens
         self.passage_starts = np.asarray(layout.starts[1], dtype=np.int64)
         self.offsets = offsets
@@ -89,7 +94,8 @@ class QAWindowsDataset(FairseqDataset):
             offsets = torch.as_tensor(np.asarray(self.offsets[w]), dtype=torch.long).view(-1, 2)
             answer = torch.as_tensor(np.asarray(self.answers[w]), dtype=torch.long)
             out.append({"tokens": tokens, "passage": (p0, p0 + len(offsets)),
-                        "offsets": offsets, "answer": answer})
+                        "offsets": offsets, "answer": answer,
+                        "spans": None if self.spans is None else self.spans[w]})
         return {"id": index, "windows": out, "record": self.records[index]}
 
     def collater(self, samples):
@@ -108,15 +114,16 @@ class QAWindowsDataset(FairseqDataset):
             if w["answer"].numel():
                 s, e = w["answer"].tolist()
                 target[i] = torch.tensor([p0 + s, p0 + e - 1])
+        net_input = {"src_tokens": tokens,
+                     "src_lengths": torch.tensor([len(w["tokens"]) for w in windows]),
+                     "passage": passage}
+        if self.spans is not None:
+            net_input["spans"] = self.spans.collater([w["spans"] for w in windows])
         return {
             "id": torch.tensor([s["id"] for s in samples], dtype=torch.long),
             "nsentences": len(samples),
             "ntokens": sum(len(w["tokens"]) for w in windows),
-            "net_input": {
-                "src_tokens": tokens,
-                "src_lengths": torch.tensor([len(w["tokens"]) for w in windows]),
-                "passage": passage,
-            },
+            "net_input": net_input,
             "target": target,
             "qa": {"question": torch.tensor(question, dtype=torch.long), "offsets": offsets,
                    "records": [s["record"] for s in samples]},

@@ -21,7 +21,7 @@ from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.formats.squad import QAExample
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
 from span_plugin.modules.qa_decoding import answers_of_batch
-from span_plugin.preprocess.qa import encode_question, passage_windows
+from span_plugin.preprocess.qa import clip_spans, encode_question, passage_windows
 
 
 @register_adapter("span_qa")
@@ -31,7 +31,8 @@ class QAHubInterface(SpanHubInterface):
     def dataset(self, examples):
         """The :class:`QAWindowsDataset` of ``QAExample`` items (answers unused)."""
         positions, stride = self.task.window_settings  # those of training
-        columns = {k: TensorListDataset() for k in ("question", "passage", "offsets", "answer")}
+        columns = {k: TensorListDataset() for k in (
+            "question", "passage", "offsets", "answer", "question_spans", "passage_spans")}
         window_question = []
         for n, ex in enumerate(examples):
             try:
@@ -40,16 +41,20 @@ class QAHubInterface(SpanHubInterface):
             except ValueError as err:
                 raise ValueError(f"{ex.where or 'pair'} {n + 1} ({ex.id}): {err}") from None
             q_ids = self.tokens_of(enc.question)
+            q_spans = _flat(enc.question_spans)
             for a, b in windows:
                 columns["question"].append(q_ids)
                 columns["passage"].append(self.tokens_of(enc.context[a:b]))
+                columns["question_spans"].append(q_spans)
+                columns["passage_spans"].append(_flat(clip_spans(enc.context_spans, a, b)))
                 columns["offsets"].append(torch.tensor(enc.offsets[a:b], dtype=torch.long).view(-1))
                 columns["answer"].append(torch.zeros(0, dtype=torch.long))
                 window_question.append(n)
         d = self.task.source_dictionary
         layout = lay_out([columns["question"], columns["passage"]], d.bos(), d.eos())
+        spans = layout.spans([columns["question_spans"], columns["passage_spans"]])
         return QAWindowsDataset(layout, window_question, columns["offsets"], columns["answer"],
-                                list(examples), self.task.source_dictionary.pad())
+                                list(examples), self.task.source_dictionary.pad(), spans=spans)
 
     @torch.no_grad()
     def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16):
@@ -81,3 +86,8 @@ class QAHubInterface(SpanHubInterface):
         examples = [QAExample(id=str(n), question=q, context=c, answers=[], impossible=False,
                               where="pair", labelled=False) for n, (q, c) in enumerate(pairs)]
         return self.predict_examples(examples, n_best, null_threshold, batch_size)
+
+
+def _flat(spans):
+    """``[(start, end)]`` -> LongTensor ``[2 n]``, the span files' item layout."""
+    return torch.tensor([v for span in spans for v in span], dtype=torch.long)

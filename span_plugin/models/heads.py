@@ -16,6 +16,7 @@ inputs it needs.
 | ``span`` | ``modules.SpanLabelingHead`` | words | ``(logits [B, W, L, C], valid [B, W, L])`` |
 | ``span_pair`` | ``modules.SpanPairHeads`` | phrases | ``{"phrasal", "sentential"}`` |
 | ``qa_boundary`` | ``modules.BoundaryQAHead`` | passage | ``{"start", "end", "scores", "null"}`` |
+| ``qa_boundary_sf`` | ``modules.SpanBoundaryQAHead`` | passage, spans | as ``qa_boundary`` |
 | ``qa_span`` | ``modules.SpanQAHead`` | passage | ``{"scores", "null"}`` |
 
 The two sentence heads (``sentence``, ``plain``; ``--sentence-head`` picks which one
@@ -33,7 +34,7 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.modules.quant_noise import quant_noise as apply_quant_noise_
 
 from span_plugin.modules import build_span_encoder
-from span_plugin.modules.qa_heads import BoundaryQAHead, SpanQAHead
+from span_plugin.modules.qa_heads import BoundaryQAHead, SpanBoundaryQAHead, SpanQAHead
 from span_plugin.modules.span_pair_heads import SpanPairHeads
 from span_plugin.modules.tagging_heads import SpanLabelingHead, SpanTokenTaggingHead, TokenTaggingHead
 
@@ -223,6 +224,12 @@ def span_pair_heads(args, phrase_classes, sentence_classes, features="max4", dro
 @register_head_kind("qa_boundary")
 def qa_boundary_head(args, max_answer_tokens=30):
     return BoundaryQAHead(args.encoder_embed_dim, max_answer_tokens, dropout=args.head_dropout)
+
+
+@register_head_kind("qa_boundary_sf")
+def qa_boundary_sf_head(args, max_answer_tokens=30):
+    return SpanBoundaryQAHead(args.encoder_embed_dim, max_answer_tokens, span_dim=args.span_dim,
+                              kernel_size=args.span_kernel_size, dropout=args.head_dropout)
 
 
 @register_head_kind("qa_span")

@@ -10,6 +10,9 @@ Both heads score every candidate answer of a window on one grid, so that decodin
 - :class:`BoundaryQAHead` (BERT's and SpanBERT's): a start and an end logit per token;
   a span scores ``start[i] + end[j]``, no-answer ``start[0] + end[0]`` (``<s>``); loss the
   mean of the start and end cross-entropies.
+- :class:`SpanBoundaryQAHead`: the boundary head over token-level Span Fine-tuning
+  features ``[x_t; ReLU(conv within t's n-gram span)]`` (the ``sf`` tagging head's), so
+  each start and end logit also sees the n-gram the token belongs to.
 - :class:`SpanQAHead`: each candidate span's representation ``[x_i; x_j; attentive(i..j)]``
   (endpoint and self-attentive extractors of :mod:`span_extractors`, on features
   projected to ``span_dim``) scored by a two-layer network, no-answer from the ``<s>``
@@ -23,7 +26,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from span_plugin.modules.segment_conv import SegmentConv1d
 from span_plugin.modules.span_extractors import build_span_extractor
+from span_plugin.modules.tagging_heads import within_span_features
 
 NEG_INF = float("-inf")
 
@@ -57,8 +62,12 @@ class BoundaryQAHead(nn.Module):
         self.out_proj = nn.Linear(dim, 2)
 
     def forward(self, features, passage, **unused):
-        length, a = features.size(1), self.max_answer_tokens
-        logits = self.out_proj(self.dropout(features)).float()
+        return self.grid(self.out_proj(self.dropout(features)), passage)
+
+    def grid(self, logits, passage):
+        """Start/end ``logits [B, T, 2]`` -> the output dict (see the class)."""
+        length, a = logits.size(1), self.max_answer_tokens
+        logits = logits.float()
         inside = passage_mask(passage, length)
         allowed = inside.clone()
         allowed[:, 0] = True  # <s>: no answer
@@ -74,6 +83,27 @@ class BoundaryQAHead(nn.Module):
         loss = (F.cross_entropy(output["start"], target[:, 0], reduction="sum")
                 + F.cross_entropy(output["end"], target[:, 1], reduction="sum")) / 2
         return loss, 0
+
+
+class SpanBoundaryQAHead(BoundaryQAHead):
+    """Start and end logits per token from ``[x_t; ReLU(SegmentConv1d(x)_t)]``, the
+    convolution running inside each token's n-gram span (``span_dim`` H != D puts a
+    Linear(D, H) before it): dropout -> Linear(D + H, 2).
+
+    forward(features ``[B, T, D]``, passage ``[B, 2]``, spans LongTensor ``[B, S, 2]``)
+    -> the dict of :class:`BoundaryQAHead`; its loss too.
+    """
+
+    def __init__(self, dim, max_answer_tokens=30, span_dim=None, kernel_size=3, dropout=0.1):
+        super().__init__(dim, max_answer_tokens, dropout)
+        span_dim = span_dim or dim
+        self.span_proj = nn.Linear(dim, span_dim) if span_dim != dim else None
+        self.conv = SegmentConv1d(span_dim, kernel_size)
+        self.out_proj = nn.Linear(dim + span_dim, 2)
+
+    def forward(self, features, passage, spans, **unused):
+        joined = within_span_features(features, spans, self.conv, self.span_proj)
+        return self.grid(self.out_proj(self.dropout(joined)), passage)
 
 
 class SpanQAHead(nn.Module):

@@ -35,6 +35,22 @@ class TokenTaggingHead(nn.Module):
         return self.out_proj(self.dropout(features))
 
 
+def within_span_features(features, spans, conv, span_proj=None):
+    """Token-level Span Fine-tuning features: each token joined with the output of a
+    convolution that runs inside its n-gram span.
+
+    features: ``[B, T, D]``; spans: LongTensor ``[B, S, 2]``, a partition of the covered
+    tokens (end exclusive, ``(0, 0)`` rows pad); conv: a :class:`SegmentConv1d` of width
+    H; span_proj: None (H == D) or a Linear(D, H) applied before the convolution.
+    Returns ``[B, T, D + H]``: ``[x_t; ReLU(conv(x)_t)]``, the second part zero for tokens
+    in no span (specials, padding); neighbours in another span count as zero padding.
+    """
+    span_ids, _ = token_span_ids(spans, features.size(1))  # [B, T]
+    x = features if span_proj is None else span_proj(features)
+    within = torch.relu(conv(x, span_ids)).masked_fill((span_ids < 0).unsqueeze(-1), 0)
+    return torch.cat([features, within], dim=-1)
+
+
 class SpanTokenTaggingHead(nn.Module):
     """``[x_t; ReLU(SegmentConv1d(x)_t)]`` -> dropout -> Linear(D + H, C).
 
@@ -54,10 +70,8 @@ class SpanTokenTaggingHead(nn.Module):
     def forward(self, features, spans, **unused):
         """``features [B, T, D]``, ``spans`` LongTensor ``[B, S, 2]`` (a partition of
         the covered tokens, as span files hold) -> logits ``[B, T, C]``."""
-        span_ids, _ = token_span_ids(spans, features.size(1))  # [B, T]
-        x = features if self.span_proj is None else self.span_proj(features)
-        within = torch.relu(self.conv(x, span_ids)).masked_fill((span_ids < 0).unsqueeze(-1), 0)
-        return self.out_proj(self.dropout(torch.cat([features, within], dim=-1)))
+        joined = within_span_features(features, spans, self.conv, self.span_proj)
+        return self.out_proj(self.dropout(joined))
 
 
 def enumerate_word_spans(words, max_words):

@@ -6,9 +6,11 @@ a question with all its windows (:mod:`span_plugin.data.qa_windows`), so answers
 decoded across windows and the validation metrics (the official SQuAD exact match and
 F1, criterion ``span_qa``) are exact per batch. ``--batch-size`` counts questions.
 
-Heads (``--qa-head``): ``boundary`` (start and end logits, BERT's and SpanBERT's) or
-``span`` (candidate spans of up to ``--max-answer-tokens`` scored from span
-representations through the shared span extractors).
+Heads (``--qa-head``): ``boundary`` (start and end logits, BERT's and SpanBERT's),
+``sf`` (the boundary logits over token-level Span Fine-tuning features: each token
+joined with a convolution inside its n-gram span, from the folder's span files; as the
+``sf`` tagging head) or ``span`` (candidate spans of up to ``--max-answer-tokens``
+scored from span representations through the shared span extractors).
 """
 
 import logging
@@ -29,7 +31,7 @@ from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask
 
 logger = logging.getLogger(__name__)
 
-QA_HEADS = {"boundary": "qa_boundary", "span": "qa_span"}
+QA_HEADS = {"boundary": "qa_boundary", "sf": "qa_boundary_sf", "span": "qa_span"}
 
 
 @dataclass
@@ -38,8 +40,10 @@ class SpanQAConfig(FairseqDataclass):
     max_positions: int = field(default=512, metadata={
         "help": "the model's positions; at least the folder's window size"})
     qa_head: ChoiceEnum(list(QA_HEADS)) = field(default="boundary", metadata={
-        "help": "boundary: start/end logits per token (BERT, SpanBERT); span: candidate "
-        "spans scored from [start; end; self-attentive] span representations"})
+        "help": "boundary: start/end logits per token (BERT, SpanBERT); sf: start/end "
+        "logits over [token; conv within its n-gram span] (token-level Span Fine-tuning; "
+        "--span-dim, --span-kernel-size); span: candidate spans scored from [start; end; "
+        "self-attentive] span representations"})
     max_answer_tokens: int = field(default=30, metadata={
         "help": "longest answer, in tokens (candidates of the span head; decoding of both)"})
     qa_span_dim: int = field(default=128, metadata={
@@ -104,8 +108,8 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
 
     def build_split(self, split, combine):
         cfg, data = self.cfg, self.cfg.data
-        question, _ = self.load_input("input0", split)
-        passage, _ = self.load_input("input1", split)
+        question, question_spans = self.load_input("input0", split)
+        passage, passage_spans = self.load_input("input1", split)
         if question is None or passage is None:
             raise FileNotFoundError(f"could not find dataset: {data}/input0/{split} and "
                                     f"{data}/input1/{split}")
@@ -138,7 +142,8 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
                                       dtype=INDEX_DTYPE).reshape(-1, 2)[:, 0]
         return QAWindowsDataset(layout, window_question, side["offsets"], side["answer"],
                                 records, self.dictionary.pad(),
-                                shuffle_seed=None if cfg.no_shuffle else cfg.seed)
+                                shuffle_seed=None if cfg.no_shuffle else cfg.seed,
+                                spans=layout.spans([question_spans, passage_spans]))
 
     def build_model(self, cfg, from_checkpoint=False):
         model = self.build_model_of(cfg, from_checkpoint, "roberta_qa, roberta_qa_base/large")
