@@ -272,6 +272,7 @@ def _read_squad(path, keep, require_answers=True):
     paragraphs = list(_squad_paragraphs(path, articles))
     v2 = version.lstrip("v") == "2.0" or any(
         isinstance(qa, dict) and "is_impossible" in qa for *_, qas in paragraphs for qa in qas)
+
     def unlabelled(qa):  # v2.0: an empty list is an impossible question, not a missing gold
         return not require_answers and ("answers" not in qa or qa["answers"] == [] and not v2)
 

@@ -24,6 +24,7 @@ import inspect
 import os
 
 import numpy as np
+import torch
 import torch.nn as nn
 from fairseq.data import data_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
@@ -53,6 +54,12 @@ def register_adapter(*task_names):
 
 # Span items LongTensor [n_i, 2] -> [B, S, 2], padded with (0, 0) rows (empty spans).
 collate_spans = LayoutSpansDataset([TensorListDataset()], [np.zeros(0)]).collater
+
+
+def flat_offsets(spans):
+    """``[(start, end)]`` -> LongTensor ``[2 n]``, the item layout of span files (what
+    :meth:`Layout.spans` reads)."""
+    return torch.tensor([v for span in spans for v in span], dtype=torch.long)
 
 
 class SpanHubInterface(nn.Module):

@@ -19,7 +19,7 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.formats.squad import QAExample
-from span_plugin.inference.hub import SpanHubInterface, register_adapter
+from span_plugin.inference.hub import SpanHubInterface, flat_offsets, register_adapter
 from span_plugin.modules.qa_decoding import answers_of_batch
 from span_plugin.preprocess.qa import clip_spans, encode_question, passage_windows
 
@@ -41,12 +41,12 @@ class QAHubInterface(SpanHubInterface):
             except ValueError as err:
                 raise ValueError(f"{ex.where or 'pair'} {n + 1} ({ex.id}): {err}") from None
             q_ids = self.tokens_of(enc.question)
-            q_spans = _flat(enc.question_spans)
+            q_spans = flat_offsets(enc.question_spans)
             for a, b in windows:
                 columns["question"].append(q_ids)
                 columns["passage"].append(self.tokens_of(enc.context[a:b]))
                 columns["question_spans"].append(q_spans)
-                columns["passage_spans"].append(_flat(clip_spans(enc.context_spans, a, b)))
+                columns["passage_spans"].append(flat_offsets(clip_spans(enc.context_spans, a, b)))
                 columns["offsets"].append(torch.tensor(enc.offsets[a:b], dtype=torch.long).view(-1))
                 columns["answer"].append(torch.zeros(0, dtype=torch.long))
                 window_question.append(n)
@@ -86,8 +86,3 @@ class QAHubInterface(SpanHubInterface):
         examples = [QAExample(id=str(n), question=q, context=c, answers=[], impossible=False,
                               where="pair", labelled=False) for n, (q, c) in enumerate(pairs)]
         return self.predict_examples(examples, n_best, null_threshold, batch_size)
-
-
-def _flat(spans):
-    """``[(start, end)]`` -> LongTensor ``[2 n]``, the span files' item layout."""
-    return torch.tensor([v for span in spans for v in span], dtype=torch.long)

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from span_plugin.data.in_memory import TensorListDataset
-from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
+from span_plugin.inference.hub import (SpanHubInterface, collate_spans, flat_offsets,
+                                       register_adapter)
 
 KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
 
@@ -26,7 +27,7 @@ class SentenceHubInterface(SpanHubInterface):
         for text in texts:
             symbols, offsets = self.encoder.encode(text)
             toks.append(self.tokens_of(symbols))
-            spans.append(torch.tensor([o for pair in offsets for o in pair], dtype=torch.long))
+            spans.append(flat_offsets(offsets))
         return toks, spans
 
     def encode(self, examples):
