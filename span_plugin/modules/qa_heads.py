@@ -55,11 +55,11 @@ class BoundaryQAHead(nn.Module):
     ``[B, T, A]``, ``null`` ``[B]``.
     """
 
-    def __init__(self, dim, max_answer_tokens=30, dropout=0.1):
+    def __init__(self, dim, max_answer_tokens=30, dropout=0.1, in_dim=None):
         super().__init__()
         self.max_answer_tokens = max_answer_tokens
         self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(dim, 2)
+        self.out_proj = nn.Linear(in_dim or dim, 2)  # in_dim: a subclass's wider features
 
     def forward(self, features, passage, **unused):
         return self.grid(self.out_proj(self.dropout(features)), passage)
@@ -95,11 +95,10 @@ class SpanBoundaryQAHead(BoundaryQAHead):
     """
 
     def __init__(self, dim, max_answer_tokens=30, span_dim=None, kernel_size=3, dropout=0.1):
-        super().__init__(dim, max_answer_tokens, dropout)
         span_dim = span_dim or dim
+        super().__init__(dim, max_answer_tokens, dropout, in_dim=dim + span_dim)
         self.span_proj = nn.Linear(dim, span_dim) if span_dim != dim else None
         self.conv = SegmentConv1d(span_dim, kernel_size)
-        self.out_proj = nn.Linear(dim + span_dim, 2)
 
     def forward(self, features, passage, spans, **unused):
         joined = within_span_features(features, spans, self.conv, self.span_proj)
