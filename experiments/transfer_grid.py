@@ -162,10 +162,13 @@ def transfer_updates(a, stats):
 
 def transferred_model(a, target, condition, seed, device, done):
     """The MODEL_DIR folder of the transfer run of (target, condition, seed), run first
-    when missing; its record goes to the results file."""
+    when missing; its record goes to the results file once (a model recorded by an
+    earlier session on another machine is rebuilt, its validation figures printed to
+    compare with the record's)."""
     work = Path(a.work_dir).resolve() / "transfer" / f"{target}-{condition}-s{seed}-a{ALIGNER_VERSION}"
     model = work / "out" / "transferred"
-    if ("transfer", target, condition, seed, ALIGNER_VERSION) in done and (model / "model.pt").exists():
+    key = ("transfer", target, condition, seed, ALIGNER_VERSION)
+    if key in done and (model / "model.pt").exists():
         return model
     pairs, stats = transfer_data(a, target, seed)
     for split, st in stats.items():
@@ -182,6 +185,10 @@ def transferred_model(a, target, condition, seed, device, done):
     minutes = run_recipe("recipes/transfer/paraphrase.sh", env, extra, work / "out",
                          f"transfer for {target} ({condition}) seed {seed}")
     shutil.rmtree(work / "out" / "checkpoints", ignore_errors=True)
+    if key in done:  # recorded by an earlier session, its model not on this machine: rebuilt
+        print(f"    rebuilt the transferred model (already recorded): {model}; valid "
+              f"{last_validation(work / 'out' / 'recipe.log')}", flush=True)
+        return model
     append_result(a.results, {
         "kind": "transfer", "target": target, "source": SOURCE[target], "condition": condition,
         "seed": seed, "aligner": ALIGNER_VERSION, "data": stats, "weights": CONDITIONS[condition],
@@ -189,7 +196,7 @@ def transferred_model(a, target, condition, seed, device, done):
         "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs,
                     "batch_size": a.transfer_batch_size, "updates": transfer_updates(a, stats)},
         "minutes": minutes, "device": device})
-    done.add(("transfer", target, condition, seed, ALIGNER_VERSION))
+    done.add(key)
     return model
 
 

@@ -3,6 +3,7 @@ MRPC and STS-B rows with the converted all-MiniLM-L6-v2: subsets, overlap filter
 compute-matched control, aligner versions kept apart."""
 
 import json
+import shutil
 import sys
 
 import pytest
@@ -89,6 +90,16 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
                  "--glue-dir", glue, "--tasks", "MRPC", "--variants", "plain", "--seeds", "1",
                  "--results", tmp_path / "none.jsonl", "--work-dir", tmp_path / "grid"]
     assert "1 of 1 runs already" in run_cli(sys.executable, *glue_grid).stdout
+
+    # A transferred model recorded by an earlier session but absent here (a fresh machine)
+    # is rebuilt by the next run that needs it, and not recorded a second time.
+    shutil.rmtree(tmp_path / "work" / "transfer" / "MRPC-transfer-s1-a2" / "out" / "transferred")
+    out = run_cli(sys.executable, *grid, "--shares", "100", "--conditions", "transfer",
+                  "--epochs", "1").stdout
+    assert "rebuilt the transferred model (already recorded)" in out, out
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len([r for r in records if r["kind"] == "transfer"]) == 1
+    assert (records[-1]["share"], records[-1]["condition"]) == (100, "transfer")
 
     md = tmp_path / "report.md"
     run_cli(sys.executable, ROOT / "experiments" / "transfer_report.py", "--results", results,
