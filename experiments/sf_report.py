@@ -10,6 +10,8 @@
   interval, a two-sided sign test, and the power of those pairs: the smallest true
   difference a two-sided paired t test (5%) would detect with 80% probability, given the
   observed sd of the differences;
+- the same for SF minus each of its controls (random, chunker and no segmentation, no
+  <s>, other dictionary sizes): whether the n-gram segmentation itself matters;
 - the paper's Figure 4 on CoLA (no <s>, dictionary sizes, random and no segmentation);
 - the earlier 3-seed grid (dictionary counted on GLUE training text, lr chosen on a
   reported seed) beside it, from experiments/results/glue_minilm.jsonl.
@@ -35,6 +37,7 @@ NAMES = {"plain": "plain head", "sf": "SF (cnn-cnn, greedy, 100k)",
          "cnn": "CNN, no segmentation", "nocat": "SF without <s>",
          "dict20k": "SF, 20k dictionary", "dict400k": "SF, 400k dictionary"}
 ORDER = list(NAMES)
+CONTROLS = ORDER[2:]  # each changes one thing of SF: segmentation, <s>, dictionary size
 COLLAPSED = 5.0  # CoLA MCC at or below: the model predicts (nearly) one class
 
 
@@ -112,17 +115,18 @@ def summary_rows(by, tasks):
     return lines
 
 
-def paired_rows(by, tasks):
-    lines = ["| task | variant - plain | pairs | mean [95% t interval] | wins-losses | "
+def paired_rows(by, tasks, pairs, header):
+    """One row per task and (a, b) in pairs with both arms run: a - b paired by seed."""
+    lines = [f"| task | {header} | pairs | mean [95% t interval] | wins-losses | "
              "sign test p | sd of differences | detectable at 80% power |",
              "|---|---|---|---|---|---|---|---|"]
     for t in tasks:
-        base = by.get((t, "plain"), {})
-        for v in ORDER[1:]:
-            runs = by.get((t, v), {})
-            diffs = [runs[s]["value"] - base[s]["value"] for s in sorted(runs) if s in base]
+        for a, b in pairs:
+            ra, rb = by.get((t, a), {}), by.get((t, b), {})
+            diffs = [ra[s]["value"] - rb[s]["value"] for s in sorted(ra) if s in rb]
             if diffs:
-                lines.append(f"| {t} | {NAMES[v]} | {len(diffs)} | {fmt_paired(paired(diffs))} |")
+                arm = NAMES[a] if b == "plain" else NAMES[b]
+                lines.append(f"| {t} | {arm} | {len(diffs)} | {fmt_paired(paired(diffs))} |")
     return lines
 
 
@@ -175,7 +179,11 @@ def report(runs, old_path, plot=None):
            *selection_rows(runs), "", "### Dev results (reported seeds)", "",
            *summary_rows(by, tasks), "",
            "### Paired differences to the plain head (same seed)", "",
-           *paired_rows(by, tasks), "",
+           *paired_rows(by, tasks, [(v, "plain") for v in ORDER[1:]], "variant - plain"), "",
+           "### The controls: SF minus each variant (same seed)", "",
+           "Does the greedy n-gram segmentation itself matter? Positive: SF (greedy, 100k, "
+           "with <s>) ahead of the control.", "",
+           *paired_rows(by, tasks, [("sf", v) for v in CONTROLS], "SF - variant"), "",
            "### The earlier grid (3 seeds; dictionary counted on GLUE training text; lr "
            "chosen on a reported seed)", "", *old_grid_rows(old_path), ""]
     if plot:
