@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import ROOT, read_results, resolve_device, run_grid, run_recipe  # noqa: E402
+from grid_lib import (  # noqa: E402
+    ROOT, model_flags, read_results, resolve_device, run_grid, run_recipe)
 
 sys.path.insert(0, str(ROOT))
 
@@ -152,7 +153,7 @@ def main(argv=None):
              {run_key(r) for r in read_results(a.results)},
              lambda c: run_cell(a, *c, device), a.results, a.max_runs,
              name=lambda c: f"{c[0]} {c[1]} seed {c[2]}",
-             show=lambda r: f"{r['metric']} {r['value']:.2f}")
+             show=lambda r: f"{r['metric']} {r['value']:.2f}", flags=model_flags(a.model_dir))
     return 0
 
 

@@ -42,9 +42,36 @@ def run_recipe(recipe, env, extra, out_dir, what):
     return round((time.time() - start) / 60, 1)
 
 
-def run_grid(cells, done, run, results, max_runs=None, name=str, show=str):
+def model_flags(model_dir):
+    """The encoder a grid fine-tunes, as the fairseq-train flags of its converted
+    checkpoint (sizes; BERT's segment B and pooler when the conversion kept them), or
+    None without one (smoke runs from scratch). Run keys do not name the encoder, so
+    every new record carries this, and :func:`check_model` holds a resumed grid to it."""
+    if not model_dir:
+        return None
+    from span_plugin.convert.flags import checkpoint_train_flags
+
+    return " ".join(checkpoint_train_flags(model_dir))
+
+
+def check_model(results, flags):
+    """Stop before a grid adds runs of one encoder to a results file holding another's
+    (records from before the stamp carry none and pass)."""
+    for line, r in enumerate(read_results(results), 1):
+        if r.get("model_flags", flags) != flags:
+            raise SystemExit(
+                f"{results}:{line}: a run of a model with flags '{r['model_flags']}'; "
+                f"--model-dir has '{flags}'. Resuming would pair runs of two encoders: "
+                "give this model its own --results and --work-dir")
+
+
+def run_grid(cells, done, run, results, max_runs=None, name=str, show=str, flags=None):
     """Run every cell whose key (``cells`` maps key -> cell) is not in ``done``, in
-    order, appending each record to ``results``; at most ``max_runs`` new runs."""
+    order, appending each record to ``results``; at most ``max_runs`` new runs.
+    ``flags`` (:func:`model_flags`): checked against the file's records, stamped on the
+    new ones."""
+    if flags is not None:
+        check_model(results, flags)
     todo = [(k, c) for k, c in cells.items() if k not in done]
     print(f"{len(cells) - len(todo)} of {len(cells)} runs already in {results}", flush=True)
     for n, (key, cell) in enumerate(todo):
@@ -52,6 +79,8 @@ def run_grid(cells, done, run, results, max_runs=None, name=str, show=str):
             break
         print(f"[{time.strftime('%H:%M:%S')}] {name(cell)} ...", flush=True)
         record = run(cell)
+        if flags is not None:
+            record["model_flags"] = flags
         append_result(results, record)
         print(f"    {show(record)} ({record['minutes']} min)", flush=True)
 

@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import ROOT, mean_sd, read_results, resolve_device, run_grid, run_recipe  # noqa: E402
+from grid_lib import (  # noqa: E402
+    ROOT, mean_sd, model_flags, read_results, resolve_device, run_grid, run_recipe)
 
 VARIANTS = {
     "token": {"HEAD": "token"},
@@ -132,7 +133,8 @@ def main(argv=None):
     run_grid(cells, {run_key(r) for r in read_results(a.results)},
              lambda c: run_one(a, *c, device), a.results, a.max_runs,
              name=lambda c: f"{c[0]} seed {c[1]}",
-             show=lambda r: f"dev F1 {r['dev_f1']:.2f}, test F1 {r['test_f1']:.2f}")
+             show=lambda r: f"dev F1 {r['dev_f1']:.2f}, test F1 {r['test_f1']:.2f}",
+             flags=model_flags(a.model_dir))
     for line in summary(read_results(a.results)):
         print(line)
     return 0

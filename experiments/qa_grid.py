@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import (  # noqa: E402
-    ROOT, mean_sd, paired_cell, read_results, resolve_device, run_grid, run_recipe, write_report)
+    ROOT, mean_sd, model_flags, paired_cell, read_results, resolve_device, run_grid, run_recipe,
+    write_report)
 
 HEADS = ("boundary", "sf", "span")
 
@@ -111,7 +112,8 @@ def main(argv=None):
         run_grid(cells, {run_key(r) for r in read_results(a.results)},
                  lambda c: run_one(a, *c, device), a.results, a.max_runs,
                  name=lambda c: f"{c[0]} seed {c[1]}",
-                 show=lambda r: f"EM {r['em']:.2f}, F1 {r['f1']:.2f}")
+                 show=lambda r: f"EM {r['em']:.2f}, F1 {r['f1']:.2f}",
+                 flags=model_flags(a.model_dir))
     records = read_results(a.results)
     if records:
         write_report(ROOT / "experiments" / "RESULTS_QA_MINILM.md",

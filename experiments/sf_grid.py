@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from glue_grid import hparams, run_glue, train_rows  # noqa: E402
-from grid_lib import ROOT, read_results, resolve_device, run_grid  # noqa: E402
+from grid_lib import ROOT, model_flags, read_results, resolve_device, run_grid  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
@@ -148,12 +148,13 @@ def main(argv=None):
     name = lambda c: f"{c[0]} {c[1]} seed {c[2]} lr {c[3]:g}"  # noqa: E731
     show = lambda r: f"{r['metric']} {r['value']:.2f}"  # noqa: E731
     run = lambda c: run_cell(a, *c, device)  # noqa: E731
+    flags = model_flags(a.model_dir)
 
     # 1. learning-rate selection on seed 0
     select = {("CoLA", v, LR_SEED, lr): ("CoLA", v, LR_SEED, lr)
               for v in LR_VARIANTS if v in a.variants for lr in a.lrs}
     done = {run_key(r) for r in read_results(a.results)}
-    run_grid(select, done, run, a.results, a.max_runs, name=name, show=show)
+    run_grid(select, done, run, a.results, a.max_runs, name=name, show=show, flags=flags)
     new = len([k for k in select if k not in done])
     left = None if a.max_runs is None else a.max_runs - min(new, a.max_runs)
     lrs = chosen_lrs(read_results(a.results), a.lrs)
@@ -166,7 +167,7 @@ def main(argv=None):
     cells = {(t, v, s, lrs[v]): (t, v, s, lrs[v])
              for t, v, s in reported_cells(a.variants, a.max_seed)}
     run_grid(cells, {run_key(r) for r in read_results(a.results)}, run, a.results, left,
-             name=name, show=show)
+             name=name, show=show, flags=flags)
     return 0
 
 

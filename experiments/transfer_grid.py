@@ -34,7 +34,8 @@ twice.
 The issue's control grid (2 targets x 2 shares x 5 conditions x 3 seeds; the "none" runs
 already in the results file are reused), then the report. The records so far were made
 with the `--roberta-only` conversion (both sentences as segment A, no pooler; the run
-keys do not name the encoder, so resume with that one):
+keys do not name the encoder, so resume with that one: new records carry the model's
+fairseq-train flags, and a grid given another model stops):
 
     span-convert bert --hf-dir $M --out ~/.cache/span_plugin/models/all-MiniLM-L6-v2 \\
         --roberta-only
@@ -59,7 +60,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from glue_grid import VARIANTS, hparams, run_glue, train_rows  # noqa: E402
-from grid_lib import ROOT, read_results, resolve_device, run_grid, run_recipe, append_result  # noqa: E402
+from grid_lib import (  # noqa: E402
+    ROOT, append_result, check_model, model_flags, read_results, resolve_device, run_grid,
+    run_recipe)
 
 from span_plugin.preprocess.align import ALIGNER_VERSION  # noqa: E402
 
@@ -195,7 +198,7 @@ def transferred_model(a, target, condition, seed, device, done):
         "valid": last_validation(work / "out" / "recipe.log"),  # of the transfer objectives
         "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs,
                     "batch_size": a.transfer_batch_size, "updates": transfer_updates(a, stats)},
-        "minutes": minutes, "device": device})
+        "minutes": minutes, "device": device, "model_flags": a.flags})
     done.add(key)
     return model
 
@@ -253,7 +256,7 @@ def run_cell(a, target, share, condition, seed, device, done):
         record["hparams"] = dict(hp, updates=run_hp["updates"], max_epoch=run_hp["epochs"],
                                  extra_updates=extra_updates)
     if baseline:
-        append_result(a.glue_results, record)
+        append_result(a.glue_results, {**record, "model_flags": a.flags})
     return {**record, **tag}
 
 
@@ -287,6 +290,8 @@ def main(argv=None):
     p.add_argument("--max-runs", type=int, help="stop after this many new fine-tuning runs")
     a = p.parse_args(argv)
     device = resolve_device(a.device)
+    a.flags = model_flags(a.model_dir)
+    check_model(a.glue_results, a.flags)  # its plain runs are this grid's 100% baselines
     done = {record_key(r) for r in read_results(a.results)}
     cells = {}
     for share in a.shares:  # the small-data comparison, where the effect should show, first
@@ -299,7 +304,7 @@ def main(argv=None):
                     cells[key] = (target, share, condition, seed)
     run_grid(cells, done, lambda c: run_cell(a, *c, device, done), a.results, a.max_runs,
              name=lambda c: f"{c[0]} {c[1]}% {c[2]} seed {c[3]}",
-             show=lambda r: f"{r['metric']} {r['value']:.2f}")
+             show=lambda r: f"{r['metric']} {r['value']:.2f}", flags=a.flags)
     return 0
 
 

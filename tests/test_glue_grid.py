@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, minilm_dir, run_cli
 from test_task_data import mini_glue
 
 
@@ -38,6 +38,20 @@ def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
     # A relaunch finds both runs in the file and adds nothing.
     out = run_cli(sys.executable, *grid).stdout
     assert "2 of 2 runs already" in out and len(results.read_text().splitlines()) == 2
+
+    # Run keys do not name the encoder: each record carries the model's fairseq-train
+    # flags, and the same grid given another conversion of the same checkpoint (segment A
+    # only, no pooler) stops before running, naming the file and line.
+    assert {r["model_flags"] for r in runs} == {
+        " ".join(run_cli("span-convert", "flags", converted_minilm).stdout.split())}
+    assert "--bert-token-types --bert-pooler" in runs[0]["model_flags"]
+    other = tmp_path / "segment-a"
+    run_cli("span-convert", "bert", "--hf-dir", minilm_dir(), "--out", other, "--roberta-only")
+    model_at = grid.index("--model-dir") + 1
+    refused = run_cli(sys.executable, *grid[:model_at], other, *grid[model_at + 1:], check=False)
+    assert refused.returncode != 0 and f"{results}:1: a run of a model with flags" in refused.stdout
+    assert "--bert-token-types" not in refused.stdout.split("--model-dir has")[1]
+    assert len(results.read_text().splitlines()) == 2
 
     md, png = tmp_path / "report.md", tmp_path / "grid.png"
     out = run_cli(sys.executable, ROOT / "experiments" / "glue_report.py", "--results", results,
