@@ -191,7 +191,14 @@ def report(runs, old_path, plot=None):
     return "\n".join(out)
 
 
+DICT_SIZES = (("dict20k", 20_000), ("sf", 100_000), ("dict400k", 400_000))
+
+
 def draw(by, path):
+    """Left: every CoLA run by variant (dots) with medians. Right, the paper's Figure 4:
+    CoLA MCC against the dictionary size (the seeds shared by the three sizes, median
+    and runs), beside random and no segmentation and the plain head (their medians over
+    the same seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -199,7 +206,7 @@ def draw(by, path):
 
     shown = [v for v in ("plain", "sf", "dict20k", "dict400k", "nocat", "random", "cnn",
                          "chunker") if by.get(("CoLA", v))]
-    fig, ax = plt.subplots(figsize=(9, 3.6))
+    fig, (ax, fig4) = plt.subplots(1, 2, figsize=(12, 3.8), width_ratios=(2, 1))
     for i, v in enumerate(shown):
         vals = [r["value"] for r in by[("CoLA", v)].values()]
         ax.scatter([i] * len(vals), vals, alpha=0.6)
@@ -208,6 +215,30 @@ def draw(by, path):
                   fontsize=8)
     ax.set_ylabel("CoLA dev MCC")
     ax.set_title("all-MiniLM-L6-v2: runs (dots) and medians (bars)")
+
+    sizes = [(v, n) for v, n in DICT_SIZES if by.get(("CoLA", v))]
+    seeds = sorted(set.intersection(*(set(by[("CoLA", v)]) for v, _ in sizes))) if sizes else []
+    if seeds:
+        xs = [n for _, n in sizes]
+        for s in seeds:
+            fig4.plot(xs, [by[("CoLA", v)][s]["value"] for v, _ in sizes], color="grey",
+                      alpha=0.3, marker=".")
+        fig4.plot(xs, [statistics.median(by[("CoLA", v)][s]["value"] for s in seeds)
+                       for v, _ in sizes], color="black", marker="o", label="greedy SF (median)")
+        for v, style, colour in (("random", "--", "tab:red"), ("cnn", ":", "tab:red"),
+                                 ("plain", "-.", "tab:blue")):
+            runs = by.get(("CoLA", v), {})
+            shared = [runs[s]["value"] for s in seeds if s in runs]
+            if shared:
+                fig4.axhline(statistics.median(shared), linestyle=style, color=colour,
+                             label=f"{NAMES[v]} (median)")
+        fig4.set_xscale("log")
+        fig4.set_xticks(xs, [f"{n // 1000}k" for n in xs])
+        fig4.minorticks_off()
+        fig4.legend(fontsize=7)
+    fig4.set_xlabel("n-gram dictionary size")
+    fig4.set_title("Figure 4 on CoLA (" + (f"seed{'s' * (len(seeds) > 1)} "
+                   f"{', '.join(map(str, seeds))}" if seeds else "no seed yet") + ")", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
