@@ -83,7 +83,6 @@ def test_detectable_effect_has_the_stated_power():
     assert got["detectable"] == pytest.approx(sf_report.detectable_effect(got["sd"], 4))
 
 
-
 def test_controls_table_pairs_sf_with_each_control_by_seed():
     """SF minus random segmentation over the seeds both ran (SF has more seeds than its
     controls); a control without a shared seed, or with one pair, gets no interval; the
@@ -96,14 +95,16 @@ def test_controls_table_pairs_sf_with_each_control_by_seed():
           ("CoLA", "cnn"): {1: {"value": 20.0}},
           ("CoLA", "nocat"): {11: {"value": 20.0}}}
     rows = sf_report.paired_rows(by, ["CoLA"], [("sf", v) for v in sf_report.CONTROLS],
-                                 "SF - variant")
+                                 "SF - variant", named=lambda a, b: b)
     assert rows[0].startswith("| task | SF - variant | pairs |")
     random_row, cnn_row = rows[2:]  # nocat shares no seed with SF: no row
     want = sf_report.fmt_paired(sf_report.paired([1.0, 2.0, 0.5, -0.5, 1.5]))
     assert random_row == f"| CoLA | SF, random segmentation | 5 | {want} |"
     assert cnn_row == "| CoLA | CNN, no segmentation | 1 | - | - | - | - | - |"
-    plain = sf_report.paired_rows(by, ["CoLA"], [("sf", "plain")], "variant - plain")
+    plain = sf_report.paired_rows(by, ["CoLA"], [("sf", "plain")], "variant - plain",
+                                  named=lambda a, b: a)
     assert plain[2].startswith("| CoLA | SF (cnn-cnn, greedy, 100k) | 10 | +0.80 [")
+
 
 @pytest.mark.slow
 def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
