@@ -42,13 +42,17 @@ def run_recipe(recipe, env, extra, out_dir, what):
     return round((time.time() - start) / 60, 1)
 
 
+FROM_SCRATCH = "from scratch (no --model-dir)"
+
+
 def model_flags(model_dir):
     """The encoder a grid fine-tunes, as the fairseq-train flags of its converted
     checkpoint (sizes; BERT's segment B and pooler when the conversion kept them), or
-    None without one (smoke runs from scratch). Run keys do not name the encoder, so
-    every new record carries this, and :func:`check_model` holds a resumed grid to it."""
+    :data:`FROM_SCRATCH` without one (smoke runs from random weights). Run keys do not
+    name the encoder, so every new record carries this, and :func:`check_model` holds a
+    resumed grid to it: a smoke run is refused on a file of a real encoder's runs."""
     if not model_dir:
-        return None
+        return FROM_SCRATCH
     from span_plugin.convert.flags import checkpoint_train_flags
 
     return " ".join(checkpoint_train_flags(model_dir))
@@ -65,13 +69,12 @@ def check_model(results, flags):
                 "give this model its own --results and --work-dir")
 
 
-def run_grid(cells, done, run, results, max_runs=None, name=str, show=str, flags=None):
+def run_grid(cells, done, run, results, max_runs=None, *, flags, name=str, show=str):
     """Run every cell whose key (``cells`` maps key -> cell) is not in ``done``, in
     order, appending each record to ``results``; at most ``max_runs`` new runs.
     ``flags`` (:func:`model_flags`): checked against the file's records, stamped on the
     new ones."""
-    if flags is not None:
-        check_model(results, flags)
+    check_model(results, flags)
     todo = [(k, c) for k, c in cells.items() if k not in done]
     print(f"{len(cells) - len(todo)} of {len(cells)} runs already in {results}", flush=True)
     for n, (key, cell) in enumerate(todo):
@@ -79,8 +82,7 @@ def run_grid(cells, done, run, results, max_runs=None, name=str, show=str, flags
             break
         print(f"[{time.strftime('%H:%M:%S')}] {name(cell)} ...", flush=True)
         record = run(cell)
-        if flags is not None:
-            record["model_flags"] = flags
+        record["model_flags"] = flags
         append_result(results, record)
         print(f"    {show(record)} ({record['minutes']} min)", flush=True)
 

@@ -136,6 +136,16 @@ def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
     assert records["span"]["settings"]["MAX_SPAN_WORDS"] == "8"
     assert "3 of 3 runs already" in run_cli(sys.executable, *grid).stdout
     assert len(results.read_text().splitlines()) == 3
+    # A run from random weights is stamped as such, and refused on a file of a real
+    # encoder's runs (the committed MiniLM records) before anything runs.
+    assert {r["model_flags"] for r in records.values()} == {"from scratch (no --model-dir)"}
+    real = tmp_path / "real.jsonl"
+    committed = ROOT / "experiments" / "results" / "ner_minilm.jsonl"
+    real.write_text(committed.read_text().splitlines()[0] + "\n")
+    at = grid.index("--results") + 1
+    refused = run_cli(sys.executable, *grid[:at], real, *grid[at + 1:], check=False)
+    assert refused.returncode != 0 and f"{real}:1: a run of a model with flags" in refused.stdout
+    assert real.read_text().count("\n") == 1
 
     md = tmp_path / "ner.md"
     run_cli(sys.executable, ROOT / "experiments" / "ner_report.py", "--results", results,
