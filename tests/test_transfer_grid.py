@@ -134,3 +134,20 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     assert "| 50.0 (n=1)" in f1 and "matched" not in v1
     down = sum(r["dev"]["mcc"] <= 5 for r in (runs["none"], collapsed))  # the tiny run may be too
     assert f"(n=2) **{down} collapsed**" in f1
+
+    # A single objective against the compute-matched control too (its transfer run made as
+    # many updates); a transfer run with another number of updates is called out.
+    phrasal = dict(runs["transfer"], condition="phrasal",
+                   dev=dict(runs["transfer"]["dev"], f1=runs["matched"]["dev"]["f1"] + 2.5))
+    short = dict(transfer, condition="phrasal",
+                 hparams=dict(transfer["hparams"], updates=transfer["hparams"]["updates"] + 1))
+    single = tmp_path / "single.jsonl"
+    single.write_text(results.read_text() + json.dumps(phrasal) + "\n" + json.dumps(short) + "\n")
+    run_cli(sys.executable, ROOT / "experiments" / "transfer_report.py", "--results", single,
+            "--out", md)
+    text = md.read_text()
+    header, = [line for line in text.splitlines() if line.startswith("| target | train rows |")]
+    assert header.split(" | ")[-2:] == ["transfer - matched (wins; p)", "phrasal - matched (wins; p) |"]
+    f1, = [line for line in text.splitlines() if line.startswith("| MRPC | 50% | f1 |")]
+    assert f1.split(" | ")[-1] == "+2.5 (1 of 1) |"
+    assert "**Not compute-matched**" in text and f"MRPC phrasal seed 1: {extra + 1} transfer" in text
