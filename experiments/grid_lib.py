@@ -115,6 +115,22 @@ def mean_sd(values):
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1))
 
 
+def paired_p(diffs):
+    """Two-sided p of the paired t-test whose paired differences are ``diffs``; None
+    below two pairs or when every difference is the same."""
+    if len(diffs) < 2 or max(diffs) == min(diffs):
+        return None
+    from scipy.stats import ttest_1samp
+
+    return float(ttest_1samp(diffs, 0.0).pvalue)
+
+
+def with_p(cell, diffs):
+    """A :func:`paired_cell` text with the paired t-test's p added inside its brackets."""
+    p = paired_p(diffs)
+    return cell if p is None else cell[:-1] + f"; p={p:.2g})"
+
+
 def paired_cell(diffs, digits):
     """A paired difference (same seed, minus the baseline): mean +- sample sd, and the
     seeds it won; no spread for one seed, "-" for none."""

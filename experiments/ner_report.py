@@ -5,8 +5,9 @@
 
 One row per variant (head and decoding): dev and test entity-level precision, recall
 and F1 of the best-dev checkpoint as mean +- sample standard deviation over seeds; then,
-for each variant, the paired difference to the token head (same seed) in dev and test F1,
-with how many seeds it won. Dev picked the checkpoint (optimistic); test did not.
+for each variant, the paired difference (same seed) in dev and test F1 to the token head
+and to the token head with Viterbi decoding, with how many seeds it won and the paired
+t-test's p. Dev picked the checkpoint (optimistic); test did not.
 """
 
 import argparse
@@ -15,10 +16,12 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, paired_cell, read_results, write_report  # noqa: E402
+from grid_lib import mean_sd, paired_cell, read_results, with_p, write_report  # noqa: E402
 
 ORDER = ["token", "token-viterbi", "sf", "sf-viterbi", "span"]
-BASELINE = "token"
+# the token head as first run (argmax) and decoded as well-formed IOB2 (the strongest
+# token decoder, against which the span and SF heads' own gains are read)
+BASELINES = ("token", "token-viterbi")
 
 
 def decoding(r):
@@ -53,16 +56,19 @@ def report(records):
         minutes = mean_sd([r["minutes"] for r in runs])[0]
         how = ", ".join(sorted({decoding(r) for r in runs}))
         lines.append(f"| {v} | {how} | {len(runs)} | " + " | ".join(cells) + f" | {minutes:.0f} |")
-    if BASELINE in by and len(variants) > 1:
-        lines += ["", f"Paired by seed, minus the {BASELINE} head (mean +- sd, seeds won):", "",
-                  "| head | dev F1 | test F1 |", "|---|---|---|"]
+    for base in BASELINES:
+        if base not in by or len(variants) < 2:
+            continue
+        lines += ["", f"Paired by seed, minus the {base} head (mean +- sd, seeds won; p: "
+                  "two-sided paired t-test):", "", "| head | dev F1 | test F1 |", "|---|---|---|"]
         for v in variants:
-            if v == BASELINE:
+            seeds = sorted(set(by[v]) & set(by[base]))
+            if v == base or not seeds:
                 continue
-            seeds = sorted(set(by[v]) & set(by[BASELINE]))
-            cells = [paired_cell([by[v][s][key] - by[BASELINE][s][key] for s in seeds], 2)
-                     for key in ("dev_f1", "test_f1")]
-            lines.append(f"| {v} | " + " | ".join(cells) + " |")
+            diffs = {key: [by[v][s][key] - by[base][s][key] for s in seeds]
+                     for key in ("dev_f1", "test_f1")}
+            lines.append(f"| {v} | " + " | ".join(with_p(paired_cell(d, 2), d)
+                                                  for d in diffs.values()) + " |")
     kinds = sorted({k for r in records for k in r["test"].get("by_type", {})})
     if kinds:
         lines += ["", "Test F1 by entity type (mean +- sd over seeds):", "",

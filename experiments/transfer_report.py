@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, paired_cell, read_results, write_report  # noqa: E402
+from grid_lib import mean_sd, paired_cell, read_results, with_p, write_report  # noqa: E402
 
 ORDER = ["none", "transfer", "phrasal", "sentential", "matched"]
 USES_TRANSFER_DATA = ("transfer", "phrasal", "sentential", "matched")  # as transfer_grid.py
@@ -50,24 +50,10 @@ def fmt(values):
     return f"{mean:.1f} +- {sd:.1f} (n={len(values)})" if len(values) > 1 else f"{mean:.1f} (n=1)"
 
 
-def paired_p(a, b):
-    """Two-sided p of the paired t-test of ``a`` against ``b``; None below two pairs
-    or when every difference is the same."""
-    diffs = [x - y for x, y in zip(a, b)]
-    if len(diffs) < 2 or max(diffs) == min(diffs):
-        return None
-    from scipy.stats import ttest_rel
-
-    return float(ttest_rel(a, b).pvalue)
-
-
 def diff_cell(cond, c, metric, base="none"):
     seeds = sorted(set(cond.get(c, {})) & set(cond.get(base, {})))
-    a = [cond[c][s]["dev"][metric] for s in seeds]
-    b = [cond[base][s]["dev"][metric] for s in seeds]
-    text = paired_cell([x - y for x, y in zip(a, b)], 1)
-    p = paired_p(a, b)
-    return text if p is None else text[:-1] + f"; p={p:.2g})"
+    diffs = [cond[c][s]["dev"][metric] - cond[base][s]["dev"][metric] for s in seeds]
+    return with_p(paired_cell(diffs, 1), diffs)
 
 
 def table(runs, version):

@@ -160,6 +160,10 @@ def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
     diff = span["test_f1"] - token["test_f1"]
     assert f"| span | {span['dev_f1'] - token['dev_f1']:+.2f} (" in text
     assert f"{diff:+.2f} ({int(diff > 0)} of 1) |" in text
+    # and against the token head decoded by Viterbi, the stronger token baseline
+    assert "minus the token-viterbi head" in text
+    vs = text[text.index("minus the token-viterbi head"):]
+    assert f"| span | {span['dev_f1'] - viterbi['dev_f1']:+.2f} (" in vs
     kinds = sorted(set(token["test"]["by_type"]) | set(span["test"]["by_type"]))
     by_type = token["test"]["by_type"]
     assert "| token | " + " | ".join(f"{by_type[k]['f1']:.2f}" if k in by_type else "-"

@@ -3,6 +3,7 @@ MRPC and STS-B rows with the converted all-MiniLM-L6-v2: subsets, overlap filter
 compute-matched control, aligner versions kept apart."""
 
 import json
+import random
 import shutil
 import sys
 
@@ -10,6 +11,26 @@ import pytest
 
 from conftest import ROOT, run_cli
 from test_task_data import mini_glue
+
+sys.path.insert(0, str(ROOT / "experiments"))
+import grid_lib  # noqa: E402
+
+
+def test_reports_p_is_scipys_paired_t_test():
+    """The p the transfer and NER reports print beside a paired difference."""
+    from scipy.stats import ttest_rel
+
+    rng = random.Random(5)
+    for n in (2, 3, 6):
+        a = [rng.gauss(80, 2) for _ in range(n)]
+        b = [x - rng.gauss(1, 1) for x in a]
+        diffs = [x - y for x, y in zip(a, b)]
+        assert grid_lib.paired_p(diffs) == pytest.approx(ttest_rel(a, b).pvalue)
+        cell = grid_lib.with_p(grid_lib.paired_cell(diffs, 1), diffs)
+        assert cell.endswith(f" of {n}; p={ttest_rel(a, b).pvalue:.2g})")
+    # no test on one pair, nor on differences without spread
+    assert grid_lib.paired_p([1.5]) is None and grid_lib.paired_p([0.5, 0.5]) is None
+    assert grid_lib.with_p("+1.5 (1 of 1)", [1.5]) == "+1.5 (1 of 1)"
 
 
 @pytest.mark.slow
