@@ -125,12 +125,6 @@ def paired_p(diffs):
     return float(ttest_1samp(diffs, 0.0).pvalue)
 
 
-def with_p(cell, diffs):
-    """A :func:`paired_cell` text with the paired t-test's p added inside its brackets."""
-    p = paired_p(diffs)
-    return cell if p is None else cell[:-1] + f"; p={p:.2g})"
-
-
 def paired_cell(diffs, digits):
     """A paired difference (same seed, minus the baseline): mean +- sample sd, and the
     seeds it won; no spread for one seed, "-" for none."""
@@ -139,3 +133,9 @@ def paired_cell(diffs, digits):
     mean, sd = mean_sd(diffs)
     spread = f" +- {sd:.{digits}f}" if len(diffs) > 1 else ""
     return f"{mean:+.{digits}f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)})"
+
+
+def paired_cell_p(diffs, digits):
+    """:func:`paired_cell` with the paired t-test's p inside its brackets (when there is one)."""
+    cell, p = paired_cell(diffs, digits), paired_p(diffs)
+    return cell if p is None else cell[:-1] + f"; p={p:.2g})"

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, paired_cell, read_results, with_p, write_report  # noqa: E402
+from grid_lib import mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
 
 ORDER = ["token", "token-viterbi", "sf", "sf-viterbi", "span"]
 # the token head as first run (argmax) and decoded as well-formed IOB2 (the strongest
@@ -67,8 +67,8 @@ def report(records):
                 continue
             diffs = {key: [by[v][s][key] - by[base][s][key] for s in seeds]
                      for key in ("dev_f1", "test_f1")}
-            lines.append(f"| {v} | " + " | ".join(with_p(paired_cell(d, 2), d)
-                                                  for d in diffs.values()) + " |")
+            lines.append(f"| {v} | " + " | ".join(paired_cell_p(d, 2) for d in diffs.values())
+                         + " |")
     kinds = sorted({k for r in records for k in r["test"].get("by_type", {})})
     if kinds:
         lines += ["", "Test F1 by entity type (mean +- sd over seeds):", "",

@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, paired_cell, read_results, with_p, write_report  # noqa: E402
+from grid_lib import mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
 
 ORDER = ["none", "transfer", "phrasal", "sentential", "matched"]
 USES_TRANSFER_DATA = ("transfer", "phrasal", "sentential", "matched")  # as transfer_grid.py
@@ -53,7 +53,7 @@ def fmt(values):
 def diff_cell(cond, c, metric, base="none"):
     seeds = sorted(set(cond.get(c, {})) & set(cond.get(base, {})))
     diffs = [cond[c][s]["dev"][metric] - cond[base][s]["dev"][metric] for s in seeds]
-    return with_p(paired_cell(diffs, 1), diffs)
+    return paired_cell_p(diffs, 1)
 
 
 def table(runs, version):
@@ -112,15 +112,21 @@ def transfer_rows(transfers):
 
 
 def unmatched_updates(runs, transfers):
-    """Transfer runs whose number of updates differs from the compute-matched control's
-    extra updates (same target, seed and aligner): the "- matched" columns assume equal."""
-    extra = {(r["task"], r["seed"], aligner_of(r)): r["hparams"]["extra_updates"]
-             for r in runs if r["condition"] == "matched"}
-    return [f"{t['target']} {t['condition']} seed {t['seed']}: {t['hparams']['updates']} "
-            f"transfer updates, matched control {extra[key]}"
-            for t in transfers
-            for key in [(t["target"], t["seed"], t.get("aligner", OLD_ALIGNER))]
-            if key in extra and t["hparams"].get("updates") != extra[key]]
+    """Transfer runs whose number of updates differs from a compute-matched control's
+    extra updates (same target, seed and aligner; any share): the "- matched" columns
+    assume equal."""
+    extras = defaultdict(set)
+    for r in runs:
+        if r["condition"] == "matched":
+            extras[(r["task"], r["seed"], aligner_of(r))].add(r["hparams"]["extra_updates"])
+    found = []
+    for t in transfers:
+        made = t["hparams"].get("updates")
+        other = extras[(t["target"], t["seed"], aligner_of(t))] - {made}
+        if other:
+            found.append(f"{t['target']} {t['condition']} seed {t['seed']}: {made} transfer "
+                         f"updates, matched control {', '.join(map(str, sorted(other)))}")
+    return found
 
 
 def report(records):

@@ -26,11 +26,11 @@ def test_reports_p_is_scipys_paired_t_test():
         b = [x - rng.gauss(1, 1) for x in a]
         diffs = [x - y for x, y in zip(a, b)]
         assert grid_lib.paired_p(diffs) == pytest.approx(ttest_rel(a, b).pvalue)
-        cell = grid_lib.with_p(grid_lib.paired_cell(diffs, 1), diffs)
+        cell = grid_lib.paired_cell_p(diffs, 1)
         assert cell.endswith(f" of {n}; p={ttest_rel(a, b).pvalue:.2g})")
     # no test on one pair, nor on differences without spread
     assert grid_lib.paired_p([1.5]) is None and grid_lib.paired_p([0.5, 0.5]) is None
-    assert grid_lib.with_p("+1.5 (1 of 1)", [1.5]) == "+1.5 (1 of 1)"
+    assert grid_lib.paired_cell_p([1.5], 1) == "+1.5 (1 of 1)"
 
 
 @pytest.mark.slow
