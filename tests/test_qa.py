@@ -466,9 +466,10 @@ def test_bad_questions_are_named_or_skipped_and_counted(tmp_path, squad, convert
     args = ["span-preprocess", "qa", "--train", path, "--bpe", "wordpiece", "--wordpiece",
             converted_minilm, "--srcdict", converted_minilm / "dict.txt", "--max-positions",
             "64", "--doc-stride", "16", "--workers", "1"]
-    proc = run_cli(*args, "--out", tmp_path / "a", check=False)
+    proc = run_cli(*args, "--out", tmp_path / "a", "--on-bad", "error", check=False)
     assert proc.returncode == 2 and "shifted" in proc.stdout and "bad.json" in proc.stdout
-    proc = run_cli(*args, "--out", tmp_path / "b", "--on-bad", "skip")
+    assert "Traceback" not in proc.stdout
+    proc = run_cli(*args, "--out", tmp_path / "b")  # skip: the default when training
     assert "1 questions" in proc.stdout and "2 dropped" in proc.stdout
     dropped = (tmp_path / "b" / "dropped_rows.tsv").read_text().splitlines()[1:]
     assert sorted(row.split("\t")[3] for row in dropped) == ["shifted", "too-long"]

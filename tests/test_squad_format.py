@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import gzip
 import json
+import re
 
 import pytest
 
@@ -180,9 +181,14 @@ EXPECT = {
     "negative": "lies outside the context",
     "mismatch": "answer 1 text 'France' at offset 54 does not match the context, which "
                 "reads 'rance.' there; the text occurs at offsets [53, 76]",
-    "impossible with answers": "impossible question (is_impossible true) with 2 answers",
+    "impossible with answers": "impossible question (is_impossible true) with 3 answers",
     "start not int": "'answer_start' is \"53\", expected an integer",
 }
+
+
+# answers whose offsets do not place them: an error for training, or with on_bad="skip"
+# the answer is left out of training (q1 keeps its other answers) and noted
+UNPLACED = {"outside", "negative", "mismatch", "start not int"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
@@ -194,6 +200,15 @@ def test_squad_bad_question(tmp_path, name):
     assert str(path) in msg and "'q1'" in msg and EXPECT[name] in msg, msg
     assert "article 1 (Normans), paragraph 1, question 1" in msg
     skipped = read_qa(path, on_bad="skip")
+    if name in UNPLACED:
+        assert [ex.id for ex in skipped.examples] == ["q1", "q2", "q3", "q4"]
+        assert skipped.dropped == []
+        [note] = skipped.notes
+        assert (note.kind, note.id) == ("unplaced answer", "q1") and EXPECT[name] in note.message
+        assert note.where == msg.split(": question ")[0]
+        q1 = skipped.examples[0]
+        assert q1.answers and len(q1.unplaced) == 1 and q1.unplaced[0][0] == "France"
+        return
     out = ["q1", "q2"] if name == "empty context" else ["q1"]  # every question of it
     assert [ex.id for ex in skipped.examples] == [q for q in ("q1", "q2", "q3", "q4")
                                                   if q not in out]
@@ -202,17 +217,55 @@ def test_squad_bad_question(tmp_path, name):
     assert EXPECT[name] in reason and where == msg.split(": question ")[0]
 
 
-def test_squad_duplicate_id_always_an_error(tmp_path):
+def test_squad_unplaceable_question_is_dropped_when_skipping(tmp_path):
+    obj = squad_v2()
+    obj["data"][0]["paragraphs"][1]["qas"][0]["answers"][0]["answer_start"] = 11
+    split = read_qa(write_json(tmp_path / "bad.json", obj), on_bad="skip")
+    assert [ex.id for ex in split.examples] == ["q1", "q2", "q4"]
+    [(where, qid, reason)] = split.dropped
+    assert qid == "q3" and reason.startswith("no answer can be placed (answer 1 text "
+                                             "'a Viking leader' at offset 11 does not match")
+    assert split.notes == []
+
+
+def test_squad_duplicate_ids_are_noted_and_every_occurrence_read(tmp_path):
     obj = squad_v2()
     obj["data"][1]["paragraphs"][0]["qas"][0]["id"] = "q1"
     path = write_json(tmp_path / "dup.json", obj)
     for on_bad in ("error", "skip"):
-        with pytest.raises(BadInputError) as err:
-            read_qa(path, on_bad=on_bad)
-        msg = str(err.value)
-        assert "duplicate question id 'q1'" in msg
-        assert "article 2 (Tesla), paragraph 1, question 1" in msg  # the second place
-        assert "first at" in msg and "article 1 (Normans), paragraph 1, question 1" in msg
+        split = read_qa(path, on_bad=on_bad)
+        assert [ex.id for ex in split.examples] == ["q1", "q2", "q3", "q1"]
+        [note] = split.notes
+        assert (note.kind, note.id) == ("duplicate id", "q1")
+        assert note.where.endswith("article 2 (Tesla), paragraph 1, question 1")  # the reuse
+        assert "first at" in note.message
+        assert "article 1 (Normans), paragraph 1, question 1" in note.message
+        assert split.note_counts()["duplicate id"] == 1
+
+
+def test_official_reading_never_refuses_offsets(tmp_path):
+    """As the official v2.0 script reads a file: texts only, answerable = has answers."""
+    obj = squad_v2()
+    qas = obj["data"][0]["paragraphs"][0]["qas"]
+    qas[0]["answers"][0]["answer_start"] += 1             # mismatch
+    del qas[0]["answers"][1]["answer_start"]              # no offset at all
+    qas[1]["is_impossible"] = False                       # no answers: impossible anyway
+    obj["data"][0]["paragraphs"][1]["qas"][0]["is_impossible"] = True  # has answers
+    path = write_json(tmp_path / "user.json", obj)
+    with pytest.raises(BadInputError):
+        read_qa(path, require_answers=False)
+    split = read_qa(path, require_answers=False, official=True)
+    q1, q2, q3, q4 = split.examples
+    assert q1.answers == [("France", 76)] and not q1.impossible
+    assert q1.unplaced == [("France", 54), ("France", None)]
+    assert q2.impossible and not q3.impossible and q3.answers == [("a Viking leader", 10)]
+    assert split.note_counts() == {"duplicate id": 0, "unplaced answer": 2, "mrqa text": 0,
+                                   "is_impossible": 2}
+    assert [(n.id, n.kind) for n in split.notes] == [
+        ("q1", "unplaced answer"), ("q1", "unplaced answer"), ("q2", "is_impossible"),
+        ("q3", "is_impossible")]
+    assert "scored by its text" in split.notes[0].message
+    assert "has no 'answer_start'" in split.notes[1].message
 
 
 def test_squad_malformed_files(tmp_path):
@@ -316,8 +369,6 @@ def mrqa_bad(name):
 
 
 MRQA_EXPECT = {
-    "exclusive end": "text '1884' at offset 58 does not match the context, which reads "
-                     "'1884.' there",
     "outside": "lies outside the context",
     "no detected answer": "answerable question with no detected answer",
     "no qid": "has no 'qid'",
@@ -342,6 +393,30 @@ def test_mrqa_bad_question(tmp_path, name):
     assert qid == (None if name == "no qid" else "m2")
 
 
+def test_mrqa_positions_are_the_spans_and_text_disagreements_are_noted(tmp_path):
+    """As in MRQA's own files ('The Broncos' at a span reading 'Broncos'): the span is
+    the answer, the text disagreement a note; token_spans place an answer without
+    char_spans."""
+    rows = mrqa_lines()
+    c = MRQA_CONTEXT
+    det = rows[1]["qas"][1]["detected_answers"][0]
+    det["char_spans"][0][1] += 1  # reads '1884.'
+    rows[2]["context_tokens"] = [["Warsaw", 0], ["is", 7], ["the", 10], ["capital", 14]]
+    rows[2]["qas"][0]["detected_answers"][0] = {"text": "Warsaw", "token_spans": [[0, 0]]}
+    path = write_jsonl(tmp_path / "m.jsonl", rows)
+    for kw in ({}, {"official": True, "require_answers": False}):
+        split = read_qa(path, **kw)
+        m1, m2, m3 = split.examples
+        assert m2.answers == [("1884.", c.index("1884"))] and m3.answers == [("Warsaw", 0)]
+        [note] = split.notes
+        assert (note.kind, note.id, note.where) == ("mrqa text", "m2", f"{path}:2, question 2")
+        assert "text '1884' differs from what the span reads, '1884.'" in note.message
+    rows[2]["qas"][0]["detected_answers"][0]["token_spans"] = [[0, 9]]
+    with pytest.raises(BadInputError, match=r"m\.jsonl:3, question 1: question 'm3': "
+                                            r"detected answer 1 token_span \[0, 9\]"):
+        read_qa(write_jsonl(path, rows))
+
+
 def test_mrqa_malformed_files(tmp_path):
     path = tmp_path / "bad.jsonl"
     rows = mrqa_lines()
@@ -362,9 +437,12 @@ def test_mrqa_malformed_files(tmp_path):
     dup = copy.deepcopy(rows)
     dup[2]["qas"][0]["qid"] = "m1"
     write_jsonl(path, dup)
-    with pytest.raises(BadInputError, match=r"bad\.jsonl:3, question 1: duplicate question "
-                                            r"id 'm1', first at .*bad\.jsonl:2, question 1"):
-        read_qa(path, on_bad="skip")
+    split = read_qa(path)
+    assert [ex.id for ex in split.examples] == ["m1", "m2", "m1"]
+    [note] = split.notes
+    assert note.kind == "duplicate id" and note.where == f"{path}:3, question 1"
+    assert re.search(r"question id 'm1' is used again \(first at .*bad\.jsonl:2, question 1\)",
+                     note.message)
     with pytest.raises(BadInputError, match="an MRQA JSON Lines file, expected SQuAD JSON"):
         write_jsonl(path, rows)
         split_squad_articles(path, 1, tmp_path / "a.json", tmp_path / "b.json")

@@ -163,7 +163,8 @@ def predict_pairs(hub, a):
 
 
 def predict_qa(hub, a):
-    from span_plugin.inference.qa_files import read_questions, write_qa_predictions
+    from span_plugin.inference.qa_files import (first_occurrences, read_questions,
+                                                report_notes, write_qa_predictions)
 
     if not a.output or len(a.output) != 1:
         raise ValueError("give one --output file (the official predictions.json)")
@@ -175,12 +176,15 @@ def predict_qa(hub, a):
     threshold = "default"
     if a.null_threshold is not None:
         threshold = a.null_threshold if a.null_threshold == "tune" else float(a.null_threshold)
-    examples, version = read_questions(hub, a.input, splits[0])
+    examples, version, notes = read_questions(hub, a.input, splits[0])
+    report_notes(notes, a.input)
     scores = write_qa_predictions(hub, examples, version, a.output[0], a.nbest, a.results,
-                                  threshold, a.n_best or 20, a.batch_size or 16)
+                                  threshold, a.n_best or 20, a.batch_size or 16, notes)
     summary = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in scores.items())
-    print(f"{a.output[0]}: {len(examples)} answers" + (f"; {summary}" if summary else ""),
+    ids = len(first_occurrences(examples))
+    questions = "" if ids == len(examples) else f" for {len(examples)} questions"
+    print(f"{a.output[0]}: {ids} answers{questions}" + (f"; {summary}" if summary else ""),
           file=sys.stderr)
 
 

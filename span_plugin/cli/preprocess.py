@@ -224,6 +224,14 @@ def cmd_qa(a):
               f"impossible, {s.dropped} dropped: see dropped_rows.tsv), {s.inexact_answers} "
               f"answers whose tokens cover more characters, longest question "
               f"{s.longest_question} tokens")
+        noted = [f"{n} {what}" for n, what in (
+            (s.unplaced_answers, "answers that cannot be placed, left out of training"),
+            (s.duplicate_ids, "reused question ids"),
+            (s.mrqa_text_disagreements, "MRQA answer texts that differ from their span"))
+                 if n]
+        if noted:
+            print(f"{split}: {', '.join(noted)}: each listed by id in "
+                  f"{os.path.join(a.out, 'input_notes.tsv')}")
 
 
 def cmd_qa_split(a):
@@ -443,10 +451,12 @@ def build_parser():
                    help="tokens per window: <s> question </s> </s> passage </s>")
     q.add_argument("--doc-stride", type=int, default=128,
                    help="tokens two consecutive windows of a long passage share")
-    q.add_argument("--on-bad", choices=("error", "skip"), default="error",
-                   help="a bad question (answer not matching its offsets, empty context, "
-                   "question too long for a window, ...): stop naming it, or skip it and "
-                   "list it in dropped_rows.tsv")
+    q.add_argument("--on-bad", choices=("error", "skip"), default="skip",
+                   help="an answer that cannot be placed (its offsets do not read its text, "
+                   "it covers no token) or a bad question (empty context, question too "
+                   "long for a window, ...): skip (default) leaves it out of training and "
+                   "lists it (input_notes.tsv for answers, dropped_rows.tsv for "
+                   "questions), error stops naming it. Answers are never shifted")
     q.add_argument("--name", default="qa", help="task name in the record")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_qa)

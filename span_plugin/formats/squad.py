@@ -15,25 +15,39 @@ bytes, so ``.gz`` of either works):
 - MRQA (``.jsonl``, ``.jsonl.gz``): a header line ``{"header": {"dataset", "split"}}``,
   then one object per context ``{"context", "qas": [{"qid", "question", "answers":
   [str], "detected_answers": [{"text", "char_spans": [[start, end]], ...}]}]}``; the
-  ``char_spans`` end is INCLUSIVE and every span is one occurrence ``(text, start)``.
-  ``answers`` (every accepted answer text) is kept in :attr:`QAExample.accepted`: the
-  MRQA evaluation scores against it. An optional ``is_impossible: true`` is read as in
-  v2.0.
+  ``char_spans`` end is INCLUSIVE and every span is one occurrence ``(what the span
+  reads, start)``: the format places an answer by its span, and a ``text`` that differs
+  from it (384 of 34,727 in SQuAD's MRQA file) is noted, not refused. Without
+  ``char_spans``, ``token_spans`` (inclusive) through the line's ``context_tokens``
+  (``[token, char offset]``) place it. ``answers`` (every accepted answer text) is kept
+  in :attr:`QAExample.accepted`: the MRQA evaluation scores against it. An optional
+  ``is_impossible: true`` is read as in v2.0.
 
-Answer offsets are Python ``str`` indices of the context as written. An answer whose text
-is not what the context reads at its offsets is an error naming both (never shifted).
-Problems of one question (missing or mistyped keys, empty context or question, an
-answerable question without answers, an answer outside the context or not matching it,
-an impossible question with answers) are a :class:`BadInputError`, or with
-``on_bad="skip"`` the question is left out and listed in :attr:`QASplit.dropped`.
-Malformed JSON, a missing file-level structure (``data``, ``paragraphs``, ``context``,
-``qas``, the MRQA header) and duplicate question ids are always errors.
+Answer offsets are Python ``str`` indices of the context as written, never shifted. An
+answer they do not place (offset missing, outside the context, or where the context
+reads another text) is, for training (``official=False``), an error naming both texts,
+or with ``on_bad="skip"`` left out of :attr:`QAExample.answers` and kept in
+:attr:`QAExample.unplaced` (scored against, never trained on; a question left with no
+placed answer is dropped). For prediction and scoring (``official=True``) it is never
+an error: the official SQuAD scripts read only answer texts, so it is kept in
+``unplaced`` and noted. Other problems of one question (missing or mistyped keys, empty
+context or question, an answerable question without answers, an impossible question
+with answers) are a :class:`BadInputError`, or with ``on_bad="skip"`` the question is
+left out and listed in :attr:`QASplit.dropped`. Malformed JSON and a missing file-level
+structure (``data``, ``paragraphs``, ``context``, ``qas``, the MRQA header) are always
+errors.
+
+A reused question id is never an error: every occurrence is read (the official scripts
+look a prediction up by id for each question of the file) and each reuse is noted.
+Notes (:class:`QANote`: reused ids, unplaced answers, MRQA text disagreements, a v2.0
+``is_impossible`` that disagrees with the answers under ``official``) are listed in
+:attr:`QASplit.notes`, by id and place, for the caller to report and count.
 
 Files to predict need no answers: with ``require_answers=False`` a question without the
 ``answers`` key (SQuAD; in v1.1 an empty list too) or without ``detected_answers`` (MRQA)
 is read unlabelled (:attr:`QAExample.labelled` False: no answers, not impossible), as in
-the official test files. Answers that are given are still checked. In v2.0 an empty
-``answers`` list stays an impossible question, as the official evaluation reads it.
+the official test files. In v2.0 an empty ``answers`` list stays an impossible question,
+as the official evaluation reads it.
 """
 
 import gzip
@@ -58,6 +72,22 @@ class QAExample:
     title: str = ""  # article title (SQuAD) or "" (MRQA)
     accepted: list = field(default_factory=list)  # MRQA "answers" (scored against); SQuAD: []
     labelled: bool = True  # False: read without gold (require_answers=False), nothing to score
+    unplaced: list = field(default_factory=list)  # [(text, start or None)]: gold answers
+    # whose offsets place nothing: scored against (the official scripts read only texts),
+    # never trained on
+
+
+NOTE_KINDS = ("duplicate id", "unplaced answer", "mrqa text", "is_impossible")
+
+
+@dataclass
+class QANote:
+    """Something a reader reports about a question without refusing it."""
+
+    kind: str  # one of NOTE_KINDS
+    where: str
+    id: str  # the question id (None when it has none)
+    message: str
 
 
 @dataclass
@@ -65,6 +95,11 @@ class QASplit:
     examples: list  # QAExample in file order; the questions of one context are consecutive
     dropped: list  # [(where, id, reason)]: questions left out under on_bad="skip"
     version: str  # "1.1", "2.0" or "mrqa"
+    notes: list = field(default_factory=list)  # QANote, in file order
+
+    def note_counts(self):
+        """``{kind: number of notes}`` of every kind in :data:`NOTE_KINDS`."""
+        return {kind: sum(n.kind == kind for n in self.notes) for kind in NOTE_KINDS}
 
 
 class _Bad(Exception):
@@ -181,54 +216,129 @@ def _question(qa):
     return question
 
 
-def _read_question(keep, here, qa, id_key, context, passage, answers_of, title="",
-                   unlabelled=lambda qa: False):
-    """Read one question of ``context`` (either format) and hand ``keep`` the example,
-    or its problem. answers_of(qa, context) -> (answers, impossible, accepted);
-    unlabelled(qa): True when the question is read without gold instead."""
-    qid = qa.get(id_key) if isinstance(qa, dict) else None
-    try:
-        qid = _get(qa, id_key, str, "the question")
-        if not context.strip():
-            raise _Bad(f"empty context, expected the {passage}'s text")
-        question = _question(qa)
-        if unlabelled(qa):
-            keep(here, qid, None, QAExample(qid, question, context, [], False, here, title,
-                                            labelled=False))
+@dataclass
+class _Gold:
+    """What one question's gold says: ``placed`` [(text, start)] answers at their
+    offsets, ``unplaced`` [(text, start or None, why)] answers whose position places
+    nothing, ``impossible``, MRQA's ``accepted`` texts, and ``notes`` [(kind, message)]
+    that are not problems of the position (MRQA text disagreements, is_impossible)."""
+
+    placed: list = field(default_factory=list)
+    unplaced: list = field(default_factory=list)
+    impossible: bool = False
+    accepted: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+class _Reading:
+    """How one file is read: ``on_bad``, ``require_answers`` and ``official`` (see
+    :func:`read_qa`); collects the examples, dropped questions and notes."""
+
+    def __init__(self, on_bad, require_answers, official):
+        self.on_bad, self.require_answers, self.official = on_bad, require_answers, official
+        self.examples, self.dropped, self.notes, self.first_seen = [], [], [], {}
+
+    def note(self, kind, where, qid, message):
+        self.notes.append(QANote(kind, where, qid, message))
+
+    def bad(self, where, qid, reason):
+        if self.on_bad == "skip":
+            self.dropped.append((where, qid, reason))
             return
-        answers, imp, accepted = answers_of(qa, context)
-    except _Bad as bad:
-        keep(here, qid, str(bad), None)
-        return
-    keep(here, qid, None, QAExample(qid, question, context, answers, imp, here, title, accepted))
+        named = "" if qid is None else f"question {qid!r}: "
+        raise BadInputError(f"{where}: {named}{reason}")
+
+    def question(self, here, qa, id_key, context, passage, gold_of, title="",
+                 unlabelled=lambda qa: False):
+        """Read one question of ``context`` (either format). gold_of(qa, context) ->
+        :class:`_Gold`; unlabelled(qa): True when the question is read without gold."""
+        qid = qa.get(id_key) if isinstance(qa, dict) else None
+        if isinstance(qid, str):
+            if qid in self.first_seen:  # the official scripts score each occurrence by id
+                self.note("duplicate id", here, qid, f"question id {qid!r} is used again "
+                          f"(first at {self.first_seen[qid]})")
+            else:
+                self.first_seen[qid] = here
+        try:
+            qid = _get(qa, id_key, str, "the question")
+            if not context.strip():
+                raise _Bad(f"empty context, expected the {passage}'s text")
+            question = _question(qa)
+            if unlabelled(qa):
+                self.examples.append(QAExample(qid, question, context, [], False, here,
+                                               title, labelled=False))
+                return
+            gold = gold_of(qa, context)
+            if gold.unplaced and not self.official:
+                if self.on_bad != "skip":
+                    raise _Bad(gold.unplaced[0][2])
+                if not gold.placed and not gold.impossible:
+                    raise _Bad(f"no answer can be placed ({gold.unplaced[0][2]})")
+            for kind, message in gold.notes:
+                self.note(kind, here, qid, message)
+            for _, _, why in gold.unplaced:
+                self.note("unplaced answer", here, qid, why + (
+                    "; scored by its text, as the official evaluation reads it"
+                    if self.official else "; left out of training, kept for scoring"))
+            if not (gold.impossible or gold.placed or gold.unplaced or gold.accepted):
+                raise _Bad("an answerable question with no answer, expected at least one")
+        except _Bad as bad:
+            self.bad(here, qid, str(bad))
+            return
+        self.examples.append(QAExample(
+            qid, question, context, gold.placed, gold.impossible, here, title,
+            gold.accepted, unplaced=[(text, start) for text, start, _ in gold.unplaced]))
 
 
 # ---------------------------------------------------------------- SQuAD JSON
 
 
-def _squad_answers(qa, context, impossible_key):
-    answers = _get(qa, "answers", list, "the question")
-    out = []
-    for j, ans in enumerate(answers, 1):
-        label = f"answer {j}"
-        text = _get(ans, "text", str, label)
+def _squad_answer(ans, j, context):
+    """``(text, start, None)`` of a placed answer or ``(text, start or None, why)``;
+    a problem of the text itself (what the official scripts read) raises."""
+    label = f"answer {j}"
+    text = _get(ans, "text", str, label)
+    try:
+        start = None
         start = _get(ans, "answer_start", int, label)
         _check_answer(context, text, start, start + len(text), label)
-        if (text, start) not in out:
-            out.append((text, start))
-    if impossible_key:
-        imp = qa.get("is_impossible", not out)
-        if not isinstance(imp, bool):
-            raise _Bad(f"'is_impossible' is {json.dumps(imp)[:40]}, expected true or false")
-    else:
-        imp = False
-    if imp and out:
-        raise _Bad(f"an impossible question (is_impossible true) with {len(out)} answers, "
+    except _Bad as bad:
+        return text, start, str(bad)
+    return text, start, None
+
+
+def _squad_gold(qa, context, v2, official):
+    answers = _get(qa, "answers", list, "the question")
+    gold = _Gold()
+    for j, ans in enumerate(answers, 1):
+        text, start, why = _squad_answer(ans, j, context)
+        if why is not None:
+            gold.unplaced.append((text, start, why))
+        elif (text, start) not in gold.placed:
+            gold.placed.append((text, start))
+    if not v2:
+        if not answers:
+            raise _Bad("an answerable question with no answer, expected at least one")
+        return gold
+    imp = qa.get("is_impossible", not answers)
+    if official:  # the v2.0 script reads a question as answerable when it has answers
+        gold.impossible = not answers
+        if imp is not gold.impossible:
+            gold.notes.append(("is_impossible", f"'is_impossible' is {json.dumps(imp)[:40]} "
+                               f"but the question has {len(answers)} answers; read as "
+                               f"{'impossible' if not answers else 'answerable'}, as the "
+                               f"official v2.0 evaluation reads it (from 'answers' only)"))
+        return gold
+    if not isinstance(imp, bool):
+        raise _Bad(f"'is_impossible' is {json.dumps(imp)[:40]}, expected true or false")
+    if imp and answers:
+        raise _Bad(f"an impossible question (is_impossible true) with {len(answers)} answers, "
                    f"expected none (plausible answers belong in 'plausible_answers')")
-    if not imp and not out:
-        raise _Bad("an answerable question with no answer, expected at least one"
-                   + (" (or is_impossible true)" if impossible_key else ""))
-    return out, imp
+    if not imp and not answers:
+        raise _Bad("an answerable question with no answer, expected at least one "
+                   "(or is_impossible true)")
+    gold.impossible = imp
+    return gold
 
 
 def _load_squad(path, data):
@@ -266,7 +376,7 @@ def _squad_paragraphs(path, articles):
             raise BadInputError(f"{path}: article {i}: {bad}") from None
 
 
-def _read_squad(path, keep, require_answers=True):
+def _read_squad(path, reading):
     obj, articles = _load_squad(path, _read_bytes(path))
     version = str(obj.get("version", "1.1"))
     paragraphs = list(_squad_paragraphs(path, articles))
@@ -274,52 +384,86 @@ def _read_squad(path, keep, require_answers=True):
         isinstance(qa, dict) and "is_impossible" in qa for *_, qas in paragraphs for qa in qas)
 
     def unlabelled(qa):  # v2.0: an empty list is an impossible question, not a missing gold
-        return not require_answers and ("answers" not in qa or qa["answers"] == [] and not v2)
+        return not reading.require_answers and (
+            "answers" not in qa or qa["answers"] == [] and not v2)
+
+    def gold_of(qa, context):
+        return _squad_gold(qa, context, v2, reading.official)
 
     for where, title, context, qas in paragraphs:
         for k, qa in enumerate(qas, 1):
-            _read_question(keep, f"{where}, question {k}", qa, "id", context, "paragraph",
-                           lambda q, c: (*_squad_answers(q, c, v2), []), title, unlabelled)
+            reading.question(f"{where}, question {k}", qa, "id", context, "paragraph",
+                             gold_of, title, unlabelled)
     return "2.0" if v2 else "1.1"
 
 
 # ---------------------------------------------------------------- MRQA JSON Lines
 
 
-def _mrqa_answers(qa, context):
+def _int_pair(span):
+    return (isinstance(span, list) and len(span) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in span))
+
+
+def _mrqa_spans(det, label, tokens):
+    """The inclusive ``[start, end]`` character spans of a detected answer:
+    ``char_spans``, else its ``token_spans`` through the line's ``context_tokens``
+    (``[token, char offset]`` each). A malformed span raises."""
+    if "char_spans" in det or "token_spans" not in det:
+        spans = _get(det, "char_spans", list, label)
+        for span in spans:
+            if not _int_pair(span):
+                raise _Bad(f"{label} char_span {json.dumps(span)[:40]}: expected "
+                           f"[start, end] (end inclusive)")
+        return [tuple(span) for span in spans]
+    out = []
+    for span in _get(det, "token_spans", list, label):
+        ok = _int_pair(span) and isinstance(tokens, list) and 0 <= span[0] <= span[1] < len(tokens)
+        first, last = (tokens[span[0]], tokens[span[1]]) if ok else (None, None)
+        if not (ok and all(isinstance(t, list) and len(t) == 2 and isinstance(t[0], str)
+                           and isinstance(t[1], int) for t in (first, last))):
+            raise _Bad(f"{label} token_span {json.dumps(span)[:40]}: expected [first, last] "
+                       f"token indices of the line's context_tokens ([token, offset] each)")
+        out.append((first[1], last[1] + len(last[0]) - 1))
+    return out
+
+
+def _mrqa_gold(qa, context, tokens=None):
     accepted = _get(qa, "answers", list, "the question")
     for a in accepted:
         if not isinstance(a, str):
             raise _Bad(f"'answers' holds {json.dumps(a)[:40]}, expected answer texts")
     detected = _get(qa, "detected_answers", list, "the question")
-    out = []
+    gold = _Gold(accepted=list(accepted))
     for j, det in enumerate(detected, 1):
         label = f"detected answer {j}"
         text = _get(det, "text", str, label)
-        spans = _get(det, "char_spans", list, label)
-        for span in spans:
-            if not (isinstance(span, list) and len(span) == 2 and all(
-                    isinstance(v, int) and not isinstance(v, bool) for v in span)):
-                raise _Bad(f"{label} char_span {json.dumps(span)[:40]}: expected "
-                           f"[start, end] (end inclusive)")
-            start, end = span
-            _check_answer(context, text, start, end + 1,
-                          f"{label} (char_span [{start}, {end}], end inclusive)")
-            if (text, start) not in out:
-                out.append((text, start))
+        for start, end in _mrqa_spans(det, label, tokens):
+            where = f"{label} (char_span [{start}, {end}], end inclusive)"
+            if start < 0 or end >= len(context) or end < start:
+                gold.unplaced.append((text, start, f"{where} {text!r} lies outside the "
+                                      f"context (length {len(context)})"))
+                continue
+            read = context[start:end + 1]  # the format places the answer by its span
+            if read != text:
+                gold.notes.append(("mrqa text", f"{where}: text {text!r} differs from what "
+                                   f"the span reads, {read!r}; the span is the answer"))
+            if (read, start) not in gold.placed:
+                gold.placed.append((read, start))
     imp = qa.get("is_impossible", False)
     if not isinstance(imp, bool):
         raise _Bad(f"'is_impossible' is {json.dumps(imp)[:40]}, expected true or false")
-    if imp and out:
-        raise _Bad(f"an impossible question (is_impossible true) with {len(out)} "
-                   f"detected answers, expected none")
-    if not imp and not out:
+    if imp and (gold.placed or gold.unplaced):
+        raise _Bad(f"an impossible question (is_impossible true) with "
+                   f"{len(gold.placed) + len(gold.unplaced)} detected answers, expected none")
+    if not imp and not (gold.placed or gold.unplaced):
         raise _Bad("an answerable question with no detected answer, expected at least "
                    "one char_span")
-    return out, imp, list(accepted)
+    gold.impossible = imp
+    return gold
 
 
-def _read_mrqa(path, keep, require_answers=True):
+def _read_mrqa(path, reading):
     header = False
     for lineno, raw in _lines(path):
         if not raw.strip():
@@ -341,10 +485,11 @@ def _read_mrqa(path, keep, require_answers=True):
         except _Bad as bad:
             raise BadInputError(f"{path}:{lineno}: {bad}; expected an MRQA context "
                                 f"object") from None
+        tokens = obj.get("context_tokens")
         for k, qa in enumerate(qas, 1):
-            _read_question(keep, f"{path}:{lineno}, question {k}", qa, "qid", context,
-                           "passage", _mrqa_answers, unlabelled=lambda qa: not (
-                               require_answers or "detected_answers" in qa))
+            reading.question(f"{path}:{lineno}, question {k}", qa, "qid", context, "passage",
+                             lambda q, c: _mrqa_gold(q, c, tokens), unlabelled=lambda qa: not (
+                                 reading.require_answers or "detected_answers" in qa))
     if not header:
         raise BadInputError(f"{path}: empty, expected the MRQA header line and contexts")
     return "mrqa"
@@ -353,37 +498,30 @@ def _read_mrqa(path, keep, require_answers=True):
 # ---------------------------------------------------------------- the reader
 
 
-def read_qa(path, on_bad="error", require_answers=True):
-    """The :class:`QASplit` of a SQuAD JSON or MRQA JSON Lines file (``.gz`` too);
-    ``require_answers=False`` reads questions without gold (files to predict)."""
+def read_qa(path, on_bad="error", require_answers=True, official=False):
+    """The :class:`QASplit` of a SQuAD JSON or MRQA JSON Lines file (``.gz`` too).
+
+    on_bad: "error" (a bad question or an answer its offsets do not place raises) or
+    "skip" (the question is left out, the answer is left out of ``answers`` and kept in
+    ``unplaced``; each listed). require_answers=False reads questions without gold
+    (files to predict). official=True reads the gold as the official evaluation
+    scripts read it (files to predict and score): answer offsets are never an error
+    (an answer they do not place is noted and kept in ``unplaced``), and a v2.0
+    question is answerable when it has answers. Reused ids are noted, never an error.
+    """
     if on_bad not in ON_BAD:
         raise ValueError(f"on_bad={on_bad!r}: expected one of {ON_BAD}")
     path = os.fspath(path)
-    examples, dropped, first_seen = [], [], {}
-
-    def keep(where, qid, reason, example):
-        if isinstance(qid, str):
-            if qid in first_seen:
-                raise BadInputError(f"{where}: duplicate question id {qid!r}, first at "
-                                    f"{first_seen[qid]}; expected unique ids")
-            first_seen[qid] = where
-        if reason is None:
-            examples.append(example)
-        elif on_bad == "skip":
-            dropped.append((where, qid, reason))
-        else:
-            named = "" if qid is None else f"question {qid!r}: "
-            raise BadInputError(f"{where}: {named}{reason}")
-
+    reading = _Reading(on_bad, require_answers, official)
     read = _read_mrqa if _is_mrqa(path) else _read_squad
-    version = read(path, keep, require_answers)
-    return QASplit(examples, dropped, version)
+    version = read(path, reading)
+    return QASplit(reading.examples, reading.dropped, version, reading.notes)
 
 
 def split_squad_articles(path, first, out_first, out_rest):
     """Write the first ``first`` articles of a SQuAD JSON file to ``out_first`` and the
     rest to ``out_rest`` (every other key, such as ``version``, kept; each written
-    atomically). The file is checked as :func:`read_qa` does. Returns the number of
+    atomically). The structure is checked as :func:`read_qa` reads it. Returns the number of
     questions in each part."""
     path = os.fspath(path)
     ins = {os.path.abspath(path)}
@@ -399,7 +537,7 @@ def split_squad_articles(path, first, out_first, out_rest):
     if len(articles) <= first:
         raise BadInputError(f"{path}: {len(articles)} articles, expected more than "
                             f"{first} to split off the first {first}")
-    read_qa(path)  # every question checked before anything is written
+    read_qa(path, on_bad="skip")  # the structure checked before anything is written
     counts = []
     for out, part in ((out_first, articles[:first]), (out_rest, articles[first:])):
         piece = dict(obj, data=part)

@@ -9,36 +9,83 @@ the official test files, are predicted and not scored) or a split of the folder 
 checkpoint was trained on (``raw/{split}.jsonl``). Scores (``--results``, a tuned
 threshold) need every question labelled: otherwise an error says which is not, before
 anything is predicted.
+
+A file is read as the official evaluation scripts read it
+(:func:`span_plugin.formats.squad.read_qa` with ``official=True``): gold answers whose
+offsets do not match their text are scored by their text, and a reused question id gets
+one prediction (that of its first occurrence) that every occurrence is scored with, as
+the scripts look predictions up by id (v1.1 scores each occurrence, v2.0 the last one:
+:func:`span_plugin.formats.squad_metrics.scored_questions`). Each such case is reported
+by id and counted (:func:`report_notes`; all of them in ``--results`` under
+``input_notes``), never refused.
 """
 
 import json
 import os
+import sys
 
 from span_plugin.formats.files import atomic_write
-from span_plugin.formats.squad import read_qa
+from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
 from span_plugin.preprocess.qa import read_records
 
+SHOWN = 20  # notes printed per kind; the results file holds every one
+
+_TOLD = {"duplicate id": "reused question ids (one prediction per id, every occurrence "
+                         "scored as the official script scores it)",
+         "unplaced answer": "gold answers whose offsets do not place their text (scored "
+                            "by their text, as the official script reads them)",
+         "mrqa text": "MRQA detected answers whose text differs from their span (the "
+                      "span is the answer)",
+         "is_impossible": "v2.0 questions whose is_impossible disagrees with their answers "
+                          "(read from the answers, as the official script reads them)"}
+
 
 def read_questions(hub, input_path=None, split=None):
-    """``(examples, version)`` of ``input_path`` or of the folder's ``split``."""
+    """``(examples, version, notes)`` of ``input_path`` or of the folder's ``split``
+    (notes: :class:`~span_plugin.formats.squad.QANote`; a folder's were reported when it
+    was built)."""
     if input_path:
-        data = read_qa(input_path, require_answers=False)
-        return data.examples, data.version
+        data = read_qa(input_path, require_answers=False, official=True)
+        return data.examples, data.version, data.notes
     path = os.path.join(hub.data, "raw", f"{split}.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such split in the checkpoint's folder; give "
                                 f"--input FILE (SQuAD JSON or MRQA JSON Lines)")
     versions = hub.task.qa_labels.get("versions") or {}
-    return read_records(path), versions.get(split, "1.1")
+    return read_records(path), versions.get(split, "1.1"), []
+
+
+def report_notes(notes, source, stream=sys.stderr, shown=SHOWN):
+    """Print how many notes of each kind ``source`` gave and the first ``shown`` of
+    each, one line each (place, id, what)."""
+    for kind in NOTE_KINDS:
+        of_kind = [n for n in notes if n.kind == kind]
+        if not of_kind:
+            continue
+        print(f"span-predict: warning: {source}: {len(of_kind)} {_TOLD[kind]}:", file=stream)
+        for n in of_kind[:shown]:
+            print(f"  {n.where}: {n.message}", file=stream)
+        if len(of_kind) > shown:
+            print(f"  ... and {len(of_kind) - shown} more (every one in the --results file)",
+                  file=stream)
+
+
+def first_occurrences(examples):
+    """The first question of each id, in order: the ones predicted."""
+    seen = set()
+    return [ex for ex in examples if not (ex.id in seen or seen.add(ex.id))]
 
 
 def write_qa_predictions(hub, examples, version, output, nbest=None, results=None,
-                         null_threshold="default", n_best=20, batch_size=16):
-    """Predict ``examples`` and write the files; returns the scores (or {} without gold).
+                         null_threshold="default", n_best=20, batch_size=16, notes=()):
+    """Predict ``examples`` (one prediction per id: its first occurrence) and write the
+    files; returns the scores over every occurrence, as the official script of
+    ``version`` counts them (or {} without gold).
 
     null_threshold: "default" (the model's), None (never ""), a number, or "tune" (v2.0:
     the threshold that maximizes F1 on these questions, reported in the scores).
+    notes: what reading the file reported, written to ``results`` (``input_notes``).
     """
     tune = null_threshold == "tune"
     unlabelled = [ex for ex in examples if not ex.labelled]
@@ -48,13 +95,14 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
             f"({len(unlabelled)} of {len(examples)} questions have none); "
             f"{'--null-threshold tune' if tune else '--results'} needs every question's "
             f"gold answers (or is_impossible)")
-    answers = hub.predict_examples(examples, n_best, None if tune else null_threshold,
+    asked = first_occurrences(examples)
+    answers = hub.predict_examples(asked, n_best, None if tune else null_threshold,
                                    batch_size)
-    predictions = {ex.id: a["text"] for ex, a in zip(examples, answers)}
+    predictions = {ex.id: a["text"] for ex, a in zip(asked, answers)}
     scores = {}
     has_gold = not unlabelled
     if tune:
-        margins = {ex.id: a["null_margin"] for ex, a in zip(examples, answers)}
+        margins = {ex.id: a["null_margin"] for ex, a in zip(asked, answers)}
         threshold, _, _ = best_null_threshold(predictions, margins, examples, "2.0")
         predictions = {k: ("" if margins[k] > threshold else v) for k, v in predictions.items()}
         scores["null_threshold"] = threshold
@@ -63,9 +111,12 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
                                    "2.0" if version == "2.0" or tune else "1.1"))
     _write_json(output, predictions)
     if nbest:
-        _write_json(nbest, {ex.id: a["nbest"] for ex, a in zip(examples, answers)})
+        _write_json(nbest, {ex.id: a["nbest"] for ex, a in zip(asked, answers)})
     if results and scores:
-        _write_json(results, scores)
+        _write_json(results, dict(scores, input_notes={
+            "counts": {k: sum(n.kind == k for n in notes) for k in NOTE_KINDS},
+            "notes": [{"kind": n.kind, "where": n.where, "id": n.id, "message": n.message}
+                      for n in notes]}))
     return scores
 
 

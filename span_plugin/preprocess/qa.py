@@ -8,7 +8,8 @@ question are consecutive items. The folder::
 
     out/raw/{split}.jsonl              one question a line: id, question, context, answers
                                        ([text, char start]), impossible, title, accepted
-                                       (MRQA's answer strings): what the metrics read
+                                       (MRQA's answer strings), unplaced (gold answers
+                                       not trained on): what the metrics read
     out/input0/{split}.{bin,idx}       the question's tokens + </s>, one item per window
     out/input0/{split}.spans.{bin,idx} its n-gram spans
     out/input1/{split}.{bin,idx}       the window's passage tokens + </s>
@@ -20,30 +21,37 @@ question are consecutive items. The folder::
                                        the window's passage tokens, or empty (no answer
                                        in the window, or an impossible question)
     out/input{0,1}/dict.txt, out/provenance.json (labels: kind "qa")
+    out/dropped_rows.tsv               questions left out (on_bad="skip"), with the reason
+    out/input_notes.tsv                answers left out of training, reused question ids,
+                                       MRQA texts that differ from their span: by id
 
 Answers stay character offsets (checked against their text by
 :mod:`span_plugin.formats.squad`) and reach tokens through the tokenizer's offsets:
 the first token ending after the answer's start to the last token starting before its
-end. Nothing is dropped silently: a question that leaves no room for the passage is an
-error (or, with ``on_bad="skip"``, a row of ``dropped_rows.tsv``); an answer whose
-tokens also cover characters outside it is counted (``inexact_answers``).
+end. An answer is never shifted: one that its offsets do not place, or that covers no
+token, is an error, or with ``on_bad="skip"`` left out of training (kept in the
+record's ``unplaced`` for the metrics), listed in ``input_notes.tsv`` and counted
+(``unplaced_answers``); a question left without answers, or that leaves no room for the
+passage, is a row of ``dropped_rows.tsv``. An answer whose tokens also cover characters
+outside it is counted (``inexact_answers``).
 """
 
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from span_plugin.formats.lines import BadInputError
-from span_plugin.formats.squad import QAExample, read_qa
+from span_plugin.formats.squad import QAExample, QANote, read_qa
 from span_plugin.preprocess import indexed, provenance, span_files
 from span_plugin.preprocess.binarize import _get_dict, _get_encoder, write_dict
 
 QA_DIR = "qa"
 INDEX_DTYPE = np.int32
 SPECIALS = 4  # <s> Q </s> </s> P </s>: besides question and passage tokens
+NOTES_FILE = "input_notes.tsv"  # answers left out of training, reused ids, MRQA texts
 
 
 @dataclass
@@ -53,8 +61,9 @@ class EncodedQuestion:
     question: symbols ``[Q]``; question_spans: n-gram spans over them.
     context: symbols ``[C]``; context_spans: n-gram spans; offsets ``[C]`` of
     ``(char start, char end)`` in the context.
-    answers: ``[(first token, last token + 1)]`` of each gold answer in the context.
+    answers: ``[(first token, last token + 1)]`` of each placed gold answer.
     inexact: answers whose tokens cover characters outside the answer.
+    unplaced: ``[(text, char start, why)]`` answers that cover no token (``strict=False``).
     """
 
     question: list
@@ -64,6 +73,7 @@ class EncodedQuestion:
     offsets: list
     answers: list = field(default_factory=list)
     inexact: int = 0
+    unplaced: list = field(default_factory=list)
 
 
 def encode_context(encoder, context):
@@ -80,11 +90,13 @@ def encode_context(encoder, context):
     return tokens, spans, [(s + lead, e + lead) for s, e in offsets]
 
 
-def encode_question(encoder, question, context, answers=(), encoded_context=None):
+def encode_question(encoder, question, context, answers=(), encoded_context=None,
+                    strict=True):
     """Tokens, spans and offsets of a (question, context) pair.
 
     answers: ``[(text, char start)]``; encoded_context: :func:`encode_context` of the
-    context when already made. Raises ValueError when an answer covers no token.
+    context when already made. An answer that covers no token raises ValueError, or
+    with ``strict=False`` is listed in ``unplaced`` (never moved to a token near it).
     """
     q_tokens, q_spans = encoder.encode(question)
     c_tokens, c_spans, offsets = encoded_context or encode_context(encoder, context)
@@ -96,8 +108,11 @@ def encode_question(encoder, question, context, answers=(), encoded_context=None
         first = int(np.searchsorted(ends, start, side="right"))  # first token ending after start
         last = int(np.searchsorted(starts, end, side="left"))     # tokens starting before end
         if first >= last:
-            raise ValueError(f"answer {text!r} at character {start} covers no token of the "
-                             f"context")
+            why = f"answer {text!r} at character {start} covers no token of the context"
+            if strict:
+                raise ValueError(why)
+            out.unplaced.append((text, start, why))
+            continue
         out.answers.append((first, last))
         out.inexact += offsets[first][0] != start or offsets[last - 1][1] != end
     return out
@@ -152,6 +167,9 @@ class QASummary:
     unknown_tokens: int = 0
     dropped: int = 0
     longest_question: int = 0
+    unplaced_answers: int = 0  # answers left out of training (listed in input_notes.tsv)
+    duplicate_ids: int = 0  # reuses of a question id (every occurrence kept)
+    mrqa_text_disagreements: int = 0  # MRQA texts that differ from what their span reads
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -195,13 +213,18 @@ class _SplitWriter:
 
 
 def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc_stride,
-                on_bad="error", dropped=None):
+                on_bad="error", dropped=None, notes=None):
     """Encode and write one split's windows; returns ``(QASummary, kept examples)``.
 
     examples: :class:`~span_plugin.formats.squad.QAExample` list; dropped: a list the
-    skipped ones are appended to as ``(where, id, reason)`` under ``on_bad="skip"``.
+    skipped questions are appended to as ``(where, id, reason)`` under
+    ``on_bad="skip"``; notes: a list the answers left out of training (they cover no
+    token) are appended to as :class:`~span_plugin.formats.squad.QANote`. Such an
+    answer moves to the example's ``unplaced`` (scored, not trained on); a question left
+    without answers is skipped.
     """
     summary, kept = QASummary(), []
+    notes = [] if notes is None else notes
     out = _SplitWriter(out_dir, split, dict_path)
     ok, last = False, (None, None)  # the questions of one context are consecutive
     try:
@@ -209,7 +232,10 @@ def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc
             try:
                 if last[0] != ex.context:
                     last = (ex.context, encode_context(encoder, ex.context))
-                enc = encode_question(encoder, ex.question, ex.context, ex.answers, last[1])
+                enc = encode_question(encoder, ex.question, ex.context, ex.answers, last[1],
+                                      strict=on_bad != "skip")
+                if enc.unplaced:
+                    ex = _without_unplaced(ex, enc.unplaced, notes)
                 windows = passage_windows(len(enc.context), len(enc.question), max_positions,
                                           doc_stride)
             except ValueError as err:
@@ -238,12 +264,26 @@ def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc
             summary.answerable += not ex.impossible
             summary.impossible += ex.impossible
             summary.inexact_answers += enc.inexact
+            summary.unplaced_answers += len(enc.unplaced)
             summary.longest_question = max(summary.longest_question, len(enc.question))
             kept.append(ex)
         ok = True
     finally:
         out.close(ok)
     return summary, kept
+
+
+def _without_unplaced(ex, unplaced, notes):
+    """``ex`` with the answers that cover no token moved to its ``unplaced``, each
+    noted; ValueError when no answer of an answerable question is left."""
+    gone = {(text, start) for text, start, _ in unplaced}
+    kept = [a for a in ex.answers if a not in gone]
+    if not kept and not ex.impossible:
+        raise ValueError(f"no answer can be placed ({unplaced[0][2]})")
+    for text, start, why in unplaced:
+        notes.append(QANote("unplaced answer", ex.where, ex.id,
+                            f"{why}; left out of training, kept for scoring"))
+    return replace(ex, answers=kept, unplaced=ex.unplaced + [(t, s) for t, s, _ in unplaced])
 
 
 def write_records(path, examples):
@@ -253,7 +293,8 @@ def write_records(path, examples):
             f.write(json.dumps({"id": ex.id, "question": ex.question, "context": ex.context,
                                 "answers": [list(a) for a in ex.answers],
                                 "impossible": ex.impossible, "title": ex.title,
-                                "accepted": list(ex.accepted)},
+                                "accepted": list(ex.accepted),
+                                "unplaced": [list(a) for a in ex.unplaced]},
                                ensure_ascii=False) + "\n")
     os.replace(path + ".tmp", path)
 
@@ -267,7 +308,8 @@ def read_records(path):
             out.append(QAExample(id=r["id"], question=r["question"], context=r["context"],
                                  answers=[tuple(a) for a in r["answers"]],
                                  impossible=r["impossible"], where=f"{path}:{n}",
-                                 title=r.get("title", ""), accepted=r.get("accepted", [])))
+                                 title=r.get("title", ""), accepted=r.get("accepted", []),
+                                 unplaced=[tuple(a) for a in r.get("unplaced", [])]))
     return out
 
 
@@ -279,24 +321,29 @@ def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride
         raise ValueError(f"on_bad must be 'error' or 'skip', got {on_bad!r}")
     encoder = _get_encoder(spec)
     os.makedirs(os.path.join(out_dir, "raw"), exist_ok=True)
-    summaries, versions, dropped = {}, {}, []
+    summaries, versions, dropped, noted = {}, {}, [], []
     for split, path in files.items():
         data = read_qa(path, on_bad=on_bad)
         dropped += [(split, path, where, qid, why) for where, qid, why in data.dropped]
         versions[split] = data.version
         if not data.examples:
             raise BadInputError(f"{path}: no question left to write for split {split}")
-        skipped = []
+        skipped, notes = [], list(data.notes)
         summary, kept = write_split(out_dir, split, data.examples, encoder, dict_path,
-                                    max_positions, doc_stride, on_bad, skipped)
+                                    max_positions, doc_stride, on_bad, skipped, notes)
         dropped += [(split, path, where, qid, why) for where, qid, why in skipped]
+        noted += [(split, path, n.kind, n.where, n.id, n.message) for n in notes]
         summary.dropped += len(data.dropped)
+        counts = data.note_counts()
+        summary.unplaced_answers += counts["unplaced answer"]
+        summary.duplicate_ids = counts["duplicate id"]
+        summary.mrqa_text_disagreements = counts["mrqa text"]
         write_records(os.path.join(out_dir, "raw", f"{split}.jsonl"), kept)
         summaries[split] = summary
-    with open(os.path.join(out_dir, "dropped_rows.tsv"), "w", encoding="utf-8") as f:
-        f.write("split\tfile\twhere\tid\treason\n")
-        for row in dropped:
-            f.write("\t".join(str(x).replace("\t", " ") for x in row) + "\n")
+    _write_tsv(os.path.join(out_dir, "dropped_rows.tsv"),
+               ("split", "file", "where", "id", "reason"), dropped)
+    _write_tsv(os.path.join(out_dir, NOTES_FILE),
+               ("split", "file", "kind", "where", "id", "message"), noted)
     for k in (0, 1):
         write_dict(dict_path, os.path.join(out_dir, f"input{k}"))
     labels = {"kind": "qa", "max_positions": max_positions, "doc_stride": doc_stride,
@@ -307,6 +354,12 @@ def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride
         source={split: provenance.file_entry(path) for split, path in files.items()},
         command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
     return summaries
+
+
+def _write_tsv(path, header, rows):
+    with open(path, "w", encoding="utf-8") as f:
+        for row in [header, *rows]:
+            f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
 
 
 def is_qa_folder(folder):
