@@ -225,7 +225,9 @@ def plain_main(a):
     state = {"epoch": 0, "updates": 0, "best": None}
     path = os.path.join(a.out, CHECKPOINT)
     if os.path.exists(path):  # a relaunch resumes the run
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        from span_plugin.convert.safe_load import load_torch_file
+
+        state = load_torch_file(path)  # allow-listed types only: tensors, numbers, containers
         model.load_state_dict(state.pop("model"))
         optimizer.load_state_dict(state.pop("optimizer"))
         schedule.load_state_dict(state.pop("schedule"))
@@ -233,8 +235,9 @@ def plain_main(a):
         print(f"resuming {path} after epoch {state['epoch']} ({state['updates']} updates)",
               file=sys.stderr)
     elif a.model_dir:
-        pretrained = torch.load(os.path.join(a.model_dir, "model.pt"), map_location="cpu",
-                                weights_only=False)
+        from span_plugin.runtime.checkpoints import load_state
+
+        pretrained = load_state(os.path.join(a.model_dir, "model.pt"))
         # fairseq's own load: the fresh head is kept, every encoder weight must fit.
         model.load_state_dict(pretrained["model"])
         del pretrained

@@ -513,7 +513,7 @@ def test_bad_input(case, hf_copy, tmp_path):
 
 def test_cli_reports_errors(hf_copy, tmp_path, capsys):
     edit_config(hf_copy, model_type="roberta")
-    assert cli_main(["bert", "--hf-dir", str(hf_copy), "--out", str(tmp_path / "o")]) == 1
+    assert cli_main(["bert", "--hf-dir", str(hf_copy), "--out", str(tmp_path / "o")]) == 2
     assert "span-convert bert: error:" in capsys.readouterr().err
 
 
@@ -599,7 +599,7 @@ def test_fairseq_train_finetunes_from_converted_minilm(minilm_out, tmp_path):
     assert "size mismatch" not in log
     assert "starts fresh" not in log and "is dropped" not in log
     assert re.search(r"num_updates 2\b", log), log[-3000:]
-    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=False)
+    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=True)
     assert state["cfg"]["model"].bert_token_types and state["cfg"]["model"].bert_pooler
     converted = torch.load(minilm_out / "model.pt", weights_only=True)["model"]
     for key in ("token_types.weight", "pooler.dense.weight"):

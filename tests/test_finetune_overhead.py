@@ -101,13 +101,13 @@ def test_plain_loop_evaluates_every_epoch_and_resumes_exactly(mrpc_wordpiece, tm
         time.sleep(0.05)
     proc.kill()
     proc.wait()
-    done = torch.load(checkpoint, weights_only=False)["epoch"]
+    done = torch.load(checkpoint, weights_only=True)["epoch"]
     assert done < 3  # killed mid-run (an epoch takes seconds; the poll, 50 ms)
     second, log = plain(mrpc_wordpiece, tmp_path / "resumed", 3)
     assert f"after epoch {done} ({done * per_epoch} updates)" in log
     assert log.count("dev f1") == 3 - done
     assert second["updates"] == 3 * per_epoch and second["f1"] == straight["f1"]
-    a, b = (torch.load(tmp_path / d / fo.CHECKPOINT, weights_only=False)
+    a, b = (torch.load(tmp_path / d / fo.CHECKPOINT, weights_only=True)
             for d in ("straight", "resumed"))
     assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
     # The grid's outputs: the best epoch's dev result and one prediction per dev row.

@@ -108,7 +108,7 @@ def test_plain_roberta_checkpoint_predicts_without_spans(tmp_path):
         assert torch.allclose(logits[i], direct[0], atol=1e-5)
 
     # A checkpoint of a task the hub cannot serve is refused by name.
-    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)
     state["cfg"]["task"]["_name"] = "masked_lm"
     torch.save(state, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="task 'masked_lm' and model 'roberta_base'"):

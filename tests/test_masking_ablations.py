@@ -360,7 +360,7 @@ def test_fairseq_train_two_updates(wiki, tmp_path, monkeypatch, caplog, scheme, 
     valid = [r.getMessage() for r in caplog.records if "valid on 'valid' subset" in r.getMessage()]
     assert valid and "mlm_loss" in valid[-1]
     assert ("sbo_loss" in valid[-1]) == bool(sbo)
-    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert state["optimizer_history"][-1]["num_updates"] == 2
     assert state["cfg"]["task"]["masking"] == scheme
     assert state["cfg"]["task"]["sample_break_mode"] == "complete_doc"

@@ -53,7 +53,7 @@ def test_span_predict_writes_span_pair_predictions(pair_folders, pair_ckpt, tmp_
 
 @pytest.mark.slow
 def test_span_predict_refuses_a_task_without_adapter(pair_ckpt, tmp_path):
-    state = torch.load(pair_ckpt, map_location="cpu", weights_only=False)
+    state = torch.load(pair_ckpt, map_location="cpu", weights_only=True)
     state["cfg"]["task"]["_name"] = "masked_lm"
     torch.save(state, tmp_path / "other.pt")
     proc = run_cli("span-predict", "--checkpoint", tmp_path / "other.pt", "--input", "x.jsonl",

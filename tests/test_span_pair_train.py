@@ -59,7 +59,7 @@ def test_train_both_heads(pair_folders, tmp_path):
     assert {"loss", "phrasal_loss", "phrasal_accuracy", "sentential_loss",
             "sentential_accuracy", "sentential_f1", "best_phrasal_accuracy"} <= set(stats), stats
     # The logged total is w_p * phrasal + w_s * sentential (both weights 1), per batch.
-    state = torch.load(tmp_path / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "checkpoint_best.pt", map_location="cpu", weights_only=True)
     keys = state["model"].keys()
     assert any(k.startswith("classification_heads.sentence_classification_head.phrasal.") for k in keys)
     assert any(k.startswith("classification_heads.sentence_classification_head.sentential.") for k in keys)
@@ -75,7 +75,7 @@ def test_train_phrasal_only_mean_features_with_truncation(pair_folders, tmp_path
     stats = valid_stats(log)
     assert "phrasal_accuracy" in stats and "sentential_loss" not in stats, stats
     assert re.search(r"train: truncation to 40 tokens cuts \d+ phrase pairs", log)
-    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     dense = state["model"]["classification_heads.sentence_classification_head.phrasal.dense.weight"]
     assert dense.shape[1] == 2 * 32  # mean2: [h_s; h_t]
 

@@ -162,7 +162,7 @@ def test_restore_plain_roberta_checkpoint_gives_fresh_span_head(tmp_path):
     # A checkpoint of another vocabulary, or of other positions, is refused at load,
     # before any update, with what to change (not only fairseq's size mismatch).
     foreign = tmp_path / "foreign.pt"
-    state = torch.load(pre / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(pre / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     state["model"][emb] = state["model"][emb][:-8]
     torch.save(state, foreign)
     for extra, message in (

@@ -26,7 +26,7 @@ HEADS = "classification_heads."
 
 
 def load(path):
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def valid_line(log):

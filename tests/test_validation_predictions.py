@@ -54,7 +54,7 @@ def test_stored_validation_equals_a_forward_pass(runs, task, tmp_path):
 
 
 def _altered(checkpoint, tmp_path, change):
-    state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     change(state)
     path = tmp_path / "altered.pt"
     torch.save(state, path)

@@ -75,12 +75,16 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from span_plugin.convert.bert import ConversionError
+    from span_plugin.convert.safe_load import CheckpointFileError
 
     try:
         {"bert": _bert, "flags": _flags, "hydra-overrides": _hydra}[args.cmd](args)
-    except ConversionError as err:
+    except (ConversionError, CheckpointFileError, FileNotFoundError) as err:
+        # Bad input (a file that is not a checkpoint, is damaged or holds an object
+        # outside the allow-list; a folder of another model): one line, exit 2 as the
+        # other commands.
         print(f"span-convert {args.cmd}: error: {err}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

@@ -50,17 +50,16 @@ bias are new tensors) -> assembling the fairseq checkpoint -> writing atomically
 Everything is validated before the first byte is written.
 """
 
-import argparse
 import json
 import logging
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 
+from span_plugin.convert import safe_load
+from span_plugin.convert.safe_load import CHECKPOINT_SAFE_GLOBALS, allow_checkpoint_types  # noqa: F401
 from span_plugin.formats.files import atomic_copy, atomic_write
 from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece
 
@@ -310,43 +309,12 @@ def open_tensors(path) -> Mapping[str, torch.Tensor]:
     return state
 
 
-# What fairseq checkpoints hold besides tensors and builtin containers:
-# the legacy ``args`` namespace, and numpy scalars that metrics may leave in
-# ``extra_state``. All are plain data; nothing here can run code when unpickled.
-CHECKPOINT_SAFE_GLOBALS = [
-    argparse.Namespace,
-    np.dtype,
-    np.core.multiarray.scalar,
-    *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
-]
-
-
-def allow_checkpoint_types():
-    """Let ``torch.load(weights_only=True)`` read fairseq checkpoints: exactly the types
-    above join torch's allow-list; a checkpoint holding anything else is still refused."""
-    torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
-
-
 def load_torch_file(path):
-    """``torch.load`` with ``weights_only=True`` (fairseq's checkpoint types allowed),
-    memory-mapped when the format allows."""
-    allow_checkpoint_types()
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except pickle.UnpicklingError as err:
-        raise ConversionError(
-            f"{path}: holds objects outside torch's safe-load allow-list; refusing to "
-            f"unpickle it ({err})"
-        ) from err
-    except RuntimeError as err:
-        if "mmap" not in str(err):
-            raise ConversionError(f"{path}: not a readable torch file ({err})") from err
-    # Files from torch < 1.6 (legacy, non-zip format) cannot be mapped: read them whole.
-    logger.warning("%s: legacy torch format, loading it into memory", path)
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, pickle.UnpicklingError) as err:
-        raise ConversionError(f"{path}: not a readable torch file ({err})") from err
+    """A torch weights file, its tensors memory-mapped: the safe loader of
+    :mod:`span_plugin.convert.safe_load` (allow-listed types only; a file that is not a
+    torch file, is damaged or holds anything else raises its
+    :class:`~span_plugin.convert.safe_load.CheckpointFileError`)."""
+    return safe_load.load_torch_file(path, mmap=True)
 
 
 class _SafetensorsMap(Mapping):

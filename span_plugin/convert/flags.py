@@ -8,7 +8,8 @@ import logging
 from pathlib import Path
 from typing import List, Mapping
 
-from span_plugin.convert.bert import ConversionError, load_torch_file
+from span_plugin.convert.bert import ConversionError
+from span_plugin.convert.safe_load import load_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +64,7 @@ def checkpoint_train_flags(path) -> List[str]:
         path = path / "model.pt"
     if not path.is_file():
         raise ConversionError(f"{path}: no such checkpoint")
-    state = load_torch_file(path)
-    if not isinstance(state, Mapping):
-        raise ConversionError(f"{path}: not a fairseq checkpoint")
+    state = load_checkpoint(path, mmap=True)  # allow-listed types only
     if state.get("cfg") is not None:
         return train_flags(state["cfg"]["model"])
     if state.get("args") is not None:  # fairseq checkpoints from before hydra

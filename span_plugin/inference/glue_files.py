@@ -148,14 +148,11 @@ def read_label_names(folder):
 def write_validation_predictions(checkpoint, data, output, task=None, regression_scale=None):
     """Write ``output`` from the checkpoint's stored validation predictions of
     ``valid`` (see :func:`validation_predictions`); returns None, or why it could not."""
-    from span_plugin.runtime.checkpoints import damaged_error, is_damage, load_mapped
+    from span_plugin.runtime.checkpoints import load_mapped
 
-    try:
-        state = load_mapped(checkpoint)
-    except Exception as err:  # noqa: BLE001 - a damaged file gets the one clear error
-        if is_damage(err):
-            raise damaged_error(checkpoint, err) from err
-        return f"{checkpoint} cannot be read here ({type(err).__name__})"
+    # Allow-listed types only; a file that does not load raises its error (not a
+    # checkpoint, damaged, unsafe), naming the file.
+    state = load_mapped(checkpoint)
     predictions, record, why = validation_predictions(state, data)
     if predictions is None:
         return why

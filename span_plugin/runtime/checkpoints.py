@@ -11,8 +11,10 @@ Invalid argument`` or a zip error that names no file. With the plugin loaded
   allows: no file is changed in place), is written to ``NAME.tmp``,
   flushed to disk, renamed over ``NAME`` and the rename made durable
   (:func:`span_plugin.formats.files.atomic_write`);
-- loading a damaged checkpoint raises :class:`DamagedCheckpointError`, naming the file
-  and what to do;
+- checkpoints are read with fairseq's allow-listed types only
+  (:mod:`span_plugin.convert.safe_load`): nothing in a file runs. A file that does not
+  load raises :class:`NotACheckpointError`, :class:`DamagedCheckpointError` (naming
+  what to do) or :class:`UnsafeCheckpointError`, each naming the file;
 - :func:`prepare_resume` (``python -m span_plugin.runtime.checkpoints resume SAVE_DIR``, run by
   the recipes before every relaunch) removes stale ``*.tmp`` files, moves a damaged
   ``checkpoint_last.pt`` aside and, when another intact checkpoint has more updates
@@ -22,18 +24,23 @@ Invalid argument`` or a zip error that names no file. With the plugin loaded
 ``python -m span_plugin.runtime.checkpoints same-dictionary CHECKPOINT DICT`` (run by the
 recipes on ROBERTA_PATH before a first launch) refuses a starting checkpoint trained
 with another dictionary than DICT (:func:`span_plugin.preprocess.provenance.check_checkpoint_dictionary`).
+``python -m span_plugin.runtime.checkpoints check CHECKPOINT`` (run by the recipes on
+ROBERTA_PATH before anything else) loads it with the allow-list and prints the model-size
+flags it records.
 """
 
 import argparse
-import errno
 import glob
 import os
-import pickle
 import sys
 
 
 # atomic_write is imported from here by runtime.compat and runtime.transfer.
 from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_link, atomic_write  # noqa: F401
+# The errors of files that do not load, for the callers of this module.
+from span_plugin.convert.safe_load import (  # noqa: F401
+    CheckpointFileError, DamagedCheckpointError, NotACheckpointError, UnsafeCheckpointError,
+    _first_line, load_checkpoint)
 
 LAST = "checkpoint_last.pt"
 # The task-state entry where the span_classification criterion keeps the latest
@@ -41,76 +48,69 @@ LAST = "checkpoint_last.pt"
 VALID_PREDICTIONS = "valid_predictions"
 
 
-class DamagedCheckpointError(RuntimeError):
-    """A checkpoint file that is cut short or corrupt."""
-
-
 # ---------------------------------------------------------------------------------
-# Reading
+# Reading: allow-listed types only (span_plugin.convert.safe_load), three errors
 
 
-def is_damage(err):
-    """Whether an exception from ``torch.load`` means a cut-off or corrupt file."""
-    if isinstance(err, EOFError):
-        return True
-    if isinstance(err, OSError) and err.errno == errno.EINVAL:
-        return True  # torch reading a file shorter than its header
-    if isinstance(err, pickle.UnpicklingError):
-        return "WeightsUnpickler" not in str(err)  # the allow-list refusal is not damage
-    if isinstance(err, RuntimeError):
-        text = str(err)
-        return any(s in text for s in ("PytorchStreamReader", "zip archive", "unexpected EOF"))
-    return False
+def damaged_error(path, why):
+    """The error of a damaged training checkpoint: what was found (``why``, a string or
+    the exception) and how to resume from the newest intact one."""
+    why = why if isinstance(why, str) else _first_line(why)
+    return DamagedCheckpointError(path, why, (
+        f"checkpoint {path} is damaged ({why}): it was cut short, e.g. by a run killed "
+        f"while writing it with a version of fairseq or span_plugin that did not write "
+        f"atomically, or by a full disk. Move it away and resume from the newest intact "
+        f"checkpoint: `python -m span_plugin.runtime.checkpoints resume "
+        f"{os.path.dirname(os.path.abspath(path))}` does both (the recipes run it before "
+        f"every launch)"))
 
 
-def damaged_error(path, err):
-    return DamagedCheckpointError(
-        f"checkpoint {path} is damaged ({type(err).__name__}: {str(err).splitlines()[0][:160]}): "
-        f"it was cut short, e.g. by a run killed while writing it with a version of fairseq "
-        f"or span_plugin that did not write atomically, or by a full disk. Move it away "
-        f"and resume from the newest intact checkpoint: `python -m span_plugin.runtime.checkpoints "
-        f"resume {os.path.dirname(os.path.abspath(path))}` does both (the recipes run it "
-        f"before every launch)")
-
-
-def load_state(path):
-    """A fairseq checkpoint file as a dict, on the CPU (fairseq's allow-listed types)."""
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=False)
+def load_state(path, mmap=False):
+    """A fairseq checkpoint file as a dict, on the CPU, with fairseq's allow-listed
+    types only (``mmap``: tensors memory-mapped, not read). Raises FileNotFoundError or
+    a :class:`CheckpointFileError`: :class:`NotACheckpointError`,
+    :class:`DamagedCheckpointError` (with the way to resume) or
+    :class:`UnsafeCheckpointError`, each naming the file."""
+    try:
+        return load_checkpoint(path, mmap=mmap)
+    except DamagedCheckpointError as err:
+        raise damaged_error(path, err.detail) from err
 
 
 def load_mapped(path):
-    """A checkpoint's dict with its tensors memory-mapped, not read (fairseq's
-    allow-listed types only): cheap when only the small entries are wanted."""
-    import torch
-
-    from span_plugin.convert.bert import allow_checkpoint_types
-
-    allow_checkpoint_types()
-    try:
-        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except RuntimeError as err:
-        if "mmap can only be used" not in str(err):
-            raise
-        # An old (non-zip) torch.save format, or an empty file: read it whole.
-        return torch.load(path, map_location="cpu", weights_only=True)
+    """A checkpoint's dict with its tensors memory-mapped, not read (:func:`load_state`):
+    cheap when only the small entries are wanted."""
+    return load_state(path, mmap=True)
 
 
 def read_updates(path):
-    """``(num_updates, None)`` of a checkpoint that loads; ``(None, why)`` for a damaged
-    one; ``(-1, why)`` for one that cannot be inspected here but is not damaged (it
-    holds types outside the allow-list: fairseq's own loader decides). The file is
-    memory-mapped, so its tensors are not read."""
+    """``(num_updates, None)`` of a checkpoint that loads; ``(None, error)`` for one
+    that does not (a :class:`CheckpointFileError`). The file is memory-mapped, so its
+    tensors are not read."""
     try:
         state = load_mapped(path)
-    except Exception as err:  # noqa: BLE001 - sorted below
-        text = str(err).splitlines()[0][:160] if str(err) else ""
-        return (None if is_damage(err) else -1), f"{type(err).__name__}: {text}"
-    if not isinstance(state, dict) or "model" not in state:
-        return None, "not a fairseq checkpoint (no 'model' entry)"
+    except CheckpointFileError as err:
+        return None, err
     history = state.get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates") or 0), None
+
+
+def size_flags(state):
+    """The fairseq-train model-size flags a loaded checkpoint records (``--encoder-layers
+    N ...``), or [] when its cfg or args do not say (the recipes then leave the sizes to
+    fairseq)."""
+    from span_plugin.convert.bert import ConversionError
+    from span_plugin.convert.flags import train_flags
+
+    cfg = state.get("cfg")
+    model_cfg = cfg.get("model") if isinstance(cfg, dict) else None
+    for source in (model_cfg, state.get("args")):
+        if source is not None:
+            try:
+                return train_flags(source)
+            except ConversionError:
+                return []
+    return []
 
 
 def checkpoint_files(save_dir):
@@ -124,8 +124,11 @@ def prepare_resume(save_dir, log=print):
     updates; on a tie, checkpoint_last.pt itself), so that fairseq resumes from it.
 
     Stale ``*.tmp`` files (a save that was cut off) are removed; a damaged
-    ``checkpoint_last.pt`` is moved to ``checkpoint_last.pt.damaged``. Returns the
-    path fairseq will resume from, or None (nothing to resume: a first launch).
+    ``checkpoint_last.pt`` (or one that is no checkpoint) is moved to
+    ``checkpoint_last.pt.damaged``. Returns the path fairseq will resume from, or None
+    (nothing to resume: a first launch). A ``checkpoint_last.pt`` holding an object
+    outside the allow-list raises :class:`UnsafeCheckpointError`: it is neither moved
+    nor resumed past.
     """
     if not os.path.isdir(save_dir):
         return None
@@ -135,18 +138,20 @@ def prepare_resume(save_dir, log=print):
     last = os.path.join(save_dir, LAST)
     best, best_updates = None, -1
     for path in checkpoint_files(save_dir):
-        updates, why = read_updates(path)
-        if updates == -1:  # not damaged, not inspectable: leave it to fairseq
-            log(f"{path}: not inspected ({why}); left as it is")
-            if path == last:
-                return last
+        updates, err = read_updates(path)
+        if isinstance(err, UnsafeCheckpointError):
+            if path == last:  # never set aside or resumed past: the user must look at it
+                raise err
+            log(f"{path} is not resumed from: {err}")
             continue
-        if why is not None:
+        if err is not None:  # damaged, or not a checkpoint at all
+            why = (f"{path} is damaged ({err.detail})" if isinstance(err, DamagedCheckpointError)
+                   else str(err))
             if path == last:
                 os.replace(last, last + ".damaged")
-                log(f"{last} is damaged ({why}); moved to {last}.damaged")
+                log(f"{why}; moved to {last}.damaged")
             else:
-                log(f"{path} is damaged ({why}); not resumed from")
+                log(f"{why}; not resumed from")
             continue
         if updates > best_updates or (updates == best_updates and path == last):
             best, best_updates = path, updates
@@ -172,18 +177,32 @@ def main(argv=None):
                        "vocabulary (same size or not)")
     q.add_argument("checkpoint")
     q.add_argument("srcdict")
+    q = sub.add_parser("check", help="CHECKPOINT loads with the allow-list (else its error, "
+                       "exit 2); prints its model-size flags when it records them")
+    q.add_argument("checkpoint")
     a = p.parse_args(argv)
+    if a.cmd == "check":
+        try:
+            print(" ".join(size_flags(load_state(a.checkpoint, mmap=True))))
+        except (OSError, CheckpointFileError) as err:
+            print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
+            return 2
+        return 0
     if a.cmd == "same-dictionary":
         from span_plugin.preprocess.provenance import ProvenanceError, check_checkpoint_dictionary
 
         try:
-            check_checkpoint_dictionary(a.checkpoint, a.srcdict, load_state(a.checkpoint))
-        except (OSError, ProvenanceError) as err:
+            check_checkpoint_dictionary(a.checkpoint, a.srcdict, load_state(a.checkpoint, mmap=True))
+        except (OSError, ProvenanceError, CheckpointFileError) as err:
             print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
             return 2
         return 0
-    prepare_resume(a.save_dir, log=lambda m: print(f"span_plugin.runtime.checkpoints: {m}",
-                                                   file=sys.stderr))
+    try:
+        prepare_resume(a.save_dir, log=lambda m: print(f"span_plugin.runtime.checkpoints: {m}",
+                                                       file=sys.stderr))
+    except (OSError, CheckpointFileError) as err:
+        print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -7,14 +7,12 @@ starts, because each worker imports ``--user-dir`` / ``common.user_dir`` itself.
 import functools
 import logging
 import os
-import pickle
-import re
 import sys
 
 import numpy as np
 import torch
 
-from span_plugin.convert.bert import allow_checkpoint_types
+from span_plugin.convert.safe_load import allow_checkpoint_types, load_error
 from span_plugin.runtime import checkpoints
 
 logger = logging.getLogger(__name__)
@@ -31,11 +29,17 @@ def _replace(owner, name, wrap):
     setattr(owner, name, replacement)
 
 def allow_fairseq_checkpoints():
-    """Let ``torch.load(weights_only=True)`` read fairseq checkpoints.
+    """Let fairseq read its checkpoints with the allow-list, and nothing else.
 
-    torch >= 2.6 refuses any global it does not know; fairseq's checkpoints hold
-    an ``argparse.Namespace``. Only the classes of ``convert.bert.CHECKPOINT_SAFE_GLOBALS`` are added to the allow-list:
-    a checkpoint holding anything else is still refused.
+    torch >= 2.6 loads with ``weights_only=True`` by default and refuses fairseq's
+    ``argparse.Namespace``: exactly the classes of
+    :data:`span_plugin.convert.safe_load.CHECKPOINT_SAFE_GLOBALS` join its allow-list.
+    Every file fairseq loads (``--restore-file``, ``--finetune-from-model``, a resumed
+    ``checkpoint_last.pt``, ``load_model_ensemble_and_task``, the hub) is first read by
+    the package's safe loader, whatever torch's default (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``):
+    tensors memory-mapped, so it costs little. A file that is not a checkpoint, is
+    damaged or holds an object outside the allow-list stops there, with its error
+    naming the file, before fairseq's own ``torch.load`` reads it.
     """
     allow_checkpoint_types()
 
@@ -43,21 +47,18 @@ def allow_fairseq_checkpoints():
 
     def wrap(load):
         def load_checkpoint_to_cpu(path, *args, **kwargs):
+            if not _is_local(path):  # other storage: fairseq fetches it, torch's default loads it
+                return load(path, *args, **kwargs)
+            checkpoints.load_mapped(path)  # raises the file's error
             try:
                 return load(path, *args, **kwargs)
-            except Exception as err:
-                if checkpoints.is_damage(err):
-                    raise checkpoints.damaged_error(path, err) from err
-                if not isinstance(err, pickle.UnpicklingError):
+            except Exception as err:  # noqa: BLE001 - a file error gets its clear message
+                sorted_err = load_error(path, err)
+                if sorted_err is None:
                     raise
-                # torch's message is long; its "WeightsUnpickler error" line names the global.
-                why = re.search(r"WeightsUnpickler error: (.*)", str(err))
-                raise RuntimeError(
-                    f"refusing to load checkpoint {path}: it holds an object outside the "
-                    f"allow-list of safe fairseq checkpoint types "
-                    f"({why.group(1) if why else err}). If you trust this file, allow the "
-                    f"class with torch.serialization.add_safe_globals([...]) before loading."
-                ) from err
+                if isinstance(sorted_err, checkpoints.DamagedCheckpointError):
+                    sorted_err = checkpoints.damaged_error(path, sorted_err.detail)
+                raise sorted_err from err
 
         return load_checkpoint_to_cpu
 

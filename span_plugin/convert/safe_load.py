@@ -1,0 +1,196 @@
+"""Reading torch files from users without running code from them.
+
+A torch file is a pickle, and unpickling calls whatever a planted object's ``__reduce__``
+names. Every reader of checkpoints in the package goes through :func:`load_torch_file`:
+torch's weights-only unpickler, with exactly the plain-data types fairseq checkpoints hold
+added to its allow-list (:data:`CHECKPOINT_SAFE_GLOBALS`). fairseq's own loader runs
+through it too (:mod:`span_plugin.runtime.compat`). A file that does not load gets one
+of three errors, each naming the file:
+
+- :class:`NotACheckpointError`: a folder, an empty file, text, random bytes, a zip
+  archive without a pickle, a torch file of something else than a checkpoint;
+- :class:`DamagedCheckpointError`: a torch file cut short or corrupt (a truncated zip);
+- :class:`UnsafeCheckpointError`: a torch file holding an object outside the allow-list
+  (the refused global is named).
+"""
+
+import argparse
+import errno
+import pickle
+import re
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+
+# What fairseq checkpoints hold besides tensors and builtin containers:
+# the legacy ``args`` namespace, and numpy scalars that metrics may leave in
+# ``extra_state``. All are plain data; nothing here can run code when unpickled.
+CHECKPOINT_SAFE_GLOBALS = [
+    argparse.Namespace,
+    np.dtype,
+    np.core.multiarray.scalar,
+    *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
+]
+
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since torch 1.6
+# torch.save's legacy format opens with a pickled magic number (protocol 2, a LONG1).
+LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19."
+EXPECTED = "expected a file written by torch.save (a fairseq checkpoint_*.pt, a span-convert model.pt, a pytorch_model.bin)"
+
+# WeightsUnpickler errors that mean "an object the allow-list refuses", as opposed to
+# bytes it cannot parse (torch/_weights_only_unpickler.py).
+REFUSALS = ("GLOBAL", "Can only create new object", "Trying to call reduce", "Can only build")
+
+
+def allow_checkpoint_types():
+    """Let ``torch.load(weights_only=True)`` read fairseq checkpoints: exactly the types
+    above join torch's allow-list; a checkpoint holding anything else is still refused."""
+    torch.serialization.add_safe_globals(CHECKPOINT_SAFE_GLOBALS)
+
+
+class CheckpointFileError(ValueError):
+    """A file given as a checkpoint that cannot be loaded; the message names the file."""
+
+    def __init__(self, path, message):
+        super().__init__(message)
+        self.path = str(path)
+
+
+class NotACheckpointError(CheckpointFileError):
+    """Not a torch file (or not a checkpoint) at all."""
+
+
+class DamagedCheckpointError(CheckpointFileError, RuntimeError):
+    """A torch file cut short or corrupt. ``detail`` says what the reader found."""
+
+    def __init__(self, path, detail, message=None):
+        self.detail = detail
+        super().__init__(path, message or (
+            f"checkpoint {path} is damaged ({detail}): it was cut short or corrupted, e.g. "
+            f"by a copy or download that stopped, or a full disk. Get the file again"))
+
+
+class UnsafeCheckpointError(CheckpointFileError):
+    """A torch file holding an object outside the allow-list. ``refused`` names it."""
+
+    def __init__(self, path, refused):
+        self.refused = refused
+        super().__init__(path, (
+            f"refusing to load checkpoint {path}: it holds an object outside the allow-list "
+            f"of checkpoint types ({refused}), and unpickling it could run code planted in "
+            f"the file. Checkpoints written by fairseq, span_plugin and span-convert hold "
+            f"only tensors, numbers, strings, containers and argparse.Namespace: this file "
+            f"was made otherwise. Load it only if you know where it came from (with "
+            f"torch.serialization.add_safe_globals for the global named)"))
+
+
+def _first_line(err):
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:160]}" if text else type(err).__name__
+
+
+def check_file(path):
+    """Raise the error of a file that cannot be a torch file, before torch reads it:
+    a missing file (FileNotFoundError), a folder, an empty or short file, a file that
+    starts like neither torch format (NotACheckpointError), a zip archive whose end is
+    missing (DamagedCheckpointError), a whole zip archive without a pickle
+    (NotACheckpointError). Returns ``"zip"`` or ``"legacy"``."""
+    path = Path(path)
+    if path.is_dir():
+        raise NotACheckpointError(path, f"{path} is not a checkpoint: it is a folder; {EXPECTED}")
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    with open(path, "rb") as f:
+        head = f.read(len(LEGACY_MAGIC))
+    if head.startswith(ZIP_MAGIC):
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = z.namelist()
+        except (zipfile.BadZipFile, OSError) as err:  # the central directory at its end is gone
+            raise DamagedCheckpointError(path, "the end of its zip archive is missing") from err
+        if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+            raise NotACheckpointError(path, f"{path} is not a checkpoint: it is a zip archive "
+                                      f"without torch's data.pkl; {EXPECTED}")
+        return "zip"
+    if head == LEGACY_MAGIC:
+        return "legacy"
+    if not head:
+        why = "it is empty"
+    elif LEGACY_MAGIC.startswith(head) or ZIP_MAGIC.startswith(head):
+        raise DamagedCheckpointError(path, f"only its first {len(head)} bytes are there")
+    elif _looks_like_text(path):
+        why = "it is text"
+    else:
+        why = f"it starts with bytes {head[:8].hex(' ')}, which no torch file starts with"
+    raise NotACheckpointError(path, f"{path} is not a checkpoint: {why}; {EXPECTED}")
+
+
+def _looks_like_text(path):
+    with open(path, "rb") as f:
+        sample = f.read(4096)
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(sample) - 4:  # not a character cut by the sample's end
+            return False
+    return b"\x00" not in sample
+
+
+def load_error(path, err):
+    """The :class:`CheckpointFileError` that an exception raised by ``torch.load(path)``
+    stands for, or None when it is not one of the file's (a missing or unreadable file,
+    an error after loading)."""
+    if isinstance(err, CheckpointFileError):
+        return err
+    text = str(err)
+    if isinstance(err, pickle.UnpicklingError) and "WeightsUnpickler error" in text:
+        why = re.search(r"WeightsUnpickler error: (.*)", text).group(1).strip()
+        if any(s in why for s in REFUSALS):
+            named = re.search(r"GLOBAL (\S+)", why)
+            return UnsafeCheckpointError(path, f"Unsupported global: GLOBAL {named.group(1)}"
+                                         if named else why[:200])
+        return DamagedCheckpointError(path, f"its pickle does not parse: {why[:160]}")
+    if isinstance(err, (EOFError, pickle.UnpicklingError, zipfile.BadZipFile)):
+        return DamagedCheckpointError(path, _first_line(err))
+    if isinstance(err, OSError) and err.errno == errno.EINVAL:
+        return DamagedCheckpointError(path, _first_line(err))  # shorter than its header says
+    if isinstance(err, RuntimeError) and any(
+            s in text for s in ("PytorchStreamReader", "zip archive", "unexpected EOF",
+                                "Invalid magic number", "storage")):
+        return DamagedCheckpointError(path, _first_line(err))
+    return None
+
+
+def load_torch_file(path, mmap=False):
+    """``torch.load(path)`` on the CPU with ``weights_only=True`` and fairseq's checkpoint
+    types allowed, never anything more. ``mmap``: tensors are memory-mapped, not read
+    (files of the legacy format are read whole). Raises :class:`CheckpointFileError`
+    (one of the three kinds) or an OSError (a missing or unreadable file), each naming
+    the file."""
+    kind = check_file(path)
+    allow_checkpoint_types()
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True,
+                          mmap=mmap and kind == "zip")
+    except Exception as err:  # noqa: BLE001 - sorted into the three kinds
+        if isinstance(err, OSError) and err.errno != errno.EINVAL:
+            raise  # permissions, I/O: the OSError names the file
+        # A file that starts as a torch file and does not load is damaged, whatever
+        # torch's reader raised on its bytes.
+        raise (load_error(path, err) or DamagedCheckpointError(path, _first_line(err))) from err
+
+
+def load_checkpoint(path, mmap=False):
+    """A fairseq checkpoint file (a dict with a ``model`` entry), loaded by
+    :func:`load_torch_file`; a torch file of anything else is :class:`NotACheckpointError`."""
+    state = load_torch_file(path, mmap=mmap)
+    if not isinstance(state, Mapping) or "model" not in state:
+        what = (f"a dict with the entries {', '.join(map(str, list(state)[:6]))}"
+                if isinstance(state, Mapping) else f"a {type(state).__name__}")
+        raise NotACheckpointError(path, f"{path} is not a fairseq checkpoint: it is a torch "
+                                  f"file holding {what}, without the 'model' entry of a "
+                                  f"checkpoint")
+    return state
