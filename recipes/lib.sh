@@ -8,17 +8,29 @@
 #                            into $SPAN_CACHE/models/all-MiniLM-L6-v2
 #                            [SPAN_CACHE: ~/.cache/span_plugin]; FROM_SCRATCH=1 with
 #                            ROBERTA_PATH or MODEL_DIR is an error
-#   use_pretrained_encoder   default_model, then from MODEL_DIR (a span-convert folder:
+#   use_pretrained_encoder ARGS...
+#                            default_model, then from MODEL_DIR (a span-convert folder:
 #                            WordPiece, sizes read from the checkpoint) or ROBERTA_PATH
 #                            (fairseq RoBERTa, GPT-2 BPE files in BPE_DIR) or neither
 #                            (FROM_SCRATCH=1: random weights): sets
-#                            PRETRAINED, SRCDICT, encoder_args, size_args
+#                            PRETRAINED, SRCDICT, encoder_args, size_args. The checkpoint
+#                            is read first, with the allow-list only (a file that is not
+#                            a checkpoint, is damaged or holds other objects stops the
+#                            recipe), and model-size flags among ARGS (the recipe's extra
+#                            fairseq-train arguments) that differ from its sizes are refused
+#   flag_value FLAG ARGS...  the value of the last FLAG among ARGS (fairseq takes the last)
 #   need_gpt2_files          without MODEL_DIR: BPE_DIR must hold the GPT-2 BPE files
 #   same_vocabulary DICT     DICT (a folder's dict.txt) must equal SRCDICT, the model's,
 #                            and so must the dictionary ROBERTA_PATH records, if any,
 #                            before a first launch (needs OUT_DIR)
-#   count_updates ROWS_FILE  UPDATES (EPOCHS passes over ROWS_FILE's lines in batches of
-#                            BATCH_SIZE) and WARMUP_UPDATES (the WARMUP share of them)
+#   rows_per_update ARGS...  EPOCHS_RUN and ROWS_PER_UPDATE: the epochs and rows per update
+#                            a run with the extra fairseq-train ARGS makes (--max-epoch,
+#                            --batch-size, --update-freq among ARGS win over EPOCHS and
+#                            BATCH_SIZE; times the GPUs)
+#   count_updates ROWS_FILE ARGS...
+#                            UPDATES (EPOCHS_RUN passes over ROWS_FILE's lines in
+#                            ROWS_PER_UPDATE rows) and WARMUP_UPDATES (the WARMUP share of
+#                            them): the schedule follows EPOCHS and the batch size
 #   train_resumably ARGS...  fairseq-train ARGS (fp16 on GPU, every GPU through torchrun),
 #                            after putting the newest intact checkpoint of
 #                            $OUT_DIR/checkpoints in place, so a relaunch resumes
@@ -87,8 +99,10 @@ PY
 use_pretrained_encoder() {
     command -v fairseq-train >/dev/null \
         || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
+    DEFAULT_MODEL=
+    [ -n "${ROBERTA_PATH:-}${MODEL_DIR:-}" ] || [ "${FROM_SCRATCH:-0}" = 1 ] || DEFAULT_MODEL=1
     default_model
-    [ -z "$ROBERTA_PATH" ] || [ -f "$ROBERTA_PATH" ] \
+    [ -z "$ROBERTA_PATH" ] || [ -e "$ROBERTA_PATH" ] \
         || die "ROBERTA_PATH=$ROBERTA_PATH does not exist (give roberta.base/model.pt, or leave it empty for the packaged all-MiniLM-L6-v2)"
     if [ -n "$MODEL_DIR" ]; then
         [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
@@ -103,14 +117,60 @@ use_pretrained_encoder() {
         encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
         # The encoder's sizes come from the checkpoint, never typed by hand.
         local sizes
-        sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED"
+        sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED (see above)"
         read -r -a size_args <<< "$sizes"
+        pretrained_sizes=("${size_args[@]}")
     else
         PRETRAINED=$ROBERTA_PATH
         SRCDICT=$BPE_DIR/dict.txt
         encoder_args=(--gpt2-encoder-json "$BPE_DIR/encoder.json" --gpt2-vocab-bpe "$BPE_DIR/vocab.bpe")
-        size_args=()
+        size_args=()  # fairseq's architecture and the flags given build the model
+        pretrained_sizes=()
+        if [ -n "$PRETRAINED" ]; then
+            local sizes
+            sizes=$(python -m span_plugin.runtime.checkpoints check "$PRETRAINED") \
+                || die "ROBERTA_PATH=$PRETRAINED cannot be used (see above)"
+            read -r -a pretrained_sizes <<< "$sizes"
+        fi
     fi
+    refuse_size_flags "$@"
+}
+
+flag_value() {
+    local flag=$1 value=
+    shift
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            "$flag") if [ $# -ge 2 ]; then value=$2; shift; fi ;;
+            "$flag"=*) value=${1#*=} ;;
+        esac
+        shift
+    done
+    echo "$value"
+}
+
+# A pretrained model's sizes are those of its weights: fairseq would build a model of
+# other sizes from the flags and then stop with "Cannot load model parameters from
+# checkpoint". Flags equal to the checkpoint's pass; a checkpoint that records no sizes
+# leaves them to fairseq.
+SIZE_FLAGS=(--encoder-layers --encoder-embed-dim --encoder-ffn-embed-dim --encoder-attention-heads --max-positions)
+refuse_size_flags() {
+    [ -n "$PRETRAINED" ] || return 0
+    local flag given have conflicts="" has=""
+    for flag in "${SIZE_FLAGS[@]}"; do
+        given=$(flag_value "$flag" "$@")
+        have=$(flag_value "$flag" "${pretrained_sizes[@]}")
+        if [ -n "$given" ] && [ -n "$have" ] && [ "$given" != "$have" ]; then
+            conflicts+="${conflicts:+ }$flag $given"
+            has+="${has:+ }$flag $have"
+        fi
+    done
+    [ -n "$conflicts" ] || return 0
+    local model="the pretrained checkpoint $PRETRAINED"
+    if [ -n "$DEFAULT_MODEL" ]; then
+        model+=" (the packaged all-MiniLM-L6-v2, used when neither ROBERTA_PATH nor MODEL_DIR is given)"
+    fi
+    die "the model-size flags $conflicts conflict with $model, which has $has: a pretrained model keeps the sizes of its weights. Drop the flags to fine-tune it, or set FROM_SCRATCH=1 (without ROBERTA_PATH or MODEL_DIR) to train a model of these sizes from random weights"
 }
 
 need_gpt2_files() {
@@ -133,11 +193,33 @@ same_vocabulary() {  # a folder tokenized with another vocabulary trains on the 
     fi
 }
 
+rows_per_update() {
+    local batch freq
+    EPOCHS_RUN=$(flag_value --max-epoch "$@")
+    EPOCHS_RUN=${EPOCHS_RUN:-$EPOCHS}
+    batch=$(flag_value --batch-size "$@")
+    batch=${batch:-$(flag_value --max-sentences "$@")}
+    batch=${batch:-$BATCH_SIZE}
+    freq=$(flag_value --update-freq "$@")
+    freq=${freq:-1}
+    [[ "$EPOCHS_RUN" =~ ^[1-9][0-9]*$ ]] || die "EPOCHS=$EPOCHS_RUN: expected a whole number of epochs"
+    [[ "$batch" =~ ^[1-9][0-9]*$ ]] || die "batch size $batch: expected a whole number"
+    # --update-freq 1,2 (one per epoch) is fairseq's too: the schedule takes the first.
+    freq=${freq%%,*}
+    [[ "$freq" =~ ^[1-9][0-9]*$ ]] || die "--update-freq $freq: expected a whole number"
+    local gpus=${NUM_GPUS:-0}
+    [ "$gpus" -ge 1 ] || gpus=1
+    ROWS_PER_UPDATE=$(( batch * freq * gpus ))
+}
+
 count_updates() {
-    local rows
-    rows=$(wc -l < "$1")
-    UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
+    local file=$1 rows
+    shift
+    rows_per_update "$@"
+    rows=$(wc -l < "$file")
+    UPDATES=$(( (rows + ROWS_PER_UPDATE - 1) / ROWS_PER_UPDATE * EPOCHS_RUN ))
     WARMUP_UPDATES=$(python -c "print(int(round($WARMUP * $UPDATES)))")
+    echo "schedule: $UPDATES updates ($EPOCHS_RUN epochs of $rows rows, $ROWS_PER_UPDATE rows per update), $WARMUP_UPDATES of warm-up"
 }
 
 # The fairseq-train flags the F1-selected fine-tuning recipes (NER, QA) share, in the

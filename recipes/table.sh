@@ -19,7 +19,8 @@
 #   FORMAT         auto | tsv | csv | jsonl                              [auto]
 #   BAD_ROWS       error | skip                                          [error]
 #   LR [1e-05]  BATCH_SIZE [32]  EPOCHS [10]
-#   TOTAL_UPDATES  [EPOCHS passes over the train rows]  WARMUP_UPDATES [6% of them]
+#   TOTAL_UPDATES  [EPOCHS passes over the train rows, in batches of BATCH_SIZE (or
+#                  --batch-size, --update-freq) on each GPU]  WARMUP_UPDATES [6% of them]
 # Example (pairs exported by Hugging Face datasets as JSON Lines):
 #   TASK=snli_hf TRAIN=train.jsonl VALID=validation.jsonl TEXT_COLUMNS="premise hypothesis" \
 #   LABEL_COLUMN=label DROP_LABELS=-1 NUM_CLASSES=3 METRIC=accuracy \
@@ -36,6 +37,7 @@ done
 LR=${LR:-1e-05}
 BATCH_SIZE=${BATCH_SIZE:-32}
 TOTAL_UPDATES=${TOTAL_UPDATES:-auto}
+[ "$TOTAL_UPDATES" = auto ] || SCHEDULE_GIVEN=1  # yours: kept whatever EPOCHS and batch size
 TEST_FOLDER=test_predictions
 read -r -a text_columns <<< "$TEXT_COLUMNS"
 read -r -a drop_labels <<< "${DROP_LABELS:-}"

@@ -114,10 +114,13 @@ def test_hydra_twin_of_a_model_dir_run(span_run, converted_minilm):
     assert f"checkpoint.restore_file={converted_minilm}/model.pt" in overrides
     assert "++model.encoder_layers=6" in overrides and "task.separator_token=null" in overrides
     assert {"++model.bert_token_types=true", "++model.bert_pooler=true"} <= set(overrides)
+    # --batch-size 8 made the recipe count its own schedule (recipes/glue/common.sh).
+    updates, warmup = re.search(r"schedule: (\d+) updates .*?, (\d+) of warm-up", span_log).groups()
     log = run_cli(
         "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", "mrpc", *overrides,
         f"task.data={cwd / 'data-bin' / 'minilm' / 'MRPC'}", f"common.user_dir={USER_DIR}",
         "common.cpu=true", "common.fp16=false", "common.log_interval=1",
+        f"lr_scheduler.total_num_update={updates}", f"lr_scheduler.warmup_updates={warmup}",
         "dataset.batch_size=8", "dataset.num_workers=0", "optimization.max_update=2",
         f"checkpoint.save_dir={cwd / 'hydra' / 'checkpoints'}", cwd=cwd).stdout
     assert f"loaded checkpoint {converted_minilm}/model.pt" in log.lower()

@@ -42,6 +42,9 @@
 #   POSITIVE_LABEL the class F1 counts as positive; empty: the one the data folder's
 #                  record names (span-preprocess glue: MRPC/QQP 1, RTE/QNLI
 #                  entailment, ...); METRIC=f1 needs one                []
+#   EPOCHS         passes over the train rows; the learning rate decays over them (a
+#                  task's TOTAL_UPDATES are fairseq's for 10; other EPOCHS, --batch-size,
+#                  --update-freq or GPUs count the run's own updates)  [10]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -77,7 +80,7 @@ count_gpus "$@"
 # ---- check the inputs before spending any time -------------------------------------
 case "$HEAD" in span|plain) ;; *) die "HEAD=$HEAD: expected span or plain" ;; esac
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
-use_pretrained_encoder
+use_pretrained_encoder "$@"
 if [ -n "$MODEL_DIR" ]; then
     layout_args=(--init-token 0)  # BERT: [CLS] A [SEP] B [SEP], one separator
     # BERT's segment B and pooler (span-convert flags prints their options) live in the
@@ -134,12 +137,38 @@ if [ "$REGRESSION" != 1 ]; then
             || die "METRIC=f1 needs the class F1 counts as positive: set POSITIVE_LABEL (the record of $DATA_DIR names none)"
     fi
 fi
-if [ "$TOTAL_UPDATES" = auto ]; then  # recipes/table.sh: EPOCHS passes over the train rows
-    [ -f "$DATA_DIR/raw/train.input0" ] || die "$DATA_DIR/raw/train.input0 not found: set TOTAL_UPDATES"
-    rows=$(wc -l < "$DATA_DIR/raw/train.input0")
-    TOTAL_UPDATES=$(( (rows + BATCH_SIZE - 1) / BATCH_SIZE * EPOCHS ))
+
+# ---- the learning-rate schedule: polynomial decay over the run's own length -------------
+# A task's TOTAL_UPDATES and WARMUP_UPDATES (recipes/glue/$TASK.sh) are fairseq's RoBERTa
+# GLUE figures for 10 epochs of BATCH_SIZE rows per update on one GPU (6% warm-up). A run
+# of other epochs (EPOCHS, --max-epoch) or rows per update (--batch-size, --update-freq,
+# GPUs) counts its own: its epochs over the folder's train rows, the same warm-up share;
+# otherwise the learning rate would stop mid-decay. recipes/table.sh (TOTAL_UPDATES=auto)
+# always counts them and keeps a TOTAL_UPDATES given to it; --total-num-update among the
+# extra arguments replaces the schedule.
+rows_per_update "$@"
+train_rows=$DATA_DIR/raw/train.input0
+if [ -n "$(flag_value --total-num-update "$@")" ]; then
+    echo "schedule: --total-num-update $(flag_value --total-num-update "$@") as given (the recipe's own is not used)"
+elif [ "$TOTAL_UPDATES" = auto ] || { [ "${SCHEDULE_GIVEN:-0}" != 1 ] \
+        && { [ "$EPOCHS_RUN" != 10 ] || [ "$ROWS_PER_UPDATE" != "$BATCH_SIZE" ]; }; }; then
+    [ -f "$train_rows" ] \
+        || die "$train_rows not found: cannot count the updates of $EPOCHS_RUN epochs of $ROWS_PER_UPDATE rows per update; give --total-num-update, --warmup-updates and --max-update (or TOTAL_UPDATES to recipes/table.sh)"
+    rows=$(wc -l < "$train_rows")
+    updates=$(( (rows + ROWS_PER_UPDATE - 1) / ROWS_PER_UPDATE * EPOCHS_RUN ))
+    if [ "$TOTAL_UPDATES" = auto ]; then
+        WARMUP_UPDATES=${WARMUP_UPDATES:-$(( updates * 6 / 100 ))}
+        echo "schedule: $updates updates ($EPOCHS_RUN epochs of $rows train rows, $ROWS_PER_UPDATE rows per update), $WARMUP_UPDATES of warm-up"
+    else
+        reference="fairseq's $TOTAL_UPDATES updates and $WARMUP_UPDATES of warm-up are for 10 epochs of $BATCH_SIZE rows per update"
+        WARMUP_UPDATES=$(( (WARMUP_UPDATES * updates + TOTAL_UPDATES / 2) / TOTAL_UPDATES ))
+        echo "schedule: $updates updates ($EPOCHS_RUN epochs of $rows train rows, $ROWS_PER_UPDATE rows per update), $WARMUP_UPDATES of warm-up ($reference)"
+    fi
+    TOTAL_UPDATES=$updates
+else
+    WARMUP_UPDATES=${WARMUP_UPDATES:-$(( TOTAL_UPDATES * 6 / 100 ))}
+    echo "schedule: $TOTAL_UPDATES updates, $WARMUP_UPDATES of warm-up ($EPOCHS_RUN epochs of $ROWS_PER_UPDATE rows per update)"
 fi
-WARMUP_UPDATES=${WARMUP_UPDATES:-$(( TOTAL_UPDATES * 6 / 100 ))}
 
 # ---- fine-tune --------------------------------------------------------------------------
 if [ "$HEAD" = span ]; then

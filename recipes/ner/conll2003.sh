@@ -64,7 +64,7 @@ case "$HEAD" in
     *) die "HEAD=$HEAD: expected token, sf or span" ;;
 esac
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
-use_pretrained_encoder
+use_pretrained_encoder "$@"
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 seg_suffix=$([ "$SEGMENTATION" = greedy ] || echo "-$SEGMENTATION")
 DATA_DIR=${DATA_DIR:-data-bin/${prefix}conll2003$seg_suffix}
@@ -87,7 +87,7 @@ fi
 # An existing folder is checked by the task when it loads it (alignment of tokens, spans,
 # words and tags; every file against provenance.json), before any training.
 same_vocabulary "$DATA_DIR/input0/dict.txt"
-count_updates "$DATA_DIR/raw/train.input0"
+count_updates "$DATA_DIR/raw/train.input0" "$@"
 
 # ---- fine-tune --------------------------------------------------------------------------
 args=(

@@ -77,7 +77,7 @@ case "$MASKING" in span|whole-word|token) ;; *) die "MASKING=$MASKING: expected 
 case "$SPAN_MASKING" in geometric|ngram) ;; *) die "SPAN_MASKING=$SPAN_MASKING: expected geometric or ngram" ;; esac
 case "$BREAK_MODE" in complete_doc|complete|eos|none) ;; *) die "BREAK_MODE=$BREAK_MODE: expected complete_doc, complete, eos or none" ;; esac
 [ -z "$NGRAMS" ] || [ -f "$NGRAMS" ] || die "NGRAMS=$NGRAMS does not exist"
-use_pretrained_encoder
+use_pretrained_encoder "$@"
 need_gpt2_files
 ARCH=${ARCH:-$([ -n "$MODEL_DIR" ] && echo roberta_spanbert || echo roberta_spanbert_base)}
 name=$(basename "$TRAIN_TEXT"); name=${name%.*}

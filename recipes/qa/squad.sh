@@ -58,7 +58,7 @@ WARMUP=${WARMUP:-0.1}
 count_gpus "$@"
 
 case "$HEAD" in boundary|sf|span) ;; *) die "HEAD=$HEAD: expected boundary, sf or span" ;; esac
-use_pretrained_encoder
+use_pretrained_encoder "$@"
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 
 if [ -z "$TRAIN_FILE" ] && [ -z "$VALID_FILE" ]; then
@@ -89,7 +89,7 @@ if [ ! -d "$DATA_DIR" ]; then
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 fi
 same_vocabulary "$DATA_DIR/input0/dict.txt"
-count_updates "$DATA_DIR/raw/train.jsonl"
+count_updates "$DATA_DIR/raw/train.jsonl" "$@"
 
 args=(
     "$DATA_DIR" --user-dir "$ROOT/span_plugin"

@@ -118,7 +118,7 @@ else
     key_text="aligner $aligner_version source $(digests "$GLUE_DIR/$ALIGN_FROM/train.tsv" "$GLUE_DIR/$ALIGN_FROM/dev.tsv") seed $SEED args ${align_args[*]:-} exclude $(digests "${exclude[@]}" | sort | tr '\n' ' ') holdout $holdout $VALID_ROWS"
     tag=$ALIGN_FROM-s$SEED
 fi
-use_pretrained_encoder
+use_pretrained_encoder "$@"
 if [ -n "$MODEL_DIR" ]; then
     layout_args=(--init-token 0)  # BERT: [CLS] A [SEP] B [SEP], one separator
     ARCH=${ARCH:-roberta_span_pair}
@@ -193,7 +193,7 @@ if [ "$PREPARE_ONLY" = 1 ]; then
 fi
 # The task checks an existing folder when it loads it (phrase files, record hashes).
 same_vocabulary "$DATA_DIR/input0/dict.txt"
-count_updates "$DATA_DIR/raw/train.input0"
+count_updates "$DATA_DIR/raw/train.input0" "$@"
 
 # ---- transfer fine-tuning ------------------------------------------------------------------
 args=(
