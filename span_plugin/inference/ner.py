@@ -28,11 +28,27 @@ import torch
 
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
+from span_plugin.inference.inputs import check_text
 from span_plugin.modules import entities as ner
 from span_plugin.preprocess.conll import split_points, word_token_counts
 
 WORD_RE = regex.compile(
     r"(?:\p{L}\.){2,}|[\p{L}\p{N}]+(?:[-.,][\p{L}\p{N}]+)*|'\p{L}+|\S")
+
+
+def word_lists(sentences):
+    """``sentences`` as a list of word lists, each word a str; a str (raw text, or one
+    sentence given as text) is a TypeError naming what to call instead."""
+    if isinstance(sentences, (str, bytes, bytearray)):
+        raise TypeError(f"sentences is {type(sentences).__name__}, expected a list of word "
+                        f"lists; predict_entities(text) reads raw text")
+    out = []
+    for i, words in enumerate(sentences):
+        if isinstance(words, (str, bytes, bytearray)) or not isinstance(words, (list, tuple)):
+            raise TypeError(f"sentence {i} is {type(words).__name__} ({repr(words)[:40]}), "
+                            f"expected a list of words (str)")
+        out.append([check_text(w, f"sentence {i}, word {k}") for k, w in enumerate(words)])
+    return out
 
 
 def words_of(text):
@@ -113,6 +129,7 @@ class NerHubInterface(SpanHubInterface):
         """Entities of word lists: ``[[(first word, last word + 1, type)]]``, decoded as
         :meth:`decoding` says (``overlap="nested"``: possibly nested)."""
         settings = self.decoding(token_decoding, overlap, span_threshold)
+        sentences = word_lists(sentences)
         items, owner = [], []
         for n, words in enumerate(sentences):
             for a, b in self._parts(words) if words else []:
@@ -138,7 +155,7 @@ class NerHubInterface(SpanHubInterface):
         """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
         offsets into ``text`` (end exclusive), in order; ``decoding``: the keyword
         arguments of :meth:`decoding`."""
-        found = words_of(text)
+        found = words_of(check_text(text, "text"))
         ents = self.predict_words([[w for w, _, _ in found]], **decoding)[0]
         return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
                  "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
+from span_plugin.inference.inputs import check_text, warn_cut
 from span_plugin.preprocess.pairs import _BadRange, range_to_tokens
 
 
@@ -74,7 +75,7 @@ class PairHubInterface(SpanHubInterface):
         error (training leaves such pairs out).
         """
         texts, shifts = [], []
-        for t in (sentence1, sentence2):
+        for t in (check_text(sentence1, "sentence1"), check_text(sentence2, "sentence2")):
             t = t.replace("\r", " ").replace("\n", " ")  # as span-preprocess pairs reads it
             texts.append(t.strip())
             shifts.append(len(t) - len(t.lstrip()))
@@ -84,6 +85,10 @@ class PairHubInterface(SpanHubInterface):
             [TensorListDataset([self.tokens_of(tokens)]) for tokens, _ in encoded],
             "truncate" if self.task.cfg.shorten_method == "truncate" else "none")
         tokens = layout.tokens[0]
+        if layout.crop is not None:  # the pair before the cut: <s> A </s> </s> B </s>
+            warn_cut(layout.crop.dataset.sizes, layout.crop.max_len,
+                     f"the first {layout.crop.max_len} kept; trained with --shorten-method "
+                     f"truncate")
         if tokens.numel() > self.model.max_positions():
             raise ValueError(f"the pair has {tokens.numel()} tokens, more than the model's "
                              f"{self.model.max_positions()}")

@@ -20,6 +20,7 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.formats.squad import QAExample
 from span_plugin.inference.hub import SpanHubInterface, flat_offsets, register_adapter
+from span_plugin.inference.inputs import question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
 from span_plugin.preprocess.qa import clip_spans, encode_question, passage_windows
 
@@ -82,7 +83,10 @@ class QAHubInterface(SpanHubInterface):
     def predict_answers(self, pairs, n_best=20, null_threshold="default", batch_size=16):
         """Answers of raw ``(question, context)`` pairs: dicts ``text``, ``start``,
         ``end`` (characters of the context, end exclusive; -1 for no answer),
-        ``score``, ``null_margin``, ``nbest``."""
+        ``score``, ``null_margin``, ``nbest``. A pair that is not two strings is a
+        TypeError, an empty question or context a ValueError (as ``span-preprocess qa``
+        refuses them), each naming the pair's index."""
         examples = [QAExample(id=str(n), question=q, context=c, answers=[], impossible=False,
-                              where="pair", labelled=False) for n, (q, c) in enumerate(pairs)]
+                              where="pair", labelled=False)
+                    for n, (q, c) in enumerate(question_pairs(pairs))]
         return self.predict_examples(examples, n_best, null_threshold, batch_size)

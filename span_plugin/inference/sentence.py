@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference.hub import (SpanHubInterface, collate_spans, flat_offsets,
                                        register_adapter)
+from span_plugin.inference.inputs import text_examples, warn_cut
 
 KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
 
@@ -31,11 +32,15 @@ class SentenceHubInterface(SpanHubInterface):
         return toks, spans
 
     def encode(self, examples):
-        """Examples (str, or tuples of str for pairs) -> model inputs, as training.
+        """Examples (str, or tuples of str for pairs; one str is one example) -> model
+        inputs, as training. Inputs longer than the model are cut as the checkpoint was
+        trained (``--shorten-method``; one :class:`InputCutWarning` counts them).
 
         Returns a list of ``(tokens LongTensor [T_i], spans LongTensor [n_i, 2])``.
         """
-        examples = [(e,) if isinstance(e, str) else tuple(e) for e in examples]
+        examples = text_examples(examples)
+        if not examples:
+            return []
         widths = {len(e) for e in examples}
         if len(widths) != 1:
             raise ValueError("mix of single sentences and pairs in one call")
@@ -52,6 +57,10 @@ class SentenceHubInterface(SpanHubInterface):
                               "none" if cfg.shorten_method == "none" else "truncate")
         spans = layout.spans([s for _, s in inputs], max_spans=getattr(cfg, "max_spans", None),
                              max_span_tokens=getattr(cfg, "max_span_tokens", None))
+        if layout.crop is not None:  # sizes before the cut: <s> A </s> [</s> B </s>]
+            warn_cut(layout.crop.dataset.sizes, layout.crop.max_len,
+                     f"the first {layout.crop.max_len} kept; trained with --shorten-method "
+                     f"{cfg.shorten_method}")
         out = [(layout.tokens[i], spans[i]) for i in range(len(examples))]
         limit = self.model.max_positions()
         for i, (t, _) in enumerate(out):
@@ -64,10 +73,11 @@ class SentenceHubInterface(SpanHubInterface):
 
     @torch.no_grad()
     def predict_logits(self, examples, batch_size=32):
-        """Logits ``[N, C]`` (float32) of the examples, in order, batched."""
-        if len(examples) == 0:
-            return torch.zeros(0, self.task.cfg.num_classes)
+        """Logits ``[N, C]`` (float32) of the examples, in order, batched (one str: one
+        example, ``N == 1``)."""
         encoded = self.encode(examples)
+        if not encoded:
+            return torch.zeros(0, self.task.cfg.num_classes)
         out = []
         for b in range(0, len(encoded), batch_size):
             chunk = encoded[b : b + batch_size]
@@ -76,13 +86,13 @@ class SentenceHubInterface(SpanHubInterface):
         return torch.cat(out, dim=0)
 
     def predict(self, examples, batch_size=32):
-        """Predict raw sentences (str) or pairs ((str, str)).
+        """Predict raw sentences (str) or pairs ((str, str)); one str is one sentence.
 
-        Returns one dict per example: classification ``{"label": name, "probs":
+        Returns one dict per example (a list, also for one str): classification ``{"label": name, "probs":
         {name: p}}``; regression ``{"score": float}`` (in the units of the training
         labels: STS-B folders from span-preprocess hold score / 5).
         """
-        logits = self.predict_logits(list(examples), batch_size=batch_size)
+        logits = self.predict_logits(examples, batch_size=batch_size)
         if self.regression:
             return [{"score": float(x)} for x in logits[:, 0]]
         probs = F.softmax(logits, dim=-1)
