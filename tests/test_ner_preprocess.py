@@ -158,5 +158,6 @@ def test_word_with_no_tokens_is_an_error(tmp_path):
     spec, srcdict = wordpiece_spec(tmp_path)
     spec.segmentation = "none"
     f = write(tmp_path, "EU B-ORG\n\u0301 O\n", "accent.txt")  # a lone accent: BERT drops it
-    with pytest.raises(BadInputError, match=rf"{f}:1: word 2 .* gives no tokens"):
+    # the line named is the line that holds the word (line 2), not the sentence's first
+    with pytest.raises(BadInputError, match=rf"{f}:2: word 2 of the sentence .* gives no tokens"):
         C.prepare_conll(tmp_path / "out", {"train": f}, spec, str(srcdict))

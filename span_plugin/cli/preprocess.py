@@ -196,10 +196,15 @@ def cmd_conll(a):
         unseen = "".join(f", {n} {t} entities not in train" for t, n in s["unseen_types"].items())
         dropped = (f", {s['dropped_sentences']} sentences left out"
                    if s["dropped_sentences"] else "")
+        replaced = (f", {s['utf8_replacements']} invalid UTF-8 sequences read as U+FFFD"
+                    if s["utf8_replacements"] else "")
         print(f"{split}: {s['items']} items from {s['sentences']} sentences "
               f"({s['split_sentences']} cuts of long sentences), {s['documents']} documents "
               f"({s['empty_documents']} empty, skipped), {s['repaired_tags']} repaired tags"
-              f"{unseen}{dropped}")
+              f"{unseen}{dropped}{replaced}")
+        # The types as read, so that a wrong tag column (NP, VP, ...) shows at once.
+        print(f"  entity types ({s['columns']} columns): "
+              + (", ".join(f"{t} {n}" for t, n in s["entity_types"].items()) or "none"))
     if any(s["unseen_types"] for s in stats.values()) and a.unknown_labels == "map-to-o":
         print("entity types not in the training split were read as O (provenance.json: "
               "labels.stats.<split>.unseen_types)")
@@ -247,19 +252,19 @@ def _command():
 
 
 def cmd_binarize(a):
-    from span_plugin.preprocess.binarize import binarize_file, write_dict
+    from span_plugin.preprocess.binarize import binarize_whole
 
     spec = _spec(a)
-    s = binarize_file(a.input, a.output_prefix, spec, a.srcdict, workers=a.workers,
-                      text_out=a.bpe_text, bad_utf8=a.bad_utf8)
-    write_dict(a.srcdict, os.path.dirname(os.path.abspath(a.output_prefix)))
+    if not os.path.isfile(a.input):
+        raise FileNotFoundError(f"{a.input}: no such file")
+    s = binarize_whole(a.input, a.output_prefix, spec, a.srcdict, workers=a.workers,
+                       text_out=a.bpe_text, bad_utf8=a.bad_utf8)
     print(f"{a.output_prefix}: {s.lines} lines, {s.tokens} tokens, {s.spans} spans, "
           f"{s.empty} empty, {s.unknown} <unk>")
 
 
 def cmd_check(a):
     from span_plugin.preprocess.check import CheckError, check_folder
-    from span_plugin.preprocess.conll import check_tagging_folder, is_tagging_folder
 
     built_from = {}
     for item in a.built_from or ():
@@ -273,11 +278,8 @@ def cmd_check(a):
                 from span_plugin.preprocess.pairs import check_built_from
 
                 check_built_from(folder, built_from)
-            for line in check_folder(folder):
+            for line in check_folder(folder):  # every folder kind (preprocess/check.py)
                 print(line)
-            if is_tagging_folder(folder):
-                for line in check_tagging_folder(folder):
-                    print(line)
         except (CheckError, OSError, ValueError) as err:
             print(f"span-preprocess check: FAILED: {err}", file=sys.stderr)
             return 1

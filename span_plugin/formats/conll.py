@@ -28,8 +28,9 @@ class ConllSplit:
     sentences: list = field(default_factory=list)
     documents: int = 0
     empty_documents: int = 0
-    repairs: int = 0  # ill-formed I-/E- tags read as B-
-    columns: int = 0
+    repairs: int = 0  # ill-formed tags read as conlleval reads them (formats.tags.to_iob2)
+    columns: int = 0  # columns of every word line (the file's first word line decides)
+    replacements: int = 0  # invalid UTF-8 sequences read as U+FFFD (bad_utf8="replace")
 
 
 def read_conll(path, scheme="iob2", bad_tags="repair", bad_utf8="error"):
@@ -56,6 +57,7 @@ def read_conll(path, scheme="iob2", bad_tags="repair", bad_utf8="error"):
 
     doc_start = 0
     lines = read_file_lines(path, bad_utf8)
+    out.replacements = lines.replacements
     for number, line in enumerate(lines, start=1):
         fields = line.split()
         if not fields:

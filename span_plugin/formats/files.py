@@ -4,6 +4,9 @@
 and makes the rename durable: a reader, or a run resumed after a crash, sees the old
 content or all of the new, never a part. A stale ``NAME.tmp`` is what a killed writer
 leaves behind (``span_plugin.runtime.checkpoints.prepare_resume`` removes them).
+
+:func:`commit_folder` does the same for a folder built elsewhere on the same file
+system: it takes the place of the old one, which is moved aside and removed.
 """
 
 import os
@@ -74,3 +77,27 @@ def atomic_link(src, dst):
         atomic_copy(src, dst)
         return
     commit(tmp, dst)
+
+
+def commit_folder(tmp, path):
+    """Rename the finished folder ``tmp`` to ``path``. An existing ``path`` is first
+    renamed aside (and put back if the rename fails), then removed: ``path`` is the old
+    folder or the new one, whole, and is missing only between two renames."""
+    tmp, path = os.path.normpath(os.fspath(tmp)), os.path.normpath(os.fspath(path))
+    old = None
+    if os.path.lexists(path):
+        old = f"{path}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        if old is not None:
+            os.replace(old, path)
+        raise
+    _fsync_dir(os.path.dirname(path))
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.remove(old)

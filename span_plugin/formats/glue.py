@@ -5,10 +5,13 @@ valid1 and test_matched/test_mismatched -> test/test1. Labels are read for train
 valid splits (test.tsv has none), except SNLI whose test set is labelled.
 
 Columns (1-based, as the recipe's ``cut -f``) and row checks: every row must have the
-header's number of tab-separated fields (CoLA train/dev have no header: 4 fields). A
-row with another count (a tab inside a field, a missing column, a blank line) is an
-error naming the file and line; for QQP train/dev such rows are dropped, as the
-recipe's ``awk NF==6`` does, and listed with their reason. Dropping removes the whole
+header's number of tab-separated fields (CoLA train/dev have no header: 4 fields).
+Fields are split on tabs with no quoting, as GLUE's own tooling reads them
+(:mod:`span_plugin.formats.tsv`). A row with another count (a tab inside a field, a
+missing column, a blank line), or a CSV-quoted field holding a tab or a line break, is
+an error naming the file and line; for QQP train/dev such rows are dropped, as the
+recipe's ``awk NF==6`` does, and listed with their reason. STS-B scores are numbers
+in ASCII decimal notation. Dropping removes the whole
 row from every input and the label, so nothing shifts. Each row keeps its line
 (``SplitRows.lines``) for the label check of the folder writer
 (:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
@@ -17,7 +20,8 @@ row from every input and the label, so nothing shifts. Each row keeps its line
 from dataclasses import dataclass
 
 from span_plugin.formats.lines import BadInputError, read_file_lines
-from span_plugin.formats.rows import SplitRows
+from span_plugin.formats.rows import SplitRows, read_decimal
+from span_plugin.formats.tsv import split_rows
 
 
 @dataclass(frozen=True)
@@ -80,29 +84,30 @@ def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
     if expected < need:
         raise BadInputError(f"{path}:1: header has {expected} fields, {task.name} needs "
                             f"column {need}")
-    out = SplitRows(inputs=[[] for _ in cols], labels=[] if with_label else None)
-    for i in range(first, len(lines)):
-        fields = lines[i].split("\t")
-        lineno = i + 1
-        if len(fields) != expected:
-            reason = f"{len(fields)} tab-separated fields, expected {expected}"
+    out = SplitRows(inputs=[[] for _ in cols], labels=[] if with_label else None,
+                    replacements=lines.replacements)
+    for lineno, fields, problem in split_rows(lines, first, expected):
+        if fields is None:
+            kind, reason = problem
             if bad_rows == "skip":
                 out.dropped.append((lineno, reason))
                 continue
-            raise BadInputError(
-                f"{path}:{lineno}: {reason} (a tab inside a field or a missing column); "
-                f"fix the row or pass --bad-rows skip to leave such rows out")
+            fix = ("remove the quotes around that field (GLUE files are read without "
+                   "quoting)" if kind == "quoted" else
+                   "fix the row (a tab inside a field or a missing column)")
+            raise BadInputError(f"{path}:{lineno}: {reason}; {fix}, or pass --bad-rows "
+                                f"skip to leave such rows out")
         if with_label:
             label = fields[label_col - 1 if label_col > 0 else -1].strip()
             if label in task.drop_labels:
                 out.dropped.append((lineno, f"label {label!r}"))
                 continue
             if task.regression:
-                try:
-                    label = "%.6g" % (float(label) / 5.0)  # awk '{print $1 / 5.0}'
-                except ValueError:
-                    raise BadInputError(f"{path}:{lineno}: label {label!r} is not a "
-                                        f"number (STS-B scores are 0..5)") from None
+                value = read_decimal(label)
+                if value is None:
+                    raise BadInputError(f"{path}:{lineno}: label {label!r} is not a number "
+                                        f"in ASCII decimal notation (STS-B scores are 0..5)")
+                label = "%.6g" % (value / 5.0)  # awk '{print $1 / 5.0}'
             elif not label:
                 raise BadInputError(f"{path}:{lineno}: empty label in column {label_col}")
             out.labels.append(label)

@@ -5,7 +5,7 @@ starts (one per worker).
 Lines are split on ``\\n`` only; a ``\\r`` before it is dropped (CRLF files), a UTF-8
 BOM at the start of the file is dropped. Invalid UTF-8 raises :class:`BadInputError`
 naming the file and the 1-based line, unless ``bad_utf8="replace"`` (then U+FFFD stands
-for each bad byte sequence).
+for each bad byte sequence, and the returned :class:`Lines` count them, for the record).
 """
 
 import gzip
@@ -26,6 +26,16 @@ def open_text(path, mode, errors="strict"):
 
 class BadInputError(ValueError):
     """Input that cannot be processed without losing alignment; names file and line."""
+
+
+class Lines(list):
+    """Decoded lines, with ``replacements``: how many invalid UTF-8 sequences became
+    U+FFFD (``bad_utf8="replace"``; 0 otherwise), so a folder's record can say so."""
+
+    replacements = 0
+
+
+REPLACEMENT_BYTES = "\ufffd".encode("utf-8")
 
 
 def line_offsets(path, parts):
@@ -60,7 +70,7 @@ def read_lines(path, start, end, bad_utf8="error", first_line=None):
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last line starts no new line
-    out = []
+    out = Lines()
     for i, raw in enumerate(lines):
         if raw.endswith(b"\r"):
             raw = raw[:-1]
@@ -68,7 +78,10 @@ def read_lines(path, start, end, bad_utf8="error", first_line=None):
             out.append(raw.decode("utf-8"))
         except UnicodeDecodeError as err:
             if bad_utf8 == "replace":
-                out.append(raw.decode("utf-8", errors="replace"))
+                text = raw.decode("utf-8", errors="replace")
+                # U+FFFD already in the text (valid UTF-8) is not a replacement.
+                out.replacements += text.count("\ufffd") - raw.count(REPLACEMENT_BYTES)
+                out.append(text)
                 continue
             if first_line is None:
                 first_line = count_lines(path, start) + 1

@@ -8,13 +8,15 @@ One JSON object a line (read by the same reader as :mod:`span_plugin.formats.tab
 
 - the two text keys (default ``sentence1 sentence2``);
 - an optional sentence label (``label_column``; None: no sentence labels);
-- ``phrases`` (``phrases_key``): a list, possibly empty, of phrase pairs, each
+- ``phrases`` (``phrases_key``): on every row, a list, possibly empty, of phrase pairs, each
   ``source`` (a character range ``[start, end)`` of the first text, end exclusive, in
   Python ``str`` indices of the text as written), ``target`` (the same in the second
   text) and ``label`` (one of the declared phrase labels).
 
-Every row that does not fit is an error ``FILE:LINE: why``; there is no skipping of bad
-rows. Whether a range holds whole tokens is the encoder's business
+Every row that does not fit is an error ``FILE:LINE: why`` (a row without the phrases
+key too: read as "no phrase pairs" it would turn a misnamed key into a file without
+any); there is no skipping of bad rows. Sentence labels are of one JSON type, as in
+:mod:`span_plugin.formats.table`. Whether a range holds whole tokens is the encoder's business
 (:mod:`span_plugin.preprocess.pairs`).
 """
 
@@ -22,7 +24,7 @@ import json
 from dataclasses import dataclass
 
 from span_plugin.formats.lines import BadInputError, read_file_lines
-from span_plugin.formats.table import _BadRow, _check_label, _jsonl_rows, _value
+from span_plugin.formats.table import LabelKinds, _BadRow, _check_label, _jsonl_rows, _value
 
 DEFAULT_PHRASE_LABELS = ("paraphrase", "random", "in-paraphrase")
 
@@ -60,16 +62,30 @@ def _phrase(j, pair, label_id, shift):
     return ranges[0], ranges[1], label_id[pair["label"]]
 
 
+class PairRows(list):
+    """The :class:`PairRow` list of a file, with ``replacements``: invalid UTF-8
+    sequences read as U+FFFD (``bad_utf8="replace"``)."""
+
+    replacements = 0
+
+
 def read_pair_rows(path, text_columns=("sentence1", "sentence2"), label_column=None,
                    phrases_key="phrases", phrase_labels=DEFAULT_PHRASE_LABELS,
                    bad_utf8="error"):
-    """The :class:`PairRow` of each line of one JSON Lines file (whatever its name)."""
+    """The :class:`PairRow` of each line of one JSON Lines file (whatever its name), as
+    a :class:`PairRows` list."""
     if len(text_columns) != 2:
         raise ValueError(f"give two text columns, got {list(text_columns)}")
     label_id = {name: i for i, name in enumerate(phrase_labels)}
-    items = list(_jsonl_rows(path, read_file_lines(path, bad_utf8)))
+    lines = read_file_lines(path, bad_utf8)
+    out = PairRows()
+    out.replacements = lines.replacements
+    items = list(_jsonl_rows(path, lines))
     items.pop()  # the key list
+    kinds = LabelKinds(path) if label_column is not None else None
     for lineno, row in items:
+        if kinds is not None:
+            kinds.check(lineno, row, label_column)
         try:
             if isinstance(row, _BadRow):
                 raise row
@@ -83,10 +99,15 @@ def read_pair_rows(path, text_columns=("sentence1", "sentence2"), label_column=N
                 t = t.replace("\r", " ").replace("\n", " ")  # same length: ranges keep
                 texts.append(t.strip())
                 shift.append(len(t) - len(t.lstrip()))
-            pairs = row.get(phrases_key, [])
+            if phrases_key not in row:
+                raise _BadRow(f"no {phrases_key!r} key (keys: {sorted(row)}); every row needs "
+                              f"its phrase pair list, [] when it has none (--phrases-key names "
+                              f"another key)")
+            pairs = row[phrases_key]
             if not isinstance(pairs, list):
                 raise _BadRow(f"{phrases_key!r} holds {json.dumps(pairs)[:40]}, expected a list")
             phrases = [_phrase(j, pair, label_id, shift) for j, pair in enumerate(pairs)]
         except _BadRow as bad:
             raise BadInputError(f"{path}:{lineno}: {bad}") from None
-        yield PairRow(lineno, texts, label, phrases)
+        out.append(PairRow(lineno, texts, label, phrases))
+    return out

@@ -1,5 +1,8 @@
-"""The rows of one split of a user's file, as the readers return them."""
+"""The rows of one split of a user's file, as the readers return them, and the one
+reading of numbers (regression labels) the readers share."""
 
+import math
+import re
 from dataclasses import dataclass, field
 
 
@@ -14,6 +17,7 @@ class SplitRows:
     rows: int = 0
     lines: list = field(default_factory=list)  # [num_rows] source line of each row
     extra: tuple = ()  # names of further per-row lists a reader attached (pairs: phrases)
+    replacements: int = 0  # invalid UTF-8 sequences read as U+FFFD (bad_utf8="replace")
 
     def leave_out(self, reasons):
         """Remove the rows ``{row index: reason}`` from every input, the labels, the
@@ -34,3 +38,17 @@ class SplitRows:
         for name in self.extra:
             setattr(self, name, kept(getattr(self, name)))
         self.rows = len(keep)
+
+
+# ASCII decimal notation only: Python's float() also reads "1_000", "nan", "inf" and
+# Arabic-Indic or full-width digits, none of which a score file means.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def read_decimal(text):
+    """The finite number ``text`` writes in ASCII decimal notation (``3``, ``-0.25``,
+    ``2.5e-3``), or None when it is anything else."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None  # "1e999" overflows to inf

@@ -4,7 +4,9 @@
 Formats (``fmt="auto"`` tells them by the file name):
 
 - ``tsv`` (``.tsv``, ``.tab``): a header line, then one row per line, fields split on tabs,
-  no quoting (the GLUE layout);
+  no quoting (the GLUE layout, :mod:`span_plugin.formats.tsv`); a CSV-quoted field
+  holding a tab or a line break is a bad row that names the fix (``--format csv
+  --delimiter '\t'``);
 - ``csv`` (``.csv``): RFC 4180 as Python's ``csv`` reads it (quoted fields may hold the
   delimiter, quotes and line breaks), a header row first; ``delimiter`` sets the
   separator (``"\\t"`` for quoted TSV such as pandas writes);
@@ -12,7 +14,10 @@ Formats (``fmt="auto"`` tells them by the file name):
   column name (the Hugging Face datasets ``to_json`` export).
 
 One or two text columns (one input per column), one label column: class labels as
-written (a JSON number ``1`` is the class ``"1"``), or numbers with ``regression``.
+written (a JSON number ``1`` is the class ``"1"``; the class labels of a JSON Lines file
+are all of one JSON type, since ``1``, ``1.0`` and ``true`` would be three classes), or
+numbers in ASCII decimal notation with ``regression``. Header names (and the keys of
+a JSON object) are unique: a name given twice is an error naming both columns.
 Test files need no label column; their labels are never read. Which labels a valid
 file may hold (the train file's) is checked when the folder is written
 (:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
@@ -30,11 +35,11 @@ text field (CSV, JSON) become spaces, so that each row stays one line of the fol
 import csv
 import io
 import json
-import math
 import os
 
 from span_plugin.formats.lines import BadInputError, read_file_lines
-from span_plugin.formats.rows import SplitRows
+from span_plugin.formats.rows import SplitRows, read_decimal
+from span_plugin.formats.tsv import split_rows
 
 FORMATS = ("tsv", "csv", "jsonl")
 EXTENSIONS = {".tsv": "tsv", ".tab": "tsv", ".csv": "csv", ".jsonl": "jsonl",
@@ -57,6 +62,18 @@ def detect_format(path, fmt="auto"):
     return EXTENSIONS[ext]
 
 
+def _unique_header(path, header):
+    """A header whose names are unique; a name given twice would hide a column."""
+    seen = {}
+    for k, name in enumerate(header, 1):
+        if name in seen:
+            raise BadInputError(f"{path}:1: column name {name!r} is given twice in the header "
+                                f"(columns {seen[name]} and {k}); rename one, so that which "
+                                f"column is read is not a guess (columns: {header})")
+        seen[name] = k
+    return header
+
+
 def _delimited_rows(path, lines, fmt, delimiter):
     """(line number, {column: value}) per data row; a row that does not fit the header
     is (line number, _BadRow)."""
@@ -64,12 +81,24 @@ def _delimited_rows(path, lines, fmt, delimiter):
         raise BadInputError(f"{path}:1: expected a header line, the file is empty")
     if fmt == "tsv":
         header = lines[0].split("\t")
-        parsed = ((i + 1, line.split("\t")) for i, line in enumerate(lines[1:], 1))
+
+        def records():
+            for lineno, fields, problem in split_rows(lines, 1, len(header)):
+                if fields is not None:
+                    yield lineno, fields
+                    continue
+                kind, reason = problem
+                if kind == "quoted":
+                    reason += ("; if the file is quoted TSV (pandas, Python's csv), read it "
+                               "with --format csv --delimiter '\\t'")
+                else:
+                    reason += " (the header's)"
+                yield lineno, _BadRow(reason)
     else:
         reader = csv.reader(io.StringIO("".join(line + "\n" for line in lines)),
                             delimiter=delimiter, strict=True)
 
-        def records():
+        def csv_records():
             start = 1
             try:
                 for fields in reader:
@@ -78,26 +107,55 @@ def _delimited_rows(path, lines, fmt, delimiter):
             except csv.Error as err:
                 raise BadInputError(f"{path}:{start}: not valid CSV ({err})") from None
 
-        parsed = records()
+        parsed = csv_records()
         _, header = next(parsed)
-    header = [h.strip() for h in header]
-    kind = "tab-separated" if fmt == "tsv" else "CSV"
-    for lineno, fields in parsed:
-        if len(fields) != len(header):
-            yield lineno, _BadRow(f"{len(fields)} {kind} fields, expected {len(header)} "
-                                  f"(the header's)")
-        else:
-            yield lineno, dict(zip(header, fields))
+
+        def records():
+            for lineno, fields in parsed:
+                if len(fields) != len(header):
+                    yield lineno, _BadRow(f"{len(fields)} CSV fields, expected {len(header)} "
+                                          f"(the header's)")
+                else:
+                    yield lineno, fields
+    header = _unique_header(path, [h.strip() for h in header])
+    for lineno, fields in records():
+        yield lineno, fields if isinstance(fields, _BadRow) else dict(zip(header, fields))
     yield 0, header  # the columns, for messages
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs):
+    """``object_pairs_hook`` of :func:`json.loads`: a key given twice is refused (JSON
+    readers keep the last one, silently)."""
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+def load_json_object(line):
+    """The JSON value of ``line``; raises :class:`_BadRow` saying why it is not one."""
+    try:
+        return json.loads(line, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        raise _BadRow(f"key {dup.args[0]!r} is given twice in the object; remove one, so "
+                      f"that which value is read is not a guess") from None
+    except ValueError as err:
+        raise _BadRow(f"not valid JSON ({err})" if line.strip() else "blank line") from None
 
 
 def _jsonl_rows(path, lines):
     keys = set()
     for i, line in enumerate(lines, 1):
         try:
-            obj = json.loads(line)
-        except ValueError as err:
-            yield i, _BadRow(f"not valid JSON ({err})" if line.strip() else "blank line")
+            obj = load_json_object(line)
+        except _BadRow as bad:
+            yield i, bad
             continue
         if not isinstance(obj, dict):
             yield i, _BadRow(f"a JSON {type(obj).__name__}, expected an object")
@@ -105,6 +163,41 @@ def _jsonl_rows(path, lines):
         keys.update(obj)
         yield i, obj
     yield 0, sorted(keys)
+
+
+def json_kind(value):
+    """The JSON type of a scalar as a reader of the file sees it."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "non-integer number"
+    return "string"
+
+
+class LabelKinds:
+    """The JSON type of a file's class labels: the first label's, and every other must
+    have it (``1``, ``1.0``, ``"1"`` and ``true`` are written differently, so they
+    would be different classes, or the same class by accident)."""
+
+    def __init__(self, path):
+        self.path, self.first = path, None
+
+    def check(self, lineno, row, column):
+        value = row.get(column) if isinstance(row, dict) else None
+        if value is None or isinstance(value, (list, dict)):
+            return  # missing or not a scalar: the row's own error says so
+        kind = json_kind(value)
+        if self.first is None:
+            self.first = (lineno, kind, value)
+        elif kind != self.first[1]:
+            line, first_kind, first_value = self.first
+            raise BadInputError(
+                f"{self.path}:{lineno}: label {json.dumps(value)} is a JSON {kind}, but the "
+                f"label on line {line} ({json.dumps(first_value)}) is a JSON {first_kind}: "
+                f"the class labels of a file must all be of one JSON type (1, 1.0, \"1\" "
+                f"and true would be different classes); write them alike")
 
 
 def _value(row, column, what, columns):
@@ -125,7 +218,10 @@ def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
     lines = read_file_lines(path, bad_utf8)
     rows = _jsonl_rows(path, lines) if fmt == "jsonl" else _delimited_rows(path, lines, fmt, delimiter)
     out = SplitRows(inputs=[[] for _ in text_columns],
-                    labels=[] if label_column is not None else None)
+                    labels=[] if label_column is not None else None,
+                    replacements=lines.replacements)
+    kinds = LabelKinds(path) if fmt == "jsonl" and label_column is not None and not regression \
+        else None
     items = list(rows)
     columns = items.pop()[1]
     if fmt != "jsonl":
@@ -137,6 +233,8 @@ def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
             raise BadInputError(f"{path}:1: no label column {label_column!r} in the "
                                 f"header (columns: {columns})")
     for lineno, row in items:
+        if kinds is not None:
+            kinds.check(lineno, row, label_column)
         try:
             if isinstance(row, _BadRow):
                 raise row
@@ -170,10 +268,8 @@ def _check_label(label, column, regression):
         if any(c.isspace() for c in label):
             raise _BadRow(f"label {label!r} holds whitespace; class labels are single tokens")
         return label
-    try:
-        value = float(label)
-    except ValueError:
-        raise _BadRow(f"label {label!r} is not a number (regression)") from None
-    if not math.isfinite(value):
-        raise _BadRow(f"label {label!r} is not a finite number (regression)")
+    value = read_decimal(label)
+    if value is None:
+        raise _BadRow(f"label {label!r} is not a number (regression): a finite number in "
+                      f"ASCII decimal notation is expected (3, -0.25, 2.5e-3)")
     return format(value, ".9g")

@@ -11,7 +11,9 @@ Inside the plugin every tag sequence is IOB2 (``B-X`` starts an entity of type X
   ``repair`` reads it as conlleval does, as the start of an entity (``B-X``), and
   counts it; ``error`` stops.
 - ``bioes``: ``S-X`` -> ``B-X``, ``E-X`` -> ``I-X``; an ``I-X``/``E-X`` that does not
-  continue an entity of type X is repaired (or an error) as for iob2.
+  continue an entity of type X is repaired (or an error) as for iob2, and so is an
+  entity begun by ``B-X`` that no ``E-X`` ends (``B-X B-X``, ``B-X O``, ``B-X I-X`` at
+  the sentence end): conlleval ends it at its last tag, and that is how it is read.
 
 :func:`entities` reads any such sequence with conlleval's rules (the ``seqeval``
 package's default mode), so predictions are never repaired: an ``I-X`` the model
@@ -43,16 +45,32 @@ def split_tag(tag):
 def to_iob2(tags, scheme, repair=True):
     """A sentence's tags in ``scheme`` -> ``(iob2_tags, repairs)``.
 
-    repairs: how many ill-formed ``I-``/``E-`` tags were read as entity starts.
-    Raises :class:`TagError` for a tag outside the scheme, or (``repair=False``) for
-    an ill-formed one.
+    repairs: how many ill-formed tags were read as conlleval reads them: ``I-``/``E-``
+    tags read as entity starts, and (BIOES) entities that no ``E-`` ends, ended at
+    their last tag. Raises :class:`TagError` for a tag outside the scheme, or
+    (``repair=False``) for an ill-formed one.
     """
     if scheme not in SCHEMES:
         raise ValueError(f"tag scheme {scheme!r}: expected one of {SCHEMES}")
     allowed = PREFIXES[scheme]
     out, repairs, previous = [], 0, None  # previous: type of the open entity, or None
+
+    def unclosed(i, tag):
+        """BIOES: the entity whose last tag is ``tags[i - 1]`` has no E-; ``tag`` follows."""
+        nonlocal repairs
+        if not repair:
+            last = tags[i - 1]
+            after = "the end of the sentence" if tag is None else repr(tag)
+            raise TagError(i - 1, f"tag {last!r} is followed by {after}: ill-formed in bioes "
+                           f"(an entity begun by B- ends with E-{previous}; a one-word entity "
+                           f"is S-{previous}); --bad-tags repair ends it there, as conlleval")
+        repairs += 1
+
     for i, tag in enumerate(tags):
         prefix, kind = split_tag(tag)
+        if scheme == "bioes" and previous is not None and not (
+                prefix in "IE" and prefix != OUTSIDE and kind == previous):
+            unclosed(i, tag)
         if prefix == OUTSIDE:
             out.append(OUTSIDE)
             previous = None
@@ -73,6 +91,8 @@ def to_iob2(tags, scheme, repair=True):
             out.append("I-" + kind)
         # BIOES: an entity ends at E- or S-, so what follows cannot continue it.
         previous = None if prefix in "ES" else kind
+    if scheme == "bioes" and previous is not None:
+        unclosed(len(tags), None)
     return out, repairs
 
 

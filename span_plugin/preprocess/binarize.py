@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,6 +150,36 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
                         os.remove(f)
             if os.path.exists(f"{p}.txt"):
                 os.remove(f"{p}.txt")
+
+
+def binarize_whole(input_path, output_prefix, spec, dict_path, workers=1, text_out=None,
+                   bad_utf8="error"):
+    """``span-preprocess binarize``: :func:`binarize_file` plus ``dict.txt`` beside the
+    output, all made in a temporary folder beside them and moved into place once every
+    one exists, so that a failure (bad input, a killed run) leaves none of them, and
+    never tokens without their spans. Returns the :class:`BinarizeSummary`."""
+    output_prefix = os.path.abspath(str(output_prefix))
+    out_dir, name = os.path.split(output_prefix)
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=out_dir)
+    try:
+        staged = os.path.join(tmp, name)
+        summary = binarize_file(input_path, staged, spec, dict_path, workers=workers,
+                                text_out=os.path.join(tmp, "bpe.txt") if text_out else None,
+                                bad_utf8=bad_utf8)
+        write_dict(dict_path, tmp)
+        moves = [(os.path.join(tmp, "dict.txt"), os.path.join(out_dir, "dict.txt"))]
+        for src, dst in ((staged, output_prefix),
+                         (span_files.span_prefix(staged), span_files.span_prefix(output_prefix))):
+            moves += [(indexed.data_file_path(src), indexed.data_file_path(dst)),
+                      (indexed.index_file_path(src), indexed.index_file_path(dst))]
+        for src, dst in moves:
+            os.replace(src, dst)
+        if text_out:
+            shutil.move(os.path.join(tmp, "bpe.txt"), text_out)  # maybe another file system
+        return summary
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_dict(dict_path, dest_dir):

@@ -1,16 +1,37 @@
-"""Validate a binarized task folder: item counts agree, every span lies inside its
-sentence, and every file is the one its data record lists (``span-preprocess check
-DIR``, which also prints the record)."""
+"""Validate a task folder of any kind the package writes (``span-preprocess check
+DIR``, which also prints the record).
+
+Every folder: its data record exists and lists every file with the sha256 the file
+has; for every ``input*/{split}`` the span file exists and lines up with the tokens;
+every file of a split holds one item per row: the inputs, the labels, and the text
+of ``raw/`` (``{split}.input*``, ``.label``, ``.source``: not hashed by the record, so
+their line counts are what catches a cut one); the rows the record gives. Then by
+kind (the record's ``labels.kind``, and the folder's own files):
+
+- ``tags`` (``span-preprocess conll``): words tile each item's tokens, one tag a word,
+  every tag id named (:func:`span_plugin.preprocess.conll.check_tagging_folder`);
+- ``qa`` (``span-preprocess qa``): the window, offset and answer files have one item a
+  window; the windows of each question are consecutive, every question of
+  ``raw/{split}.jsonl`` has some; offsets and answers lie inside their window;
+- span pairs (``span-preprocess pairs``, a ``phrase_label/`` folder): one phrase list a
+  row on both sides and in the labels, every phrase inside its sentence, every label
+  declared.
+"""
 
 import glob
 import os
 import re
+
+import numpy as np
 
 from span_plugin.preprocess import indexed, provenance, span_files
 
 
 class CheckError(ValueError):
     """The first problem found; the message names the file and the 1-based line."""
+
+
+RAW_TEXT = re.compile(r"\.(input\d+|label|source)$")  # raw/ files with one line a row
 
 
 def _splits(input_dir):
@@ -27,9 +48,53 @@ def _count_text_lines(path):
         return sum(1 for _ in f)
 
 
+def _sizes(prefix):
+    """Item sizes of an indexed file (a copy: the reader's map closes with it)."""
+    return np.array(indexed.IndexedReader(prefix).sizes, dtype=np.int64)
+
+
+def _flat(prefix, dtype=np.int32):
+    return np.fromfile(indexed.data_file_path(prefix), dtype=dtype)
+
+
+def _require(prefix, what):
+    if not indexed.exists(prefix):
+        raise CheckError(f"{indexed.data_file_path(prefix)}: missing ({what})")
+
+
+def _record(folder):
+    try:
+        record = provenance.read_record(folder)
+    except provenance.ProvenanceError as err:
+        raise CheckError(str(err)) from None
+    if record is None:
+        raise CheckError(
+            f"{folder}: no {provenance.RECORD_NAME}: a build that did not finish, a folder "
+            f"made by hand or before span_plugin 0.2; nothing says how it was tokenized, "
+            f"segmented and labelled, or which files it holds. Rebuild it with "
+            f"span-preprocess")
+    for key in ("labels", "rows", "files", "encoder"):
+        if not isinstance(record.get(key), dict):
+            raise CheckError(f"{os.path.join(folder, provenance.RECORD_NAME)}: no {key!r} "
+                             f"entry; rebuild the folder with span-preprocess")
+    return record
+
+
+def _same_counts(items):
+    """``items``: ``[(file, count)]`` of one split; the first that differs is an error."""
+    counts = {n for _, n in items}
+    if len(counts) > 1:
+        first = items[0]
+        bad = next(x for x in items if x[1] != first[1])
+        raise CheckError(f"{bad[0]}: {bad[1]} items but {first[0]} has {first[1]}; "
+                         f"line {min(bad[1], first[1]) + 1} has no partner")
+
+
 def check_folder(folder):
-    """Check ``folder`` (input*/, label/, raw/ as glue.prepare_task writes them).
-    Returns a list of report lines; raises CheckError on the first problem."""
+    """Check ``folder`` (module docstring). Returns a list of report lines; raises
+    CheckError on the first problem."""
+    record = _record(folder)
+    kind = record["labels"].get("kind")
     inputs = sorted(d for d in glob.glob(os.path.join(folder, "input*")) if os.path.isdir(d))
     if not inputs:
         raise CheckError(f"{folder}: no input*/ folders (is this a binarized task folder?)")
@@ -56,27 +121,135 @@ def check_folder(folder):
                           f"spans, ok")
     label_dir = os.path.join(folder, "label")
     for split, items in sizes.items():
-        for path in (os.path.join(label_dir, split), ):
-            if indexed.exists(path):
-                items.append((path + ".bin", len(indexed.IndexedReader(path))))
-            elif os.path.exists(path + ".label"):
-                items.append((path + ".label", _count_text_lines(path + ".label")))
-        for k in sorted(glob.glob(os.path.join(folder, "raw", f"{split}.input*"))):
-            items.append((k, _count_text_lines(k)))
-        counts = {n for _, n in items}
-        if len(counts) > 1:
-            first = items[0]
-            bad = next(x for x in items if x[1] != first[1])
-            raise CheckError(f"{bad[0]}: {bad[1]} items but {first[0]} has {first[1]}; "
-                             f"line {min(bad[1], first[1]) + 1} has no partner")
+        path = os.path.join(label_dir, split)
+        if indexed.exists(path):
+            items.append((path + ".bin", len(indexed.IndexedReader(path))))
+        elif os.path.exists(path + ".label"):
+            items.append((path + ".label", _count_text_lines(path + ".label")))
+        for raw in sorted(glob.glob(os.path.join(folder, "raw", glob.escape(split) + ".*"))):
+            if RAW_TEXT.search(raw):
+                items.append((raw, _count_text_lines(raw)))
+        _same_counts(items)
+    rows = record["rows"]
+    if kind != "qa":  # QA records count questions; their windows are the items
+        for split, items in sizes.items():
+            if split in rows and rows[split] != items[0][1]:
+                raise CheckError(f"{items[0][0]}: {items[0][1]} items, but "
+                                 f"{provenance.RECORD_NAME} records {rows[split]} rows for "
+                                 f"{split}")
+    missing = sorted(set(rows) - set(sizes))
+    if missing:
+        raise CheckError(f"{folder}: {provenance.RECORD_NAME} records the split "
+                         f"{missing[0]!r}, but input0/ has no {missing[0]} files")
+    if kind == "tags":
+        from span_plugin.formats.lines import BadInputError
+        from span_plugin.preprocess.conll import check_tagging_folder
+
+        try:
+            report += check_tagging_folder(folder)
+        except BadInputError as err:
+            raise CheckError(str(err)) from None
+    elif kind == "qa":
+        report += _check_qa(folder, sizes, rows)
+    if os.path.isdir(os.path.join(folder, "phrase_label")):
+        report += _check_phrases(folder, sizes)
     try:
-        record = provenance.verify_folder(folder)
+        provenance.verify_folder(folder)
+        report.extend(provenance.describe(record))
     except provenance.ProvenanceError as err:
         raise CheckError(str(err)) from None
-    if record is None:
-        report.append(f"{folder}: no {provenance.RECORD_NAME} (made before span_plugin 0.2 "
-                      f"or by hand): it trains, with a warning, but inference cannot check "
-                      f"how it was tokenized and segmented")
-    else:
-        report.extend(provenance.describe(record))
+    except (KeyError, TypeError) as err:
+        raise CheckError(f"{os.path.join(folder, provenance.RECORD_NAME)}: an entry is "
+                         f"missing or malformed ({err!r}); rebuild the folder with "
+                         f"span-preprocess") from None
+    return report
+
+
+def _check_qa(folder, sizes, rows):
+    """The QA files of every split (module docstring)."""
+    report = []
+    for split, items in sizes.items():
+        windows = items[0][1]
+        qa = os.path.join(folder, "qa", split)
+        for part in ("window", "offsets", "answer"):
+            _require(f"{qa}.{part}", f"the {part} file of {split}'s windows")
+            n = len(indexed.IndexedReader(f"{qa}.{part}"))
+            if n != windows:
+                raise CheckError(f"{qa}.{part}.bin: {n} items but {items[0][0]} has "
+                                 f"{windows} windows; line {min(n, windows) + 1} has no partner")
+        raw = os.path.join(folder, "raw", f"{split}.jsonl")
+        if not os.path.exists(raw):
+            raise CheckError(f"{raw}: missing (the questions the windows point at)")
+        questions = _count_text_lines(raw)
+        if split in rows and rows[split] != questions:
+            raise CheckError(f"{raw}: {questions} questions, but {provenance.RECORD_NAME} "
+                             f"records {rows[split]}")
+        window = _flat(f"{qa}.window").reshape(-1, 2)
+        if windows and (window.shape[0] != windows or window[0, 0] != 0
+                        or np.any(np.diff(window[:, 0]) > 1) or np.any(np.diff(window[:, 0]) < 0)
+                        or window[-1, 0] != questions - 1):
+            raise CheckError(f"{qa}.window.bin: the windows do not cover the {questions} "
+                             f"questions of {raw} in order, one run of windows each")
+        passage = _sizes(os.path.join(folder, "input1", split)) - 1
+        if not np.array_equal(_sizes(f"{qa}.offsets"), 2 * passage):
+            i = int(np.flatnonzero(_sizes(f"{qa}.offsets") != 2 * passage)[0])
+            raise CheckError(f"{qa}.offsets.bin: line {i + 1}: not one (start, end) per "
+                             f"passage token of the window")
+        answer_sizes = _sizes(f"{qa}.answer")
+        answers = _flat(f"{qa}.answer")
+        owner = np.repeat(np.arange(windows), answer_sizes)
+        bad = np.flatnonzero(~np.isin(answer_sizes, (0, 2)))
+        if not bad.size and answers.size:
+            start, end = answers[0::2], answers[1::2]
+            limit = passage[owner[0::2]]
+            bad = owner[0::2][(start < 0) | (end <= start) | (end > limit)]
+        if bad.size:
+            raise CheckError(f"{qa}.answer.bin: line {int(bad[0]) + 1}: not an empty item or "
+                             f"one (start, end) inside the window's passage")
+        report.append(f"{qa}: {windows} windows of {questions} questions, ok")
+    return report
+
+
+def _check_phrases(folder, sizes):
+    """The phrase-pair files of a span-pair folder (module docstring)."""
+    path = os.path.join(folder, "phrase_label", "labels.txt")
+    if not os.path.exists(path):
+        raise CheckError(f"{path}: missing (the declared phrase labels)")
+    with open(path, encoding="utf-8") as f:
+        n_labels = sum(1 for line in f if line.strip())
+    report = []
+    for split, items in sizes.items():
+        rows = items[0][1]
+        labels = os.path.join(folder, "phrase_label", split)
+        _require(labels, f"the phrase labels of {split}")
+        per_row = _sizes(labels)
+        ids = _flat(labels)
+        if len(per_row) != rows:
+            raise CheckError(f"{indexed.data_file_path(labels)}: {len(per_row)} items but "
+                             f"{items[0][0]} has {rows}")
+        if ids.size and (ids.min() < 0 or ids.max() >= n_labels):
+            raise CheckError(f"{indexed.data_file_path(labels)}: label ids outside {path} "
+                             f"({n_labels} labels)")
+        for k in (0, 1):
+            tokens = os.path.join(folder, f"input{k}", split)
+            prefix = tokens + ".phrases.spans"
+            _require(prefix, f"the phrases of input{k}")
+            counts = _sizes(prefix) // 2
+            if len(counts) != rows:
+                raise CheckError(f"{indexed.data_file_path(prefix)}: {len(counts)} items but "
+                                 f"{items[0][0]} has {rows}")
+            bad = np.flatnonzero(counts != per_row)
+            if bad.size:
+                raise CheckError(f"{indexed.data_file_path(prefix)}: line {int(bad[0]) + 1}: "
+                                 f"not one phrase per label of {indexed.data_file_path(labels)}")
+            flat = _flat(prefix)
+            if flat.size:
+                owner = np.repeat(np.arange(rows), counts)
+                length = _sizes(tokens)[owner] - 1
+                start, end = flat[0::2], flat[1::2]
+                out = np.flatnonzero((start < 0) | (end <= start) | (end > length))
+                if out.size:
+                    raise CheckError(f"{indexed.data_file_path(prefix)}: line "
+                                     f"{int(owner[out[0]]) + 1}: a phrase outside its sentence")
+        report.append(f"{labels}: {int(per_row.sum())} phrase pairs, ok")
     return report

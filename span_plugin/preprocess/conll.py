@@ -25,7 +25,13 @@ test has (``unknown_labels``): ``"map-to-o"`` (default) reads its tags as ``O``,
 warning naming type and count and the count in the record's
 ``labels.stats[split].unseen_types``; ``"error"`` stops naming type, file and line;
 ``"skip"`` leaves the sentence out and lists it in ``dropped_rows.tsv``. Without a
-train split the types of all splits are used, with a warning.
+train split the types of all splits are used, with a warning. Every file has the
+training file's number of columns (the tag is the last one: a file without it would
+give its chunk column as tags), and the record's ``labels.stats[split].entity_types``
+counts the entities of each type as read, so a wrong column shows (a warning names
+types that are all chunk types). The folder is written whole or not at all
+(:func:`span_plugin.preprocess.folder.whole_folder`); ``bad_utf8="replace"`` counts its
+replacements in ``labels.stats[split].utf8_replacements`` and the record's ``bad_utf8``.
 
 Every word carries its tag on its first sub-token (the task reads the tags at the word
 starts of ``words/``). N-gram spans come from the segmenter over the encoder's own words
@@ -48,6 +54,7 @@ from span_plugin.formats.conll import read_conll
 from span_plugin.formats.lines import BadInputError
 from span_plugin.preprocess import indexed, provenance, span_files
 from span_plugin.preprocess.binarize import _get_encoder, binarize_file, write_dict
+from span_plugin.preprocess.folder import folder_name, whole_folder
 
 logger = logging.getLogger(__name__)
 
@@ -57,18 +64,21 @@ LABEL_DTYPE = np.int32
 UNKNOWN_TYPES = ("map-to-o", "error", "skip")
 
 
-def word_token_counts(encoder, words, where):
+def word_token_counts(encoder, words, path, first_line):
     """Tokens of each word as the encoder cuts the sentence ``" ".join(words)``.
 
     Words are encoded one at a time (GPT-2 with the leading space it has inside the
     sentence); every encoder here cuts a space-joined line into the concatenation of
     its words' pieces, which :func:`prepare_conll` checks against the binarized line.
+    path, first_line: the file and the line of ``words[0]``; a CoNLL file holds one word
+    a line, so word k is on line ``first_line + k``, the line an error names.
     """
     counts = []
     for i, word in enumerate(words):
         tokens, _, _ = encoder.tokenizer.pieces(word if i == 0 else " " + word)
         if not tokens:
-            raise BadInputError(f"{where}: word {i + 1} ({word!r}) gives no tokens with the "
+            raise BadInputError(f"{path}:{first_line + i}: word {i + 1} of the sentence "
+                                f"({word!r}) gives no tokens with the "
                                 f"{type(encoder.tokenizer).__name__}; remove or replace it")
         counts.append(len(tokens))
     return counts
@@ -87,8 +97,10 @@ def split_points(counts, tags, max_tokens, first_count=None):
     while start < n:
         size = counts[start] if start == 0 or first_count is None else first_count(start)
         if size > max_tokens:
-            raise BadInputError(f"word {start + 1} alone has {size} tokens, more than "
+            err = BadInputError(f"word {start + 1} alone has {size} tokens, more than "
                                 f"--max-tokens {max_tokens}")
+            err.word = start  # for the caller's line number
+            raise err
         total, end = size, start + 1
         while end < n and total + counts[end] <= max_tokens:
             total += counts[end]
@@ -173,6 +185,44 @@ def restrict_to_train_types(read, files, unknown_labels="map-to-o"):
     return types, unseen, dropped
 
 
+def same_columns(read, files):
+    """Every file has the training file's number of columns (the first file's without
+    train). The tag is the last column, so a file without the tag column would give
+    another column's values as tags (CoNLL-2003's chunk tags: NP, VP, ...)."""
+    ref = "train" if "train" in read else next(iter(read))
+    want = read[ref].columns
+    for split, parsed in read.items():
+        if parsed.columns != want:
+            raise BadInputError(
+                f"{files[split]}: {parsed.columns} columns on every word line, but the "
+                f"{ref} file {files[ref]} has {want}: the tag is the last column, so one of "
+                f"them would read another column as tags; give files of the same layout "
+                f"(word ... tag)")
+
+
+def entity_counts(parsed):
+    """``{entity type: entities}`` of a :class:`~span_plugin.formats.conll.ConllSplit`,
+    as read (before types train lacks are handled), sorted by type."""
+    counts = {}
+    for s in parsed.sentences:
+        for _, _, kind in T.entities(s.tags):
+            counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+# Phrase types of CoNLL-2000 chunking (CoNLL-2003's third column): entity types that
+# are all of these say that the file has no entity tag column.
+CHUNK_TYPES = {"NP", "VP", "PP", "ADJP", "ADVP", "SBAR", "PRT", "CONJP", "INTJ", "LST", "UCP"}
+
+
+def warn_chunk_types(found, files):
+    for split, counts in found.items():
+        if counts and set(counts) <= CHUNK_TYPES:
+            logger.warning("%s: the entity types found (%s) are chunk types: is the tag "
+                           "column missing, so that the chunk column is read as tags?",
+                           files[split], ", ".join(counts))
+
+
 def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="repair",
                   max_tokens=510, workers=1, bad_utf8="error", unknown_labels="map-to-o",
                   name=None, command=None):
@@ -184,8 +234,25 @@ def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="r
     """
     encoder = _get_encoder(spec)  # built once per process, shared with binarize_file
     read = {split: read_conll(path, scheme, bad_tags, bad_utf8) for split, path in files.items()}
+    same_columns(read, files)
     n_sentences = {split: len(parsed.sentences) for split, parsed in read.items()}
+    found = {split: entity_counts(parsed) for split, parsed in read.items()}
+    warn_chunk_types(found, files)
     types, unseen, dropped = restrict_to_train_types(read, files, unknown_labels)
+    name = name or folder_name(out_dir)
+    with whole_folder(out_dir) as tmp:  # whole or absent
+        return _write_conll_folder(tmp, files, read, spec, dict_path, encoder, types, unseen,
+                                   dropped, found, n_sentences, scheme=scheme,
+                                   bad_tags=bad_tags, max_tokens=max_tokens, workers=workers,
+                                   bad_utf8=bad_utf8, unknown_labels=unknown_labels,
+                                   name=name, command=command)
+
+
+def _write_conll_folder(out_dir, files, read, spec, dict_path, encoder, types, unseen,
+                        dropped, found, n_sentences, *, scheme, bad_tags, max_tokens,
+                        workers, bad_utf8, unknown_labels, name, command):
+    """The files of :func:`prepare_conll`, written into ``out_dir`` (a temporary folder
+    that takes the folder's place at the end)."""
     names = T.tag_names(types)
     tag_id = {t: i for i, t in enumerate(names)}
     raw_dir = os.path.join(out_dir, "raw")
@@ -197,19 +264,20 @@ def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="r
         items = []  # (words, tags, token counts, source line)
         splits_made = 0
         for s in parsed.sentences:
-            where = f"{path}:{s.line}"
-            tok = word_token_counts(encoder, s.words, where)
+            tok = word_token_counts(encoder, s.words, path, s.line)
             if sum(tok) <= max_tokens:
                 items.append((s.words, s.tags, tok, s.line))
                 continue
 
-            def first_count(k, words=s.words):
-                return word_token_counts(encoder, [words[k]], where)[0]
+            def first_count(k, words=s.words, line=s.line):
+                return word_token_counts(encoder, [words[k]], path, line + k)[0]
 
             try:
                 bounds = split_points(tok, s.tags, max_tokens, first_count)
             except BadInputError as err:
-                raise BadInputError(f"{where}: {err}") from None
+                # one word a line: word k of the sentence is on line s.line + k
+                raise BadInputError(f"{path}:{s.line + getattr(err, 'word', 0)}: "
+                                    f"{err}") from None
             splits_made += len(bounds) - 2
             for a, b in zip(bounds[:-1], bounds[1:]):
                 part_tags, part_tok = list(s.tags[a:b]), list(tok[a:b])
@@ -234,7 +302,7 @@ def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="r
                 if sum(tok) != lengths[i]:
                     raise BadInputError(
                         f"{path}:{line}: the words give {sum(tok)} tokens one by one but "
-                        f"{lengths[i]} as a sentence ({raw_dir}/{split}.input0 line {i + 1}); "
+                        f"{lengths[i]} as a sentence (item {i + 1} of {split}); "
                         f"this encoder does not cut space-joined words apart")
                 ends = np.cumsum(tok)
                 w.add(zip((ends - tok).tolist(), ends.tolist()))
@@ -245,8 +313,9 @@ def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="r
                         "split_sentences": splits_made, "documents": parsed.documents,
                         "empty_documents": parsed.empty_documents,
                         "repaired_tags": parsed.repairs, "columns": parsed.columns,
-                        "unseen_types": unseen[split],
-                        "dropped_sentences": len(dropped[split])}
+                        "entity_types": found[split], "unseen_types": unseen[split],
+                        "dropped_sentences": len(dropped[split]),
+                        "utf8_replacements": parsed.replacements}
     with open(os.path.join(out_dir, "dropped_rows.tsv"), "w", encoding="utf-8") as f:
         f.write("split\tfile\tline\treason\n")
         for split, left in dropped.items():
@@ -258,10 +327,12 @@ def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="r
               "names": names, "types": types, "positive": None, "max_tokens": max_tokens,
               "unknown_labels": unknown_labels, "stats": stats}
     provenance.write_record(
-        out_dir, task=name or os.path.basename(os.path.normpath(out_dir)), inputs=1,
+        out_dir, task=name, inputs=1,
         encoder=provenance.encoder_record(spec, dict_path), labels=labels, rows=counts,
         source={split: provenance.file_entry(path) for split, path in files.items()},
-        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
+        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        bad_utf8=provenance.utf8_entry(bad_utf8, {split: parsed.replacements
+                                                  for split, parsed in read.items()}))
     return counts, stats
 
 

@@ -17,13 +17,22 @@ label that train does not have is an error ``FILE:LINE``, or with ``unknown_labe
 the row is left out and listed in ``dropped_rows.tsv``; a train split with no rows is an
 error. The label dictionary is built from the train labels (from the labelled splits
 present, with a warning, when there is no train split).
+
+A folder is whole or absent (:func:`whole_folder`): every builder (``glue``, ``table``,
+``pairs``, ``conll``, ``qa``) writes into ``OUT.partial-PID`` beside ``OUT`` and renames
+it into place once its record is written; a failure removes it, so no half folder is
+ever taken for a prepared one.
 """
 
+import contextlib
+import functools
+import glob
 import logging
 import os
 import shutil
 import sys
 
+from span_plugin.formats.files import commit_folder
 from span_plugin.formats.lines import BadInputError
 from span_plugin.preprocess import provenance
 from span_plugin.preprocess.binarize import binarize_file, write_dict
@@ -33,6 +42,75 @@ from span_plugin.preprocess.vocab import Vocab
 logger = logging.getLogger(__name__)
 
 UNKNOWN_LABELS = ("error", "skip")
+
+
+PARTIAL = ".partial-"
+
+
+def folder_name(out_dir):
+    """The default task name of a folder: its own name (``data-bin/RTE`` -> ``RTE``)."""
+    return os.path.basename(os.path.normpath(str(out_dir)))
+
+
+def _remove_stale_partials(out_dir):
+    """Remove ``OUT.partial-PID`` folders that a killed build left (PID not running)."""
+    for stale in glob.glob(glob.escape(out_dir) + PARTIAL + "*"):
+        pid = stale.rsplit(PARTIAL, 1)[1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # a build still running
+        except ProcessLookupError:
+            shutil.rmtree(stale, ignore_errors=True)
+        except OSError:  # running under another user
+            continue
+
+
+@contextlib.contextmanager
+def whole_folder(out_dir):
+    """Build a folder whole or not at all: yields the temporary folder
+    ``OUT.partial-PID`` (same parent, so the same file system) to write into; when
+    the block ends without an exception it takes ``OUT``'s place
+    (:func:`span_plugin.formats.files.commit_folder`), else it is removed.
+
+    An existing ``OUT`` is replaced only when it is empty or holds a data record (a
+    folder span-preprocess made); any other folder or file is refused before anything
+    is written, since its files would be lost.
+    """
+    out_dir = os.path.normpath(str(out_dir))
+    if os.path.lexists(out_dir):
+        if not os.path.isdir(out_dir) or os.path.islink(out_dir):
+            raise BadInputError(f"{out_dir}: exists and is not a folder; give another --out")
+        if os.listdir(out_dir) and not os.path.exists(
+                os.path.join(out_dir, provenance.RECORD_NAME)):
+            raise BadInputError(
+                f"{out_dir}: exists and is not a folder span-preprocess made (it has no "
+                f"{provenance.RECORD_NAME}: files of your own, or a build that did not "
+                f"finish); it is not replaced. Remove it or give another --out")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    _remove_stale_partials(out_dir)
+    tmp = f"{out_dir}{PARTIAL}{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield tmp
+        commit_folder(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def builds_whole_folder(prepare):
+    """Decorator of a builder ``prepare(out_dir, ...)`` whose other arguments do not
+    depend on the folder's name: it runs on :func:`whole_folder`'s temporary folder."""
+    @functools.wraps(prepare)
+    def build(out_dir, *args, **kwargs):
+        with whole_folder(out_dir) as tmp:
+            return prepare(tmp, *args, **kwargs)
+
+    return build
 
 
 def _write_lines(path, lines):
@@ -130,7 +208,7 @@ def label_names(dict_path):
 
 def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=False,
                       workers=1, positive=None, label_scale=1.0, label_range=None,
-                      unknown_labels="error", command=None):
+                      unknown_labels="error", bad_utf8="error", command=None):
     """Write the folder of rows already read.
 
     splits: list of ``(split, source_path, SplitRows)``, in order (train first).
@@ -139,6 +217,8 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
     positive: the class F1 counts as positive (two classes only), or None.
     label_scale, label_range: regression only; values are stored divided by the scale
     (STS-B: 5) and predictions are clipped to the range (STS-B: [0, 5]).
+    bad_utf8: how the sources were read; the record keeps it with the replacements
+    each split's rows counted (``SplitRows.replacements``).
     Returns ``{split: rows written}``.
     """
     restrict_to_train_labels(splits, unknown_labels, regression)
@@ -194,7 +274,9 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
         out_dir, task=task, inputs=len(splits[0][2].inputs),
         encoder=provenance.encoder_record(spec, dict_path), labels=labels, rows=counts,
         source={split: provenance.file_entry(path) for split, path, _ in splits},
-        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
+        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        bad_utf8=provenance.utf8_entry(bad_utf8, {split: rows.replacements
+                                                  for split, _, rows in splits}))
     return counts
 
 

@@ -20,13 +20,14 @@
 The label set is train.tsv's: a dev (or SNLI test) label outside it is an error naming
 the file, line and label, or its row is left out (``unknown_labels="skip"``); a
 train.tsv without rows is an error (:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
+The folder is written whole or not at all (:func:`span_plugin.preprocess.folder.whole_folder`).
 """
 
 import logging
 import os
 
 from span_plugin.formats.glue import TASKS, read_split
-from span_plugin.preprocess.folder import write_task_folder
+from span_plugin.preprocess.folder import whole_folder, write_task_folder
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +50,10 @@ def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
     if not splits:
         raise FileNotFoundError(f"{src}: none of the split files "
                                 f"{[s + '.tsv' for s, _ in task.splits]} exist")
-    return write_task_folder(
-        out_dir, splits, spec, dict_path, task=task.name, regression=task.regression,
-        workers=workers, positive=task.positive,
-        label_scale=5.0 if task.regression else 1.0,
-        label_range=[0.0, 5.0] if task.regression else None, unknown_labels=unknown_labels,
-        command=command)
+    with whole_folder(out_dir) as tmp:  # whole or absent
+        return write_task_folder(
+            tmp, splits, spec, dict_path, task=task.name, regression=task.regression,
+            workers=workers, positive=task.positive,
+            label_scale=5.0 if task.regression else 1.0,
+            label_range=[0.0, 5.0] if task.regression else None,
+            unknown_labels=unknown_labels, bad_utf8=bad_utf8, command=command)

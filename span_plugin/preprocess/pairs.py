@@ -49,7 +49,8 @@ from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
 from span_plugin.formats.rows import SplitRows
 from span_plugin.preprocess import indexed, provenance, span_files
 from span_plugin.preprocess.binarize import _get_encoder
-from span_plugin.preprocess.folder import (given_splits, restrict_to_train_labels,
+from span_plugin.preprocess.folder import (folder_name, given_splits,
+                                           restrict_to_train_labels, whole_folder,
                                            write_task_folder)
 
 PHRASE_SUFFIX = ".phrases.spans"  # ends in .spans: `span-preprocess check` reads it as a span file, not tokens
@@ -111,8 +112,10 @@ def read_pairs(path, enc, text_columns=("sentence1", "sentence2"), label_column=
     out = SplitRows(inputs=[[], []], labels=[] if label_column is not None else None,
                     extra=("phrases", "token_counts"))
     out.phrases, out.token_counts = [], []
-    for row in read_pair_rows(path, text_columns, label_column, phrases_key, phrase_labels,
-                              bad_utf8):
+    rows = read_pair_rows(path, text_columns, label_column, phrases_key, phrase_labels,
+                          bad_utf8)
+    out.replacements = rows.replacements
+    for row in rows:
         encoded = [enc.tokenizer.tokens_with_offsets(t) for t in row.texts]
         converted = []
         for j, (source, target, label) in enumerate(row.phrases):
@@ -180,7 +183,6 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
                          f"without whitespace")
     enc = _get_encoder(spec)
     splits, n_pairs = [], {}
-    os.makedirs(out_dir, exist_ok=True)
     for split, path in given_splits(files):
         # As span-preprocess table: the labels of a test file are never read.
         rows = read_pairs(path, enc, text_columns, None if split == "test" else label_column,
@@ -188,27 +190,28 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
         splits.append((split, str(path), rows))
     # Before the phrase files: a row left out leaves every file together.
     restrict_to_train_labels(splits, unknown_labels)
-    for split, _, rows in splits:
-        write_phrase_files(out_dir, split, rows)
-        n_pairs[split] = sum(len(p) for p in rows.phrases)
-    os.makedirs(os.path.join(out_dir, PHRASE_LABEL_DIR), exist_ok=True)
-    with open(os.path.join(out_dir, PHRASE_LABEL_DIR, PHRASE_LABELS_FILE), "w",
-              encoding="utf-8", newline="\n") as f:
-        f.write("".join(lab + "\n" for lab in phrase_labels))
-    counts = write_task_folder(out_dir, splits, spec, dict_path,
-                               task=name or os.path.basename(os.path.normpath(out_dir)),
-                               workers=workers, positive=positive,
-                               unknown_labels=unknown_labels, command=command)
-    # The tokens were binarized in a second pass: its counts must equal ours.
-    for split, path, rows in splits:
-        for k in range(2):
-            toks = indexed.IndexedReader(os.path.join(out_dir, f"input{k}", split))
-            mine = np.asarray([c[k] for c in rows.token_counts]) + 1
-            bad = np.flatnonzero(np.asarray(toks.sizes) != mine)
-            if bad.size:
-                raise BadInputError(f"{path}:{rows.lines[bad[0]]}: input{k} binarized to "
-                                    f"{toks.sizes[bad[0]] - 1} tokens, phrases counted "
-                                    f"{mine[bad[0]] - 1}")
+    with whole_folder(out_dir) as tmp:  # whole or absent
+        for split, _, rows in splits:
+            write_phrase_files(tmp, split, rows)
+            n_pairs[split] = sum(len(p) for p in rows.phrases)
+        os.makedirs(os.path.join(tmp, PHRASE_LABEL_DIR), exist_ok=True)
+        with open(os.path.join(tmp, PHRASE_LABEL_DIR, PHRASE_LABELS_FILE), "w",
+                  encoding="utf-8", newline="\n") as f:
+            f.write("".join(lab + "\n" for lab in phrase_labels))
+        counts = write_task_folder(tmp, splits, spec, dict_path, task=name or folder_name(out_dir),
+                                   workers=workers, positive=positive,
+                                   unknown_labels=unknown_labels, bad_utf8=bad_utf8,
+                                   command=command)
+        # The tokens were binarized in a second pass: its counts must equal ours.
+        for split, path, rows in splits:
+            for k in range(2):
+                toks = indexed.IndexedReader(os.path.join(tmp, f"input{k}", split))
+                mine = np.asarray([c[k] for c in rows.token_counts]) + 1
+                bad = np.flatnonzero(np.asarray(toks.sizes) != mine)
+                if bad.size:
+                    raise BadInputError(f"{path}:{rows.lines[bad[0]]}: input{k} binarized to "
+                                        f"{toks.sizes[bad[0]] - 1} tokens, phrases counted "
+                                        f"{mine[bad[0]] - 1}")
     return counts, n_pairs
 
 

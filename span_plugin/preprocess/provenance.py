@@ -20,6 +20,7 @@ preparation did not finish)::
                                                   "scale": 5.0, "range": [0.0, 5.0]})
      "source": {"train": {"path": ..., "sha256": ...}, ...},
      "rows": {"train": 2490, "valid": 277, "test": 3000},
+     "bad_utf8": {"mode": "replace", "replacements": {"train": 2, "valid": 0}},
      "files": {"input0/train.bin": "<sha256>", ..., "label/dict.txt": "<sha256>"}}
 
 ``encoder.files`` is keyed by :class:`~span_plugin.preprocess.encoding.EncoderSpec`
@@ -163,8 +164,16 @@ def folder_files(folder):
     return out
 
 
-def write_record(folder, *, task, inputs, encoder, labels, rows, source, command):
-    """Hash every file of ``folder`` and write its record (atomically, last)."""
+def utf8_entry(mode, replacements):
+    """The record's ``bad_utf8``: ``{"mode": "error" | "replace", "replacements":
+    {split: invalid UTF-8 sequences read as U+FFFD}}``."""
+    return {"mode": mode, "replacements": dict(replacements)}
+
+
+def write_record(folder, *, task, inputs, encoder, labels, rows, source, command,
+                 bad_utf8=None):
+    """Hash every file of ``folder`` and write its record (atomically, last).
+    bad_utf8: :func:`utf8_entry` of the sources, when the builder read them as text."""
     record = {
         "format": FORMAT,
         "plugin_version": plugin_version(),
@@ -175,6 +184,7 @@ def write_record(folder, *, task, inputs, encoder, labels, rows, source, command
         "labels": labels,
         "source": source,
         "rows": rows,
+        **({"bad_utf8": bad_utf8} if bad_utf8 is not None else {}),
         "files": {rel: sha256(os.path.join(folder, rel)) for rel in folder_files(folder)},
     }
     path = os.path.join(folder, RECORD_NAME)
@@ -303,6 +313,12 @@ def describe(record):
         lab = "none (no labelled split)"
     elif labels["kind"] == "regression":
         lab = f"regression (stored as value / {labels.get('scale', 1.0):g})"
+    elif labels["kind"] == "qa":
+        lab = (f"extractive QA (windows of {labels.get('max_positions')} positions, stride "
+               f"{labels.get('doc_stride')}; {labels.get('versions')})")
+    elif labels["kind"] == "tags":
+        lab = (f"entity tags {labels.get('scheme')} (read as {labels.get('input_scheme')}): "
+               + ", ".join(labels["names"]))
     else:
         pos = labels.get("positive")
         lab = (", ".join(labels["names"])
@@ -317,6 +333,9 @@ def describe(record):
         f"  segmentation: {enc['segmentation']} (seed {enc['seed']})",
         *([f"  chunker: {chunker_line(enc['chunker'])}"] if enc.get("chunker") else []),
         f"  labels: {lab}",
+        *([f"  invalid UTF-8 read as U+FFFD: "
+           + ", ".join(f"{k} {v}" for k, v in record["bad_utf8"]["replacements"].items())]
+          if (record.get("bad_utf8") or {}).get("mode") == "replace" else []),
         f"  files: {len(record['files'])} recorded, hashes match",
     ]
 

@@ -47,6 +47,7 @@ from span_plugin.formats.lines import BadInputError
 from span_plugin.formats.squad import QAExample, QANote, read_qa
 from span_plugin.preprocess import indexed, provenance, span_files
 from span_plugin.preprocess.binarize import _get_dict, _get_encoder, write_dict
+from span_plugin.preprocess.folder import builds_whole_folder
 
 QA_DIR = "qa"
 INDEX_DTYPE = np.int32
@@ -313,6 +314,7 @@ def read_records(path):
     return out
 
 
+@builds_whole_folder  # written whole or not at all (preprocess/folder.py)
 def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride=128,
                on_bad="error", name="qa", command=None):
     """Write the QA folder of ``files`` ({split: SQuAD JSON or MRQA JSON Lines path},

@@ -6,13 +6,12 @@ columns, bad rows) and writes the same folder as ``span-preprocess glue``
 (:mod:`span_plugin.preprocess.folder`), so the recipes and the task take it unchanged.
 The label set is the train file's: a valid label outside it is an error naming the file,
 line and label, or (``unknown_labels="skip"``) its row is left out; a train file without
-rows is an error. Rows left out are listed in ``dropped_rows.tsv``.
+rows is an error. Rows left out are listed in ``dropped_rows.tsv``. The folder is
+written whole or not at all (:func:`span_plugin.preprocess.folder.whole_folder`).
 """
 
-import os
-
 from span_plugin.formats.table import read_table
-from span_plugin.preprocess.folder import given_splits, write_task_folder
+from span_plugin.preprocess.folder import folder_name, given_splits, whole_folder, write_task_folder
 
 
 def prepare_table(out_dir, files, text_columns, label_column, spec, dict_path, *,
@@ -33,7 +32,8 @@ def prepare_table(out_dir, files, text_columns, label_column, spec, dict_path, *
                           fmt=fmt, delimiter=delimiter, regression=regression,
                           drop_labels=tuple(drop_labels), bad_rows=bad_rows, bad_utf8=bad_utf8)
         splits.append((split, str(path), rows))
-    return write_task_folder(out_dir, splits, spec, dict_path,
-                             task=name or os.path.basename(os.path.normpath(out_dir)),
-                             regression=regression, workers=workers, positive=positive,
-                             unknown_labels=unknown_labels, command=command)
+    with whole_folder(out_dir) as tmp:
+        return write_task_folder(tmp, splits, spec, dict_path, task=name or folder_name(out_dir),
+                                 regression=regression, workers=workers, positive=positive,
+                                 unknown_labels=unknown_labels, bad_utf8=bad_utf8,
+                                 command=command)
