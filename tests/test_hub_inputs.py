@@ -1,7 +1,8 @@
 """What hub users pass in: a string is one input, anything that is not text is a
 TypeError naming its index and type, inputs longer than the model are cut as recorded
-with one warning that counts them, and the QA hub refuses an empty question as
-span-preprocess qa does."""
+with one warning that counts them, the QA hub refuses an empty question as
+span-preprocess qa does, and a data folder of another kind than the checkpoint's task
+is refused naming both kinds (span-predict: exit 2, no traceback)."""
 
 import warnings
 
@@ -12,6 +13,7 @@ from test_qa import qa_folder  # noqa: F401  (module fixture: a small real QA fo
 from test_task_data import glue_folder
 from test_task_train import span_args
 
+from span_plugin.inference.folder_kinds import KINDS, check_folder_kind, folder_kind
 from span_plugin.inference.inputs import (InputCutWarning, as_list, question_pairs,
                                           text_examples, warn_cut)
 from span_plugin.inference.ner import word_lists
@@ -85,11 +87,52 @@ def test_one_warning_counts_the_cut_inputs_and_tokens():
         assert warn_cut([3, 10], 10, "how") == (0, 0)
 
 
+@pytest.mark.parametrize("files,kind", [
+    (["qa/train.window.idx", "input0/dict.txt"], "qa"),
+    (["phrase_label/labels.txt", "label/dict.txt", "input0/dict.txt"], "pairs"),
+    (["label/tags.txt", "words/train.idx", "input0/dict.txt"], "tagging"),
+    (["label/dict.txt", "input0/dict.txt", "input1/dict.txt"], "sentence"),
+    (["input0/dict.txt"], "sentence"),
+    (["train.tsv"], None),
+])
+def test_folder_kinds(tmp_path, files, kind):
+    for rel in files:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert folder_kind(tmp_path) == kind
+    needs = {"qa": "span_qa", "tagging": "span_tagging", "pairs": "span_pair_classification",
+             "sentence": "span_classification", None: "span_qa"}
+    if kind is not None:
+        check_folder_kind(tmp_path, needs[kind], "ckpt.pt")
+    wrong = "span_tagging" if kind != "tagging" else "span_qa"
+    with pytest.raises(ValueError) as err:
+        check_folder_kind(tmp_path, wrong, "ckpt.pt")
+    what = KINDS[kind] if kind else "not a data folder (no input0/dict.txt)"
+    assert str(err.value).startswith(f"{tmp_path} is {what}, but ckpt.pt was trained with "
+                                     f"task {wrong!r}, which reads ")
+
+
+def test_sentence_tasks_read_phrase_pair_folders(tmp_path):
+    for rel in ("phrase_label/labels.txt", "label/dict.txt", "input0/dict.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    check_folder_kind(tmp_path, "span_classification", "ckpt.pt")
+    check_folder_kind(tmp_path, "unknown_task", "ckpt.pt")  # not checked
+
+
+def _refused(checkpoint, folder, kind, needs, *args):
+    proc = run_cli("span-predict", "--checkpoint", checkpoint, "--data", folder, *args,
+                   check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
+    assert f"{folder} is {KINDS[kind]}, but {checkpoint} was trained with task" in proc.stdout
+    assert f"which reads {KINDS[needs]}" in proc.stdout, proc.stdout
+
+
 # ---------------------------------------------------------------- real checkpoints
 
 
 @pytest.mark.slow
-def test_sentence_hub_inputs(tmp_path):
+def test_sentence_hub_inputs_and_folder_kind(tmp_path, qa_folder):  # noqa: F811
     data = glue_folder("SST-2")
     run_cli("fairseq-train", *span_args(data, tmp_path, max_update=1))
     from span_plugin.inference.hub import SpanHubInterface
@@ -112,10 +155,12 @@ def test_sentence_hub_inputs(tmp_path):
                                              rf"--shorten-method truncate\)"):
         out = hub.predict(["short", long])
     assert len(out) == 2
+    _refused(tmp_path / "checkpoint_last.pt", qa_folder / "bin", "qa", "sentence",
+             "--split", "valid", "--output", tmp_path / "out.tsv")
 
 
 @pytest.mark.slow
-def test_qa_hub_inputs(qa_folder, tmp_path):  # noqa: F811
+def test_qa_hub_inputs_and_folder_kind(qa_folder, tmp_path):  # noqa: F811
     save = tmp_path / "ckpt"
     run_cli("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
             "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
@@ -134,3 +179,5 @@ def test_qa_hub_inputs(qa_folder, tmp_path):  # noqa: F811
         hub.predict_answers(["Who wrote it?"])
     with pytest.raises(TypeError, match="pair 0: the context is bytes"):
         hub.predict_answers([("Who wrote it?", context.encode())])
+    _refused(save / "checkpoint_last.pt", glue_folder("SST-2"), "sentence", "qa",
+             "--input", qa_folder / "valid.json", "--output", tmp_path / "p.json")

@@ -33,6 +33,7 @@ import span_plugin
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.data.layout import lay_out
 from span_plugin.data.span_datasets import LayoutSpansDataset
+from span_plugin.inference.folder_kinds import check_folder_kind
 from span_plugin.preprocess import encoder_settings, provenance
 
 span_plugin.register()  # the stack fixes, and every task and model a checkpoint may name
@@ -139,7 +140,7 @@ class SpanHubInterface(nn.Module):
                 f"{' or '.join(ADAPTERS)}"
             )
         record = (state.get("task_state") or {}).get(provenance.STATE_KEY)
-        data = _data_folder(data, _field(task_cfg, "data"), record, checkpoint)
+        data = _data_folder(data, _field(task_cfg, "data"), record, checkpoint, task_name)
         # fairseq applies overrides only when it reads the file itself, not to a state
         # handed to load_model_ensemble_and_task: apply them here.
         overrides = {"load_checkpoint_heads": True, "data": data}
@@ -206,10 +207,11 @@ class SpanHubInterface(nn.Module):
         return out
 
 
-def _data_folder(data, stored, record, checkpoint):
+def _data_folder(data, stored, record, checkpoint, task=None):
     """The task folder to read the dictionaries from: ``data`` when given, else the
     folder recorded at training time (absolute), else the path in the checkpoint's
-    config. Its dict.txt files must have the hashes of the checkpoint's record."""
+    config. It must be of the kind ``task`` reads (a QA folder for span_qa, ...), and
+    its dict.txt files must have the hashes of the checkpoint's record."""
     if data is None:
         tried = [p for p in ((record or {}).get("data_dir"), stored) if p]
         data = next((p for p in tried if os.path.isdir(p)), None)
@@ -219,6 +221,7 @@ def _data_folder(data, stored, record, checkpoint):
                 f"is not here: pass data=FOLDER (the folder it was trained on, or a copy; "
                 f"its dict.txt files are checked against the checkpoint's record)")
     data = str(data)
+    check_folder_kind(data, task, checkpoint)
     if record is not None:
         provenance.verify_files(data, record, only=provenance.is_dictionary,
                                 where=f"the data record in {checkpoint}")
