@@ -10,7 +10,9 @@ holds a tab or a line break. Split on tabs it becomes extra fields or extra rows
 field holding both can give rows of the right width that are fragments (a row of a
 5-row file read as two, one of them a fragment with the row's label). Such a field is
 named, never read as something else (:func:`split_rows`): the caller stops, naming the
-line and the fix, or leaves the whole record out.
+line and the fix, or leaves the whole record out. So is a field that is quoted whole
+with a doubled quote inside (``"a ""b"" c"``): CSV's escaping, which no GLUE file holds,
+and read as text it would keep the doubled quotes.
 
 A field counts as CSV-quoted only where both readings can be told apart: it starts
 with ``"``, its quote closes (inner quotes doubled) right before a tab or a line end
@@ -21,9 +23,12 @@ other than the header's). No row of the GLUE files here is such a field (tested)
 
 import csv
 import io
+import re
 
 QUOTE = '"'
 MAX_QUOTED_LINES = 1000  # a quoted field is looked for over at most this many lines
+# A whole field in quotes with a doubled quote inside: CSV's escaping, never GLUE text.
+DOUBLED = re.compile(r'"(?:[^"]|"")*""(?:[^"]|"")*"')
 
 
 def _closing_quote(text, start, end):
@@ -62,8 +67,9 @@ class _Text:
 
 
 def quoted_field(text, i, expected):
-    """``(field number, last line index, "tab" | "line break")`` when line ``i`` holds
-    a CSV-quoted field that plain splitting would cut (module docstring), else None.
+    """``(field number, last line index, "tab" | "line break" | "doubled quote")`` when
+    line ``i`` holds a CSV-quoted field that plain splitting would cut, or whose text
+    it would read with CSV's doubled quotes (module docstring), else None.
     text: a :class:`_Text` of the file's lines."""
     line = text.lines[i]
     if QUOTE not in line:
@@ -73,6 +79,8 @@ def quoted_field(text, i, expected):
     last = min(i + MAX_QUOTED_LINES, len(text.lines) - 1)
     end = text.starts[last] + len(text.lines[last])
     for k, field in enumerate(plain):
+        if DOUBLED.fullmatch(field):
+            return k + 1, i, "doubled quote"
         if field.startswith(QUOTE):
             close = _closing_quote(text.text, offset, end)
             if close is not None and close > offset + len(field):
@@ -107,10 +115,11 @@ def split_rows(lines, first, expected):
             if found is not None:
                 k, j, what = found
                 ends = f" (it ends on line {j + 1})" if j > i else ""
+                harm = ("its text would keep the quotes, doubled" if what == "doubled quote"
+                        else "it would be cut into other fields and rows")
                 yield i + 1, None, ("quoted", f"field {k} is a quoted field holding a "
                                     f"{what}{ends}, as CSV writers quote it; tab-separated "
-                                    f"files are read without quoting (GLUE's rule), so it "
-                                    f"would be cut into other fields and rows")
+                                    f"files are read without quoting (GLUE's rule), so {harm}")
                 i = j + 1
                 continue
         fields = line.split("\t")
