@@ -88,9 +88,10 @@ class SentenceHubInterface(SpanHubInterface):
     def predict(self, examples, batch_size=32):
         """Predict raw sentences (str) or pairs ((str, str)); one str is one sentence.
 
-        Returns one dict per example (a list, also for one str): classification ``{"label": name, "probs":
-        {name: p}}``; regression ``{"score": float}`` (in the units of the training
-        labels: STS-B folders from span-preprocess hold score / 5).
+        Returns a list of one dict per example (a list of one for one str):
+        classification ``{"label": name, "probs": {name: p}}``; regression ``{"score":
+        float}`` (in the units of the training labels: STS-B folders from
+        span-preprocess hold score / 5).
         """
         logits = self.predict_logits(examples, batch_size=batch_size)
         if self.regression:
