@@ -274,17 +274,17 @@ class _Reading:
                     raise _Bad(gold.unplaced[0][2])
                 if not gold.placed and not gold.impossible:
                     raise _Bad(f"no answer can be placed ({gold.unplaced[0][2]})")
-            for kind, message in gold.notes:
-                self.note(kind, here, qid, message)
-            for _, _, why in gold.unplaced:
-                self.note("unplaced answer", here, qid, why + (
-                    "; scored by its text, as the official evaluation reads it"
-                    if self.official else "; left out of training, kept for scoring"))
             if not (gold.impossible or gold.placed or gold.unplaced or gold.accepted):
                 raise _Bad("an answerable question with no answer, expected at least one")
         except _Bad as bad:
             self.bad(here, qid, str(bad))
             return
+        for kind, message in gold.notes:  # notes of the questions kept only
+            self.note(kind, here, qid, message)
+        for _, _, why in gold.unplaced:
+            self.note("unplaced answer", here, qid, why + (
+                "; scored by its text, as the official evaluation reads it"
+                if self.official else "; left out of training, kept for scoring"))
         self.examples.append(QAExample(
             qid, question, context, gold.placed, gold.impossible, here, title,
             gold.accepted, unplaced=[(text, start) for text, start, _ in gold.unplaced]))
