@@ -515,8 +515,9 @@ def main(argv=None):
 
     try:
         return a.func(a) or 0
-    except (BadInputError, NgramFormatError, FileNotFoundError, ValueError) as err:
-        # ValueError covers provenance.ProvenanceError (a file that differs from its record).
+    except (BadInputError, NgramFormatError, OSError, ValueError) as err:
+        # ValueError covers provenance.ProvenanceError (a file that differs from its record);
+        # OSError a path that is a folder, unreadable or not writable: bad input, exit 2.
         print(f"span-preprocess {a.cmd}: error: {err}", file=sys.stderr)
         return 2
 
