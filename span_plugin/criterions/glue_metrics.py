@@ -38,57 +38,68 @@ def confusion_counts(preds, targets, num_classes):
     return torch.bincount(flat, minlength=num_classes * num_classes).view(num_classes, num_classes)
 
 
-def mcc(cm):
-    """Matthews correlation of a confusion matrix ``[C, C]`` (rows: true class);
-    the multi-class formula of sklearn, 0 when undefined."""
-    cm = np.asarray(cm, dtype=np.float64)
+def mcc_tensor(cm):
+    """Matthews correlation of a confusion matrix ``[C, C]`` (rows: true class; a
+    tensor or array) as a float64 tensor on its device: the multi-class formula of
+    sklearn, 0 when undefined. Tensor ops only, so a device never waits on it."""
+    cm = torch.as_tensor(cm).to(torch.float64)
     s = cm.sum()
-    c = np.trace(cm)
-    t = cm.sum(axis=1)  # true counts per class
-    p = cm.sum(axis=0)  # predicted counts per class
-    cov_ytyp = c * s - np.dot(t, p)
-    cov_ypyp = s * s - np.dot(p, p)
-    cov_ytyt = s * s - np.dot(t, t)
-    if cov_ypyp * cov_ytyt == 0:
-        return 0.0
-    return float(cov_ytyp / np.sqrt(cov_ytyt * cov_ypyp))
+    t = cm.sum(1)  # true counts per class
+    p = cm.sum(0)  # predicted counts per class
+    cov_ytyp = cm.trace() * s - t @ p
+    denominator = (s * s - p @ p) * (s * s - t @ t)
+    return torch.where(denominator > 0, cov_ytyp / denominator.clamp(min=1e-300).sqrt(), 0.0)
+
+
+def f1_tensor(cm, positive=1):
+    """F1 of class ``positive`` from a confusion matrix ``[C, C]`` as a float64
+    tensor; 0 when undefined."""
+    cm = torch.as_tensor(cm).to(torch.float64)
+    tp = cm[positive, positive]
+    denominator = cm[:, positive].sum() + cm[positive, :].sum()  # 2 tp + fp + fn
+    return torch.where(denominator > 0, 2 * tp / denominator.clamp(min=1), 0.0)
+
+
+def mcc(cm):
+    """:func:`mcc_tensor` as a float."""
+    return float(mcc_tensor(cm))
 
 
 def f1(cm, positive=1):
-    """F1 of class ``positive`` from a confusion matrix ``[C, C]``; 0 when undefined."""
-    cm = np.asarray(cm, dtype=np.float64)
-    tp = cm[positive, positive]
-    fp = cm[:, positive].sum() - tp
-    fn = cm[positive, :].sum() - tp
-    denom = 2 * tp + fp + fn
-    return float(2 * tp / denom) if denom > 0 else 0.0
+    """:func:`f1_tensor` as a float."""
+    return float(f1_tensor(cm, positive))
 
 
 def moment_sums(x, y):
-    """Sums for Pearson's r of FloatTensors ``[N]``: dict of python floats."""
+    """Sums for Pearson's r of FloatTensors ``[N]``: dict of float64 tensors on their
+    device (summed over batches and workers as they are)."""
     x = x.double()
     y = y.double()
     return {
-        "n": float(x.numel()),
-        "x": float(x.sum()),
-        "y": float(y.sum()),
-        "xx": float((x * x).sum()),
-        "yy": float((y * y).sum()),
-        "xy": float((x * y).sum()),
+        "n": x.new_tensor(float(x.numel())),
+        "x": x.sum(),
+        "y": y.sum(),
+        "xx": (x * x).sum(),
+        "yy": (y * y).sum(),
+        "xy": (x * y).sum(),
     }
 
 
-def pearson_from_sums(s):
-    """Pearson's r from :func:`moment_sums` (summed); 0 when undefined."""
-    n = s["n"]
-    if n < 2:
-        return 0.0
+def pearson_tensor(s):
+    """Pearson's r from :func:`moment_sums` (summed; tensors or numbers) as a float64
+    tensor; 0 when undefined."""
+    s = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in s.items()}
+    n = s["n"].clamp(min=1)
     cov = s["xy"] - s["x"] * s["y"] / n
     vx = s["xx"] - s["x"] ** 2 / n
     vy = s["yy"] - s["y"] ** 2 / n
-    if vx <= 0 or vy <= 0:
-        return 0.0
-    return float(cov / np.sqrt(vx * vy))
+    defined = (s["n"] >= 2) & (vx > 0) & (vy > 0)
+    return torch.where(defined, cov / (vx * vy).clamp(min=1e-300).sqrt(), 0.0)
+
+
+def pearson_from_sums(s):
+    """:func:`pearson_tensor` as a float."""
+    return float(pearson_tensor(s))
 
 
 def spearman(preds, targets):

@@ -37,11 +37,9 @@ the reader uses the record only when it holds every row of the split exactly onc
 """
 
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from fairseq.criterions import register_criterion
@@ -120,10 +118,7 @@ class SpanClassificationCriterion(SummedCriterion):
                 p, t = preds, targets
                 if self.positive == 0:  # log binary counts with the positive label as 1
                     p, t = 1 - p, 1 - t
-                cells = glue_metrics.confusion_counts(p, t, self.num_classes)
-                for i in range(self.num_classes):
-                    for j in range(self.num_classes):
-                        log[f"_cm_{i}_{j}"] = cells[i, j]
+                log["_cm"] = glue_metrics.confusion_counts(p, t, self.num_classes)  # [C, C]
                 if self.num_classes == 2 and self.positive is not None:
                     log["_f1_known"] = 1
         else:
@@ -135,6 +130,8 @@ class SpanClassificationCriterion(SummedCriterion):
             if not model.training:
                 log.update(self._by_id(sample["id"], preds.detach(), targets))
         log["loss"] = loss.data
+        if not model.training:
+            log["_eval"] = 1
         self._remember(model, sample, preds)
         return loss, sample_size, log
 
@@ -172,22 +169,22 @@ class SpanClassificationCriterion(SummedCriterion):
             metrics.log_scalar(
                 "accuracy", 100.0 * total("ncorrect") / max(nsentences, 1), nsentences, round=2
             )
-        cells = sorted(k for k in keys if k.startswith("_cm_"))
-        for k in cells:
-            metrics.log_scalar_sum(k, total(k))
-        if cells:
-            n = int(round(math.sqrt(len(cells))))
-            metrics.log_derived("mcc", lambda m: _pct(glue_metrics.mcc(_cm(m, n))))
-            if n == 2 and "_f1_known" in keys:
-                metrics.log_derived("f1", lambda m: _pct(glue_metrics.f1(_cm(m, n))))
+        # Derived metrics stay device tensors on training steps, where fairseq smooths
+        # every metric after every update (no host-device sync for them); validation
+        # gets numbers, for checkpoint selection and early stopping.
+        as_number = "_eval" in keys
+        if "_cm" in keys:
+            metrics.log_scalar_sum("_cm", total("_cm"))
+            metrics.log_derived("mcc", lambda m: _pct(glue_metrics.mcc_tensor(m["_cm"].sum), as_number))
+            if "_f1_known" in keys:  # two classes, a positive label known
+                metrics.log_derived("f1", lambda m: _pct(glue_metrics.f1_tensor(m["_cm"].sum), as_number))
         if "_n" in keys:
             for k in glue_metrics.MOMENT_KEYS:
                 metrics.log_scalar_sum("_" + k, total("_" + k))
             metrics.log_derived(
                 "pearson",
-                lambda m: _pct(
-                    glue_metrics.pearson_from_sums({k: m["_" + k].sum for k in glue_metrics.MOMENT_KEYS})
-                ),
+                lambda m: _pct(glue_metrics.pearson_tensor(
+                    {k: m["_" + k].sum for k in glue_metrics.MOMENT_KEYS}), as_number),
             )
         if "_seen_by_id" in keys:
             seen = sum(log["_seen_by_id"] for log in logging_outputs if "_seen_by_id" in log)
@@ -203,9 +200,10 @@ class SpanClassificationCriterion(SummedCriterion):
             )
 
 
-def _cm(meters, n):
-    return np.array([[meters[f"_cm_{i}_{j}"].sum for j in range(n)] for i in range(n)], dtype=np.float64)
-
-
-def _pct(value):
-    return round(100.0 * float(value), 2)
+def _pct(value, as_number=True):
+    """A metric in [0, 1] as a percentage rounded to 2 places: a float, or a tensor
+    on the value's device (no sync)."""
+    if not torch.is_tensor(value):
+        return round(100.0 * float(value), 2)
+    value = torch.round(100.0 * value, decimals=2)
+    return float(value) if as_number else value

@@ -4,15 +4,17 @@ reduces them."""
 
 import math
 
-import torch
 from fairseq.criterions import FairseqCriterion
 from fairseq.logging import metrics
 
 
 def summer(logging_outputs):
-    """``total(key)``: the sum of ``key`` over ``logging_outputs`` (0 where absent)."""
+    """``total(key)``: the sum of ``key`` over ``logging_outputs`` (0 where absent).
+    Tensors stay tensors on their device: fairseq reduces the metrics after every
+    update, and a ``.item()`` here would make the host wait for the device each time;
+    fairseq's meters turn them into numbers when they are logged."""
     def total(key):
-        return sum(_number(log.get(key, 0)) for log in logging_outputs)
+        return sum(log.get(key, 0) for log in logging_outputs)
 
     return total
 
@@ -24,10 +26,6 @@ def log_loss(total):
     metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2),
                        sample_size, round=3)
     return sample_size
-
-
-def _number(v):
-    return v.item() if torch.is_tensor(v) else v
 
 
 class SummedCriterion(FairseqCriterion):

@@ -9,13 +9,14 @@ class SegmentConv1d(nn.Conv1d):
     """``nn.Conv1d(dim, dim, k, padding=k // 2)`` applied to every segment of a packed
     sequence as if the segment stood alone, zero-padded at both ends.
 
-    A kernel-k convolution is the sum of k shifted linear maps; here tap ``j`` of the
-    output at position t reads position ``t + j - k // 2`` only when that position
-    carries the same segment id as t, so neighbours in another segment, and
-    positions in no segment, count as the zero padding they would be if the
-    segment were convolved on its own. All taps come from one matrix product,
-    then k shifted, masked adds: no loop over examples or segments, no padded
-    per-segment buffer.
+    Tap ``j`` of the output at position t reads position ``t + j - k // 2`` only when
+    that position carries the same segment id as t, so neighbours in another
+    segment, and positions in no segment, count as the zero padding they would be
+    if the segment were convolved on its own. The k windows of every position are
+    one strided view of the padded input; masking them and one matrix product with
+    the flattened weight give every output: no loop over examples or segments, no
+    padded per-segment buffer, and a handful of kernels forward and backward (each
+    a launch on a GPU).
 
     The parameters are those of ``nn.Conv1d`` (weight ``[H_out, H_in, k]``, bias
     ``[H_out]``, same initialisation), so ``F.conv1d`` with ``self.weight`` on one
@@ -37,26 +38,20 @@ class SegmentConv1d(nn.Conv1d):
             ``[B, N, H_out]`` in the dtype of ``values``. Positions in no segment
             hold unspecified values: callers mask them.
         """
-        batch, length, _ = values.shape
+        batch, length, dim = values.shape
         k = self.kernel_size[0]
         half = k // 2
+        if length == 0:  # nothing to convolve (unfold needs k positions); keep the graph
+            return F.linear(values, self.weight[:, :, half], self.bias)
         # Positions in no segment are never read; zeroing them first keeps whatever
         # they hold (huge fp16 padding, garbage) out of the matrix product, so no
         # tap there can overflow to inf and turn into nan when masked.
         in_segment = segment_ids >= 0
         values = values.masked_fill(~in_segment.unsqueeze(-1), 0)
-        # [B, N + 2*half, k, H_out]: every tap's linear map of every (padded)
-        # position; the bias rides on the centre tap.
-        taps_weight = self.weight.permute(2, 0, 1).reshape(k * self.out_channels, self.in_channels)
-        taps_bias = F.pad(self.bias, (half * self.out_channels, half * self.out_channels))
-        taps = F.linear(F.pad(values, (0, 0, half, half)), taps_weight, taps_bias)
-        taps = taps.view(batch, length + 2 * half, k, self.out_channels)
-
-        padded_ids = F.pad(segment_ids, (half, half), value=-1)
-        output = taps[:, half : half + length, half]
-        for j in range(k):  # over kernel taps, not over examples or segments
-            if j == half:
-                continue
-            same_segment = (padded_ids[:, j : j + length] == segment_ids) & in_segment
-            output = torch.addcmul(output, taps[:, j : j + length, j], same_segment.unsqueeze(-1).to(values.dtype))
-        return output
+        # windows[b, t, :, j] = values[b, t + j - half] (zeros past either end).
+        windows = F.pad(values, (0, 0, half, half)).unfold(1, k, 1)  # [B, N, H_in, k]
+        neighbour_ids = F.pad(segment_ids, (half, half), value=-1).unfold(1, k, 1)  # [B, N, k]
+        same_segment = (neighbour_ids == segment_ids.unsqueeze(-1)) & in_segment.unsqueeze(-1)
+        windows = windows * same_segment.unsqueeze(2).to(values.dtype)
+        # weight [H_out, H_in, k] flattens in the windows' (H_in, k) order.
+        return F.linear(windows.reshape(batch, length, dim * k), self.weight.reshape(self.out_channels, -1), self.bias)

@@ -18,24 +18,16 @@ import torch.nn as nn
 from span_plugin.modules.segment_conv import SegmentConv1d
 from span_plugin.modules.segment_pooling import segment_max
 from span_plugin.modules.span_extractors import SegmentPoolingExtractor, build_span_extractor
-from span_plugin.modules.span_layout import covered_run_ids, pack_covered_tokens, token_span_ids, valid_span_ids
-
-
-def gather_tokens(features: torch.Tensor, flat_index: torch.Tensor) -> torch.Tensor:
-    """``features [B, T, H]``, flat indices ``[N]`` into ``B * T`` -> ``[N, H]``.
-    Indexes in place: fairseq's features are a transposed (non-contiguous) view,
-    which a reshape would copy whole."""
-    seq_len = features.size(1)
-    example = torch.div(flat_index, seq_len, rounding_mode="floor")
-    return features[example, flat_index - example * seq_len]
+from span_plugin.modules.span_layout import NO_SEGMENT, covered_run_ids, token_span_ids, valid_span_ids
 
 
 class SpanEncoder(nn.Module):
     """Two-level span encoder: ``within_span`` pools tokens into span vectors,
     ``across_spans`` pools each example's non-empty spans, in order, into ``[B, H]``.
-    Both are pooling span extractors (``pool_segments``) and run on packed sequences
-    (covered tokens, non-empty spans) with a segment id per position, so padding
-    costs no compute."""
+    Both are pooling span extractors (``pool_segments``) run on the batch as it is
+    (``[B, T, H]``, then ``[B, S, H]``) with a segment id per position and masks for
+    positions in no segment: every shape is known from the input's, so nothing waits
+    for the device (no ``nonzero``) and a compiled graph is reused for equal shapes."""
 
     def __init__(self, within_span: SegmentPoolingExtractor, across_spans: SegmentPoolingExtractor,
                  dropout: float = 0.0):
@@ -54,21 +46,14 @@ class SpanEncoder(nn.Module):
         Returns:
             ``[B, H]``, dtype of ``features``; zeros for an example with no span.
         """
-        batch, seq_len, dim = features.shape
         num_slots = spans.size(1)
-        span_ids, num_spans = token_span_ids(spans, seq_len)
-        # Token level: only the N covered tokens, packed into one sequence [1, N, H].
-        token_index, packed_ids = pack_covered_tokens(span_ids, num_slots)
-        packed = gather_tokens(features, token_index)
-        span_vectors = self.within_span.pool_segments(packed.unsqueeze(0), packed_ids.unsqueeze(0), batch * num_slots)
+        span_ids, num_spans = token_span_ids(spans, features.size(1))  # [B, T], [B]
+        span_vectors = self.within_span.pool_segments(features, span_ids, num_slots)  # [B, S, H]
         span_vectors = self.within_dropout(span_vectors)
-        # Span level: span ids are compacted (empty rows dropped, order kept), so an
-        # example's spans are its first num_spans slots; pack those, one segment
-        # per example.
-        span_index, example = pack_covered_tokens(valid_span_ids(num_spans, num_slots), 1)
-        packed_spans = span_vectors.reshape(batch * num_slots, dim).index_select(0, span_index)
-        sentence = self.across_spans.pool_segments(packed_spans.unsqueeze(0), example.unsqueeze(0), batch)
-        return self.across_dropout(sentence.squeeze(0))
+        # Span ids are compacted (empty rows dropped, order kept): an example's spans
+        # are its first num_spans slots, one segment per example.
+        sentence = self.across_spans.pool_segments(span_vectors, valid_span_ids(num_spans, num_slots), 1)
+        return self.across_dropout(sentence.squeeze(1))
 
 
 def _learned(level: nn.Module) -> bool:
@@ -77,9 +62,9 @@ def _learned(level: nn.Module) -> bool:
 
 class NoSegmentationCnnEncoder(nn.Module):
     """The paper's "CNN without segmentation" control: the two convolutions of
-    cnn-cnn (same parameter count), both run over all covered tokens as one
-    sequence, cut only at uncovered tokens (specials, padding), then a max over
-    covered tokens. Spans only decide which tokens are covered. ``dropout`` follows
+    cnn-cnn (same parameter count), both run over each example's covered tokens,
+    cut only at uncovered tokens (specials, padding), then a max over covered
+    tokens. Spans only decide which tokens are covered. ``dropout`` follows
     each convolution, as each level of cnn-cnn."""
 
     def __init__(self, dim: int, kernel_size: int = 3, dropout: float = 0.0):
@@ -90,16 +75,12 @@ class NoSegmentationCnnEncoder(nn.Module):
 
     def forward(self, features: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
         """``features [B, T, H]``, ``spans [B, S, 2]`` -> ``[B, H]`` (zeros if nothing covered)."""
-        batch, seq_len = features.shape[:2]
-        span_ids, _ = token_span_ids(spans, seq_len)
-        # Runs are numbered < T within an example; pack covered tokens as [1, N, H].
-        token_index, packed_runs = pack_covered_tokens(covered_run_ids(span_ids), seq_len)
-        packed = gather_tokens(features, token_index).unsqueeze(0)
-        packed_runs = packed_runs.unsqueeze(0)
-        hidden = self.dropout(torch.relu(self.first_conv(packed, packed_runs)))
-        hidden = torch.relu(self.second_conv(hidden, packed_runs))
-        example = torch.div(packed_runs, seq_len, rounding_mode="floor")
-        return self.dropout(segment_max(hidden, example, batch).squeeze(0))
+        span_ids, _ = token_span_ids(spans, features.size(1))
+        runs = covered_run_ids(span_ids)  # [B, T]
+        hidden = self.dropout(torch.relu(self.first_conv(features, runs)))
+        hidden = torch.relu(self.second_conv(hidden, runs))
+        covered = torch.where(runs >= 0, 0, NO_SEGMENT)  # one segment per example
+        return self.dropout(segment_max(hidden, covered, 1).squeeze(1))
 
 
 # name -> span extractor kinds (within a span, across the spans); "cnn" is the control
