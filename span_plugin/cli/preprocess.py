@@ -429,8 +429,9 @@ def build_parser():
     q.add_argument("--tag-scheme", choices=("iob1", "iob2", "bioes"), default="iob2",
                    help="scheme of the files' tags; the folder stores IOB2")
     q.add_argument("--bad-tags", choices=("repair", "error"), default="repair",
-                   help="an I- (or E-) tag that continues no entity: read it as B- as "
-                   "conlleval does (counted), or stop naming file and line")
+                   help="an I- (or E-) tag that continues no entity, or (bioes) an entity "
+                   "that no E- ends: read it as conlleval does (counted), or stop naming "
+                   "file and line")
     q.add_argument("--max-tokens", type=int, default=510,
                    help="most tokens per item (model positions minus <s> and </s>); longer "
                    "sentences are cut between words into several items")
