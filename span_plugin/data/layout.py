@@ -48,8 +48,8 @@ from fairseq.data import (
     NestedDictionaryDataset,
     NumelDataset,
     NumSamplesDataset,
+    PadDataset,
     PrependTokenDataset,
-    RightPadDataset,
     SortDataset,
     data_utils,
 )
@@ -58,6 +58,20 @@ from span_plugin.data.phrase_pairs import PhrasePairsDataset
 from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
 
 SHORTEN_METHODS = ("none", "truncate", "random_crop")
+
+
+class RightPadToMultipleDataset(PadDataset):
+    """fairseq's ``RightPadDataset`` with every batch's length rounded up to a multiple
+    of ``multiple`` (``--length-multiple``): a compiled model then sees a few lengths
+    and reuses one graph for each."""
+
+    def __init__(self, dataset, pad_idx, multiple=1):
+        super().__init__(dataset, pad_idx, left_pad=False)
+        self.multiple = multiple
+
+    def collater(self, samples):
+        return data_utils.collate_tokens(samples, self.pad_idx, left_pad=False,
+                                         pad_to_multiple=self.multiple)
 
 
 def lay_out(inputs, init_token=None, separator_token=None, shorten="none", max_len=None, seed=1):
@@ -127,15 +141,16 @@ class Layout:
         return PhrasePairsDataset(sources, targets, labels, self.starts[0], self.starts[1],
                                   self.truncated_at, part)
 
-    def dataset(self, pad, net_input=None, targets=None, shuffle_seed=None):
+    def dataset(self, pad, net_input=None, targets=None, shuffle_seed=None, length_multiple=1):
         """The fairseq dataset of a split: ``id``, ``net_input`` (``src_tokens``
-        ``[B, T]`` right-padded with ``pad``, ``src_lengths`` ``[B]`` and the given side
-        datasets), ``nsentences``, ``ntokens`` and the given targets; batched by token
-        count; shuffled with ``shuffle_seed`` (None: file order)."""
+        ``[B, T]`` right-padded with ``pad`` to a multiple of ``length_multiple``,
+        ``src_lengths`` ``[B]`` and the given side datasets), ``nsentences``,
+        ``ntokens`` and the given targets; batched by token count; shuffled with
+        ``shuffle_seed`` (None: file order)."""
         fields = {
             "id": IdDataset(),
             "net_input": {
-                "src_tokens": RightPadDataset(self.tokens, pad_idx=pad),
+                "src_tokens": RightPadToMultipleDataset(self.tokens, pad, length_multiple),
                 "src_lengths": NumelDataset(self.tokens, reduce=False),
                 **(net_input or {}),
             },

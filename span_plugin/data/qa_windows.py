@@ -40,11 +40,13 @@ class QAWindowsDataset(FairseqDataset):
         shuffled per (seed, epoch).
     spans: None, or the windows' n-gram spans in the layout (``layout.spans(...)``, item
         w = ``[n_w, 2]``), batched as ``net_input.spans``.
+    length_multiple: T is rounded up to a multiple of it (``--length-multiple``).
     """
 
     def __init__(self, layout, window_question, offsets, answers, records, pad,
-                 shuffle_seed=None, spans=None):
+                 shuffle_seed=None, spans=None, length_multiple=1):
         super().__init__()
+        self.length_multiple = length_multiple
         self.spans = spans
         self.tokens = layout.tokens
         self.passage_starts = np.asarray(layout.starts[1], dtype=np.int64)
@@ -103,7 +105,8 @@ class QAWindowsDataset(FairseqDataset):
             return {}
         windows = [w for s in samples for w in s["windows"]]
         question = [k for k, s in enumerate(samples) for _ in s["windows"]]
-        tokens = data_utils.collate_tokens([w["tokens"] for w in windows], self.pad)
+        tokens = data_utils.collate_tokens([w["tokens"] for w in windows], self.pad,
+                                           pad_to_multiple=self.length_multiple)
         n, t = tokens.shape
         passage = torch.tensor([w["passage"] for w in windows], dtype=torch.long)
         offsets = torch.full((n, t, 2), -1, dtype=torch.long)

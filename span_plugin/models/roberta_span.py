@@ -30,6 +30,12 @@ from span_plugin.models.bert_parts import (
     token_embeddings,
 )
 from span_plugin.models.checkpoint_fit import check_encoder_fits, set_layernorm_eps
+from span_plugin.models.compiled import (
+    COMPILE_MODES,
+    compile_encoder_in_place,
+    compile_in_place,
+    pad_spans_to_length,
+)
 from span_plugin.models.heads import build_head
 from span_plugin.modules import SPAN_ENCODERS
 
@@ -75,6 +81,17 @@ class RobertaSpanModel(RobertaModel):
                             "span_classification and sentence_prediction tasks): span, the "
                             "paper's (default); plain, the baseline: BERT's classifier over "
                             "its pooler with --bert-pooler, else fairseq's RoBERTa head")
+        parser.add_argument("--compile", action="store_true", default=None,
+                            help="fine-tune with torch.compile of the encoder and the heads "
+                            "(fairseq-train only; pair it with --length-multiple 64 so a few "
+                            "graphs serve every batch); a model loaded from a checkpoint "
+                            "runs eagerly")
+        parser.add_argument("--compile-mode", choices=COMPILE_MODES,
+                            help="torch.compile mode: default; reduce-overhead (CUDA graphs: "
+                            "least host work per step); max-autotune-no-cudagraphs")
+        parser.add_argument("--compile-backend", metavar="NAME",
+                            help="torch.compile backend (inductor; aot_eager captures the same "
+                            "graphs without generating code, for checks)")
         add_bert_args(parser)
 
     @classmethod
@@ -88,8 +105,23 @@ class RobertaSpanModel(RobertaModel):
         return model
 
     def register_head(self, name, kind, **options):
-        """Build a head of ``kind`` (``heads.HEAD_KINDS``) and store it as ``name``."""
-        self.classification_heads[name] = build_head(kind, self.args, **options)
+        """Build a head of ``kind`` (``heads.HEAD_KINDS``) and store it as ``name``
+        (compiled after :meth:`compile_for_training`)."""
+        head = build_head(kind, self.args, **options)
+        if getattr(self, "compile_mode", None):
+            compile_in_place(head, self.compile_mode, self.args.compile_backend)
+        self.classification_heads[name] = head
+
+    def compile_for_training(self):
+        """``--compile``: compile the encoder now and every head as it is registered
+        (:mod:`span_plugin.models.compiled`). The tasks call it for fairseq-train."""
+        self.compile_mode = self.args.compile_mode
+        # The transformer stack, not RobertaEncoder: BERT's segment-B path calls it
+        # through extract_features, which a compiled RobertaEncoder would not cover.
+        compile_encoder_in_place(self.encoder.sentence_encoder, self.compile_mode,
+                                 self.args.compile_backend)
+        for head in self.classification_heads.values():
+            compile_in_place(head, self.compile_mode, self.args.compile_backend)
 
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         """fairseq's name for it: the ``--sentence-head`` (the paper's, or the plain
@@ -134,6 +166,8 @@ class RobertaSpanModel(RobertaModel):
                 f"classification head {classification_head_name!r} reads {missing[0]}: pass "
                 f"{missing[0]}=LongTensor[B, N, 2] (its task puts them in net_input)")
         given = {k: v for k, v in given.items() if v is not None}
+        if getattr(self, "compile_mode", None) and "spans" in given:
+            given["spans"] = pad_spans_to_length(given["spans"], src_tokens.size(1))
         if getattr(head, "reads_pooled", False):
             given["pooled"] = pooled_first(self, x)
         return head(x, **given), extra
@@ -201,6 +235,9 @@ def span_defaults(args):
     args.head_dropout = safe_getattr(args, "head_dropout", 0.1)
     args.span_dropout = safe_getattr(args, "span_dropout", 0.1)
     args.sentence_head = safe_getattr(args, "sentence_head", "span")
+    args.compile = safe_getattr(args, "compile", False) or False
+    args.compile_mode = safe_getattr(args, "compile_mode", None) or "default"
+    args.compile_backend = safe_getattr(args, "compile_backend", None) or "inductor"
     bert_defaults(args)
 
 

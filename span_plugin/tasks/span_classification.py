@@ -17,7 +17,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig
 
 from span_plugin.data.layout import lay_out
-from span_plugin.tasks.span_inputs import SentenceSpanTask
+from span_plugin.tasks.span_inputs import SentenceSpanTask, length_multiple, length_multiple_field
 
 
 @dataclass
@@ -36,6 +36,7 @@ class SpanClassificationConfig(SentencePredictionConfig):
             "None or 0 keeps all"
         },
     )
+    length_multiple: int = length_multiple_field()
 
 
 @register_task("span_classification", dataclass=SpanClassificationConfig)
@@ -71,7 +72,7 @@ class SpanClassificationTask(SentenceSpanTask):
         return layout.dataset(
             self.source_dictionary.pad(), net_input={"spans": spans},
             targets=self.sentence_targets(split, len(input0)),
-            shuffle_seed=None if cfg.no_shuffle else cfg.seed,
+            shuffle_seed=None if cfg.no_shuffle else cfg.seed, length_multiple=length_multiple(cfg),
         )
 
     def build_model(self, cfg, from_checkpoint=False):

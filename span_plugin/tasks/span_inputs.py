@@ -8,6 +8,7 @@ The input layout itself (``<s> A </s> </s> B </s>``, shortening, span offsets) i
 """
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -28,6 +29,20 @@ from span_plugin.data.layout import check_label_count
 from span_plugin.preprocess import provenance
 
 logger = logging.getLogger(__name__)
+
+
+def length_multiple_field():
+    """The ``--length-multiple`` option of the fine-tuning tasks' configs."""
+    return dataclasses.field(default=1, metadata={
+        "help": "pad every batch's token axis to a multiple of this (1: to its longest "
+        "item, as fairseq does); with --compile, 64 keeps the number of compiled graphs "
+        "to one per multiple up to --max-positions"})
+
+
+def length_multiple(cfg):
+    """``cfg.length_multiple``; 1 for a config written before the option existed (an
+    older checkpoint's task config)."""
+    return getattr(cfg, "length_multiple", None) or 1
 
 
 class SpanInputsTask:
@@ -117,6 +132,8 @@ class SpanInputsTask:
                 f"task {self.task_name} needs a model that reads {self.model_inputs} (--arch "
                 f"{archs}); got {type(model).__name__}, which would silently ignore them"
             )
+        if model.args.compile and not from_checkpoint:  # fairseq-train, not the hub or span-predict
+            model.compile_for_training()
         return model
 
 

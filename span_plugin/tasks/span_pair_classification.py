@@ -25,7 +25,7 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.phrase_pairs import check_phrase_files, count_cut_pairs
 from span_plugin.preprocess.pairs import PHRASE_LABEL_DIR, phrase_prefix, read_phrase_labels
 from span_plugin.tasks.span_classification import SpanClassificationConfig
-from span_plugin.tasks.span_inputs import SentenceSpanTask
+from span_plugin.tasks.span_inputs import SentenceSpanTask, length_multiple
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +101,7 @@ class SpanPairClassificationTask(SentenceSpanTask):
             self.source_dictionary.pad(),
             net_input={"phrases": layout.phrase_pairs(spans0, spans1, labels, "phrases")},
             targets=targets, shuffle_seed=None if cfg.no_shuffle else cfg.seed,
+            length_multiple=length_multiple(cfg),
         )
 
     def build_model(self, cfg, from_checkpoint=False):

@@ -27,7 +27,7 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.preprocess import indexed, provenance
 from span_plugin.preprocess.qa import INDEX_DTYPE, QA_DIR, read_records
-from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask
+from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, length_multiple, length_multiple_field
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class SpanQAConfig(FairseqDataclass):
         "help": "SQuAD 2.0 folders: answer '' when the no-answer score exceeds the best "
         "answer's by more than this (validation metrics; span-predict can tune it)"})
     classification_head_name: str = field(default="qa_head")
+    length_multiple: int = length_multiple_field()
     no_shuffle: bool = False
     seed: int = II("common.seed")
 
@@ -143,7 +144,8 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
         return QAWindowsDataset(layout, window_question, side["offsets"], side["answer"],
                                 records, self.dictionary.pad(),
                                 shuffle_seed=None if cfg.no_shuffle else cfg.seed,
-                                spans=layout.spans([question_spans, passage_spans]))
+                                spans=layout.spans([question_spans, passage_spans]),
+                                length_multiple=length_multiple(cfg))
 
     def build_model(self, cfg, from_checkpoint=False):
         model = self.build_model_of(cfg, from_checkpoint, "roberta_qa, roberta_qa_base/large")

@@ -27,7 +27,7 @@ from span_plugin.data.tagging_datasets import EntitySpansDataset, WordTagsDatase
 from span_plugin.formats import tags as T
 from span_plugin.modules.tag_decoding import TOKEN_DECODINGS
 from span_plugin.preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
-from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask
+from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, length_multiple, length_multiple_field
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class SpanTaggingConfig(FairseqDataclass):
                                      "hub: viterbi: the best well-formed IOB2 sequence (I-X "
                                      "only after B-X or I-X); argmax: each word's best tag "
                                      "(may be ill-formed). span_labeling ignores it"})
+    length_multiple: int = length_multiple_field()
     no_shuffle: bool = False
     seed: int = II("common.seed")
 
@@ -124,7 +125,7 @@ class SpanTaggingTask(SpanInputsTask, OneDictionaryTask, FairseqTask):
             self.dictionary.pad(),
             net_input={"spans": layout.spans([spans]), "words": layout.spans([words])},
             targets={"target": WordTagsDataset(labels), **self.extra_targets(labels)},
-            shuffle_seed=None if cfg.no_shuffle else cfg.seed,
+            shuffle_seed=None if cfg.no_shuffle else cfg.seed, length_multiple=length_multiple(cfg),
         )
 
     def extra_targets(self, labels):
