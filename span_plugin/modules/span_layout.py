@@ -42,31 +42,6 @@ def token_span_ids(spans: torch.Tensor, seq_len: int) -> Tuple[torch.Tensor, tor
     return span_ids, nonempty.sum(-1)
 
 
-def pack_covered_tokens(token_segment_ids: torch.Tensor, num_segments: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Where the positions in a segment are, as one packed sequence over the batch.
-
-    Args:
-        token_segment_ids: LongTensor ``[B, T]``, a per-example segment id
-            (``< num_segments``) or ``NO_SEGMENT``. (Also used on the span axis,
-            ``[B, S]``, to pack non-empty spans.)
-        num_segments: segments per example.
-
-    Returns:
-        token_index: LongTensor ``[N]``, flat indices into ``B * T`` of the N
-            positions in a segment, in order (example by example).
-        packed_ids: LongTensor ``[N]``, batch-wide segment id
-            ``example * num_segments + segment``: positions of different examples
-            or segments never share an id, so packing them side by side is safe.
-
-    Computing only on these N positions skips specials, padding and tokens dropped
-    by ``clip_spans``. (``nonzero`` makes the host wait for the device once.)
-    """
-    flat_ids = token_segment_ids.flatten()
-    token_index = (flat_ids >= 0).nonzero().squeeze(1)
-    example = torch.div(token_index, token_segment_ids.size(1), rounding_mode="floor")
-    return token_index, example * num_segments + flat_ids[token_index]
-
-
 def valid_span_ids(num_spans: torch.Tensor, max_spans: int) -> torch.Tensor:
     """Segment ids for pooling over the (compacted) span axis.
 
