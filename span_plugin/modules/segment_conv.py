@@ -49,9 +49,25 @@ class SegmentConv1d(nn.Conv1d):
         in_segment = segment_ids >= 0
         values = values.masked_fill(~in_segment.unsqueeze(-1), 0)
         # windows[b, t, :, j] = values[b, t + j - half] (zeros past either end).
-        windows = F.pad(values, (0, 0, half, half)).unfold(1, k, 1)  # [B, N, H_in, k]
+        windows = _windows(F.pad(values, (0, 0, half, half)), k)  # [B, N, H_in, k]
         neighbour_ids = F.pad(segment_ids, (half, half), value=-1).unfold(1, k, 1)  # [B, N, k]
         same_segment = (neighbour_ids == segment_ids.unsqueeze(-1)) & in_segment.unsqueeze(-1)
         windows = windows * same_segment.unsqueeze(2).to(values.dtype)
         # weight [H_out, H_in, k] flattens in the windows' (H_in, k) order.
         return F.linear(windows.reshape(batch, length, dim * k), self.weight.reshape(self.out_channels, -1), self.bias)
+
+
+def _windows(padded: torch.Tensor, k: int) -> torch.Tensor:
+    """``padded [B, N + k - 1, H]`` -> ``[B, N, H, k]``: the k consecutive positions
+    from each of the N first, tap last.
+
+    Eagerly one strided view (``unfold``, no copy, one operator). Under
+    ``torch.compile`` the k shifted slices stacked instead: inductor fuses them into
+    one kernel, and its ``unfold_backward`` is wrong on the CPU in torch 2.13 (input
+    gradients dropped, or a heap corruption, when the windows are masked and
+    reshaped; pytorch/pytorch#171370 for the same operator on CUDA).
+    """
+    if torch.compiler.is_compiling():
+        length = padded.size(1) - k + 1
+        return torch.stack([padded[:, j:j + length] for j in range(k)], dim=-1)
+    return padded.unfold(1, k, 1)
