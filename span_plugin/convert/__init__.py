@@ -2,7 +2,8 @@
 
 :mod:`.bert` converts Hugging Face BERT-architecture checkpoints (BERT, SpanBERT,
 MiniLM, ...); :mod:`.flags` gives the recipe flags of a checkpoint;
-:mod:`span_plugin.cli.convert` is the command line.
+:mod:`span_plugin.cli.convert` is the command line. :mod:`.safe_load` is the one loader
+of torch files in the package (allow-listed types only), used by every checkpoint reader.
 """
 
 from span_plugin.convert.bert import (  # noqa: F401
