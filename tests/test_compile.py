@@ -248,3 +248,33 @@ def test_span_head_under_inductor_equals_eager():
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, **TOLERANCE, msg=name)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+
+
+# -- 3. fairseq-train --compile ---------------------------------------------------------
+
+
+def compiled_modules(model):
+    """Names of the submodules ``Module.compile`` has compiled."""
+    return [name for name, m in model.named_modules() if m._compiled_call_impl is not None]
+
+
+@pytest.mark.slow
+def test_fairseq_train_compiled_and_hub_loads_it_eagerly(tmp_path):
+    from span_plugin.inference.hub import SpanHubInterface
+
+    log = run_cli("fairseq-train", *span_args(glue_folder("MRPC"), tmp_path, *AOT_EAGER,
+                                              "--length-multiple", "32", metric="f1")).stdout
+    losses = [float(x) for x in re.findall(r"train_inner \|.* loss=([-\d.]+)", log)]
+    assert len(losses) == 6 and torch.isfinite(torch.tensor(losses)).all(), log[-3000:]
+    stats = valid_stats(log)
+    assert {"f1", "accuracy", "best_f1"} <= set(stats) and torch.isfinite(torch.tensor(float(stats["loss"])))
+    assert "torch.compile of the encoder and the heads (backend aot_eager" in log
+    state = torch.load(tmp_path / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    assert state["cfg"]["model"].compile and not any("_orig_mod" in k for k in state["model"])
+
+    hub = SpanHubInterface.from_pretrained(tmp_path / "checkpoint_best.pt")
+    assert not compiled_modules(hub.model)  # from_checkpoint: eager
+    weights = hub.model.state_dict()
+    assert all(torch.equal(weights[k], v) for k, v in state["model"].items())
+    out = hub.predict([("The cat sat on the mat.", "A cat was sitting on the mat.")])
+    assert out[0]["label"] in {"0", "1"}

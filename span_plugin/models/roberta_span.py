@@ -122,6 +122,9 @@ class RobertaSpanModel(RobertaModel):
                                  self.args.compile_backend)
         for head in self.classification_heads.values():
             compile_in_place(head, self.compile_mode, self.args.compile_backend)
+        logger.info(f"torch.compile of the encoder and the heads (backend "
+                    f"{self.args.compile_backend}, mode {self.compile_mode}): graphs are "
+                    f"built at the first batch of each shape")
 
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         """fairseq's name for it: the ``--sentence-head`` (the paper's, or the plain
