@@ -5,12 +5,14 @@ starts, because each worker imports ``--user-dir`` / ``common.user_dir`` itself.
 """
 
 import functools
+import importlib.util
 import logging
 import os
 import sys
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from span_plugin.convert.safe_load import allow_checkpoint_types, load_error
 from span_plugin.runtime import checkpoints
@@ -273,6 +275,42 @@ def quiet_stack_notices():
         root.setLevel(getattr(logging, wanted, logging.INFO))
 
 
+def bf16_without_xla():
+    """Let ``fairseq-train --bf16`` (and ``--memory-efficient-bf16``) train on a GPU or
+    the CPU: :func:`bf16_off_tpu` runs first in fairseq's ``call_main``, before any of
+    fairseq reads the flag (``fairseq-hydra-train`` never sets it)."""
+    from fairseq.distributed import utils as distributed_utils
+
+    def wrap(call_main):
+        def wrapped(cfg, main, **kwargs):
+            bf16_off_tpu(cfg)
+            return call_main(cfg, main, **kwargs)
+
+        return wrapped
+
+    _replace(distributed_utils, "call_main", wrap)
+
+
+def bf16_off_tpu(cfg):
+    """fairseq 0.12's argument parser turns ``--tpu`` on with ``--bf16`` (bf16 was a TPU
+    feature then), so the Trainer asks torch_xla for its device and fails without it.
+    Where torch_xla is not installed no TPU run can start anyway: turn the flag off in
+    every section of ``cfg`` that copied it (common, distributed_training, optimizer,
+    the model's namespace). The run is then fairseq's bf16 path on the device ``--cpu``
+    or CUDA gives: model and batches in bfloat16, ``FP16Optimizer`` without a loss
+    scaler. Returns whether it changed ``cfg``."""
+    common = cfg.common
+    if not (common.bf16 and common.tpu) or importlib.util.find_spec("torch_xla") is not None:
+        return False
+    for key in cfg:
+        section = cfg[key]
+        if section is not None and "tpu" in (section if OmegaConf.is_config(section) else vars(section)):
+            setattr(section, "tpu", False)
+    logger.info("--bf16 without torch_xla: bfloat16 on %s, not a TPU",
+                "the CPU" if common.cpu or not torch.cuda.is_available() else "CUDA")
+    return True
+
+
 def apply():
     quiet_stack_notices()
     allow_fairseq_checkpoints()
@@ -281,3 +319,4 @@ def apply():
     restore_hydra_cwd()
     allow_cpu_pytorch_ddp()
     keep_last_batch()
+    bf16_without_xla()
