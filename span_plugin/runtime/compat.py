@@ -4,6 +4,7 @@ Applied once, when the plugin is imported: that happens in every process fairseq
 starts, because each worker imports ``--user-dir`` / ``common.user_dir`` itself.
 """
 
+import argparse
 import functools
 import importlib.util
 import logging
@@ -304,8 +305,8 @@ def bf16_off_tpu(cfg):
         return False
     for key in cfg:
         section = cfg[key]
-        if section is not None and "tpu" in (section if OmegaConf.is_config(section) else vars(section)):
-            setattr(section, "tpu", False)
+        if (OmegaConf.is_config(section) and "tpu" in section) or isinstance(section, argparse.Namespace):
+            section.tpu = False
     logger.info("--bf16 without torch_xla: bfloat16 on %s, not a TPU",
                 "the CPU" if common.cpu or not torch.cuda.is_available() else "CUDA")
     return True
