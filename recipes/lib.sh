@@ -31,7 +31,11 @@
 #                            UPDATES (EPOCHS_RUN passes over ROWS_FILE's lines in
 #                            ROWS_PER_UPDATE rows) and WARMUP_UPDATES (the WARMUP share of
 #                            them): the schedule follows EPOCHS and the batch size
-#   train_resumably ARGS...  fairseq-train ARGS (fp16 on GPU, every GPU through torchrun),
+#   half_precision ARGS...   HALF: the precision flags a run with the extra fairseq-train
+#                            ARGS gets: none when ARGS choose (--fp16, --bf16, --amp,
+#                            --memory-efficient-*), --bf16 with BF16=1 (no loss scaling;
+#                            on the CPU too), else fp16 with loss scaling on GPUs
+#   train_resumably ARGS...  fairseq-train HALF ARGS (every GPU through torchrun),
 #                            after putting the newest intact checkpoint of
 #                            $OUT_DIR/checkpoints in place, so a relaunch resumes
 
@@ -242,11 +246,27 @@ f1_finetune_args() {
     if [ -n "$PRETRAINED" ]; then finetune_args+=(--finetune-from-model "$PRETRAINED"); fi
 }
 
-train_resumably() {
-    local fp16=()
-    if [ "$NUM_GPUS" -ge 1 ]; then
-        fp16=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
+half_precision() {
+    local bf16=${BF16:-0}
+    case "$bf16" in 0|1) ;; *) die "BF16=$bf16: expected 1 (train in bfloat16) or 0" ;; esac
+    HALF=()
+    # One precision only: fairseq refuses --fp16 with --bf16, so flags among ARGS replace
+    # the default instead of joining it.
+    case " $* " in
+        *" --bf16 "*|*" --memory-efficient-bf16 "*) return 0 ;;
+        *" --fp16 "*|*" --memory-efficient-fp16 "*|*" --amp "*)
+            [ "$bf16" = 0 ] || die "BF16=1 with a --fp16/--amp flag among the arguments: choose one precision"
+            return 0 ;;
+    esac
+    if [ "$bf16" = 1 ]; then
+        HALF=(--bf16)
+    elif [ "$NUM_GPUS" -ge 1 ]; then
+        HALF=(--fp16 --fp16-init-scale 4 --threshold-loss-scale 1 --fp16-scale-window 128)
     fi
+}
+
+train_resumably() {
+    half_precision "$@"
     mkdir -p "$OUT_DIR"
     # A damaged checkpoint_last.pt is replaced by the newest intact checkpoint first
     # (stale *.tmp files of a killed save are removed).
@@ -256,8 +276,8 @@ train_resumably() {
     fi
     if [ "$NUM_GPUS" -gt 1 ]; then
         torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
-            "${fp16[@]}" --distributed-world-size "$NUM_GPUS" "$@"
+            ${HALF[@]+"${HALF[@]}"} --distributed-world-size "$NUM_GPUS" "$@"
     else
-        fairseq-train "${fp16[@]}" "$@"
+        fairseq-train ${HALF[@]+"${HALF[@]}"} "$@"
     fi
 }

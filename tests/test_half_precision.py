@@ -1,8 +1,8 @@
 """The span head under fairseq's own half-precision training path.
 
-fairseq's --fp16 keeps an fp32 copy of the weights on CUDA and its --bf16 path
-expects XLA, so on CPU the path that runs is --memory-efficient-fp16: the whole
-model in float16, dynamic loss scaling, fp16 gradients. Module-level fp16/bf16
+fairseq's --fp16 keeps an fp32 copy of the weights on CUDA, so on CPU the fp16 path
+that runs is --memory-efficient-fp16: the whole model in float16, dynamic loss
+scaling, fp16 gradients. --bf16 (no loss scaling) runs on CPU too: test_bf16.py. Module-level fp16/bf16
 checks are in test_span_encoder.py; GPU figures are recorded in benchmarks/RESULTS.md
 when a GPU is available.
 """

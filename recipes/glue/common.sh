@@ -46,6 +46,8 @@
 #                  task's TOTAL_UPDATES are fairseq's for 10; other EPOCHS, --batch-size,
 #                  --update-freq or GPUs count the run's own updates)  [10]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   BF16           1: train in bfloat16 (--bf16, no loss scaling) instead of fp16
+#                  on GPUs (fp32 on the CPU); a --fp16/--bf16 argument wins too  [0]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
 #   recipes/glue/RTE.sh --cpu --max-update 5   is a smoke run.
@@ -224,7 +226,7 @@ device=(); if [ "$NUM_GPUS" -eq 0 ]; then device=(--cpu); fi
 # over the dev set (write_results.py exits 3 when the log cannot tell which epoch the
 # file holds). Half precision validated in fp16: fairseq-validate gives fp32 figures.
 from_log=3
-case " $* " in *" --fp16 "*|*" --bf16 "*|*" --amp "*|*" --memory-efficient-"*) half=1 ;; *) half=0 ;; esac
+case " $* " in *" --fp16 "*|*" --bf16 "*|*" --amp "*|*" --memory-efficient-"*) half=1 ;; *) half=${BF16:-0} ;; esac
 if [ "$NUM_GPUS" -eq 0 ] && [ "$half" = 0 ]; then
     python "$RECIPES/write_results.py" --task "$TASK" --metric "$METRIC" --checkpoint "$best" \
         --train-log "$TRAIN_LOG" --out "$OUT_DIR/results.json" && from_log=0 || from_log=$?

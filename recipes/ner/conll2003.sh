@@ -28,6 +28,7 @@
 #                  with the predicted tag appended: conlleval's input)
 #                  [runs/conll2003-$HEAD, runs/<model>/conll2003-$HEAD; -seed$SEED]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   BF16           1: bfloat16 (--bf16, no loss scaling) instead of fp16 on GPUs  [0]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
 #   recipes/ner/conll2003.sh --cpu --max-update 5   is a smoke run.

@@ -34,6 +34,7 @@
 #                  last validation, and the best loss, checkpoint_best.pt's)
 #                  [runs/pretrain/<TRAIN_TEXT name>-$SPAN_MASKING, or -$MASKING when not span]
 #   NUM_GPUS       GPUs to train on (more than 1: torchrun); 0 = CPU  [all visible]
+#   BF16           1: bfloat16 (--bf16, no loss scaling) instead of fp16 on GPUs  [0]
 # Extra arguments go to fairseq-train last, so they override:
 #   TRAIN_TEXT=t.txt VALID_TEXT=v.txt recipes/pretrain/spanbert.sh --cpu --max-update 4
 # is a smoke run. A relaunch resumes from checkpoint_last.pt (the newest intact one).

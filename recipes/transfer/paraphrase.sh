@@ -55,6 +55,7 @@
 #                  with MODEL_DIR, transferred/ (a MODEL_DIR folder: that model.pt,
 #                  dict.txt and the tokenizer)     [runs/transfer-...; -seed$SEED]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   BF16           1: bfloat16 (--bf16, no loss scaling) instead of fp16 on GPUs  [0]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
 #   recipes/transfer/paraphrase.sh --cpu --max-update 4   is a smoke run.
