@@ -29,7 +29,7 @@ from span_plugin.formats.squad import read_qa  # noqa: E402
 from span_plugin.formats.squad_metrics import (  # noqa: E402
     exact_match, f1_score, gold_texts, normalize_answer)
 
-RUN_NAME = re.compile(r"-(boundary|span)-.*-s(\d+)$")
+RUN_NAME = re.compile(r"-(boundary|sf|span)-.*-s(\d+)$")
 TOP_K = 5
 
 

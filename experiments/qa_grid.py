@@ -1,15 +1,27 @@
 """Resumable extractive-QA grid: boundary head vs token-level SF (``sf``: the boundary
 head over [token; conv within its n-gram span]) and span head on SQuAD v1.1 dev split by
 article (first 38 articles to train, last 10 to evaluate: NOT comparable with the
-official leaderboard, which trains on the 87k-question train set).
+official leaderboard, which trains on the 87k-question train set), and word- vs
+token-level answer decoding.
 
-Every (head, seed) run goes through recipes/qa/squad.sh with one set of
-hyperparameters for both heads (fixed in advance, not tuned on any reported seed) and
-is appended, when finished, as one JSON line (EM/F1 of checkpoint_best.pt on the 10
-held-out articles, settings, minutes) to the results file (committed). A relaunch skips
-what the file holds and resumes an interrupted run from its checkpoint_last.pt.
+Every (head, seed, answer boundaries) run goes through recipes/qa/squad.sh with one set
+of hyperparameters for every head (fixed in advance, not tuned on any reported seed).
+The answer boundaries of a cell are those of training (``ANSWER_BOUNDARIES``: the
+decoding of validation, so of checkpoint selection, and of results.json); the best
+checkpoint is then decoded again at each of ``--decode`` (``span-predict
+--answer-boundaries``), so word and token decoding are compared on the same checkpoint.
+With one epoch there is one validation, so checkpoint_best.pt does not depend on the
+decoding. Each finished run is appended as one JSON line (the official scores of
+checkpoint_best.pt on the 10 held-out articles, each decoding's scores and how many of
+its answers start or end inside a word, settings, minutes) to the results file
+(committed). A relaunch skips what the file holds and resumes an interrupted run from its
+checkpoint_last.pt.
+
+Records made before the word decoding existed hold ``em`` (now ``exact_match``) and no
+``answer_boundaries``: they were decoded at token level, and are read as such.
 
     python experiments/qa_grid.py --model-dir ~/.cache/span_plugin/models/all-MiniLM-L6-v2
+    python experiments/qa_grid.py --model-dir ... --heads sf --answer-boundaries word
     python experiments/qa_grid.py --report     # experiments/RESULTS_QA_MINILM.md
 """
 
@@ -17,77 +29,203 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import (  # noqa: E402
-    ROOT, mean_sd, model_flags, paired_cell, read_results, resolve_device, run_grid, run_recipe,
-    write_report)
+    ROOT, mean_sd, model_flags, paired_cell, paired_p, read_results, resolve_device, run_grid,
+    run_recipe, write_report)
 
 HEADS = ("boundary", "sf", "span")
+BOUNDARIES = ("word", "token")
+LEGACY_BOUNDARIES = "token"  # what records without answer_boundaries were decoded with
+
+
+def boundaries_of(record):
+    """The answer boundaries a record's run trained (and selected its checkpoint) with."""
+    return record["hparams"].get("answer_boundaries", LEGACY_BOUNDARIES)
+
+
+def exact_of(scores):
+    """Exact match of a record or scores dict: ``exact_match``, or ``em`` in older ones."""
+    return scores["exact_match"] if "exact_match" in scores else scores["em"]
 
 
 def run_key(r):
     h = r["hparams"]
-    return (r["head"], r["seed"], h["lr"], h["epochs"], h["max_positions"], h["doc_stride"])
+    return (r["head"], r["seed"], h["lr"], h["epochs"], h["max_positions"], h["doc_stride"],
+            boundaries_of(r))
 
 
-def run_one(a, head, seed, device):
+def inside_words(valid_file, nbest_file):
+    """How many predicted answers (the first of each n-best list) start or end inside a
+    word of their context, and of how many answers."""
+    from span_plugin.formats.squad import read_qa
+    from span_plugin.modules.qa_decoding import cuts_word
+
+    context = {ex.id: ex.context for ex in read_qa(valid_file, official=True).examples}
+    nbest = json.loads(Path(nbest_file).read_text(encoding="utf-8"))
+    answers = [(context[qid], a[0]["start"], a[0]["end"]) for qid, a in nbest.items() if a]
+    return sum(any(cuts_word(c, s, e)) for c, s, e in answers), len(answers)
+
+
+def decode(checkpoint, data_dir, valid_file, out, boundaries):
+    """span-predict of ``checkpoint`` on ``valid_file`` at ``boundaries`` into folder
+    ``out``; returns its official scores and the word cuts of its answers."""
+    out.mkdir(parents=True, exist_ok=True)
+    # this environment's command, as the recipes use it, whether or not it is activated
+    command = Path(sys.executable).parent / "span-predict"
+    with open(out / "predict.log", "w", encoding="utf-8") as log:
+        subprocess.run([str(command) if command.exists() else "span-predict", "--checkpoint", str(checkpoint), "--data",
+                        str(data_dir), "--input", str(valid_file), "--output",
+                        str(out / "predictions.json"), "--nbest", str(out / "nbest.json"),
+                        "--results", str(out / "results.json"),
+                        "--answer-boundaries", boundaries],
+                       check=True, stdout=log, stderr=subprocess.STDOUT)
+    return scored(out / "results.json", out / "nbest.json", valid_file)
+
+
+def scored(results, nbest, valid_file):
+    scores = json.loads(Path(results).read_text(encoding="utf-8"))
+    cut, answers = inside_words(valid_file, nbest)
+    return {"exact_match": scores["exact_match"], "f1": scores["f1"],
+            "inside_word": cut, "answers": answers}
+
+
+def split_files(a):
+    """``(train, valid)``: the SQuAD dev file split by article into the work folder, once
+    (the same bytes as the recipe's own split)."""
+    from span_plugin.formats.squad import split_squad_articles
+
+    folder = Path(a.work_dir).resolve() / "data" / f"squad-dev-split{a.split_articles}"
+    train, valid = folder / "train.json", folder / "valid.json"
+    if not valid.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        split_squad_articles(a.squad_dev, a.split_articles, train, valid)
+    return train, valid
+
+
+def run_one(a, head, seed, boundaries, device):
     work = Path(a.work_dir).resolve()
     model = os.path.basename(os.path.normpath(a.model_dir))
-    out_dir = work / "runs" / f"{model}-{head}-lr{a.lr:g}-e{a.epochs}-p{a.max_positions}-s{seed}"
+    train_file, valid_file = split_files(a)
+    # (runs from before word decoding were token-decoded and had no boundaries in the name)
+    out_dir = work / "runs" / (f"{model}-{head}-lr{a.lr:g}-e{a.epochs}-p{a.max_positions}"
+                               f"{'' if boundaries == LEGACY_BOUNDARIES else '-' + boundaries}"
+                               f"-s{seed}")
+    data_dir = work / "data" / f"{model}-{a.max_positions}-{a.doc_stride}"
     env = dict(MODEL_DIR=Path(a.model_dir).resolve(), HEAD=head, SEED=seed,
-               SQUAD_DEV=Path(a.squad_dev).resolve(), SPLIT_ARTICLES=a.split_articles,
-               MAX_POSITIONS=a.max_positions, DOC_STRIDE=a.doc_stride, LR=f"{a.lr:g}",
-               BATCH_SIZE=a.batch_size, EPOCHS=a.epochs, OUT_DIR=out_dir,
-               DATA_DIR=work / "data" / f"{model}-{a.max_positions}-{a.doc_stride}")
+               TRAIN_FILE=train_file, VALID_FILE=valid_file, MAX_POSITIONS=a.max_positions, DOC_STRIDE=a.doc_stride, LR=f"{a.lr:g}",
+               BATCH_SIZE=a.batch_size, EPOCHS=a.epochs, OUT_DIR=out_dir, DATA_DIR=data_dir,
+               ANSWER_BOUNDARIES=boundaries)
     extra = ["--log-interval", "50", "--num-workers", "0", *a.extra]
     if device == "cpu":
         extra.append("--cpu")
     minutes = run_recipe("recipes/qa/squad.sh", env, extra, out_dir, f"{head} seed {seed}")
     scores = json.loads((out_dir / "results.json").read_text())
-    record = {"head": head, "seed": seed, "em": scores["exact_match"], "f1": scores["f1"],
-              "questions": scores["total"],
+    decoded = {boundaries: scored(out_dir / "results.json", out_dir / "nbest.json", valid_file)}
+    for other in a.decode:
+        if other not in decoded:
+            decoded[other] = decode(out_dir / "checkpoints" / "checkpoint_best.pt", data_dir,
+                                    valid_file, out_dir / f"decoded-{other}", other)
+    record = {"head": head, "seed": seed, "exact_match": scores["exact_match"],
+              "f1": scores["f1"], "questions": scores["total"], "decoded": decoded,
               "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
                           "max_positions": a.max_positions, "doc_stride": a.doc_stride,
-                          "split_articles": a.split_articles, "extra": a.extra},
+                          "split_articles": a.split_articles, "answer_boundaries": boundaries,
+                          "extra": a.extra},
               "encoder": model, "device": device, "minutes": minutes}
     if not a.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return record
 
 
+def interval(diffs, level=0.95):
+    """The paired t interval of the mean of ``diffs`` as ``[lo, hi]`` text; "" below two."""
+    if len(diffs) < 2:
+        return ""
+    from scipy.stats import t
+
+    mean, sd = mean_sd(diffs)
+    half = t.ppf((1 + level) / 2, len(diffs) - 1) * sd / len(diffs) ** 0.5
+    return f"[{mean - half:+.2f}, {mean + half:+.2f}]"
+
+
+def _paired_line(what, diffs):
+    """A paragraph: the paired differences' mean +- sd, wins, 95% interval and p."""
+    p = paired_p(diffs)
+    ci = interval(diffs)
+    return (f"\n{what}: {paired_cell(diffs, 2)}" + (f", 95% CI {ci}" if ci else "")
+            + (f", paired t p = {p:.2g}" if p is not None else ""))
+
+
 def report(records):
-    """The markdown table: per head mean +- sd of EM/F1; each head minus boundary,
-    paired by seed."""
-    lines = ["| head | seeds | EM | F1 | minutes per run |", "|---|---|---|---|---|"]
-    for head in HEADS:
-        rows = [r for r in records if r["head"] == head]
-        if not rows:
-            continue
-        em, em_sd = mean_sd([r["em"] for r in rows])
-        f1, f1_sd = mean_sd([r["f1"] for r in rows])
-        minutes, _ = mean_sd([r["minutes"] for r in rows])
-        lines.append(f"| {head} | {', '.join(str(r['seed']) for r in rows)} | {em:.2f} +- "
-                     f"{em_sd:.2f} | {f1:.2f} +- {f1_sd:.2f} | {minutes:.0f} |")
-    by = {(r["head"], r["seed"]): r for r in records}
-    for head in HEADS[1:]:
-        seeds = sorted({s for h, s in by if h == head} & {s for h, s in by if h == "boundary"})
-        for key in ("em", "f1") if seeds else ():
-            diffs = [by[head, s][key] - by["boundary", s][key] for s in seeds]
-            lines.append(f"\n{head} - boundary, {key.upper()}, paired by seed: "
-                         f"{paired_cell(diffs, 2)}")
+    """The markdown tables: per head and training decoding, mean +- sd of EM/F1; each head
+    minus boundary, paired by seed; word minus token decoding of the same checkpoints."""
+    lines = ["| head | answers | seeds | EM | F1 | minutes per run |", "|---|---|---|---|---|---|"]
+    for boundaries in BOUNDARIES:
+        for head in HEADS:
+            rows = [r for r in records if r["head"] == head and boundaries_of(r) == boundaries]
+            if not rows:
+                continue
+            em, em_sd = mean_sd([exact_of(r) for r in rows])
+            f1, f1_sd = mean_sd([r["f1"] for r in rows])
+            minutes, _ = mean_sd([r["minutes"] for r in rows])
+            seeds = ", ".join(str(r["seed"]) for r in rows)
+            lines.append(f"| {head} | {boundaries} | {seeds} | {em:.2f} +- {em_sd:.2f} | "
+                         f"{f1:.2f} +- {f1_sd:.2f} | {minutes:.0f} |")
+    for boundaries in BOUNDARIES:
+        by = {(r["head"], r["seed"]): r for r in records if boundaries_of(r) == boundaries}
+        for head in HEADS[1:]:
+            seeds = sorted({s for h, s in by if h == head}
+                           & {s for h, s in by if h == "boundary"})
+            for key, get in (("EM", exact_of), ("F1", lambda r: r["f1"])) if seeds else ():
+                diffs = [get(by[head, s]) - get(by["boundary", s]) for s in seeds]
+                lines.append(_paired_line(f"{head} - boundary, {key}, {boundaries} answers, "
+                                          f"paired by seed", diffs))
+    both = [r for r in records if set(BOUNDARIES) <= set(r.get("decoded") or {})]
+    if both:
+        lines.append("\nWord minus token decoding of the same checkpoint_best.pt (paired by "
+                     "run); answers inside a word: the share of predicted answers that start "
+                     "or end inside a word of the context.\n")
+        lines.append("| head | runs | word EM | token EM | word F1 | token F1 | inside a word, "
+                     "word | inside a word, token |")
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for head in HEADS:
+            rows = [r for r in both if r["head"] == head]
+            if not rows:
+                continue
+            cell = {}
+            for b in BOUNDARIES:
+                d = [r["decoded"][b] for r in rows]
+                cell[b] = (mean_sd([x["exact_match"] for x in d])[0],
+                           mean_sd([x["f1"] for x in d])[0],
+                           100 * sum(x["inside_word"] for x in d) / sum(x["answers"] for x in d))
+            w, t = cell["word"], cell["token"]
+            lines.append(f"| {head} | {len(rows)} | {w[0]:.2f} | {t[0]:.2f} | {w[1]:.2f} | "
+                         f"{t[1]:.2f} | {w[2]:.2f}% | {t[2]:.2f}% |")
+        for head in HEADS:
+            rows = [r for r in both if r["head"] == head]
+            for key in ("exact_match", "f1") if rows else ():
+                diffs = [r["decoded"]["word"][key] - r["decoded"]["token"][key] for r in rows]
+                lines.append(_paired_line(f"{head}: word - token, {key}", diffs))
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", help="span-convert output folder (WordPiece encoder)")
-    p.add_argument("--squad-dev", default=str(ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"))
+    p.add_argument("--squad-dev",
+                   default=str(ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"))
     p.add_argument("--split-articles", type=int, default=38)
     p.add_argument("--heads", nargs="+", default=list(HEADS), choices=HEADS)
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--answer-boundaries", nargs="+", default=["word"], choices=BOUNDARIES,
+                   help="the cells' training decoding (validation, checkpoint selection)")
+    p.add_argument("--decode", nargs="+", default=list(BOUNDARIES), choices=BOUNDARIES,
+                   help="decodings every run's checkpoint_best.pt is scored with")
     p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "qa_minilm.jsonl"))
     p.add_argument("--work-dir", default=str(ROOT / "runs" / "qa_grid"))
     p.add_argument("--lr", type=float, default=5e-5)
@@ -99,6 +237,7 @@ def main(argv=None):
     p.add_argument("--max-runs", type=int, help="stop after this many new runs")
     p.add_argument("--keep-checkpoints", action="store_true")
     p.add_argument("--report", action="store_true", help="only write the report")
+    p.add_argument("--report-file", default=str(ROOT / "experiments" / "RESULTS_QA_MINILM.md"))
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                    help="arguments for fairseq-train, last (smoke runs: --max-update 2 ...)")
     a = p.parse_args(argv)
@@ -106,17 +245,17 @@ def main(argv=None):
         if not a.model_dir:
             p.error("--model-dir is required to run (the converted all-MiniLM-L6-v2)")
         device = resolve_device(a.device)
-        # seed-major: both heads of a seed finish before the next seed starts
-        cells = {(h, s, a.lr, a.epochs, a.max_positions, a.doc_stride): (h, s)
-                 for s in a.seeds for h in a.heads}
+        # seed-major: every head of a seed finishes before the next seed starts
+        cells = {(h, s, a.lr, a.epochs, a.max_positions, a.doc_stride, b): (h, s, b)
+                 for s in a.seeds for b in a.answer_boundaries for h in a.heads}
         run_grid(cells, {run_key(r) for r in read_results(a.results)},
                  lambda c: run_one(a, *c, device), a.results, a.max_runs,
-                 name=lambda c: f"{c[0]} seed {c[1]}",
-                 show=lambda r: f"EM {r['em']:.2f}, F1 {r['f1']:.2f}",
+                 name=lambda c: f"{c[0]} seed {c[1]} ({c[2]} answers)",
+                 show=lambda r: f"EM {exact_of(r):.2f}, F1 {r['f1']:.2f}",
                  flags=model_flags(a.model_dir))
     records = read_results(a.results)
     if records:
-        write_report(ROOT / "experiments" / "RESULTS_QA_MINILM.md",
+        write_report(a.report_file,
                      "## Table (generated by experiments/qa_grid.py --report)\n\n" + report(records))
         print(report(records))
     return 0

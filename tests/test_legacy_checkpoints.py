@@ -95,3 +95,35 @@ def test_old_span_pair_checkpoint_keeps_its_trained_heads(expected_ner_pairs):
             assert g["scores"] == pytest.approx(w["scores"], abs=1e-5)
         assert got["sentence"]["label"] == want["sentence"]["label"]
         assert got["sentence"]["scores"] == pytest.approx(want["sentence"]["scores"], abs=1e-5)
+
+
+QA_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "checkpoint_qa_token")
+
+
+def test_qa_checkpoint_from_before_answer_boundaries_decodes_as_it_did():
+    """(made by checkpoint_qa_token/make_qa.py with commit 4d92457) A span_qa checkpoint
+    made before --answer-boundaries existed decodes over every token span, as it did
+    then (fairseq would give its config today's default, word); asked for word
+    boundaries, it answers otherwise where its old answers cut a word."""
+    from span_plugin.modules.qa_decoding import cuts_word
+
+    with open(os.path.join(QA_FIXTURE, "expected.json"), encoding="utf-8") as f:
+        expected = json.load(f)
+    hub = SpanHubInterface.from_pretrained(
+        os.path.join(QA_FIXTURE, "span_qa.pt"), data=os.path.join(QA_FIXTURE, "data"),
+        gpt2_encoder_json=os.path.join(BPE, "encoder.json"),
+        gpt2_vocab_bpe=os.path.join(BPE, "vocab.bpe"), ngrams=OLD_NGRAMS)
+    assert hub.answer_boundaries == "token"
+    pairs = [tuple(p) for p in expected["pairs"]]
+    got = hub.predict_answers(pairs, n_best=5)
+    for answer, want in zip(got, expected["answers"]):
+        assert (answer["text"], answer["start"], answer["end"]) == (
+            want["text"], want["start"], want["end"])
+        assert answer["score"] == pytest.approx(want["score"], abs=1e-4)
+        assert [[b["start"], b["end"]] for b in answer["nbest"]] == want["nbest"]
+    cut = [k for k, ((_, c), a) in enumerate(zip(pairs, got)) if any(cuts_word(c, a["start"], a["end"]))]
+    assert cut  # the fixture has answers that word boundaries change
+    words = hub.predict_answers(pairs, n_best=5, answer_boundaries="word")
+    for (_, context), answer in zip(pairs, words):
+        assert cuts_word(context, answer["start"], answer["end"]) == (False, False)
+    assert all(words[k]["text"] != got[k]["text"] for k in cut)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from conftest import DATA, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import squad_scores
-from span_plugin.modules.qa_decoding import decode_answers
+from span_plugin.modules.qa_decoding import cuts_word, decode_answers, word_boundaries
 from span_plugin.modules.qa_heads import (BoundaryQAHead, SpanBoundaryQAHead, SpanQAHead,
                                           candidate_mask)
 from span_plugin.preprocess.encoding import make_encoder
@@ -209,7 +209,7 @@ def test_decoding_across_windows_equals_brute_force():
                         scores[n, i, w] = rng.gauss(0, 2)
         null = torch.tensor([rng.gauss(0, 2), rng.gauss(0, 2)])
         got = decode_answers(scores, null, torch.tensor([0, 0]), offsets, [context], n_best=5,
-                             null_threshold=None)[0]
+                             null_threshold=None, boundaries="token")[0]
         best = max(((scores[n, i, w].item(), offsets[n, i, 0].item(), offsets[n, i + w, 1].item())
                     for n in range(2) for i in range(t) for w in range(a)
                     if scores[n, i, w] != -math.inf), key=lambda x: x[0])
@@ -219,8 +219,127 @@ def test_decoding_across_windows_equals_brute_force():
         assert sum(x["probability"] for x in got["nbest"]) == pytest.approx(1.0)
         assert len({(x["start"], x["end"]) for x in got["nbest"]}) == len(got["nbest"])
         thresholded = decode_answers(scores, null, torch.tensor([0, 0]), offsets, [context],
-                                     null_threshold=got["null_margin"] - 1e-3)[0]
+                                     null_threshold=got["null_margin"] - 1e-3,
+                                     boundaries="token")[0]
         assert thresholded["text"] == ""
+        # one word from end to end: no candidate is word-aligned, so word boundaries
+        # fall back to every token span rather than leave the question unanswered
+        assert decode_answers(scores, null, torch.tensor([0, 0]), offsets, [context],
+                              n_best=5)[0] == got
+
+
+def _piece_windows(context, windows, rng, t, a):
+    """Offsets ``[len(windows), t, 2]`` of sub-word pieces of ``context`` (each word cut
+    into pieces of 1-3 characters, white space dropped, punctuation its own piece)
+    inside token windows ``[(first, last)]`` (passage from position 3), and random
+    scores of every candidate there."""
+    pieces, k = [], 0
+    while k < len(context):
+        if context[k].isspace():
+            k += 1
+            continue
+        n = 1 if not context[k].isalnum() else rng.randint(1, 3)
+        end = k + 1
+        while end < len(context) and end - k < n and context[end].isalnum() and context[k].isalnum():
+            end += 1
+        pieces.append((k, end))
+        k = end
+    scores = torch.full((len(windows), t, a), -math.inf)
+    offsets = torch.full((len(windows), t, 2), -1, dtype=torch.long)
+    for n, (lo, hi) in enumerate(windows):
+        hi = min(hi, len(pieces))
+        for k in range(lo, hi):
+            offsets[n, 3 + k - lo] = torch.tensor(pieces[k])
+        for i in range(3, 3 + hi - lo):
+            for w in range(a):
+                if i + w < 3 + hi - lo:
+                    scores[n, i, w] = rng.gauss(0, 2)
+    return scores, offsets
+
+
+def test_word_decoding_equals_brute_force_over_word_aligned_candidates():
+    """The n-best of word decoding is that of every candidate (of every window) that
+    starts and ends on word boundaries, deduplicated by characters, best score kept."""
+    rng = random.Random(5)
+    context = "The United Methodist Church (UMC) said: Denver's 1990s team won 20–18, in PSN."
+    bounds = word_boundaries(context)
+    for trial in range(10):
+        scores, offsets = _piece_windows(context, [(0, 30), (18, 60)], rng, 40, 5)
+        null = torch.tensor([rng.gauss(0, 2), rng.gauss(0, 2)])
+        got = decode_answers(scores, null, torch.tensor([0, 0]), offsets, [context], n_best=8)[0]
+        best = {}
+        for n in range(2):
+            for i in range(40):
+                for w in range(5):
+                    s = scores[n, i, w].item()
+                    if s == -math.inf:
+                        continue
+                    a, b = offsets[n, i, 0].item(), offsets[n, i + w, 1].item()
+                    if bounds[a] and bounds[b]:
+                        best[a, b] = max(best.get((a, b), -math.inf), s)
+        want = sorted(best.items(), key=lambda kv: -kv[1])[:8]
+        assert [((x["start"], x["end"]), x["score"]) for x in got["nbest"]] == want
+        assert (got["start"], got["end"]) == want[0][0]
+        token = decode_answers(scores, null, torch.tensor([0, 0]), offsets, [context],
+                               n_best=8, boundaries="token")[0]
+        assert any(any(cuts_word(context, x["start"], x["end"])) for x in token["nbest"])
+
+
+def test_word_boundaries_split_at_spaces_punctuation_and_cjk():
+    text = "(UMC) Denver's 2½ 北京 café"
+    cut = [k for k in range(len(text) + 1) if word_boundaries(text)[k]]
+    words = {text[a:b] for a, b in zip(cut, cut[1:]) if text[a:b].strip()}
+    assert {"(", "UMC", ")", "Denver", "'", "s", "2½", "北", "京", "café"} == words
+    assert cuts_word(text, 2, 4) == (True, False) and cuts_word(text, 1, 3) == (False, True)
+    with pytest.raises(ValueError, match="answer boundaries 'words'"):
+        decode_answers(torch.zeros(1, 2, 1), torch.zeros(1), torch.tensor([0]),
+                       torch.zeros(1, 2, 2, dtype=torch.long), ["ab"], boundaries="words")
+
+
+def _inside_word_rate(pairs):
+    """``(answers starting or ending inside a word, answers)`` of ``(context, start, end)``."""
+    return sum(any(cuts_word(c, a, b)) for c, a, b in pairs), len(pairs)
+
+
+def test_gold_answers_of_dev_start_or_end_inside_a_word_76_times():
+    """Every answer entry of the file, repeated ones too (the figure of DESIGN.md)."""
+    data = json.loads(SQUAD_DEV.read_text(encoding="utf-8"))
+    gold = [(p["context"], a["answer_start"], a["answer_start"] + len(a["text"]))
+            for article in data["data"] for p in article["paragraphs"] for qa in p["qas"]
+            for a in qa["answers"]]
+    assert _inside_word_rate(gold) == (76, 34726)
+
+
+def test_word_decoding_never_cuts_a_word_of_real_dev_contexts(squad, encoder):
+    """Random score grids over the real windows of 300 dev questions (MiniLM's WordPiece,
+    windows of 96 tokens): every answer of every n-best list is whole words, where token
+    decoding of the same grids cuts words often."""
+    rng = torch.Generator().manual_seed(0)
+    examples = squad.examples[::35][:300]
+    rows, question = [], []
+    for q, ex in enumerate(examples):
+        enc = encode_question(encoder, ex.question, ex.context)
+        for a, b in passage_windows(len(enc.context), len(enc.question), 96, 32):
+            rows.append(torch.tensor(enc.offsets[a:b]))
+            question.append(q)
+    t, a = 100, 12
+    offsets = torch.full((len(rows), t, 2), -1, dtype=torch.long)
+    for n, row in enumerate(rows):
+        offsets[n, 4:4 + len(row)] = row
+    scores = torch.randn(len(rows), t, a, generator=rng)
+    inside = torch.arange(t).view(1, -1, 1) + torch.arange(a).view(1, 1, -1)
+    lengths = torch.tensor([4 + len(r) for r in rows]).view(-1, 1, 1)
+    scores[(inside >= lengths) | (torch.arange(t).view(1, -1, 1) < 4)] = -math.inf
+    contexts = [ex.context for ex in examples]
+    found = {}
+    for boundaries in ("word", "token"):
+        answers = decode_answers(scores, torch.zeros(len(rows)), torch.tensor(question), offsets,
+                                 contexts, n_best=5, boundaries=boundaries)
+        found[boundaries] = _inside_word_rate([(c, x["start"], x["end"]) for c, ans in
+                                               zip(contexts, answers) for x in ans["nbest"]])
+        assert all(ans["text"] for ans in answers)
+    assert found["word"] == (0, 1500)
+    assert found["token"][0] > 0.05 * found["token"][1]
 
 
 # -- the real stack ------------------------------------------------------------------
@@ -317,13 +436,27 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     scores = squad_scores(predictions, examples)
     assert json.loads((out / "scores.json").read_text())["f1"] == pytest.approx(scores["f1"])
     assert float(valid[-1]["valid_f1"]) == pytest.approx(scores["f1"], abs=0.01)
-    assert float(valid[-1]["valid_em"]) == pytest.approx(scores["exact_match"], abs=0.01)
+    assert float(valid[-1]["valid_exact_match"]) == pytest.approx(scores["exact_match"], abs=0.01)
+    assert "valid_em" not in valid[-1]  # the official names only
     nbest = json.loads((out / "nbest.json").read_text())
     context = {ex.id: ex.context for ex in examples}
     for qid, answers in nbest.items():
         assert answers[0]["text"] == predictions[qid]
         for a in answers:
             assert context[qid][a["start"]:a["end"]] == a["text"]
+    # answers are whole words of the real dev contexts (the default), every n-best entry
+    # too; the gold answers of these questions cut a word no less often
+    assert json.loads((out / "scores.json").read_text())["answer_boundaries"] == "word"
+    found = [(context[qid], a["start"], a["end"]) for qid, answers in nbest.items() for a in answers]
+    gold = [(ex.context, s, s + len(t)) for ex in examples for t, s in ex.answers]
+    assert _inside_word_rate(found)[0] == 0 <= _inside_word_rate(gold)[0]
+    run_cli("span-predict", "--checkpoint", save / "checkpoint_last.pt", "--input",
+            qa_folder / "valid.json", "--output", out / "token.json", "--results",
+            out / "token-scores.json", "--answer-boundaries", "token")
+    token = json.loads((out / "token-scores.json").read_text())
+    assert token["answer_boundaries"] == "token"
+    assert token["f1"] == pytest.approx(squad_scores(
+        json.loads((out / "token.json").read_text()), examples)["f1"])
 
     from span_plugin.inference.hub import SpanHubInterface
 
@@ -341,6 +474,7 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     answer = hub.predict_answers([(ex.question, ex.context)])[0]
     assert answer["text"] == predictions[ex.id]
     assert ex.context[answer["start"]:answer["end"]] == answer["text"]
+    assert hub.answer_boundaries == "word" and hub.task.cfg.answer_boundaries == "word"
 
 
 # -- formats the machine has no real copy of: SQuAD 2.0 and MRQA ---------------------
@@ -402,24 +536,31 @@ def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, convert
                 "--doc-stride", "32", "--workers", "1")
         record = json.loads((folder / "provenance.json").read_text())
         assert record["labels"]["versions"]["train"] == ("2.0" if name == "v2" else "mrqa")
+        # v2: selected by exact match under its old name, as a run from before the
+        # official names would be resumed: that name is logged too
+        select = ["--best-checkpoint-metric", "HasAns_em", "--maximize-best-checkpoint-metric"]
         log = run_cli("fairseq-train", folder, "--user-dir", USER_DIR, "--task", "span_qa",
                       "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
                       "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
                       "--max-update", "2", "--save-dir", tmp_path / f"ckpt-{name}", "--cpu",
                       "--no-progress-bar", "--log-format", "simple",
-                      "--no-epoch-checkpoints").stdout
+                      "--no-epoch-checkpoints", *(select if name == "v2" else ())).stdout
         valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
-        assert valid and " f1 " in valid[-1], log[-2000:]
+        assert valid and " f1 " in valid[-1] and " exact_match " in valid[-1], log[-2000:]
         if name == "v2":
-            assert "HasAns_f1" in valid[-1] and "NoAns_f1" in valid[-1]
+            for key in ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "HasAns_em"):
+                assert f" {key} " in valid[-1], (key, valid[-1])
+            assert " em " not in valid[-1] and "NoAns_em" not in valid[-1]
+            # fairseq selected by it (it stops on a metric it cannot find)
+            assert (tmp_path / "ckpt-v2" / "checkpoint_best.pt").exists()
         else:
-            assert "NoAns" not in valid[-1]
+            assert "NoAns" not in valid[-1] and "_em " not in valid[-1]
     out = tmp_path / "pred-v2"
     run_cli("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
             "--input", tmp_path / "v2.json", "--output", out / "predictions.json",
             "--results", out / "scores.json", "--null-threshold", "tune")
     scores = json.loads((out / "scores.json").read_text())
-    assert {"null_threshold", "HasAns_f1", "NoAns_f1"} <= set(scores)
+    assert {"best_f1_thresh", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"} <= set(scores)
     predictions = json.loads((out / "predictions.json").read_text())
     examples = read_qa(tmp_path / "v2.json").examples
     assert squad_scores(predictions, examples)["f1"] == pytest.approx(scores["f1"])
@@ -433,7 +574,7 @@ def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, convert
                 qa.pop(key, None)
     bare = tmp_path / "test-v2.json"
     bare.write_text(json.dumps(raw))
-    threshold = str(scores["null_threshold"])
+    threshold = str(scores["best_f1_thresh"])
     for name, file in (("gold", tmp_path / "v2.json"), ("bare", bare)):
         run_cli("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
                 "--input", file, "--output", out / f"{name}.json", "--null-threshold", threshold)
@@ -501,3 +642,79 @@ def test_recipe_smoke_run_resumes_and_its_hydra_twin(tmp_path, qa_folder):
             "+model.encoder_ffn_embed_dim=64", "+model.encoder_attention_heads=2",
             f"checkpoint.save_dir={tmp_path / 'hydra' / 'checkpoints'}", cwd=tmp_path)
     assert (tmp_path / "hydra" / "checkpoints" / "checkpoint_last.pt").exists()
+
+
+def test_preprocessing_in_worker_processes_writes_the_same_folder(tmp_path, squad):
+    """span-preprocess qa --workers 2 (the recipe's WORKERS) tokenizes in chunks in two
+    processes: every file of the folder is the one a single process writes."""
+    from conftest import GPT2_BPE
+    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.qa import CHUNK_QUESTIONS, prepare_qa
+
+    data = json.loads(SQUAD_DEV.read_text(encoding="utf-8"))
+    data["data"] = data["data"][:1]
+    (tmp_path / "train.json").write_text(json.dumps(data))
+    questions = sum(len(p["qas"]) for p in data["data"][0]["paragraphs"])
+    assert questions > 3 * CHUNK_QUESTIONS
+    spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
+                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
+    for workers in (1, 2):
+        prepare_qa(str(tmp_path / f"w{workers}"), {"train": str(tmp_path / "train.json")},
+                   spec, str(GPT2_BPE / "dict.txt"), max_positions=128, doc_stride=32,
+                   on_bad="skip", command="test", workers=workers)
+    files = sorted(p.relative_to(tmp_path / "w1") for p in (tmp_path / "w1").rglob("*") if p.is_file())
+    assert len(files) > 10
+    for name in files:
+        assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
+
+
+@pytest.mark.slow
+def test_recipe_validates_on_a_sample_and_says_where_everything_went(tmp_path):
+    """recipes/qa/squad.sh on 4 real dev articles split 2/2 (SPLIT_ARTICLES), validating on
+    25 questions of the evaluation split drawn by VALID_SEED, WORKERS=2: the sample is
+    recorded, the folder's validation split is the sample, results.json scores the
+    whole evaluation split under the official names, the checkpoint decodes at word
+    boundaries, and the recipe prints every output, which exists. A relaunch with
+    another sample size on the same folder is refused."""
+    from conftest import GPT2_BPE, ROOT
+
+    data = json.loads(SQUAD_DEV.read_text(encoding="utf-8"))
+    data["data"] = data["data"][:4]
+    dev = tmp_path / "dev.json"
+    dev.write_text(json.dumps(data))
+    env = dict(FROM_SCRATCH="1", BPE_DIR=str(GPT2_BPE), SQUAD_DEV=str(dev), SPLIT_ARTICLES="2",
+               VALID_QUESTIONS="25", VALID_SEED="3", WORKERS="2", MAX_POSITIONS="96",
+               DOC_STRIDE="32", NUM_GPUS="0", EPOCHS="1", BATCH_SIZE="8",
+               DATA_DIR=str(tmp_path / "data"), OUT_DIR=str(tmp_path / "run"))
+    tiny = [*TINY_ROBERTA[:-2], "--cpu", "--max-update", "2"]
+    out = run_cli("bash", ROOT / "recipes" / "qa" / "squad.sh", *tiny, env=env,
+                  cwd=tmp_path).stdout
+    sample = json.loads((tmp_path / "data.valid.json").read_text())["span_plugin_sample"]
+    assert (sample["questions"], sample["seed"], sample["unit"]) == (25, 3, "questions")
+    evaluation = tmp_path / "data-bin" / "squad-dev-split2" / "valid.json"
+    assert sample["source"] == str(evaluation.resolve())
+    assert len((tmp_path / "data" / "raw" / "valid.jsonl").read_text().splitlines()) == 25
+    record = json.loads((tmp_path / "data" / "provenance.json").read_text())
+    assert "--workers 2" in record["command"]
+    assert (f"validation: {tmp_path / 'data.valid.json'}: 25 of {sample['of_questions']} "
+            f"questions" in out), out[-3000:]
+    log = (tmp_path / "run" / "train.log").read_text()
+    valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
+    assert valid and " exact_match " in valid[-1] and " em " not in valid[-1], log[-2000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["total"] == sample["of_questions"]  # the whole evaluation split
+    assert results["answer_boundaries"] == "word" and {"exact_match", "f1"} <= set(results)
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "run" / "checkpoints" / "checkpoint_best.pt"))
+    assert state["cfg"]["task"]["answer_boundaries"] == "word"
+    printed = out[out.index("outputs of recipes/qa/squad.sh:"):]
+    for path in (tmp_path / "data", tmp_path / "data.valid.json", tmp_path / "run" / "checkpoints",
+                 tmp_path / "run" / "train.log", tmp_path / "run" / "tensorboard",
+                 tmp_path / "run" / "predictions.json", tmp_path / "run" / "nbest.json",
+                 tmp_path / "run" / "results.json"):
+        assert str(path) in printed and path.exists(), (path, printed)
+    proc = run_cli("bash", ROOT / "recipes" / "qa" / "squad.sh", *tiny, env=dict(
+        env, VALID_QUESTIONS="30"), cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stdout, proc.stdout[-2000:]
+    assert "its valid split was built from" in proc.stdout and "another validation sample" in proc.stdout

@@ -1,10 +1,12 @@
 """Extractive QA files (formats/squad.py): the real SQuAD v1.1 dev file, SQuAD v2.0 and
 MRQA fixtures written from their published layouts, every bad input as an error naming
-file and question id or, with on_bad="skip", a dropped question; splitting by article."""
+file and question id or, with on_bad="skip", a dropped question; splitting by article;
+samples by question or article fixed by a seed."""
 
 import copy
 import dataclasses
 import gzip
+import hashlib
 import json
 import re
 
@@ -13,7 +15,7 @@ import pytest
 from conftest import DATA
 
 from span_plugin.formats.lines import BOM, BadInputError
-from span_plugin.formats.squad import read_qa, split_squad_articles
+from span_plugin.formats.squad import SAMPLE_KEY, read_qa, sample_squad, split_squad_articles
 from span_plugin.formats.squad_metrics import squad_scores
 
 DEV = DATA / "squad" / "dev-v1.1.json"
@@ -502,3 +504,62 @@ def test_questions_without_answers_are_read_unlabelled_only_when_asked(tmp_path)
         read_qa(path)
     m1, m2, m3 = read_qa(path, require_answers=False).examples
     assert not m1.labelled and m1.accepted == [] and m2.labelled and not m3.labelled
+
+
+# ---------------------------------------------------------------- samples (a validation size)
+
+
+def _qas(obj):
+    return [(a["title"], p["context"], qa) for a in obj["data"] for p in a["paragraphs"]
+            for qa in p["qas"]]
+
+
+def test_a_question_sample_is_fixed_by_its_seed_in_file_order_and_recorded(tmp_path):
+    raw = json.loads(DEV.read_text(encoding="utf-8"))
+    everything = _qas(raw)
+    order = {qa["id"]: k for k, (_, _, qa) in enumerate(everything)}
+    taken = {}
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        record = sample_squad(DEV, tmp_path / f"{name}.json", 150, "questions", seed)
+        obj = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
+        taken[name] = _qas(obj)
+        assert obj[SAMPLE_KEY] == record and obj["version"] == raw["version"]
+        assert record["sha256"] == hashlib.sha256(DEV.read_bytes()).hexdigest()
+        assert (record["questions"], record["of_questions"], record["of_articles"]) == (
+            150, 10570, 48)
+        assert record["articles"] == len(obj["data"]) and record["seed"] == seed
+        positions = [order[qa["id"]] for _, _, qa in taken[name]]
+        assert positions == sorted(positions)  # file order, each question whole
+        assert all(everything[k] == q for k, q in zip(positions, taken[name]))
+        assert all(p["qas"] for a in obj["data"] for p in a["paragraphs"])
+        assert len(read_qa(tmp_path / f"{name}.json").examples) == 150
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert taken["a"] != taken["c"]
+
+
+def test_an_article_sample_takes_whole_articles_and_a_large_size_everything(tmp_path):
+    raw = json.loads(DEV.read_text(encoding="utf-8"))
+    record = sample_squad(DEV, tmp_path / "a.json", 3, "articles", 7)
+    obj = json.loads((tmp_path / "a.json").read_text(encoding="utf-8"))
+    titles = [a["title"] for a in raw["data"]]
+    assert [titles.index(a["title"]) for a in obj["data"]] == sorted(
+        titles.index(a["title"]) for a in obj["data"])
+    assert all(a in raw["data"] for a in obj["data"]) and len(obj["data"]) == 3
+    assert record["questions"] == len(_qas(obj)) and record["unit"] == "articles"
+    record = sample_squad(DEV, tmp_path / "all.json", 20000, "questions", 1)
+    obj = json.loads((tmp_path / "all.json").read_text(encoding="utf-8"))
+    assert obj["data"] == raw["data"] and record["questions"] == record["of_questions"] == 10570
+
+
+def test_a_sample_refuses_what_it_cannot_take(tmp_path):
+    with pytest.raises(ValueError, match="size=0"):
+        sample_squad(DEV, tmp_path / "x.json", 0)
+    with pytest.raises(ValueError, match="unit 'paragraphs'"):
+        sample_squad(DEV, tmp_path / "x.json", 3, "paragraphs")
+    with pytest.raises(ValueError, match="must differ"):
+        sample_squad(DEV, DEV, 3)
+    mrqa = tmp_path / "m.jsonl"
+    mrqa.write_text(json.dumps({"header": {"dataset": "SQuAD"}}) + "\n")
+    with pytest.raises(BadInputError, match="MRQA"):
+        sample_squad(mrqa, tmp_path / "x.json", 3)
+    assert not (tmp_path / "x.json").exists()

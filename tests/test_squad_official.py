@@ -17,6 +17,7 @@ from test_qa import qa_folder  # noqa: F401  (module fixture: a small real QA fo
 
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
+from span_plugin.modules.qa_decoding import cuts_word
 
 DEV = DATA / "squad" / "dev-v1.1.json"
 
@@ -313,9 +314,18 @@ def test_span_predict_prints_what_the_official_scripts_compute(qa_folder, tmp_pa
         out = tmp_path / name
         proc = run_cli("span-predict", "--checkpoint", save / "checkpoint_last.pt",
                        "--input", path, "--output", out / "predictions.json",
-                       "--results", out / "scores.json")
+                       "--results", out / "scores.json", "--nbest", out / "nbest.json")
         predictions = json.loads((out / "predictions.json").read_text())
         want = official(dataset, predictions)
+        # word-level answers (the default) of the real dev contexts: none cuts a word (a
+        # reused id is predicted at its first occurrence)
+        contexts = {}
+        for p in (p for a in dataset["data"] for p in a["paragraphs"]):
+            for qa in p["qas"]:
+                contexts.setdefault(qa["id"], p["context"])
+        nbest = json.loads((out / "nbest.json").read_text())
+        assert not [(qid, a["text"]) for qid, answers in nbest.items() for a in answers
+                    if any(cuts_word(contexts[qid], a["start"], a["end"]))]
         results = json.loads((out / "scores.json").read_text())
         line, printed = _printed(proc.stdout)
         for key in want:

@@ -9,6 +9,14 @@
 #                  articles to train, the rest to evaluate]
 #   SQUAD_DEV      the official dev-v1.1.json                 [../shared/data/squad/dev-v1.1.json]
 #   SPLIT_ARTICLES articles of SQUAD_DEV to train on           [38]
+#   VALID_QUESTIONS, VALID_ARTICLES
+#                  validate (select checkpoint_best.pt) on this many questions, or
+#                  articles, of VALID_FILE (a SQuAD JSON file) drawn by VALID_SEED and kept
+#                  in file order, instead of all of it (about 2,000 questions for the
+#                  default split: slow on a CPU). The sample is written beside DATA_DIR
+#                  and records what it holds (span-preprocess qa-sample); results.json
+#                  still scores all of VALID_FILE                         [all of it]
+#   VALID_SEED     seed of the sample, the same for every training SEED       [1]
 #   HEAD           boundary: start/end logits (BERT, SpanBERT) | sf: the same over
 #                  [token; conv within its n-gram span] (token-level Span Fine-tuning) |
 #                  span: candidate spans scored from [start; end; self-attentive]
@@ -17,6 +25,9 @@
 #   DOC_STRIDE     tokens consecutive windows of a long passage share         [128]
 #   MAX_ANSWER_TOKENS  longest answer in tokens                               [30]
 #   NULL_THRESHOLD SQuAD 2.0: no-answer margin above which the answer is "" [0]
+#   ANSWER_BOUNDARIES  word: answers start and end on word boundaries of the context;
+#                  token: any token span (recorded in the checkpoint: validation,
+#                  span-predict and the hub decode alike)                     [word]
 #   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt                   []
 #   MODEL_DIR      a converted BERT-family model (span-convert bert)
 #                  [neither given: the packaged all-MiniLM-L6-v2 (recipes/lib.sh)]
@@ -24,10 +35,13 @@
 #   BPE_DIR        GPT-2 BPE folder (ROBERTA_PATH, FROM_SCRATCH)              [gpt2_bpe]
 #   SEED [1]  LR [5e-05]  BATCH_SIZE [16 questions]  EPOCHS [2]  WARMUP [0.1]
 #   DATA_DIR       the QA folder; prepared when missing
-#                  [data-bin/<model>/qa-<train file>-<MAX_POSITIONS>-<DOC_STRIDE>]
-#   OUT_DIR        checkpoints/, tensorboard/, predictions.json (the official format),
-#                  nbest.json, results.json (EM/F1 of checkpoint_best.pt on VALID_FILE)
-#                  [runs/<model>/qa-$HEAD; -seed$SEED]
+#                  [data-bin/<model>/qa-<train file>-<MAX_POSITIONS>-<DOC_STRIDE>, then
+#                  -valid<N>q-seed<VALID_SEED> (or <N>a) for a validation sample]
+#   OUT_DIR        checkpoints/, tensorboard/, train.log, predictions.json (the official
+#                  format), nbest.json, results.json (the official scores of
+#                  checkpoint_best.pt on all of VALID_FILE: exact_match, f1, ...)
+#                  [runs/<model>/qa-$HEAD; -token for ANSWER_BOUNDARIES=token; -seed$SEED]
+#   WORKERS        preprocessing processes                                    [nproc]
 #   NUM_GPUS       GPUs to train on (more than 1: torchrun; fp16 on GPUs); 0 = CPU [all visible]
 # Extra arguments go to fairseq-train last, so they override:
 #   FROM_SCRATCH=1 recipes/qa/squad.sh --cpu --max-update 5   is a smoke run.
@@ -47,6 +61,11 @@ MAX_POSITIONS=${MAX_POSITIONS:-384}
 DOC_STRIDE=${DOC_STRIDE:-128}
 MAX_ANSWER_TOKENS=${MAX_ANSWER_TOKENS:-30}
 NULL_THRESHOLD=${NULL_THRESHOLD:-0}
+ANSWER_BOUNDARIES=${ANSWER_BOUNDARIES:-word}
+VALID_QUESTIONS=${VALID_QUESTIONS:-}
+VALID_ARTICLES=${VALID_ARTICLES:-}
+VALID_SEED=${VALID_SEED:-1}
+WORKERS=${WORKERS:-$(nproc)}
 ROBERTA_PATH=${ROBERTA_PATH:-}
 MODEL_DIR=${MODEL_DIR:-}
 BPE_DIR=${BPE_DIR:-gpt2_bpe}
@@ -58,6 +77,12 @@ WARMUP=${WARMUP:-0.1}
 count_gpus "$@"
 
 case "$HEAD" in boundary|sf|span) ;; *) die "HEAD=$HEAD: expected boundary, sf or span" ;; esac
+case "$ANSWER_BOUNDARIES" in word|token) ;; *) die "ANSWER_BOUNDARIES=$ANSWER_BOUNDARIES: expected word or token" ;; esac
+[ -z "$VALID_QUESTIONS" ] || [ -z "$VALID_ARTICLES" ] \
+    || die "give VALID_QUESTIONS or VALID_ARTICLES, not both"
+for n in "$VALID_QUESTIONS$VALID_ARTICLES" "$VALID_SEED" "$WORKERS"; do
+    [ -z "$n" ] || [[ "$n" =~ ^[0-9]+$ ]] || die "VALID_QUESTIONS, VALID_ARTICLES, VALID_SEED and WORKERS are whole numbers (got '$n')"
+done
 use_pretrained_encoder "$@"
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 
@@ -77,30 +102,78 @@ for f in "$TRAIN_FILE" "$VALID_FILE"; do
 done
 need_gpt2_files
 name=$(basename "$TRAIN_FILE"); name=${name%%.*}
-DATA_DIR=${DATA_DIR:-data-bin/${prefix}qa-$(basename "$(dirname "$TRAIN_FILE")")-$name-$MAX_POSITIONS-$DOC_STRIDE}
-OUT_DIR=${OUT_DIR:-runs/${prefix}qa-$HEAD$([ "$SEED" = 1 ] || echo "-seed$SEED")}
+sample=
+if [ -n "$VALID_QUESTIONS" ]; then sample=-valid${VALID_QUESTIONS}q-seed$VALID_SEED
+elif [ -n "$VALID_ARTICLES" ]; then sample=-valid${VALID_ARTICLES}a-seed$VALID_SEED; fi
+DATA_DIR=${DATA_DIR:-data-bin/${prefix}qa-$(basename "$(dirname "$TRAIN_FILE")")-$name-$MAX_POSITIONS-$DOC_STRIDE$sample}
+run_suffix=$([ "$ANSWER_BOUNDARIES" = word ] || echo "-$ANSWER_BOUNDARIES")$([ "$SEED" = 1 ] || echo "-seed$SEED")
+OUT_DIR=${OUT_DIR:-runs/${prefix}qa-$HEAD$run_suffix}
+
+# ---- the questions validation reads: all of VALID_FILE, or a sample fixed by VALID_SEED --
+# (written on every launch: the same inputs give the same bytes)
+VALID_SET=$VALID_FILE
+if [ -n "$sample" ]; then
+    VALID_SET=$DATA_DIR.valid.json
+    mkdir -p "$(dirname "$VALID_SET")"
+    if [ -n "$VALID_QUESTIONS" ]; then size=(--questions "$VALID_QUESTIONS"); else size=(--articles "$VALID_ARTICLES"); fi
+    sampled=$(span-preprocess qa-sample "$VALID_FILE" --out "$VALID_SET" "${size[@]}" \
+        --seed "$VALID_SEED") || die "could not sample $VALID_FILE (see above)"
+    echo "validation: $sampled"
+fi
 
 if [ ! -d "$DATA_DIR" ]; then
     rm -rf "$DATA_DIR.tmp"
-    echo "preparing $DATA_DIR from $TRAIN_FILE and $VALID_FILE"
-    span-preprocess qa --out "$DATA_DIR.tmp" --train "$TRAIN_FILE" --valid "$VALID_FILE" \
+    echo "preparing $DATA_DIR from $TRAIN_FILE and $VALID_SET"
+    span-preprocess qa --out "$DATA_DIR.tmp" --train "$TRAIN_FILE" --valid "$VALID_SET" \
         --max-positions "$MAX_POSITIONS" --doc-stride "$DOC_STRIDE" --name squad \
-        "${encoder_args[@]}" --srcdict "$SRCDICT" --workers 1
+        "${encoder_args[@]}" --srcdict "$SRCDICT" --workers "$WORKERS"
     mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+else
+    # A folder made earlier (or by hand) must hold these questions: its record's hashes
+    # of the files it was built from.
+    python - "$DATA_DIR" "$TRAIN_FILE" "$VALID_SET" <<'PY' || die "$DATA_DIR was built from other files (see above): delete it to rebuild it, or set DATA_DIR"
+import sys
+from span_plugin.preprocess import provenance
+folder, files = sys.argv[1], dict(zip(("train", "valid"), sys.argv[2:]))
+source = (provenance.read_record(folder) or {}).get("source") or {}
+for split, path in files.items():
+    want = (source.get(split) or {}).get("sha256")
+    if want is not None and want != provenance.sha256(path):
+        sys.exit(f"{folder}: its {split} split was built from {source[split].get('path')}, "
+                 f"not from {path} (another file, or another validation sample)")
+PY
 fi
 same_vocabulary "$DATA_DIR/input0/dict.txt"
 count_updates "$DATA_DIR/raw/train.jsonl" "$@"
 
+# ---- fine-tune --------------------------------------------------------------------------
 args=(
     "$DATA_DIR" --user-dir "$ROOT/span_plugin"
     --task span_qa --criterion span_qa --arch roberta_qa --qa-head "$HEAD"
     --max-answer-tokens "$MAX_ANSWER_TOKENS" --null-threshold "$NULL_THRESHOLD"
+    --answer-boundaries "$ANSWER_BOUNDARIES"
     --max-positions 512 "${size_args[@]}" --seed "$SEED"
 )
 f1_finetune_args
-train_resumably "${args[@]}" "${finetune_args[@]}" "$@"
+# fairseq-train's output is kept in train.log: appended by relaunches, started afresh
+# when there is no checkpoint to resume.
+TRAIN_LOG=$OUT_DIR/train.log
+mkdir -p "$OUT_DIR"
+if ! compgen -G "$OUT_DIR/checkpoints/checkpoint*.pt" >/dev/null; then : > "$TRAIN_LOG"; fi
+train_resumably "${args[@]}" "${finetune_args[@]}" "$@" 2>&1 | tee -a "$TRAIN_LOG"
 
+# ---- the official scores of the best checkpoint on all of VALID_FILE ---------------------
 span-predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" --data "$DATA_DIR" \
     --input "$VALID_FILE" --output "$OUT_DIR/predictions.json" --nbest "$OUT_DIR/nbest.json" \
     --results "$OUT_DIR/results.json"
-echo "results: $OUT_DIR/results.json; predictions: $OUT_DIR/predictions.json"
+
+cat <<EOF
+outputs of $RECIPE_NAME:
+  data folder:   $DATA_DIR (training: $TRAIN_FILE)
+  validation:    ${sampled:-all of $VALID_FILE}
+  checkpoints:   $OUT_DIR/checkpoints/ (checkpoint_best.pt: the best validation f1)
+  training log:  $TRAIN_LOG
+  tensorboard:   $OUT_DIR/tensorboard/
+  predictions:   $OUT_DIR/predictions.json (the official format), $OUT_DIR/nbest.json
+  results:       $OUT_DIR/results.json (checkpoint_best.pt on all of $VALID_FILE, answers at $ANSWER_BOUNDARIES boundaries)
+EOF

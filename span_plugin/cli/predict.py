@@ -34,7 +34,8 @@ QA checkpoints: questions of ``--input`` (SQuAD 1.1/2.0 JSON, MRQA JSON Lines) o
 folder's ``--split`` (default valid); ``--output`` the official predictions.json,
 ``--nbest`` the n-best answers, ``--results`` EM/F1 when the questions have answers;
 ``--null-threshold`` (SQuAD 2.0): a number, or ``tune`` for the F1-best one on these
-questions (see :mod:`span_plugin.inference.qa_files`).
+questions (see :mod:`span_plugin.inference.qa_files`); ``--answer-boundaries word|token``
+decodes otherwise than the checkpoint records.
 
 The encoder (BPE files, n-gram dictionary, segmentation) is the one the checkpoint's
 data record names; encoder options given here are checked against it (files by their
@@ -54,7 +55,7 @@ CONLL_FLAGS = ("split", "conll_out", "results", "batch_size", "spans_out", "toke
                "overlap", "span_threshold")
 PAIR_FLAGS = ("input", "output")
 QA_FLAGS = ("input", "split", "output", "nbest", "results", "null_threshold", "n_best",
-            "batch_size")
+            "batch_size", "answer_boundaries")
 
 
 def build_parser():
@@ -110,6 +111,10 @@ def build_parser():
                    help="SQuAD 2.0: answer '' when the no-answer score beats the best answer "
                    "by more than this; 'tune': the F1-best threshold on these questions; "
                    "default: the model's (--null-threshold of training)")
+    g.add_argument("--answer-boundaries", choices=("word", "token"),
+                   help="word: answers start and end on word boundaries of the context; "
+                   "token: any token span; default: the checkpoint's (--answer-boundaries "
+                   "of training; token for checkpoints made before the option)")
     g = p.add_argument_group("text encoder (default: the checkpoint's record; given "
                              "again, checked against it)")
     g.add_argument("--bpe", choices=("gpt2", "sentencepiece", "fastbpe", "wordpiece"))
@@ -179,7 +184,8 @@ def predict_qa(hub, a):
     examples, version, notes = read_questions(hub, a.input, splits[0])
     report_notes(notes, a.input)
     scores = write_qa_predictions(hub, examples, version, a.output[0], a.nbest, a.results,
-                                  threshold, a.n_best or 20, a.batch_size or 16, notes)
+                                  threshold, a.n_best or 20, a.batch_size or 16, notes,
+                                  a.answer_boundaries)
     summary = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in scores.items())
     ids = len(first_occurrences(examples))

@@ -223,7 +223,7 @@ def cmd_qa(a):
             raise FileNotFoundError(f"{path}: no such file (--{split})")
     summaries = prepare_qa(a.out, files, _spec(a), a.srcdict, max_positions=a.max_positions,
                            doc_stride=a.doc_stride, on_bad=a.on_bad, name=a.name,
-                           command=_command())
+                           command=_command(), workers=a.workers)
     for split, s in summaries.items():
         print(f"{split}: {s.questions} questions in {s.windows} windows ({s.impossible} "
               f"impossible, {s.dropped} dropped: see dropped_rows.tsv), {s.inexact_answers} "
@@ -244,6 +244,15 @@ def cmd_qa_split(a):
 
     first, rest = split_squad_articles(a.input, a.first, a.out_first, a.out_rest)
     print(f"{a.out_first}: {first} questions; {a.out_rest}: {rest} questions")
+
+
+def cmd_qa_sample(a):
+    from span_plugin.formats.squad import sample_squad
+
+    unit, size = ("articles", a.articles) if a.articles else ("questions", a.questions)
+    r = sample_squad(a.input, a.out, size, unit, a.seed)
+    print(f"{a.out}: {r['questions']} of {r['of_questions']} questions, {r['articles']} of "
+          f"{r['of_articles']} articles of {a.input} ({size} {unit} asked, seed {a.seed})")
 
 
 def _command():
@@ -471,6 +480,17 @@ def build_parser():
     q.add_argument("--out-first", required=True)
     q.add_argument("--out-rest", required=True)
     q.set_defaults(func=cmd_qa_split)
+
+    q = sub.add_parser("qa-sample", help="a part of a SQuAD JSON file fixed by a seed: N "
+                       "questions or N articles drawn at random, kept in file order (e.g. a "
+                       "validation set small enough for a CPU); the file records what it holds")
+    q.add_argument("input")
+    q.add_argument("--out", required=True)
+    size = q.add_mutually_exclusive_group(required=True)
+    size.add_argument("--questions", type=int, help="questions to take")
+    size.add_argument("--articles", type=int, help="articles to take (all their questions)")
+    q.add_argument("--seed", type=int, default=1)
+    q.set_defaults(func=cmd_qa_sample)
 
     q = sub.add_parser("binarize", help="encode + spans + binarize one text file")
     q.add_argument("input")

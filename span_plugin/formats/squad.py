@@ -1,6 +1,6 @@
 """Extractive question answering files: SQuAD v1.1 / v2.0 JSON and MRQA JSON Lines, read
 into :class:`QAExample` (:func:`read_qa`), and SQuAD files split by article
-(:func:`split_squad_articles`).
+(:func:`split_squad_articles`) or sampled by question or article (:func:`sample_squad`).
 
 Formats (``.jsonl``/``.ndjson`` names are MRQA, other names are told by the first line:
 an object with ``header`` is MRQA, anything else SQuAD JSON; gzip is told by its magic
@@ -51,8 +51,10 @@ as the official evaluation reads it.
 """
 
 import gzip
+import hashlib
 import json
 import os
+import random
 from dataclasses import dataclass, field
 
 from span_plugin.formats.files import atomic_write
@@ -545,3 +547,58 @@ def split_squad_articles(path, first, out_first, out_rest):
         atomic_write(out, lambda f, blob=blob: f.write(blob))
         counts.append(sum(len(p["qas"]) for a in part for p in a["paragraphs"]))
     return tuple(counts)
+
+
+SAMPLE_UNITS = ("questions", "articles")
+SAMPLE_KEY = "span_plugin_sample"  # what a sample file says it holds (read by no scorer)
+
+
+def sample_squad(path, out, size, unit="questions", seed=1):
+    """Write to ``out`` ``size`` questions or articles (``unit``) of the SQuAD JSON file
+    ``path``, drawn without replacement by ``random.Random(seed)`` and kept in the
+    file's order, with their articles and paragraphs (a paragraph or article left without
+    a question is left out; every other key kept). A ``size`` at least the file's count
+    takes it all. The written file says what it holds under :data:`SAMPLE_KEY` (source
+    path and sha256, unit, size asked, questions and articles taken and of how many,
+    seed), which the official scripts and :func:`read_qa` do not read. Written
+    atomically; returns that record."""
+    path = os.fspath(path)
+    if os.path.abspath(os.fspath(out)) == os.path.abspath(path):
+        raise ValueError(f"sample {path} into {out}: the output must differ from the input")
+    if unit not in SAMPLE_UNITS:
+        raise ValueError(f"unit {unit!r}: expected one of {SAMPLE_UNITS}")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"size={size!r}: expected a positive number of {unit}")
+    if _is_mrqa(path):
+        raise BadInputError(f"{path}: an MRQA JSON Lines file; sampling reads SQuAD JSON")
+    data = _read_bytes(path)
+    obj, articles = _load_squad(path, data)
+    read_qa(path, on_bad="skip")  # the structure checked before anything is written
+    # every question as (article, paragraph, question) positions, in file order
+    places = [(i, j, k) for i, a in enumerate(articles)
+              for j, p in enumerate(a["paragraphs"]) for k in range(len(p["qas"]))]
+    rng = random.Random(seed)
+    if unit == "articles":
+        keep = set(rng.sample(range(len(articles)), min(size, len(articles))))
+        chosen = {q for q in places if q[0] in keep}
+    else:
+        chosen = set(rng.sample(places, min(size, len(places))))
+    taken = []
+    for i, article in enumerate(articles):
+        paragraphs = []
+        for j, par in enumerate(article["paragraphs"]):
+            qas = [qa for k, qa in enumerate(par["qas"]) if (i, j, k) in chosen]
+            if qas:
+                paragraphs.append(dict(par, qas=qas))
+        if paragraphs:
+            taken.append(dict(article, paragraphs=paragraphs))
+    with open(path, "rb") as f:  # the file as it is (gzip, BOM and all)
+        digest = hashlib.sha256(f.read()).hexdigest()
+    record = {"source": os.path.abspath(path), "sha256": digest,
+              "unit": unit, "size": size, "seed": seed,
+              "questions": len(chosen), "of_questions": len(places),
+              "articles": len(taken), "of_articles": len(articles)}
+    blob = json.dumps(dict(obj, data=taken, **{SAMPLE_KEY: record}),
+                      ensure_ascii=False).encode("utf-8")
+    atomic_write(out, lambda f: f.write(blob))
+    return record

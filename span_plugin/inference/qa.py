@@ -10,7 +10,9 @@ The pairs go through the code of training: the encoder the checkpoint records,
 :func:`span_plugin.preprocess.qa.encode_question` and ``passage_windows`` with the
 folder's window size and stride, the layout and batches of
 :class:`span_plugin.data.qa_windows.QAWindowsDataset`, and the decoder of the
-validation metrics.
+validation metrics, at the answer boundaries the checkpoint records (``--answer-boundaries``
+of training: word unless it said token; token for checkpoints made before the option).
+``answer_boundaries="word"`` or ``"token"`` decodes otherwise (re-decoding a checkpoint).
 """
 
 import torch
@@ -57,36 +59,53 @@ class QAHubInterface(SpanHubInterface):
         return QAWindowsDataset(layout, window_question, columns["offsets"], columns["answer"],
                                 list(examples), self.task.source_dictionary.pad(), spans=spans)
 
-    @torch.no_grad()
-    def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16):
-        """Answers of ``QAExample`` items (see :func:`decode_answers`), in order.
+    @property
+    def answer_boundaries(self):
+        """How the checkpoint decodes answers: "word" or "token" (module docstring)."""
+        return self.task.answer_boundaries
 
-        null_threshold: "default" = the task's threshold for SQuAD 2.0 models, None
-        (never "") otherwise; None or a number overrides it.
-        """
-        if null_threshold == "default":
-            null_threshold = self.task.cfg.null_threshold if self.task.squad_v2 else None
-        if not examples:
-            return []
+    def batch_outputs(self, examples, batch_size=16):
+        """``(batch, head output)`` of each batch of ``QAExample`` items, in order: what
+        decoding reads (one pass of the model, for any number of decodings)."""
         data = self.dataset(examples)
-        out = []
         for k in range(0, len(data), batch_size):
             batch = data.collater([data[i] for i in range(k, min(k + batch_size, len(data)))])
             net_input = {name: x.to(self.device) for name, x in batch["net_input"].items()}
-            output, _ = self.model(**net_input, classification_head_name=self.head)
+            with torch.no_grad():
+                output, _ = self.model(**net_input, classification_head_name=self.head)
+            yield batch, output
+
+    def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16,
+                         answer_boundaries=None):
+        """Answers of ``QAExample`` items (see :func:`decode_answers`), in order.
+
+        null_threshold: "default" = the task's threshold for SQuAD 2.0 models, None
+        (never "") otherwise; None or a number overrides it. answer_boundaries: None =
+        the checkpoint's; "word" or "token" overrides it.
+        """
+        if null_threshold == "default":
+            null_threshold = self.task.cfg.null_threshold if self.task.squad_v2 else None
+        boundaries = answer_boundaries or self.answer_boundaries
+        if not examples:
+            return []
+        out = []
+        for batch, output in self.batch_outputs(examples, batch_size):
             qa = batch["qa"]
             out.extend(answers_of_batch(output, qa["question"], qa["offsets"],
                                         [r.context for r in qa["records"]], n_best,
-                                        null_threshold))
+                                        null_threshold, boundaries))
         return out
 
-    def predict_answers(self, pairs, n_best=20, null_threshold="default", batch_size=16):
+    def predict_answers(self, pairs, n_best=20, null_threshold="default", batch_size=16,
+                        answer_boundaries=None):
         """Answers of raw ``(question, context)`` pairs: dicts ``text``, ``start``,
         ``end`` (characters of the context, end exclusive; -1 for no answer),
         ``score``, ``null_margin``, ``nbest``. A pair that is not two strings is a
         TypeError, an empty question or context a ValueError (as ``span-preprocess qa``
-        refuses them), each naming the pair's index."""
+        refuses them), each naming the pair's index. answer_boundaries: as
+        :meth:`predict_examples`."""
         examples = [QAExample(id=str(n), question=q, context=c, answers=[], impossible=False,
                               where="pair", labelled=False)
                     for n, (q, c) in enumerate(question_pairs(pairs))]
-        return self.predict_examples(examples, n_best, null_threshold, batch_size)
+        return self.predict_examples(examples, n_best, null_threshold, batch_size,
+                                     answer_boundaries)

@@ -1,8 +1,11 @@
 """``span-predict`` output of a ``span_qa`` checkpoint: the official SQuAD
 ``predictions.json`` (question id -> answer text), an n-best file (id -> list of
 ``text``, ``start``, ``end``, ``score``, ``probability``), and when the questions carry
-answers, the official exact match and F1 (v2.0: HasAns/NoAns, and the no-answer
-threshold that maximizes F1 on these questions).
+answers, the official scores under the official scripts' names: ``exact_match``,
+``f1``, ``total``; v2.0 ``HasAns_exact``, ``HasAns_f1``, ``NoAns_exact``, ``NoAns_f1``, and
+with ``--null-threshold tune`` the no-answer threshold that maximizes F1 on these
+questions, ``best_f1_thresh``. The results file also says how answers were decoded
+(``answer_boundaries``).
 
 Questions come from a SQuAD / MRQA file (``--input``; questions without answers, as in
 the official test files, are predicted and not scored) or a split of the folder the
@@ -78,7 +81,8 @@ def first_occurrences(examples):
 
 
 def write_qa_predictions(hub, examples, version, output, nbest=None, results=None,
-                         null_threshold="default", n_best=20, batch_size=16, notes=()):
+                         null_threshold="default", n_best=20, batch_size=16, notes=(),
+                         answer_boundaries=None):
     """Predict ``examples`` (one prediction per id: its first occurrence) and write the
     files; returns the scores over every occurrence, as the official script of
     ``version`` counts them (or {} without gold).
@@ -86,6 +90,7 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
     null_threshold: "default" (the model's), None (never ""), a number, or "tune" (v2.0:
     the threshold that maximizes F1 on these questions, reported in the scores).
     notes: what reading the file reported, written to ``results`` (``input_notes``).
+    answer_boundaries: None (the checkpoint's), "word" or "token".
     """
     tune = null_threshold == "tune"
     unlabelled = [ex for ex in examples if not ex.labelled]
@@ -96,8 +101,9 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
             f"{'--null-threshold tune' if tune else '--results'} needs every question's "
             f"gold answers (or is_impossible)")
     asked = first_occurrences(examples)
+    boundaries = answer_boundaries or hub.answer_boundaries
     answers = hub.predict_examples(asked, n_best, None if tune else null_threshold,
-                                   batch_size)
+                                   batch_size, boundaries)
     predictions = {ex.id: a["text"] for ex, a in zip(asked, answers)}
     scores = {}
     has_gold = not unlabelled
@@ -105,7 +111,7 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
         margins = {ex.id: a["null_margin"] for ex, a in zip(asked, answers)}
         threshold, _, _ = best_null_threshold(predictions, margins, examples, "2.0")
         predictions = {k: ("" if margins[k] > threshold else v) for k, v in predictions.items()}
-        scores["null_threshold"] = threshold
+        scores["best_f1_thresh"] = threshold
     if has_gold:
         scores.update(squad_scores(predictions, examples,
                                    "2.0" if version == "2.0" or tune else "1.1"))
@@ -113,7 +119,7 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
     if nbest:
         _write_json(nbest, {ex.id: a["nbest"] for ex, a in zip(asked, answers)})
     if results and scores:
-        _write_json(results, dict(scores, input_notes={
+        _write_json(results, dict(scores, answer_boundaries=boundaries, input_notes={
             "counts": {k: sum(n.kind == k for n in notes) for k in NOTE_KINDS},
             "notes": [{"kind": n.kind, "where": n.where, "id": n.id, "message": n.message}
                       for n in notes]}))

@@ -37,6 +37,7 @@ outside it is counted (``inexact_answers``).
 """
 
 import json
+import multiprocessing as mp
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -213,8 +214,48 @@ class _SplitWriter:
                 w.finalize()
 
 
+CHUNK_QUESTIONS = 64  # questions a worker encodes at a time
+
+
+def _encode_examples(encoder, examples, strict):
+    """``[EncodedQuestion or the ValueError's message]`` of ``examples``, in order (each
+    context is encoded once for its consecutive questions)."""
+    out, last = [], (None, None)
+    for ex in examples:
+        try:
+            if last[0] != ex.context:
+                last = (ex.context, encode_context(encoder, ex.context))
+            out.append(encode_question(encoder, ex.question, ex.context, ex.answers, last[1],
+                                       strict=strict))
+        except ValueError as err:
+            out.append(str(err))
+    return out
+
+
+def _encode_chunk(task):
+    """Worker: :func:`_encode_examples` with the encoder of ``spec`` (built by the parent
+    before the fork, :func:`~span_plugin.preprocess.binarize._get_encoder`)."""
+    spec, examples, strict = task
+    return _encode_examples(_get_encoder(spec), examples, strict)
+
+
+def encoded_questions(encoder, examples, strict, spec=None, workers=1):
+    """:func:`_encode_examples` of ``examples``, yielded one at a time in order; with
+    ``workers > 1`` (and the encoder's ``spec``) by that many forked processes, in chunks
+    of :data:`CHUNK_QUESTIONS` questions: the same results, since each question is
+    encoded on its own."""
+    chunks = [examples[k:k + CHUNK_QUESTIONS] for k in range(0, len(examples), CHUNK_QUESTIONS)]
+    if workers <= 1 or spec is None or len(chunks) <= 1:
+        for chunk in chunks:
+            yield from _encode_examples(encoder, chunk, strict)
+        return
+    with mp.get_context("fork").Pool(min(workers, len(chunks))) as pool:
+        for done in pool.imap(_encode_chunk, [(spec, chunk, strict) for chunk in chunks]):
+            yield from done
+
+
 def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc_stride,
-                on_bad="error", dropped=None, notes=None):
+                on_bad="error", dropped=None, notes=None, spec=None, workers=1):
     """Encode and write one split's windows; returns ``(QASummary, kept examples)``.
 
     examples: :class:`~span_plugin.formats.squad.QAExample` list; dropped: a list the
@@ -222,19 +263,19 @@ def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc
     ``on_bad="skip"``; notes: a list the answers left out of training (they cover no
     token) are appended to as :class:`~span_plugin.formats.squad.QANote`. Such an
     answer moves to the example's ``unplaced`` (scored, not trained on); a question left
-    without answers is skipped.
+    without answers is skipped. spec, workers: tokenize in that many processes
+    (:func:`encoded_questions`); the folder is the same.
     """
     summary, kept = QASummary(), []
     notes = [] if notes is None else notes
     out = _SplitWriter(out_dir, split, dict_path)
-    ok, last = False, (None, None)  # the questions of one context are consecutive
+    ok = False
     try:
-        for ex in examples:
+        for ex, enc in zip(examples, encoded_questions(encoder, examples, on_bad != "skip",
+                                                       spec, workers)):
             try:
-                if last[0] != ex.context:
-                    last = (ex.context, encode_context(encoder, ex.context))
-                enc = encode_question(encoder, ex.question, ex.context, ex.answers, last[1],
-                                      strict=on_bad != "skip")
+                if isinstance(enc, str):
+                    raise ValueError(enc)
                 if enc.unplaced:
                     ex = _without_unplaced(ex, enc.unplaced, notes)
                 windows = passage_windows(len(enc.context), len(enc.question), max_positions,
@@ -316,9 +357,9 @@ def read_records(path):
 
 @builds_whole_folder  # written whole or not at all (preprocess/folder.py)
 def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride=128,
-               on_bad="error", name="qa", command=None):
+               on_bad="error", name="qa", command=None, workers=1):
     """Write the QA folder of ``files`` ({split: SQuAD JSON or MRQA JSON Lines path},
-    train first). Returns ``{split: QASummary}``."""
+    train first), tokenizing in ``workers`` processes. Returns ``{split: QASummary}``."""
     if on_bad not in ("error", "skip"):
         raise ValueError(f"on_bad must be 'error' or 'skip', got {on_bad!r}")
     encoder = _get_encoder(spec)
@@ -332,7 +373,8 @@ def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride
             raise BadInputError(f"{path}: no question left to write for split {split}")
         skipped, notes = [], list(data.notes)
         summary, kept = write_split(out_dir, split, data.examples, encoder, dict_path,
-                                    max_positions, doc_stride, on_bad, skipped, notes)
+                                    max_positions, doc_stride, on_bad, skipped, notes,
+                                    spec=spec, workers=workers)
         dropped += [(split, path, where, qid, why) for where, qid, why in skipped]
         noted += [(split, path, n.kind, n.where, n.id, n.message) for n in notes]
         summary.dropped += len(data.dropped)

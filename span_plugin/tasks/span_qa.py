@@ -11,6 +11,13 @@ Heads (``--qa-head``): ``boundary`` (start and end logits, BERT's and SpanBERT's
 joined with a convolution inside its n-gram span, from the folder's span files; as the
 ``sf`` tagging head) or ``span`` (candidate spans of up to ``--max-answer-tokens``
 scored from span representations through the shared span extractors).
+
+Answers are decoded at word level by default (``--answer-boundaries word``: they start
+and end on word boundaries of the context; ``token``: any token span), in validation, in
+``span-predict`` and in the hub alike, as the checkpoint's task config says. A
+checkpoint made before the option existed decodes as it did then (token): fairseq fills
+a missing config field with its default, so the task state also holds the setting
+(:data:`BOUNDARIES_STATE`), and a checkpoint whose state lacks it is an older one.
 """
 
 import logging
@@ -25,6 +32,7 @@ from omegaconf import II, MISSING
 
 from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
+from span_plugin.modules.qa_decoding import ANSWER_BOUNDARIES
 from span_plugin.preprocess import indexed, provenance
 from span_plugin.preprocess.qa import INDEX_DTYPE, QA_DIR, read_records
 from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, length_multiple, length_multiple_field
@@ -32,6 +40,10 @@ from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, len
 logger = logging.getLogger(__name__)
 
 QA_HEADS = {"boundary": "qa_boundary", "sf": "qa_boundary_sf", "span": "qa_span"}
+# In the task state (so in every checkpoint): the --answer-boundaries of training.
+BOUNDARIES_STATE = "span_qa_answer_boundaries"
+# How checkpoints made before --answer-boundaries existed were decoded.
+LEGACY_BOUNDARIES = "token"
 
 
 @dataclass
@@ -49,6 +61,10 @@ class SpanQAConfig(FairseqDataclass):
     qa_span_dim: int = field(default=128, metadata={
         "help": "span head: width the token features are projected to before the extractors"})
     n_best: int = field(default=20, metadata={"help": "answers kept per question (nbest)"})
+    answer_boundaries: ChoiceEnum(list(ANSWER_BOUNDARIES)) = field(default="word", metadata={
+        "help": "word: answers start and end on word boundaries of the context (only "
+        "candidates whose first token begins a word and last token ends one); token: any "
+        "token span. Validation, span-predict and the hub decode as the checkpoint says"})
     null_threshold: float = field(default=0.0, metadata={
         "help": "SQuAD 2.0 folders: answer '' when the no-answer score exceeds the best "
         "answer's by more than this (validation metrics; span-predict can tune it)"})
@@ -77,6 +93,17 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
         if cfg.max_answer_tokens < 1:
             raise ValueError(f"--max-answer-tokens must be >= 1, got {cfg.max_answer_tokens}")
         self.records = {}
+        self.answer_boundaries = str(cfg.answer_boundaries)
+        self.state.merge_state_dict({BOUNDARIES_STATE: self.answer_boundaries})
+
+    def load_state_dict(self, state_dict):
+        """The state of a checkpoint (fairseq calls this when it loads one for inference,
+        after building the task from its config). One made before --answer-boundaries
+        existed has no setting in its state: it decodes at token level, as it did."""
+        super().load_state_dict(state_dict)
+        if BOUNDARIES_STATE not in state_dict:
+            self.answer_boundaries = LEGACY_BOUNDARIES
+            self.state.merge_state_dict({BOUNDARIES_STATE: LEGACY_BOUNDARIES})
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
