@@ -110,6 +110,12 @@ def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
                 label = "%.6g" % (value / 5.0)  # awk '{print $1 / 5.0}'
             elif not label:
                 raise BadInputError(f"{path}:{lineno}: empty label in column {label_col}")
+            elif any(c.isspace() for c in label):
+                # A class label is one token of label/dict.txt: '1\xa00' would become two
+                # labels of one row, and a '\r' inside one would split label/train.label
+                # into an extra row (read with universal newlines), shifting every label.
+                raise BadInputError(f"{path}:{lineno}: label {label!r} in column {label_col} "
+                                    f"holds whitespace; class labels are single tokens")
             out.labels.append(label)
         for k, c in enumerate(cols):
             # Newline-free by construction (lines are split on \n); a lone \r would

@@ -28,6 +28,12 @@ class BadInputError(ValueError):
     """Input that cannot be processed without losing alignment; names file and line."""
 
 
+# The JSON readers' message for JSON nested deeper than Python's recursion limit (about
+# 1000 levels): json.loads raises RecursionError there, which is no ValueError. No file
+# of these formats nests like that.
+TOO_DEEP = "JSON nested too deeply to read (more levels than Python's recursion limit)"
+
+
 class Lines(list):
     """Decoded lines, with ``replacements``: how many invalid UTF-8 sequences became
     U+FFFD (``bad_utf8="replace"``; 0 otherwise), so a folder's record can say so."""

@@ -47,8 +47,8 @@ def _phrase(j, pair, label_id, shift):
     for key in ("source", "target", "label"):
         if key not in pair:
             raise _BadRow(f"phrase pair {j} has no {key!r}")
-    if pair["label"] not in label_id:
-        raise _BadRow(f"phrase pair {j}: label {pair['label']!r} is not one of "
+    if not isinstance(pair["label"], str) or pair["label"] not in label_id:  # [] is unhashable
+        raise _BadRow(f"phrase pair {j}: label {json.dumps(pair['label'])[:40]} is not one of "
                       f"the declared phrase labels {list(label_id)}")
     ranges = []
     for side, key in enumerate(("source", "target")):

@@ -55,10 +55,11 @@ import hashlib
 import json
 import os
 import random
+import zlib
 from dataclasses import dataclass, field
 
 from span_plugin.formats.files import atomic_write
-from span_plugin.formats.lines import BOM, BadInputError
+from span_plugin.formats.lines import BOM, TOO_DEEP, BadInputError
 
 ON_BAD = ("error", "skip")
 
@@ -111,6 +112,11 @@ class _Bad(Exception):
 # ---------------------------------------------------------------- bytes and JSON
 
 
+# What reading a broken gzip stream raises: BadGzipFile (an OSError: bad header, CRC),
+# EOFError (cut short) and zlib.error (a damaged deflate stream, e.g. one flipped byte).
+GZIP_ERRORS = (OSError, EOFError, zlib.error)
+
+
 def _open(path):
     """``path`` opened for reading bytes, through gzip when it starts with gzip's magic."""
     f = open(path, "rb")
@@ -128,7 +134,7 @@ def _lines(path):
         try:
             for lineno, raw in enumerate(f, 1):
                 yield lineno, raw[len(BOM):] if lineno == 1 and raw.startswith(BOM) else raw
-        except (OSError, EOFError) as err:
+        except GZIP_ERRORS as err:
             raise BadInputError(f"{path}:{lineno + 1}: not a readable gzip file "
                                 f"({err})") from None
 
@@ -138,7 +144,7 @@ def _read_bytes(path, first_line=False):
     with _open(path) as f:
         try:
             data = f.readline() if first_line else f.read()
-        except (OSError, EOFError) as err:
+        except GZIP_ERRORS as err:
             raise BadInputError(f"{path}: not a readable gzip file ({err})") from None
     return data[len(BOM):] if data.startswith(BOM) else data
 
@@ -167,7 +173,7 @@ def _is_mrqa(path):
         return False
     try:
         obj = json.loads(first.decode("utf-8"))
-    except ValueError:
+    except (ValueError, RecursionError):  # read again, as SQuAD JSON, to say why
         return False
     return isinstance(obj, dict) and ("header" in obj or "qas" in obj)
 
@@ -350,6 +356,8 @@ def _load_squad(path, data):
     except json.JSONDecodeError as err:
         raise BadInputError(f"{path}:{err.lineno}:{err.colno}: not valid JSON ({err.msg}); "
                             f"expected one SQuAD JSON object") from None
+    except RecursionError:
+        raise BadInputError(f"{path}: {TOO_DEEP}; expected one SQuAD JSON object") from None
     try:
         articles = _get(obj, "data", list, "the file")
     except _Bad as bad:
@@ -470,11 +478,15 @@ def _read_mrqa(path, reading):
     for lineno, raw in _lines(path):
         if not raw.strip():
             continue  # blank lines (the final newline, CRLF ends) carry nothing
+        text = _decode(path, raw, lineno)
         try:
-            obj = json.loads(_decode(path, raw, lineno))
+            obj = json.loads(text)
         except ValueError as err:
             raise BadInputError(f"{path}:{lineno}: not valid JSON ({err}); expected one "
                                 f"MRQA object per line") from None
+        except RecursionError:
+            raise BadInputError(f"{path}:{lineno}: {TOO_DEEP}; expected one MRQA object "
+                                f"per line") from None
         if not header:
             if not (isinstance(obj, dict) and isinstance(obj.get("header"), dict)):
                 raise BadInputError(f"{path}:{lineno}: expected the MRQA header line "

@@ -37,7 +37,7 @@ import io
 import json
 import os
 
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.formats.lines import TOO_DEEP, BadInputError, read_file_lines
 from span_plugin.formats.rows import SplitRows, read_decimal
 from span_plugin.formats.tsv import split_rows
 
@@ -147,6 +147,8 @@ def load_json_object(line):
                       f"that which value is read is not a guess") from None
     except ValueError as err:
         raise _BadRow(f"not valid JSON ({err})" if line.strip() else "blank line") from None
+    except RecursionError:  # json's decoder recurses once per level of nesting
+        raise _BadRow(TOO_DEEP) from None
 
 
 def _jsonl_rows(path, lines):

@@ -71,7 +71,7 @@ def to_iob2(tags, scheme, repair=True):
         if scheme == "bioes" and previous is not None and not (
                 prefix in "IE" and prefix != OUTSIDE and kind == previous):
             unclosed(i, tag)
-        if prefix == OUTSIDE:
+        if tag == OUTSIDE:  # "O-MISC" is no O: it is outside every scheme (below)
             out.append(OUTSIDE)
             previous = None
             continue
