@@ -10,7 +10,9 @@ n-gram spans from the packaged dictionary), for:
 - ``span+compile`` / ``plain+compile``: the span model with ``--compile
   --compile-mode reduce-overhead --length-multiple 64`` (``--sentence-head plain`` for
   plain), where the torch on the machine compiles; ``span+compile-default`` is the
-  same without CUDA graphs.
+  same without CUDA graphs;
+- ``span-bf16`` / ``plain-bf16``: eager in bf16 (``--bf16``: no loss scaling) instead
+  of fp16.
 
 For each run: words/s and updates/s (fairseq's own ``wps``/``ups`` of the logged
 intervals after the first ones, which hold start-up and compilation), peak GPU memory
@@ -168,7 +170,7 @@ def run_variant(data, variant, size, updates, batch, quick):
         if compiled:
             args += ["--compile-backend", "aot_eager"]
     else:
-        args += FP16
+        args += ["--bf16"] if variant.endswith("-bf16") else FP16
     interval = max(1, updates // 8)
     save = tempfile.mkdtemp(prefix="gpu_throughput_")
     command = [
@@ -254,7 +256,7 @@ def report(rows, device, peak, batch, updates, seq_len):
             continue
         layers, dim = SIZES[size]
         mfu = r["wps"] * flops_per_token(layers, dim, seq_len) / (peak * 1e12) * 100 if peak else float("nan")
-        partner = rows.get((size, variant.replace("span", "plain")))
+        partner = rows.get((size, variant.replace("span", "plain", 1)))
         ratio = (f"{r['wps'] / partner['wps']:.3f}" if variant.startswith("span") and partner
                  and "error" not in partner else "")
         sm = f"{r['sm']:.0f}" if r.get("sm") is not None else "n/a"

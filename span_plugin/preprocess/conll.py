@@ -64,20 +64,22 @@ LABEL_DTYPE = np.int32
 UNKNOWN_TYPES = ("map-to-o", "error", "skip")
 
 
-def word_token_counts(encoder, words, path, first_line):
+def word_token_counts(encoder, words, path, first_line=None):
     """Tokens of each word as the encoder cuts the sentence ``" ".join(words)``.
 
     Words are encoded one at a time (GPT-2 with the leading space it has inside the
     sentence); every encoder here cuts a space-joined line into the concatenation of
     its words' pieces, which :func:`prepare_conll` checks against the binarized line.
     path, first_line: the file and the line of ``words[0]``; a CoNLL file holds one word
-    a line, so word k is on line ``first_line + k``, the line an error names.
+    a line, so word k is on line ``first_line + k``, the line an error names (None:
+    words not read from a file, e.g. the hub's input; the error names ``path``).
     """
     counts = []
     for i, word in enumerate(words):
         tokens, _, _ = encoder.tokenizer.pieces(word if i == 0 else " " + word)
         if not tokens:
-            raise BadInputError(f"{path}:{first_line + i}: word {i + 1} of the sentence "
+            where = path if first_line is None else f"{path}:{first_line + i}"
+            raise BadInputError(f"{where}: word {i + 1} of the sentence "
                                 f"({word!r}) gives no tokens with the "
                                 f"{type(encoder.tokenizer).__name__}; remove or replace it")
         counts.append(len(tokens))
