@@ -17,7 +17,6 @@ small test runs inductor on a span head alone.
 import copy
 import json
 import re
-import time
 
 import pytest
 import torch
