@@ -21,7 +21,7 @@ and MFU: tokens/s x training FLOPs per token (6 x non-embedding parameters + 12 
 layers x H x T attention) / the card's peak, measured here by an fp16 matmul.
 
     python benchmarks/gpu_throughput.py --prepare DIR     # CPU: build the task folder
-    python benchmarks/gpu_throughput.py [--data DIR]      # GPU: run, print, write RESULTS.md
+    python benchmarks/gpu_throughput.py [--data DIR] [--repeats 3]   # GPU: run, print, write RESULTS.md
     python benchmarks/gpu_throughput.py --quick           # CPU or GPU: a tiny model, seconds
 
 Without a GPU (and without ``--quick``) it says so and exits 0. The figures go into
@@ -215,6 +215,29 @@ def run_variant(data, variant, size, updates, batch, quick):
     return figures
 
 
+def combine(rounds):
+    """One row per (size, variant): the median of each figure over the rounds that ran
+    it (an error only when every round failed), with ``ratio``: the median over rounds
+    of span / plain words/s measured in the same round, and ``runs``: how many."""
+    rows = {}
+    for key in dict.fromkeys(k for runs in rounds for k in runs):
+        ok = [runs[key] for runs in rounds if key in runs and "error" not in runs[key]]
+        if not ok:
+            rows[key] = next(runs[key] for runs in rounds if key in runs)
+            continue
+        rows[key] = {f: statistics.median(r[f] for r in ok if r.get(f) is not None)
+                     for f in ok[0] if any(r.get(f) is not None for r in ok)}
+        rows[key]["runs"] = len(ok)
+        size, variant = key
+        partner = (size, variant.replace("span", "plain", 1))
+        if variant.startswith("span") and partner != key:
+            ratios = [runs[key]["wps"] / runs[partner]["wps"] for runs in rounds
+                      if "wps" in runs.get(key, {}) and "wps" in runs.get(partner, {})]
+            if ratios:
+                rows[key]["ratio"] = statistics.median(ratios)
+    return rows
+
+
 def flops_per_token(layers, dim, seq_len):
     """Training FLOPs per token: 6 x non-embedding weights (forward + backward) and
     the attention products (12 L H T)."""
@@ -247,21 +270,19 @@ def report(rows, device, peak, batch, updates, seq_len):
         f"nvidia-smi's peak (the caching allocator included). MFU = words/s x FLOPs per token "
         f"(6 x 12 L H^2 + 12 L H T, T = {seq_len}) / the measured peak.",
         "",
-        "| size | model | words/s | updates/s | SM % | peak MiB | MFU % | span / plain words/s | first log (s) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| size | model | runs | words/s | updates/s | SM % | peak MiB | MFU % | span / plain words/s | first log (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (size, variant), r in rows.items():
         if "error" in r:
-            lines.append(f"| {size} | {variant} | failed: {r['error'].splitlines()[0][:80]} | | | | | | |")
+            lines.append(f"| {size} | {variant} | 0 | failed: {r['error'].splitlines()[0][:80]} | | | | | | |")
             continue
         layers, dim = SIZES[size]
         mfu = r["wps"] * flops_per_token(layers, dim, seq_len) / (peak * 1e12) * 100 if peak else float("nan")
-        partner = rows.get((size, variant.replace("span", "plain", 1)))
-        ratio = (f"{r['wps'] / partner['wps']:.3f}" if variant.startswith("span") and partner
-                 and "error" not in partner else "")
+        ratio = f"{r['ratio']:.3f}" if "ratio" in r else ""
         sm = f"{r['sm']:.0f}" if r.get("sm") is not None else "n/a"
         mem = f"{r['mem_mib']:.0f}" if r.get("mem_mib") is not None else "n/a"
-        lines.append(f"| {size} | {variant} | {r['wps']:,.0f} | {r['ups']:.2f} | {sm} | {mem} | "
+        lines.append(f"| {size} | {variant} | {r['runs']} | {r['wps']:,.0f} | {r['ups']:.2f} | {sm} | {mem} | "
                      f"{mfu:.1f} | {ratio} | {r['first_log_s']:.0f} |")
     return "\n".join(lines)
 
@@ -290,6 +311,9 @@ def main():
                         default=["span", "plain", "span+compile", "plain+compile", "span+compile-default"])
     parser.add_argument("--updates", type=int, default=120)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds over the variants (span, plain, span, plain, ...): figures "
+                        "are medians over the rounds, the ratios medians of per-round ratios")
     parser.add_argument("--budget", type=float, default=420, help="seconds: skip runs after it")
     parser.add_argument("--results", default=RESULTS, help="RESULTS.md to write ('' for none)")
     parser.add_argument("--quick", action="store_true", help="tiny model on the CPU: seconds")
@@ -313,14 +337,19 @@ def main():
         device, peak = torch.cuda.get_device_name(0), peak_tflops()
     print(f"{device}: peak {peak:.0f} TFLOP/s; torch {torch.__version__}", flush=True)
     started = time.time()
-    rows = {}
+    rounds = []
     order = [(s, v) for s in sizes for v in variants if s == sizes[0] or "+compile" not in v]
-    for size, variant in order:
-        if time.time() - started > args.budget:
-            print(f"skipped {size} {variant}: over the {args.budget:.0f} s budget", flush=True)
-            continue
-        rows[(size, variant)] = run_variant(args.data, variant, size, updates, batch, args.quick)
-        print(size, variant, json.dumps(rows[(size, variant)]), flush=True)
+    for round_ in range(1 if args.quick else args.repeats):
+        runs = {}
+        for size, variant in order:
+            if time.time() - started > args.budget:
+                print(f"skipped {size} {variant} (round {round_ + 1}): over the {args.budget:.0f} s budget",
+                      flush=True)
+                continue
+            runs[(size, variant)] = run_variant(args.data, variant, size, updates, batch, args.quick)
+            print(size, variant, round_ + 1, json.dumps(runs[(size, variant)]), flush=True)
+        rounds.append(runs)
+    rows = combine(rounds)
     table = report(rows, device, peak, batch, updates, (MIN_TOKENS + MAX_TOKENS) // 2)
     print(table)
     if args.quick:
