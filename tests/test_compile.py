@@ -268,7 +268,7 @@ def test_fairseq_train_compiled_and_hub_loads_it_eagerly(tmp_path):
     stats = valid_stats(log)
     assert {"f1", "accuracy", "best_f1"} <= set(stats) and torch.isfinite(torch.tensor(float(stats["loss"])))
     assert "torch.compile of the encoder and the heads (backend aot_eager" in log
-    state = torch.load(tmp_path / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "checkpoint_best.pt", map_location="cpu", weights_only=True)
     assert state["cfg"]["model"].compile and not any("_orig_mod" in k for k in state["model"])
 
     hub = SpanHubInterface.from_pretrained(tmp_path / "checkpoint_best.pt")
