@@ -96,6 +96,11 @@ def main():
     quick = args.quick or not torch.cuda.is_available()
     if quick and not args.quick:
         print("gpu_compile_check: no GPU here; running the --quick CPU check instead")
+    if not os.path.isdir(args.data):  # the folder of gpu_throughput.py, built the same way
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from gpu_throughput import prepare
+
+        prepare(args.data, count=64 if quick else 3200)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(1)
