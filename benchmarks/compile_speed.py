@@ -68,6 +68,8 @@ def main():
     parser.add_argument("--quick", action="store_true",
                         help="a check in seconds: aot_eager, a tiny model (vocabulary 1000), 3 repeats")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--model-args", nargs=argparse.REMAINDER, default=[],
+                        help="extra fairseq model flags for both (e.g. --sentence-head plain)")
     args = parser.parse_args()
     model_args, vocab = MINILM, BERT_VOCAB
     if args.quick:
@@ -82,7 +84,7 @@ def main():
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         data = make_dicts(tmp, vocab)
-        extra = [*model_args, "--max-positions", "512"]
+        extra = [*model_args, "--max-positions", "512", *args.model_args]
         eager, eager_model = build_trainer(data, span=True, extra=extra)
         compiled, compiled_model = build_trainer(data, span=True, extra=[
             *extra, "--compile", "--compile-backend", args.backend, "--compile-mode", args.mode])
@@ -91,7 +93,7 @@ def main():
     sample = make_batch(args.batch, args.length, 64, 16, vocab, torch.Generator().manual_seed(0))
     cfg = eager_model.args
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; roberta_span_base "
-          f"cnn-cnn, {cfg.encoder_layers} layers, H={cfg.encoder_embed_dim}, "
+          f"{cfg.sentence_head} head ({cfg.span_encoder}), {cfg.encoder_layers} layers, H={cfg.encoder_embed_dim}, "
           f"{cfg.encoder_attention_heads} heads, FFN {cfg.encoder_ffn_embed_dim}, vocab {vocab}, "
           f"{sum(p.numel() for p in eager_model.parameters()):,} parameters; B={args.batch} "
           f"T={args.length}; compiled: backend {args.backend}, mode {args.mode}")
