@@ -26,6 +26,8 @@ from conftest import DATA, GPT2_BPE, TINY_ROBERTA, USER_DIR, run_cli
 from test_task_data import glue_folder, spec_args
 from test_task_train import span_args, valid_stats
 
+from span_plugin.runtime.compat import bf16_off_tpu
+
 # fp32 on the CPU with nothing random: what is left is the order of floating-point sums.
 # One layer: each graph traces in about half the time of two.
 DETERMINISTIC = [
@@ -92,6 +94,7 @@ def build_trainer(data, *args):
         options.get_training_parser(),
         [str(data), "--user-dir", str(USER_DIR), *TINY_ROBERTA, *DETERMINISTIC, *map(str, args)])
     cfg = convert_namespace_to_omegaconf(parsed)
+    bf16_off_tpu(cfg)  # as fairseq-train's call_main does with the plugin loaded
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
     return Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
@@ -210,6 +213,25 @@ def test_qa_boundary_head_compiled_equals_eager(qa_folder):
                                     "--max-positions", "128", "--max-answer-tokens", "12",
                                     "--batch-size", "2", "--length-multiple", "32")
     assert_first_steps_agree(eager, compiled)
+
+
+@pytest.mark.slow
+def test_compiled_bf16_steps_match_eager_bf16():
+    """--compile with --bf16 (the Trainer casts the compiled modules' parameters after
+    compiling): bf16 graphs, one per shape and mode, the same losses as eager bf16."""
+    eager, compiled = twin_trainers(glue_folder("MRPC"), *SENTENCE, "--bf16",
+                                    "--length-multiple", "32")
+    head = compiled.model.classification_heads["sentence_classification_head"]
+    assert head._compiled_call_impl is not None and head.out_proj.weight.dtype == torch.bfloat16
+    batches = epoch_batches(compiled)
+    for sample in batches[:2]:
+        want = eager.train_step([copy.deepcopy(sample)])["loss"]
+        got = compiled.train_step([copy.deepcopy(sample)])["loss"]
+        assert torch.isfinite(torch.tensor(got)) and got == pytest.approx(want, rel=1e-2)
+    got = compiled.valid_step(copy.deepcopy(batches[-1]))["loss"]
+    assert got == pytest.approx(eager.valid_step(copy.deepcopy(batches[-1]))["loss"], rel=1e-2)
+    shapes = len(padded_shapes(batches[:2])) + len(padded_shapes(batches[-1:]))
+    assert counters["stats"]["unique_graphs"] == 2 * shapes and not counters["graph_break"]
 
 
 # -- inductor, on the span head alone -------------------------------------------------
