@@ -22,6 +22,7 @@ are exactly those of training.
 
 import inspect
 import os
+import re
 
 import numpy as np
 import torch
@@ -55,6 +56,31 @@ def register_adapter(*task_names):
 
 # Span items LongTensor [n_i, 2] -> [B, S, 2], padded with (0, 0) rows (empty spans).
 collate_spans = LayoutSpansDataset([TensorListDataset()], [np.zeros(0)]).collater
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint whose ``model`` tensors do not fit the model its cfg builds: names
+    missing, unexpected or of another shape (``Module.load_state_dict``'s RuntimeError)."""
+
+
+def weights_mismatch(err, first=3):
+    """What ``Module.load_state_dict``'s RuntimeError ``err`` says is missing, unexpected
+    or of another shape (the first ``first`` names of each), or None for another error."""
+    text = str(err)
+    if "Error(s) in loading state_dict" not in text:
+        return None
+    parts = []
+    for kind, what in (("Missing", "missing"), ("Unexpected", "unexpected")):
+        found = re.search(kind + r' key\(s\) in state_dict: (.*)', text)
+        if found:
+            names = re.findall(r'"([^"]+)"', found.group(1))
+            parts.append(f"{what}: {', '.join(names[:first])}"
+                         + (f" and {len(names) - first} more" if len(names) > first else ""))
+    shapes = re.findall(r"size mismatch for (\S+?):", text)
+    if shapes:
+        parts.append(f"of another shape: {', '.join(shapes[:first])}"
+                     + (f" and {len(shapes) - first} more" if len(shapes) > first else ""))
+    return "; ".join(parts) or text.splitlines()[0][:200]
 
 
 def flat_offsets(spans):
@@ -156,9 +182,18 @@ class SpanHubInterface(nn.Module):
         spec = encoder_settings.encoder_spec(
             record, {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in given.items()},
             checkpoint)
-        models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [str(checkpoint)], arg_overrides=overrides, state=state
-        )
+        try:
+            models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+                [str(checkpoint)], arg_overrides=overrides, state=state
+            )
+        except RuntimeError as err:
+            mismatch = weights_mismatch(err)
+            if mismatch is None:
+                raise
+            raise CheckpointMismatchError(
+                f"{checkpoint}: its weights do not fit the model its cfg describes "
+                f"({mismatch}): the checkpoint does not fit this model/task; it was changed "
+                f"after fairseq saved it or saved for another architecture") from err
         if adapter.head_from_task:
             head = task.cfg.classification_head_name
         hub = adapter(task, models[0], spec.build(), head=head)

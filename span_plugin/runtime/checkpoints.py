@@ -40,7 +40,7 @@ from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_link, atom
 # The errors of files that do not load, for the callers of this module.
 from span_plugin.convert.safe_load import (  # noqa: F401
     CheckpointFileError, DamagedCheckpointError, NotACheckpointError, UnsafeCheckpointError,
-    _first_line, load_checkpoint)
+    _first_line, check_structure, load_checkpoint, structure_problem)
 
 LAST = "checkpoint_last.pt"
 # The task-state entry where the span_classification criterion keeps the latest
@@ -91,6 +91,9 @@ def read_updates(path):
         state = load_mapped(path)
     except CheckpointFileError as err:
         return None, err
+    problem = structure_problem(state)
+    if problem:  # loads, but fairseq could not resume from it
+        return None, DamagedCheckpointError(path, problem)
     history = state.get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates") or 0), None
 
@@ -124,7 +127,8 @@ def prepare_resume(save_dir, log=print):
     updates; on a tie, checkpoint_last.pt itself), so that fairseq resumes from it.
 
     Stale ``*.tmp`` files (a save that was cut off) are removed; a damaged
-    ``checkpoint_last.pt`` (or one that is no checkpoint) is moved to
+    ``checkpoint_last.pt`` (cut short, a zip CRC that does not match, entries fairseq
+cannot use: :func:`structure_problem`; or one that is no checkpoint) is moved to
     ``checkpoint_last.pt.damaged``. Returns the path fairseq will resume from, or None
     (nothing to resume: a first launch). A ``checkpoint_last.pt`` holding an object
     outside the allow-list raises :class:`UnsafeCheckpointError`: it is neither moved

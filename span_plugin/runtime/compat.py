@@ -41,7 +41,8 @@ def allow_fairseq_checkpoints():
     ``checkpoint_last.pt``, ``load_model_ensemble_and_task``, the hub) is first read by
     the package's safe loader, whatever torch's default (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``):
     tensors memory-mapped, so it costs little. A file that is not a checkpoint, is
-    damaged or holds an object outside the allow-list stops there, with its error
+    damaged (cut short, a zip CRC that does not match, entries fairseq cannot use:
+    :func:`span_plugin.convert.safe_load.check_structure`) or holds an object outside the allow-list stops there, with its error
     naming the file, before fairseq's own ``torch.load`` reads it.
     """
     allow_checkpoint_types()
@@ -52,7 +53,8 @@ def allow_fairseq_checkpoints():
         def load_checkpoint_to_cpu(path, *args, **kwargs):
             if not _is_local(path):  # other storage: fairseq fetches it, torch's default loads it
                 return load(path, *args, **kwargs)
-            checkpoints.load_mapped(path)  # raises the file's error
+            # raises the file's error; then the entries fairseq reads must be there
+            checkpoints.check_structure(path, checkpoints.load_mapped(path))
             try:
                 return load(path, *args, **kwargs)
             except Exception as err:  # noqa: BLE001 - a file error gets its clear message
