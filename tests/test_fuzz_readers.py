@@ -36,6 +36,7 @@ import csv
 import gzip
 import io
 import json
+import logging
 import os
 import random
 import re
@@ -88,6 +89,9 @@ def run(command, argv, cli):
                               text=True, timeout=300, env=dict(os.environ, LOGLEVEL="WARNING"))
         return proc.returncode, proc.stdout + proc.stderr
     out = io.StringIO()
+    # The commands set logger levels for their own output (fairseq's to WARNING): put
+    # them back, or the tests that run after these in this process lose fairseq's logs.
+    levels = {name: logging.getLogger(name).level for name in ("", "fairseq", "matplotlib", "PIL")}
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             code = main(argv) or 0
@@ -98,6 +102,9 @@ def run(command, argv, cli):
         except Exception:  # noqa: BLE001 -- the interpreter would print it: a traceback
             out.write(traceback.format_exc())
             code = 1
+        finally:
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
     return code, out.getvalue()
 
 

@@ -43,7 +43,7 @@ def test_gpu_compile_check_quick_compiled_equals_eager(tmp_path):
 @pytest.mark.slow
 def test_gpu_throughput_quick_trains_every_variant(tmp_path):
     """Builds its long-pair folder from the shared Wikipedia text, then fairseq-train of
-    the span, plain and compiled (aot_eager) tiny models through its own launch code."""
+    the span and plain tiny models through its own launch code."""
     out = bench("gpu_throughput.py", "--quick", "--data", tmp_path / "pairs")
     assert "quick check: every run trained" in out, out[-3000:]
     assert re.search(r"\| tiny \| span \| 1 \| [\d,]+ \|", out), out[-3000:]
