@@ -10,25 +10,18 @@ import shutil
 
 import pytest
 
-from conftest import DATA, GLUE, GPT2_BPE, run_cli
+from conftest import DATA, GLUE, run_cli
 from span_plugin.formats.lines import BadInputError
 from span_plugin.preprocess import provenance
 from span_plugin.preprocess.binarize import binarize_whole
 from span_plugin.preprocess.check import CheckError, check_folder
 from span_plugin.preprocess.conll import prepare_conll
-from span_plugin.preprocess.encoding import EncoderSpec
 from span_plugin.preprocess.folder import PARTIAL, whole_folder
 from span_plugin.preprocess.glue import prepare_task
 from span_plugin.preprocess.pairs import prepare_pairs
 from span_plugin.preprocess.qa import prepare_qa
 from span_plugin.preprocess.table import prepare_table
-
-SPEC = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
-                   vocab_bpe=str(GPT2_BPE / "vocab.bpe"), segmentation="none")
-DICT = str(GPT2_BPE / "dict.txt")
-ENC = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
-       GPT2_BPE / "vocab.bpe", "--srcdict", GPT2_BPE / "dict.txt", "--workers", "1",
-       "--segmentation", "none"]
+from test_conll_messy import DICT, ENC, SPEC  # GPT-2 BPE, no segmentation: fast folders
 
 
 def head(path, n, encoding="utf-8"):

@@ -455,6 +455,13 @@ def source_lines(data, bad_utf8):
     return out, valid
 
 
+def reconcile(records, dropped, kept, expect, recorded):
+    """:func:`walk_rows`, then the record's row count (``recorded``) against the rows
+    the folder kept. Returns a problem, or None."""
+    return walk_rows(records, dropped, kept, expect) or (
+        None if recorded == len(kept) else f"record rows {recorded}, {len(kept)} rows in raw/")
+
+
 def walk_rows(records, dropped, kept, expect):
     """Rows read = rows kept + rows dropped, and every kept row is its input row.
 
@@ -619,9 +626,7 @@ def check_glue(case, out):
         records = [(i + 1, line) for i, line in enumerate(lines) if i >= header]
         kept = kept_rows(out, split, len(cols), regression)
         expect = glue_expect(cols, label_col, regression, width)
-        problem = (walk_rows(records, dropped.get(split, {}), kept, expect)
-                   or (None if record["rows"][split] == len(kept) else
-                       f"record rows {record['rows'][split]}, {len(kept)} rows in raw/"))
+        problem = reconcile(records, dropped.get(split, {}), kept, expect, record["rows"][split])
         if problem:
             return f"{split}: {problem}"
     return first_problem(
@@ -741,9 +746,7 @@ def check_table(case, out):
         records, header = table_records(fmt, lines)
         kept = kept_rows(out, split, 2, regression)
         expect = table_expect(fmt, header, regression)
-        problem = (walk_rows(records, dropped.get(split, {}), kept, expect)
-                   or (None if record["rows"][split] == len(kept) else
-                       f"record rows {record['rows'][split]}, {len(kept)} rows in raw/"))
+        problem = reconcile(records, dropped.get(split, {}), kept, expect, record["rows"][split])
         if problem:
             return f"{split}: {problem}"
     return first_problem(
@@ -1101,10 +1104,8 @@ def check_pairs(case, out):
         phrase_labels = [tuple(x.tolist()) for x in IndexedReader(
             os.path.join(out, "phrase_label", split))]
         kept = [row + (p,) for row, p in zip(kept_rows(out, split, 2, False), phrase_labels)]
-        problem = (walk_rows([(i + 1, line) for i, line in enumerate(lines)],
-                             dropped.get(split, {}), kept, expect)
-                   or (None if record["rows"][split] == len(kept) else
-                       f"record rows {record['rows'][split]}, {len(kept)} rows in raw/"))
+        problem = reconcile([(i + 1, line) for i, line in enumerate(lines)],
+                            dropped.get(split, {}), kept, expect, record["rows"][split])
         if problem:
             return f"{split}: {problem}"
     return first_problem(lambda: check_classes(out, record, case.files) if labelled else None,
