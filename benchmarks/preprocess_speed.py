@@ -47,12 +47,12 @@ def big(path, min_tokens):
     tokens (estimated at 1.3 tokens per whitespace word, then counted exactly by the
     runs themselves)."""
     sys.path.insert(0, str(ROOT))
-    from span_plugin.formats.glue import iter_glue_sentences
+    from corpora import glue_sentences
 
     text = []
     for name in ("wiki.valid.tokens", "wiki.test.tokens"):
         text += (DATA / "wikitext-2" / name).read_text(encoding="utf-8").splitlines()
-    text += list(iter_glue_sentences(str(DATA / "glue")))
+    text += list(glue_sentences(str(DATA / "glue")))
     words = sum(len(t.split()) for t in text)
     reps = max(1, -(-min_tokens // int(words * 1.3)))
     path.write_text(("\n".join(text) + "\n") * reps, encoding="utf-8")

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def corpus(path, kind, min_lines):
-    from span_plugin.formats.glue import iter_glue_sentences
+    from corpora import glue_sentences
 
     if kind == "sst2":
         with open(DATA / "glue" / "SST-2" / "train.tsv", encoding="utf-8") as f:
@@ -39,7 +39,7 @@ def corpus(path, kind, min_lines):
         lines = []
         for name in ("wiki.valid.tokens", "wiki.test.tokens"):
             lines += (DATA / "wikitext-2" / name).read_text(encoding="utf-8").splitlines()
-        lines += list(iter_glue_sentences(str(DATA / "glue")))
+        lines += list(glue_sentences(str(DATA / "glue")))
         lines = lines * max(1, -(-min_lines // len(lines)))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return len(lines)
