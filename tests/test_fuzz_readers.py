@@ -634,6 +634,17 @@ def check_glue(case, out):
         lambda: check_folder_passes(out))
 
 
+def write_splits(rng, folder, sources, mutate, which):
+    """Write each split's bytes, ``sources = {split: (file name, data)}``, into
+    ``folder``, the split ``which`` mutated; returns ``{split: path}``."""
+    files = {}
+    for split, (name, data) in sources.items():
+        path = folder / name
+        path.write_bytes(mutate(rng, data) if split == which else data)
+        files[split] = str(path)
+    return files
+
+
 def glue_cases(rng, work, n):
     sources = {}
     for task, (header, *_rest) in GLUE_TASKS.items():
@@ -645,19 +656,14 @@ def glue_cases(rng, work, n):
     for i, name in enumerate(schedule(rng, table, n)):
         mutate = table[name]
         task = rng.choice(sorted(GLUE_TASKS))
-        which = rng.choice(["train", "train", "dev"])
+        which = rng.choice(["train", "train", "valid"])
         folder = work / f"glue{i}"
         (folder / task).mkdir(parents=True)
-        files = {}
-        for raw_split, split in (("train", "train"), ("dev", "valid")):
-            data = sources[task][raw_split]
-            if raw_split == which:
-                data = mutate(rng, data)
-            path = folder / task / f"{raw_split}.tsv"
-            path.write_bytes(data)
-            files[split] = str(path)
+        files = write_splits(rng, folder, {"train": (f"{task}/train.tsv", sources[task]["train"]),
+                                           "valid": (f"{task}/dev.tsv", sources[task]["dev"])},
+                             mutate, which)
         yield Case("GLUE TSV", name, files, rng.choice(flag_sets), i % CLI_EVERY == 0,
-                   "train" if which == "train" else "valid", {"task": task, "dir": folder})
+                   which, {"task": task, "dir": folder})
 
 
 def run_glue(case, out):
@@ -770,14 +776,9 @@ def table_cases(rng, work, n):
         which = rng.choice(["train", "train", "valid"])
         folder = work / f"table{i}"
         folder.mkdir()
-        files = {}
-        for split, rows in zip(("train", "valid"), sources[task]):
-            data = write_table(fmt, rows)
-            if split == which:
-                data = mutate(rng, data)
-            path = folder / f"{split}.{fmt}"
-            path.write_bytes(data)
-            files[split] = str(path)
+        files = write_splits(rng, folder, {split: (f"{split}.{fmt}", write_table(fmt, rows))
+                                           for split, rows in zip(("train", "valid"), sources[task])},
+                             mutate, which)
         flags = list(rng.choice(flag_sets)) + (["--regression"] if task == "STS-B" else [])
         yield Case(f"table {fmt.upper() if fmt != 'jsonl' else 'JSONL'}", name, files, flags,
                    i % CLI_EVERY == 0, which, {"fmt": fmt})
@@ -877,11 +878,8 @@ def conll_cases(rng, work, n):
         which = rng.choice(["train", "train", "valid"])
         folder = work / f"conll{i}"
         folder.mkdir()
-        files = {}
-        for split, data in sources.items():
-            path = folder / f"{split}.txt"
-            path.write_bytes(mutate(rng, data) if split == which else data)
-            files[split] = str(path)
+        files = write_splits(rng, folder, {split: (f"{split}.txt", data) for split, data in sources.items()},
+                             mutate, which)
         yield Case("CoNLL", name, files, rng.choice(flag_sets), i % CLI_EVERY == 0, which)
 
 
@@ -1125,11 +1123,8 @@ def pairs_cases(rng, work, n):
         which = rng.choice(["train", "train", "valid"])
         folder = work / f"pairs{i}"
         folder.mkdir()
-        files = {}
-        for split, data in sources.items():
-            path = folder / f"{split}.jsonl"
-            path.write_bytes(mutate(rng, data) if split == which else data)
-            files[split] = str(path)
+        files = write_splits(rng, folder, {split: (f"{split}.jsonl", data) for split, data in sources.items()},
+                             mutate, which)
         yield Case("phrase pairs JSONL", name, files, rng.choice(flag_sets),
                    i % CLI_EVERY == 0, which)
 
