@@ -17,7 +17,7 @@ from span_plugin.modules.qa_decoding import cuts_word, decode_answers, word_boun
 from span_plugin.modules.qa_heads import (BoundaryQAHead, SpanBoundaryQAHead, SpanQAHead,
                                           candidate_mask)
 from span_plugin.preprocess.encoding import make_encoder
-from span_plugin.preprocess.qa import clip_spans, encode_question, passage_windows
+from span_plugin.preprocess.qa import encode_question, passage_windows, spans_in_window
 
 SQUAD_DEV = DATA / "squad" / "dev-v1.1.json"
 
@@ -71,7 +71,7 @@ def test_clipped_spans_still_tile_each_window(squad, encoder):
     ex = max(squad.examples[:300], key=lambda e: len(e.context))
     enc = encode_question(encoder, ex.question, ex.context)
     for a, b in passage_windows(len(enc.context), len(enc.question), 96, 24):
-        spans = clip_spans(enc.context_spans, a, b)
+        spans = spans_in_window(enc.context_spans, a, b)
         assert spans[0][0] == 0 and spans[-1][1] == b - a
         assert all(e == s2 for (_, e), (s2, _) in zip(spans, spans[1:]))
 

@@ -356,15 +356,15 @@ def test_segment_max_ties_share_the_gradient():
 def reference_clip(spans, max_spans, max_span_tokens):
     rows = []
     for row in spans.tolist():
-        kept = [(s, e) for s, e in row if s < e][: max_spans if max_spans is not None else None]
-        if max_span_tokens is not None:
+        kept = [(s, e) for s, e in row if s < e][: max_spans or None]
+        if max_span_tokens:
             kept = [(s, min(e, s + max_span_tokens)) for s, e in kept]
         rows.append(kept)
     return pack(rows, extra_padding=0)
 
 
 @pytest.mark.parametrize("max_spans", [None, 0, 1, 3, 100])
-@pytest.mark.parametrize("max_span_tokens", [None, 1, 2, 16])
+@pytest.mark.parametrize("max_span_tokens", [None, 0, 1, 2, 16])
 def test_clip_spans_matches_reference(max_spans, max_span_tokens):
     spans, _ = edge_case_spans()
     generator = torch.Generator().manual_seed(5)
@@ -373,16 +373,21 @@ def test_clip_spans_matches_reference(max_spans, max_span_tokens):
         clipped = clip_spans(case, max_spans, max_span_tokens)
         assert clipped.dtype == case.dtype
         assert torch.equal(clipped, reference_clip(case, max_spans, max_span_tokens))
+        one = clip_spans(case[0], max_spans, max_span_tokens)  # one example: [S, 2]
+        assert torch.equal(one, reference_clip(case[:1], max_spans, max_span_tokens)[0])
 
 
 def test_clip_spans_examples():
     spans = torch.tensor([[[1, 3], [3, 30], [30, 31], [0, 0]], [[0, 0], [0, 0], [0, 0], [0, 0]]])
     assert clip_spans(spans, 2, 16).tolist() == [[[1, 3], [3, 19]], [[0, 0], [0, 0]]]
     assert torch.equal(clip_spans(spans, None, None), spans[:, :3])
-    assert clip_spans(spans, 0, None).shape == (2, 0, 2)
+    # 0 keeps all, as --max-spans 0 / --max-span-tokens 0 do
+    assert torch.equal(clip_spans(spans, 0, 0), spans[:, :3])
+    assert clip_spans(spans[0], 1, 1).tolist() == [[1, 2]]
     assert clip_spans(torch.zeros(2, 0, 2, dtype=torch.long), 4, 4).shape == (2, 0, 2)
-    with pytest.raises(ValueError):
-        clip_spans(spans, None, 0)
+    for limits in ((-1, None), (None, -1)):
+        with pytest.raises(ValueError):
+            clip_spans(spans, *limits)
 
 
 def test_modules_do_not_import_fairseq():

@@ -213,6 +213,9 @@ def test_max_spans_and_tokens():
     a = _Items([torch.tensor([0, 5, 5, 6, 6, 9])])
     ds = LayoutSpansDataset([a], [np.array([1])], max_spans=2, max_span_tokens=2)
     assert ds[0].tolist() == [[1, 3], [6, 7]]
+    for no_limit in (None, 0):  # --max-spans 0 keeps all, as clip_spans says
+        ds = LayoutSpansDataset([a], [np.array([1])], max_spans=no_limit, max_span_tokens=no_limit)
+        assert ds[0].tolist() == [[1, 6], [6, 7], [7, 10]]
 
 
 def test_collater_pads_to_longest():

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 
+from span_plugin.modules.span_layout import clip_spans
+
 
 class CropWindowDataset(BaseWrapperDataset):
     """Shortens token sequences to ``max_len`` and tells which window it kept.
@@ -118,8 +120,9 @@ class LayoutSpansDataset(SideDataset):
         ``[s0, e0, s1, e1, ...]`` of line i, counting that sentence's own tokens.
     starts: one int array ``[N]`` per input (see :func:`layout_starts`).
     crop: the :class:`CropWindowDataset` the tokens go through, or None.
-    max_spans (r): keep the first r spans that survive shortening (None: all).
-    max_span_tokens (l): cut each span to its first l tokens (None: no limit).
+    max_spans (r): keep the first r spans that survive shortening (None or 0: all).
+    max_span_tokens (l): cut each span to its first l tokens (None or 0: no limit).
+    Both are applied by :func:`~span_plugin.modules.clip_spans`.
 
     ``__getitem__(i)`` -> LongTensor ``[n_i, 2]`` of (start, end), end exclusive,
     positions in the (shortened) token sequence of example i. A span the shortening
@@ -135,8 +138,8 @@ class LayoutSpansDataset(SideDataset):
         self.span_datasets = span_datasets
         self.starts = starts
         self.crop = crop
-        self.max_spans = max_spans if max_spans and max_spans > 0 else None
-        self.max_span_tokens = max_span_tokens if max_span_tokens and max_span_tokens > 0 else None
+        self.max_spans = max_spans
+        self.max_span_tokens = max_span_tokens
 
     def __len__(self):
         return len(self.starts[0])
@@ -151,11 +154,7 @@ class LayoutSpansDataset(SideDataset):
             lo, hi = self.crop.window(index)
             spans = (spans - lo).clamp_(min=0, max=hi - lo)
             spans = spans[spans[:, 0] < spans[:, 1]]
-        if self.max_span_tokens is not None:
-            spans[:, 1] = torch.minimum(spans[:, 1], spans[:, 0] + self.max_span_tokens)
-        if self.max_spans is not None:
-            spans = spans[: self.max_spans]
-        return spans
+        return clip_spans(spans, self.max_spans, self.max_span_tokens)
 
     def collater(self, samples):
         if len(samples) == 0:

@@ -24,7 +24,7 @@ from span_plugin.formats.squad import QAExample
 from span_plugin.inference.hub import SpanHubInterface, flat_offsets, register_adapter
 from span_plugin.inference.inputs import question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
-from span_plugin.preprocess.qa import clip_spans, encode_question, passage_windows
+from span_plugin.preprocess.qa import encode_question, passage_windows, spans_in_window
 
 
 @register_adapter("span_qa")
@@ -49,7 +49,7 @@ class QAHubInterface(SpanHubInterface):
                 columns["question"].append(q_ids)
                 columns["passage"].append(self.tokens_of(enc.context[a:b]))
                 columns["question_spans"].append(q_spans)
-                columns["passage_spans"].append(flat_offsets(clip_spans(enc.context_spans, a, b)))
+                columns["passage_spans"].append(flat_offsets(spans_in_window(enc.context_spans, a, b)))
                 columns["offsets"].append(torch.tensor(enc.offsets[a:b], dtype=torch.long).view(-1))
                 columns["answer"].append(torch.zeros(0, dtype=torch.long))
                 window_question.append(n)

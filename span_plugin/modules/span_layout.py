@@ -85,25 +85,28 @@ def clip_spans(
 
     Keeps the first ``max_spans`` (r) non-empty spans of each example, cuts every
     kept span to its first ``max_span_tokens`` (l) tokens, and packs the kept spans
-    to the front. ``None`` means no limit.
+    to the front. ``None`` or 0 means no limit, as ``--max-spans`` /
+    ``--max-span-tokens`` say: this is the one place those flags are applied.
 
     Args:
-        spans: LongTensor ``[B, S, 2]``, (start, end), end exclusive.
+        spans: LongTensor ``[B, S, 2]`` (a batch) or ``[S, 2]`` (one example),
+            (start, end), end exclusive.
 
     Returns:
-        LongTensor ``[B, S', 2]`` with ``S'`` the largest number of kept spans in
-        the batch; rows past an example's count are ``(0, 0)``.
+        LongTensor ``[B, S', 2]`` (or ``[S', 2]``) with ``S'`` the largest number of
+        kept spans in the batch; rows past an example's count are ``(0, 0)``.
     """
-    if max_spans is not None and max_spans < 0:
-        raise ValueError(f"max_spans must be >= 0 or None, got {max_spans}")
-    if max_span_tokens is not None and max_span_tokens < 1:
-        raise ValueError(f"max_span_tokens must be >= 1 or None, got {max_span_tokens}")
+    if spans.dim() == 2:
+        return clip_spans(spans.unsqueeze(0), max_spans, max_span_tokens)[0]
+    for name, limit in (("max_spans", max_spans), ("max_span_tokens", max_span_tokens)):
+        if limit is not None and limit < 0:
+            raise ValueError(f"{name} must be >= 0 (0 or None: no limit), got {limit}")
     start, end = spans.unbind(-1)
     keep = start < end
     rank = keep.cumsum(-1) - 1
-    if max_spans is not None:
+    if max_spans:
         keep = keep & (rank < max_spans)
-    if max_span_tokens is not None:
+    if max_span_tokens:
         end = torch.minimum(end, start + max_span_tokens)
     width = int(keep.sum(-1).max()) if spans.numel() else 0
     # Kept spans go to their rank; dropped rows go to a spare slot that is cut off.

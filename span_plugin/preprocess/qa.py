@@ -143,7 +143,7 @@ def passage_windows(context_tokens, question_tokens, max_positions, doc_stride):
         a = b - doc_stride
 
 
-def clip_spans(spans, a, b):
+def spans_in_window(spans, a, b):
     """Spans ``[(s, e)]`` over the context -> those inside window ``[a, b)``, clipped to
     it and counted from its start (they still tile the window when they tiled the
     context)."""
@@ -295,7 +295,7 @@ def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc
                 out.q_tokens.add(q_ids)
                 out.q_spans.add(enc.question_spans)
                 out.p_tokens.add(p_ids)
-                out.p_spans.add(clip_spans(enc.context_spans, a, b))
+                out.p_spans.add(spans_in_window(enc.context_spans, a, b))
                 out.window.add(np.array([len(kept), a], dtype=INDEX_DTYPE))
                 out.offsets.add(np.asarray(enc.offsets[a:b], dtype=INDEX_DTYPE).reshape(-1))
                 answer = window_answer(gold, a, b)
@@ -405,7 +405,3 @@ def _write_tsv(path, header, rows):
         for row in [header, *rows]:
             f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
 
-
-def is_qa_folder(folder):
-    record = provenance.read_record(folder)
-    return bool(record) and (record.get("labels") or {}).get("kind") == "qa"
