@@ -109,7 +109,7 @@ def _encoder(scheme):
 @pytest.mark.parametrize("scheme", ["gpt2", "bert"])
 def test_spans_cover_exactly_the_encoders_words_on_glue_rows(model, scheme):
     enc = _encoder(scheme)
-    chunker = enc.segmenter.chunker
+    chunker = enc.segmenter.cut
     multi = total = 0
     for text in _glue_sentences():
         text = text.strip()
@@ -135,13 +135,12 @@ def test_chunker_spans_are_the_chunks_of_a_known_sentence(model):
         ["the", "quick", "brown", "fox"], ["jumped"], ["over"], ["the", "lazy", "dog"], ["."]]
 
 
-def test_segmenter_takes_a_chunker_only_for_chunker():
-    with pytest.raises(ValueError, match="chunker"):
-        Segmenter(None, method="chunker")
-    with pytest.raises(ValueError, match="chunker"):
-        Segmenter(None, method="none", chunker=lambda keys, text: [len(keys)])
-    seg = Segmenter(None, method="chunker", chunker=lambda keys, text: [len(keys)])
-    assert seg(["a", "b"], "a b") == [2]
+def test_the_nltk_folder_is_an_option_of_chunker_only(model):
+    with pytest.raises(ValueError, match="segmentation 'none' reads no nltk_data"):
+        Segmenter(None, method="none", nltk_data=str(NLTK_DATA))
+    seg = Segmenter(None, method="chunker", nltk_data=str(NLTK_DATA))
+    assert isinstance(seg.cut, C.ChunkSegmenter) and seg.ngrams is None
+    assert sum(seg(["the", "old", "man"], "The old man")) == 3
 
 
 def test_missing_data_names_the_file_and_where_to_put_it(tmp_path):
@@ -166,10 +165,10 @@ def test_without_nltk_the_extra_is_named(monkeypatch):
 
 def test_inference_rebuilds_the_recorded_chunker(model):
     record = {"encoder": {"bpe": "gpt2", "files": {}, "ngrams": None,
-                          "segmentation": "chunker", "seed": 0, "chunker": provenance.chunker_record(model)}}
+                          "segmentation": "chunker", "seed": 0, "chunker": C.chunker_record(model)}}
     spec = encoder_spec(record, {}, "ckpt.pt")
     assert (spec.segmentation, spec.nltk_data, spec.ngrams) == ("chunker", str(model.root), None)
-    record["encoder"]["chunker"] = dict(provenance.chunker_record(model), model_sha256="0" * 64)
+    record["encoder"]["chunker"] = dict(C.chunker_record(model), model_sha256="0" * 64)
     with pytest.raises(SettingsMismatch, match="is not the one ckpt.pt was trained with"):
         encoder_spec(record, {}, "ckpt.pt")
 
@@ -230,7 +229,7 @@ def test_words_scheme_helpers_agree_with_the_encoders_words():
 def test_words_not_the_encoders_are_tagged_as_its_keys(model, caplog):
     """Should the text's words ever differ from the encoder's, the keys are tagged: the
     spans still cover exactly the encoder's words, and the case is counted."""
-    segment = _encoder("gpt2").segmenter.chunker
+    segment = _encoder("gpt2").segmenter.cut
     keys = ["the", "old", "man", "left"]
     lengths = segment(keys, "the old man left early")  # five words in the text, four keys
     assert sum(lengths) == 4 and segment.mismatches == 1

@@ -10,7 +10,7 @@ from fairseq.logging import metrics
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from span_plugin.preprocess import provenance
+from span_plugin.runtime.data_record import STATE_KEY
 from span_plugin.criterions import glue_metrics
 from span_plugin.criterions.span_pair_classification import (
     SpanPairClassificationCriterion, SpanPairCriterionConfig)
@@ -206,7 +206,7 @@ class _PairTask:
         for name in labels:
             self.label_dictionary.add_symbol(name)
         record = {"labels": {"positive": positive}}
-        self.state = type("State", (), {"state_dict": {provenance.STATE_KEY: record}})()
+        self.state = type("State", (), {"state_dict": {STATE_KEY: record}})()
 
 
 class _PairModel(nn.Module):

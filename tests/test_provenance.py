@@ -18,6 +18,7 @@ from span_plugin.preprocess.encoder_settings import SettingsMismatch, encoder_sp
 from span_plugin.inference.hub import SpanHubInterface
 from span_plugin.preprocess.encoding import EncoderSpec
 from span_plugin.preprocess.ngrams import default_ngrams_path
+from span_plugin.runtime.data_record import STATE_KEY
 
 BPE = {"gpt2_encoder_json": GPT2_BPE / "encoder.json", "gpt2_vocab_bpe": GPT2_BPE / "vocab.bpe"}
 PAIRS = [("The cat sat on the mat.", "A cat was sitting on the mat."),
@@ -56,7 +57,7 @@ def test_both_heads_store_the_folders_record_in_their_checkpoints(made):
     assert record["encoder"]["ngrams"]["sha256"] == provenance.sha256(ngrams)
     assert record["labels"]["positive"] == "1" and record["inputs"] == 2
     for ckpt in (span, plain):
-        stored = torch.load(ckpt, map_location="cpu")["task_state"][provenance.STATE_KEY]
+        stored = torch.load(ckpt, map_location="cpu")["task_state"][STATE_KEY]
         assert {k: v for k, v in stored.items() if k != "data_dir"} == record
         assert stored["data_dir"] == str(data)
 

@@ -59,6 +59,9 @@ QA_FLAGS = ("input", "split", "output", "nbest", "results", "null_threshold", "n
 
 
 def build_parser():
+    from span_plugin.tokenizers import TOKENIZERS, file_options
+    from span_plugin.tokenizers.options import add_arguments
+
     p = argparse.ArgumentParser(prog="span-predict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="fine-tuned checkpoint_*.pt")
@@ -117,18 +120,21 @@ def build_parser():
                    "of training; token for checkpoints made before the option)")
     g = p.add_argument_group("text encoder (default: the checkpoint's record; given "
                              "again, checked against it)")
-    g.add_argument("--bpe", choices=("gpt2", "sentencepiece", "fastbpe", "wordpiece"))
-    g.add_argument("--gpt2-encoder-json")
-    g.add_argument("--gpt2-vocab-bpe")
-    g.add_argument("--sentencepiece-model")
-    g.add_argument("--bpe-codes")
-    g.add_argument("--bpe-vocab")
-    g.add_argument("--wordpiece", help="tokenizer.json, vocab.txt or a span-convert folder")
+    g.add_argument("--bpe", choices=TOKENIZERS.keys())
+    add_arguments(g, file_options().values())  # each tokenizer's files (--gpt2-encoder-json, ...)
     g.add_argument("--ngrams", help="n-gram dictionary")
     g.add_argument("--ngrams-top-k", type=int)
     g.add_argument("--segmentation")
     g.add_argument("--seed", type=int, help="seed of segmentation random")
     return p
+
+
+def encoder_files(a):
+    """The tokenizer files given on the command line, by EncoderSpec field (a hub
+    keyword each)."""
+    from span_plugin.tokenizers import file_options
+
+    return {field: getattr(a, field) for field in file_options() if getattr(a, field) is not None}
 
 
 def predict_glue(hub, a):
@@ -246,11 +252,8 @@ def main(argv=None):
         if a.from_validation and not _from_validation(a):
             return 0  # every split written from the checkpoint
         hub = SpanHubInterface.from_pretrained(
-            a.checkpoint, data=a.data, bpe=a.bpe, gpt2_encoder_json=a.gpt2_encoder_json,
-            gpt2_vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
-            bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece,
-            ngrams=a.ngrams, ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation,
-            seed=a.seed)
+            a.checkpoint, data=a.data, bpe=a.bpe, ngrams=a.ngrams, ngrams_top_k=a.ngrams_top_k,
+            segmentation=a.segmentation, seed=a.seed, **encoder_files(a))
         flags, predict = _output_of(hub)
         wrong = [d for d in dict.fromkeys(GLUE_FLAGS + CONLL_FLAGS + PAIR_FLAGS + QA_FLAGS)
                  if d not in flags and getattr(a, d) is not None]

@@ -10,6 +10,9 @@ import shlex
 import sys
 
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
+from span_plugin.preprocess.segmentations import segmentation_options
+from span_plugin.tokenizers import file_options
+from span_plugin.tokenizers.options import add_arguments
 from span_plugin.tokenizers.words import WORD_SCHEMES
 
 logger = logging.getLogger("span-preprocess")
@@ -18,25 +21,15 @@ logger = logging.getLogger("span-preprocess")
 def _add_encoder_args(p):
     g = p.add_argument_group("encoder (all paths are local; nothing is downloaded)")
     g.add_argument("--bpe", choices=BPE_KINDS, default="gpt2")
-    g.add_argument("--gpt2-encoder-json", help="GPT-2 encoder.json")
-    g.add_argument("--gpt2-vocab-bpe", help="GPT-2 vocab.bpe")
-    g.add_argument("--sentencepiece-model", help="sentencepiece .model file")
-    g.add_argument("--bpe-codes", help="fastBPE codes file")
-    g.add_argument("--bpe-vocab", help="fastBPE vocabulary file (optional)")
-    g.add_argument("--wordpiece", help="WordPiece tokenizer.json, vocab.txt, or a folder "
-                   "with one (a Hugging Face model or span-convert output)")
+    add_arguments(g, file_options().values())  # each tokenizer's files (--gpt2-encoder-json, ...)
     g.add_argument("--srcdict",
                    help="fairseq dict.txt of the BPE symbols (GPT-2: gpt2_bpe/dict.txt)")
     g.add_argument("--ngrams", help="n-gram dictionary (default: the packaged one)")
     g.add_argument("--ngrams-top-k", type=int, help="use only the K most frequent n-grams")
     g.add_argument("--segmentation", choices=SEGMENTATIONS, default="greedy",
-                   help="greedy: longest n-gram match; random: greedy's lengths shuffled; "
-                   "none: one word a span; chunker: NLTK POS tags + a CoNLL-2000 chunker "
-                   "(pip install 'span_plugin[chunker]'; docs/PREPROCESS.md)")
+                   help="; ".join(f"{name}: {kind.help}" for name, kind in SEGMENTATIONS.items()))
     g.add_argument("--seed", type=int, default=0, help="seed of --segmentation random")
-    g.add_argument("--nltk-data", metavar="DIR", help="--segmentation chunker: NLTK data "
-                   "folder with taggers/averaged_perceptron_tagger_eng and corpora/conll2000 "
-                   "(default: $NLTK_DATA, then NLTK's default folders)")
+    add_arguments(g, segmentation_options().values())  # each segmentation's (--nltk-data)
     g.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     g.add_argument("--bad-utf8", choices=("error", "replace"), default="error",
                    help="invalid UTF-8: stop naming file and line, or use U+FFFD")
@@ -69,17 +62,19 @@ def _print_dropped(out):
 def _spec(a, need_dict=True):
     from span_plugin.preprocess.encoding import EncoderSpec
 
-    if a.nltk_data and a.segmentation != "chunker":
-        raise SystemExit(f"span-preprocess {a.cmd}: --nltk-data is read only by "
-                         f"--segmentation chunker (got --segmentation {a.segmentation})")
+    options = {**file_options(), **segmentation_options()}
+    given = {field: getattr(a, field) for field in options if getattr(a, field) is not None}
+    reads = SEGMENTATIONS[a.segmentation].options
+    for field in given.keys() & segmentation_options().keys():
+        if options[field] not in reads:
+            kinds = [name for name, kind in SEGMENTATIONS.items() if options[field] in kind.options]
+            raise SystemExit(f"span-preprocess {a.cmd}: {options[field].flags[0]} is read only "
+                             f"by --segmentation {' or '.join(kinds)} (got --segmentation "
+                             f"{a.segmentation})")
     if need_dict and not a.srcdict:
         raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")
-    spec = EncoderSpec(bpe=a.bpe, encoder_json=a.gpt2_encoder_json,
-                       vocab_bpe=a.gpt2_vocab_bpe, sentencepiece_model=a.sentencepiece_model,
-                       bpe_codes=a.bpe_codes, bpe_vocab=a.bpe_vocab, wordpiece=a.wordpiece,
-                       ngrams=a.ngrams,
-                       ngrams_top_k=a.ngrams_top_k, segmentation=a.segmentation, seed=a.seed,
-                       nltk_data=a.nltk_data)
+    spec = EncoderSpec(bpe=a.bpe, ngrams=a.ngrams, ngrams_top_k=a.ngrams_top_k,
+                       segmentation=a.segmentation, seed=a.seed, **given)
     from span_plugin.preprocess.binarize import _get_encoder
 
     _get_encoder(spec)  # fail early on a bad path or dictionary line (built once, kept)

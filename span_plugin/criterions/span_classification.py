@@ -47,6 +47,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from span_plugin.preprocess import provenance
+from span_plugin.runtime import data_record
 from span_plugin.criterions import glue_metrics
 from span_plugin.criterions.sums import SummedCriterion
 from span_plugin.runtime.checkpoints import VALID_PREDICTIONS
@@ -77,7 +78,7 @@ class SpanClassificationCriterion(SummedCriterion):
         self.head_name = cfg.classification_head_name
         self.regression_target = cfg.regression_target
         self.num_classes = int(task.cfg.num_classes)
-        provenance.attach(task)
+        data_record.attach(task)
         data = getattr(getattr(task, "cfg", None), "data", None)
         if data:
             provenance.verify_folder(data)
@@ -87,7 +88,7 @@ class SpanClassificationCriterion(SummedCriterion):
             name = cfg.positive_label
             source = "--positive-label"
             if name is None:
-                name = provenance.positive_label(provenance.task_record(task))
+                name = provenance.positive_label(data_record.task_record(task))
                 source = f"the record of {data}"
             if name is None:
                 logger.warning(

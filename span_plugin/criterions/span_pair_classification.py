@@ -21,6 +21,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
 from span_plugin.preprocess import provenance
+from span_plugin.runtime import data_record
 from span_plugin.data.phrase_pairs import IGNORE
 from span_plugin.criterions import glue_metrics
 from span_plugin.criterions.sums import SummedCriterion
@@ -46,8 +47,8 @@ class SpanPairClassificationCriterion(SummedCriterion):
     @staticmethod
     def _positive_class(task):
         """Index (among the label classes) of the record's positive label, or None."""
-        provenance.attach(task)
-        name = provenance.positive_label(provenance.task_record(task))
+        data_record.attach(task)
+        name = provenance.positive_label(data_record.task_record(task))
         if task.label_dictionary is None:
             return None
         return glue_metrics.positive_class(task.label_dictionary, name,

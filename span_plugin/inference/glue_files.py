@@ -100,7 +100,7 @@ def validation_predictions(state, data=None):
     follow a validation, a pass over more than the one subset ``valid``, another folder than the one it was trained on, or
     not every row of the split exactly once (a multi-process run keeps its own shard).
     """
-    from span_plugin.preprocess.provenance import STATE_KEY
+    from span_plugin.runtime.data_record import STATE_KEY
     from span_plugin.runtime.checkpoints import VALID_PREDICTIONS
 
     task_state = state.get("task_state") or {}

@@ -36,6 +36,7 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.span_datasets import LayoutSpansDataset
 from span_plugin.inference.folder_kinds import check_folder_kind
 from span_plugin.preprocess import encoder_settings, provenance
+from span_plugin.runtime import data_record
 
 span_plugin.register()  # the stack fixes, and every task and model a checkpoint may name
 
@@ -115,7 +116,7 @@ class SpanHubInterface(nn.Module):
         self.head = head
         # A span head's forward takes the spans (roberta_span); fairseq's heads do not.
         self.reads_spans = "spans" in inspect.signature(model.classification_heads[head].forward).parameters
-        self.record = provenance.task_record(task)  # how its training data was made
+        self.record = data_record.task_record(task)  # how its training data was made
         self.data = getattr(task.cfg, "data", None)
         self.num_inputs = self.record["inputs"] if self.record else None  # None: not known
 
@@ -125,17 +126,12 @@ class SpanHubInterface(nn.Module):
         checkpoint,
         data=None,
         bpe=None,
-        gpt2_encoder_json=None,
-        gpt2_vocab_bpe=None,
-        sentencepiece_model=None,
-        bpe_codes=None,
-        bpe_vocab=None,
-        wordpiece=None,
         ngrams=None,
         ngrams_top_k=None,
         segmentation=None,
         seed=None,
         head="sentence_classification_head",
+        **encoder_files,
     ):
         """Load ``checkpoint`` (a fine-tuned checkpoint_*.pt) as the adapter of the task
         it was trained with.
@@ -143,15 +139,19 @@ class SpanHubInterface(nn.Module):
         Every other argument defaults to what the checkpoint's data record says
         (:mod:`span_plugin.preprocess.encoder_settings`): ``data`` is the task folder it was
         trained on (its dict.txt files must have the recorded hashes); the encoder
-        files (``bpe="wordpiece"``: ``wordpiece`` is a tokenizer.json, vocab.txt or a
-        span-convert folder), the n-gram dictionary, its top-k, the segmentation and
-        its seed. A file given again must have the recorded content; a setting given
-        again must be the recorded one: a difference raises an error naming both.
+        files (``encoder_files``: each registered tokenizer's, by any of its keywords:
+        ``gpt2_encoder_json=`` or ``encoder_json=``, ``gpt2_vocab_bpe=``,
+        ``sentencepiece_model=``, ``bpe_codes=``, ``bpe_vocab=``, ``wordpiece=`` (a
+        tokenizer.json, vocab.txt or a span-convert folder), ...), the n-gram
+        dictionary, its top-k, the segmentation and its seed. A file given again must
+        have the recorded content; a setting given again must be the recorded one: a
+        difference raises an error naming both.
         Checkpoints without a record take the settings given, unchecked. ``head``: the
         classification head of sentence checkpoints (the other tasks name their own).
         """
         from fairseq import checkpoint_utils
 
+        files = encoder_settings.given_files(encoder_files, "from_pretrained")  # names checked
         state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
         cfg = state.get("cfg")
         task_cfg = cfg["task"] if cfg is not None else state["args"]
@@ -165,7 +165,7 @@ class SpanHubInterface(nn.Module):
                 f"SpanHubInterface loads checkpoints fine-tuned with task "
                 f"{' or '.join(ADAPTERS)}"
             )
-        record = (state.get("task_state") or {}).get(provenance.STATE_KEY)
+        record = data_record.checkpoint_record(state)
         data = _data_folder(data, _field(task_cfg, "data"), record, checkpoint, task_name)
         # fairseq applies overrides only when it reads the file itself, not to a state
         # handed to load_model_ensemble_and_task: apply them here.
@@ -175,10 +175,8 @@ class SpanHubInterface(nn.Module):
         else:
             for k, v in overrides.items():
                 setattr(state["args"], k, v)
-        given = dict(bpe=bpe, gpt2_encoder_json=gpt2_encoder_json, gpt2_vocab_bpe=gpt2_vocab_bpe,
-                     sentencepiece_model=sentencepiece_model, bpe_codes=bpe_codes,
-                     bpe_vocab=bpe_vocab, wordpiece=wordpiece, ngrams=ngrams,
-                     ngrams_top_k=ngrams_top_k, segmentation=segmentation, seed=seed)
+        given = dict(bpe=bpe, ngrams=ngrams, ngrams_top_k=ngrams_top_k,
+                     segmentation=segmentation, seed=seed, **files)
         spec = encoder_settings.encoder_spec(
             record, {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in given.items()},
             checkpoint)

@@ -11,8 +11,7 @@ Public API (names kept stable for the inference hub)::
 
 from span_plugin.preprocess.encoding import BPE_KINDS, EncoderSpec, SpanTokenizer, make_encoder
 from span_plugin.preprocess.ngrams import NgramDict, NgramFormatError, default_ngrams_path, load_ngrams
-from span_plugin.preprocess.segment import METHODS as SEGMENTATIONS
-from span_plugin.preprocess.segment import Segmenter
+from span_plugin.preprocess.segmentations import SEGMENTATIONS, Segmenter
 
 __all__ = [
     "BPE_KINDS", "EncoderSpec", "SpanTokenizer", "make_encoder", "NgramDict", "NgramFormatError",

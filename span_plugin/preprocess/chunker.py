@@ -47,7 +47,10 @@ import time
 import numpy as np
 import regex
 
+from span_plugin.preprocess.file_records import SettingsMismatch, file_entry, sha256, short
+from span_plugin.preprocess.segment import Segmentation, register_segmentation
 from span_plugin.tokenizers import words as W
+from span_plugin.tokenizers.options import Option
 
 logger = logging.getLogger(__name__)
 
@@ -332,23 +335,14 @@ def cache_dir():
         os.path.expanduser("~"), ".cache", "span_plugin"), "chunker")
 
 
-def _sha256(path):
-    # Not provenance.sha256: provenance imports this module to record the chunker.
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _key(root):
     """Everything the trained model depends on."""
     test = os.path.join(root, TEST_FILE)
     return {"version": VERSION, "nltk": require_nltk().__version__, "passes": PASSES,
             "seed": SEED,
-            "tagger": {part: _sha256(os.path.join(root, rel)) for part, rel in TAGGER_FILES.items()},
-            "train": _sha256(os.path.join(root, TRAIN_FILE)),
-            "test": _sha256(test) if os.path.isfile(test) else None}
+            "tagger": {part: sha256(os.path.join(root, rel)) for part, rel in TAGGER_FILES.items()},
+            "train": sha256(os.path.join(root, TRAIN_FILE)),
+            "test": sha256(test) if os.path.isfile(test) else None}
 
 
 def _read_cache(path, key):
@@ -385,7 +379,7 @@ def _write_cache(path, data):
 
 class Model:
     """The POS tagger and the trained chunker of one NLTK data folder (a data record
-    holds :func:`span_plugin.preprocess.provenance.chunker_record` of it)."""
+    holds :func:`chunker_record` of it)."""
 
     description = f"averaged perceptron, features v{VERSION}, {PASSES} passes, seed {SEED}"
 
@@ -509,15 +503,25 @@ def units(words, tokens):
     return [tuple(u) for u in out]
 
 
-class ChunkSegmenter:
-    """``(keys, text) -> span lengths`` over the words of one word scheme (what
-    :class:`~span_plugin.preprocess.segment.Segmenter` calls for ``chunker``).
+@register_segmentation("chunker")
+class ChunkSegmenter(Segmentation):
+    """``(keys, text) -> span lengths`` over the words of one word scheme: segmentation
+    ``chunker``. It needs no n-gram dictionary; it reads the NLTK data folder
+    ``nltk_data`` and records it (:func:`chunker_record`).
 
     The tagger and chunker see the sentence's Penn Treebank tokens; the encoder's words
     are grouped into units with them (:func:`units`), and a chunk boundary is kept
     where it falls between units, so every span is a run of whole encoder words."""
 
-    def __init__(self, scheme, nltk_data=None):
+    needs_dictionary = False
+    help = (f"NLTK POS tags + a CoNLL-2000 chunker (pip install '{EXTRA}'; "
+            f"docs/PREPROCESS.md)")
+    options = (Option("nltk_data", metavar="DIR", help=(
+        "--segmentation chunker: NLTK data folder with taggers/averaged_perceptron_tagger_eng "
+        "and corpora/conll2000 (default: $NLTK_DATA, then NLTK's default folders)")),)
+
+    def __init__(self, ngrams=None, seed=0, scheme="gpt2", nltk_data=None):
+        super().__init__(ngrams, seed, scheme)
         if scheme not in _SCHEMES:
             raise ValueError(f"chunker segmentation: word scheme {scheme!r}: expected one "
                              f"of {tuple(_SCHEMES)}")
@@ -550,7 +554,7 @@ class ChunkSegmenter:
             return [(1, [w]) for w, _, _ in words]
         return units(words, tokens)
 
-    def __call__(self, keys, text):
+    def __call__(self, keys, text=""):
         if not keys:
             return []
         groups = self.units(keys, text)
@@ -568,3 +572,55 @@ class ChunkSegmenter:
                 lengths[-1] += n_words
             at += len(ts)
         return lengths
+
+    # Its part of the data record: ``encoder.chunker``.
+
+    @classmethod
+    def record(cls, spec):
+        return {"chunker": chunker_record(build(spec.nltk_data))}
+
+    @classmethod
+    def settings_from_record(cls, encoder, checkpoint):
+        """The recorded NLTK data folder, if its files and the chunker trained from them
+        are still the recorded ones."""
+        recorded = encoder["chunker"]
+        now = chunker_record(build(recorded["nltk_data"]))  # names a missing file
+        entries = [(recorded["tagger"][k], now["tagger"][k]) for k in recorded["tagger"]]
+        for was, new in entries + [(recorded["train"], now["train"])]:
+            if was["sha256"] != new["sha256"]:
+                raise SettingsMismatch(
+                    f"{new['path']} (sha256 {short(new['sha256'])}) changed since "
+                    f"{checkpoint} was trained (sha256 {short(was['sha256'])}): its "
+                    f"chunker would segment differently")
+        if now["model_sha256"] != recorded["model_sha256"]:
+            raise SettingsMismatch(
+                f"the chunker trained from {recorded['nltk_data']} now (NLTK {now['nltk']}, "
+                f"model sha256 {short(now['model_sha256'])}) is not the one {checkpoint} was "
+                f"trained with (NLTK {recorded['nltk']}, {short(recorded['model_sha256'])})")
+        return {"nltk_data": recorded["nltk_data"]}
+
+    @classmethod
+    def describe(cls, encoder):
+        chunker = encoder.get("chunker")
+        if not chunker:
+            return []
+        scores = chunker.get("test_scores")
+        f1 = f"CoNLL-2000 test F1 {scores['f1']:.4f}" if scores else "no test F1"
+        return [f"  chunker: {chunker['chunker']} on {chunker['train']['path']}, {f1}, NLTK "
+                f"{chunker['nltk']}, model sha256 {short(chunker['model_sha256'])}"]
+
+
+def chunker_record(model):
+    """The ``encoder.chunker`` part of a data record for a :class:`Model`: its NLTK data
+    folder and files (tagger JSON, CoNLL-2000 train and test, by sha256), NLTK's
+    version, the trained model's sha256 and its CoNLL-2000 test scores."""
+    test = os.path.join(model.root, TEST_FILE)
+    return {
+        "nltk_data": model.root, "nltk": model.key["nltk"],
+        "tagger": {part: file_entry(os.path.join(model.root, rel))
+                   for part, rel in TAGGER_FILES.items()},
+        "train": file_entry(os.path.join(model.root, TRAIN_FILE)),
+        "test": file_entry(test) if os.path.isfile(test) else None,
+        "chunker": model.description, "model_sha256": model.fingerprint,
+        "test_scores": model.scores,  # with the tagger's POS tags; null without test.txt
+    }

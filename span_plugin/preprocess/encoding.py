@@ -13,11 +13,9 @@ How each kind cuts words into tokens is in its module (:mod:`span_plugin.tokeniz
 ...). Nothing is downloaded: every tokenizer takes local file paths.
 """
 
-from dataclasses import dataclass, fields
-
 from span_plugin.preprocess.ngrams import load_ngrams
-from span_plugin.preprocess.segment import NO_DICTIONARY, Segmenter
-from span_plugin.tokenizers import TOKENIZERS, build_tokenizer
+from span_plugin.preprocess.segmentations import Segmenter, segmentation_kind, segmentation_options
+from span_plugin.tokenizers import TOKENIZERS, build_tokenizer, file_options, tokenizer_kind
 
 # The registered kinds, live: a kind registered later is one too.
 BPE_KINDS = TOKENIZERS.keys()
@@ -64,66 +62,77 @@ class SpanTokenizer:
         return self.tokenizer.decode(tokens)
 
 
-@dataclass
+def option_fields():
+    """The EncoderSpec fields that kinds declare: every registered tokenizer's files and
+    every segmentation's options (live: a kind registered later adds its own)."""
+    return {**file_options(), **segmentation_options()}
+
+
 class EncoderSpec:
     """Everything needed to build a :class:`SpanTokenizer`; picklable, so workers
     rebuild it.
 
-    bpe: a registered tokenizer kind: ``gpt2`` (needs encoder_json, vocab_bpe),
-    ``sentencepiece`` (needs sentencepiece_model), ``fastbpe`` (needs bpe_codes,
-    optional bpe_vocab) or ``wordpiece`` (needs wordpiece: tokenizer.json, vocab.txt or
-    their folder); each kind declares its fields (``Tokenizer.files``).
-    ngrams: dictionary path; None means the packaged default of the tokenizer's word
-    scheme. ngrams_top_k keeps the K most frequent entries only.
+    bpe: a registered tokenizer kind (``gpt2``, ``sentencepiece``, ``fastbpe``,
+    ``wordpiece``, ...). ngrams: dictionary path; None means the packaged default of the
+    tokenizer's word scheme. ngrams_top_k keeps the K most frequent entries only.
+    segmentation: a registered segmentation kind; seed: of ``random``.
+    ``options``: the files of the tokenizers (``encoder_json=...``, as each kind
+    declares them: ``Tokenizer.files``) and the options of the segmentations
+    (``nltk_data=``); one not given reads as None.
     """
 
-    bpe: str = "gpt2"
-    encoder_json: str = None
-    vocab_bpe: str = None
-    sentencepiece_model: str = None
-    bpe_codes: str = None
-    bpe_vocab: str = None
-    wordpiece: str = None
-    ngrams: str = None
-    ngrams_top_k: int = None
-    segmentation: str = "greedy"
-    seed: int = 0
-    nltk_data: str = None  # segmentation chunker: NLTK data folder (None: $NLTK_DATA, ...)
+    def __init__(self, bpe="gpt2", ngrams=None, ngrams_top_k=None, segmentation="greedy",
+                 seed=0, **options):
+        _check_options(options, "EncoderSpec")
+        self.bpe = bpe
+        self.ngrams = ngrams
+        self.ngrams_top_k = ngrams_top_k
+        self.segmentation = segmentation
+        self.seed = seed
+        self.__dict__.update(options)
+
+    def __getattr__(self, name):  # only for names not set: a declared option not given
+        if name in option_fields():
+            return None
+        raise AttributeError(f"EncoderSpec has no {name!r}")
+
+    def _given(self):
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def __eq__(self, other):
+        return isinstance(other, EncoderSpec) and self._given() == other._given()
+
+    def __repr__(self):  # also the key workers cache their encoder under
+        return "EncoderSpec(" + ", ".join(f"{k}={v!r}" for k, v in self._given().items()) + ")"
 
     def build(self):
         return make_encoder(**self.__dict__)
 
 
-# The EncoderSpec fields that name a tokenizer's files.
-FILE_FIELDS = tuple(f.name for f in fields(EncoderSpec)
-                    if f.name not in ("bpe", "ngrams", "ngrams_top_k", "segmentation", "seed",
-                                      "nltk_data"))
+def _check_options(options, where):
+    unknown = sorted(set(options) - set(option_fields()))
+    if unknown:
+        raise TypeError(f"{where}: unknown file argument {unknown[0]!r}; expected "
+                        f"EncoderSpec fields {tuple(option_fields())}")
 
 
 def make_encoder(bpe="gpt2", ngrams=None, ngrams_top_k=None, segmentation="greedy", seed=0,
-                 nltk_data=None, **files):
-    """Build a :class:`SpanTokenizer`. ``files``: the tokenizer's files by EncoderSpec
-    field (``encoder_json=...``). ``ngrams`` is a path, a loaded NgramDict, or None for
+                 **options):
+    """Build a :class:`SpanTokenizer`. ``options``: the tokenizer's files by EncoderSpec
+    field (``encoder_json=...``) and the segmentation's options (``nltk_data=``; those
+    of other kinds are ignored). ``ngrams`` is a path, a loaded NgramDict, or None for
     the packaged default dictionary of the tokenizer's word scheme (not loaded at all
-    for ``segmentation="none"`` or ``"chunker"``; the chunker's NLTK data folder is
-    ``nltk_data``)."""
-    unknown = sorted(set(files) - set(FILE_FIELDS))
-    if unknown:
-        raise TypeError(f"make_encoder: unknown file argument {unknown[0]!r}; expected "
-                        f"EncoderSpec fields {FILE_FIELDS}")
-    if bpe not in TOKENIZERS:
-        raise ValueError(f"bpe {bpe!r}: expected one of {tuple(TOKENIZERS)}")
-    scheme = TOKENIZERS[bpe].word_scheme
-    chunker = None
-    if segmentation == "chunker":
-        from span_plugin.preprocess.chunker import ChunkSegmenter
-
-        chunker = ChunkSegmenter(scheme, nltk_data)
-    if segmentation in NO_DICTIONARY:
+    for segmentations that need none: ``none``, ``chunker``)."""
+    _check_options(options, "make_encoder")
+    tokenizer = tokenizer_kind(bpe)
+    kind = segmentation_kind(segmentation)
+    scheme = tokenizer.word_scheme
+    if not kind.needs_dictionary:
         dictionary = None
     elif ngrams is None or isinstance(ngrams, (str, bytes)) or hasattr(ngrams, "__fspath__"):
         dictionary = load_ngrams(ngrams, top_k=ngrams_top_k, words=scheme)
     else:
         dictionary = ngrams
-    segmenter = Segmenter(dictionary, method=segmentation, seed=seed, chunker=chunker)
-    return SpanTokenizer(build_tokenizer(bpe, **files), segmenter)
+    segmenter = Segmenter(dictionary, method=segmentation, seed=seed, scheme=scheme,
+                          **{o.field: options.get(o.field) for o in kind.options})
+    return SpanTokenizer(build_tokenizer(bpe, **options), segmenter)

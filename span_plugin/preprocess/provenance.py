@@ -23,70 +23,40 @@ preparation did not finish)::
      "bad_utf8": {"mode": "replace", "replacements": {"train": 2, "valid": 0}},
      "files": {"input0/train.bin": "<sha256>", ..., "label/dict.txt": "<sha256>"}}
 
-``encoder.files`` is keyed by :class:`~span_plugin.preprocess.encoding.EncoderSpec`
-field names; a WordPiece folder is recorded as the tokenizer file it resolves to
-(``wordpiece``), plus ``wordpiece_config`` when a bare vocab.txt took its casing from a
-tokenizer_config.json. ``files`` covers every file of the folder except ``raw/`` and the
-record itself. Segmentation ``chunker`` records no n-grams (null) but ``encoder.chunker``:
-its NLTK data folder and files (tagger JSON, CoNLL-2000 train and test, by sha256), NLTK's
-version, the trained model's sha256 and its CoNLL-2000 test scores
-(:func:`chunker_record`).
+Each kind writes its own part of ``encoder``: the tokenizer its ``files``, keyed by its
+files' :class:`~span_plugin.preprocess.encoding.EncoderSpec` fields as it declares them
+(:meth:`span_plugin.tokenizers.base.Tokenizer.recorded_paths`: WordPiece records the
+file a folder resolves to, plus ``wordpiece_config`` when a bare vocab.txt took its
+casing from a tokenizer_config.json); the segmentation its own keys
+(:meth:`span_plugin.preprocess.segment.Segmentation.record`: ``chunker`` records its NLTK
+data and model as ``encoder.chunker``). A segmentation that needs no dictionary records
+null ``ngrams``. ``files`` covers every file of the folder except ``raw/`` and the
+record itself.
 
 Who reads it:
 
 - the tasks (``span_classification`` itself; ``sentence_prediction`` through the
-  ``span_classification`` criterion) check the folder against it with :func:`attach`
-  and :func:`verify_folder`, and put it into the task state, which fairseq saves in
-  every checkpoint as ``task_state`` (key :data:`STATE_KEY`);
+  ``span_classification`` criterion) check the folder against it with
+  :func:`verify_folder` and put it into the task state, which fairseq saves in every
+  checkpoint (:mod:`span_plugin.runtime.data_record`);
 - the hub and ``span-predict`` rebuild the encoder from the checkpoint's copy
   (:mod:`span_plugin.preprocess.encoder_settings`);
 - ``span-preprocess check`` prints it (:func:`describe`) and verifies the folder.
 """
 
-import hashlib
 import json
-import logging
 import os
 
-logger = logging.getLogger(__name__)
+from span_plugin.preprocess.file_records import file_entry, sha256, short
+from span_plugin.preprocess.segmentations import segmentation_kind
+from span_plugin.tokenizers import tokenizer_kind
 
 RECORD_NAME = "provenance.json"
 FORMAT = "span_plugin data record 1"
-STATE_KEY = "span_plugin_data_record"  # in the task state, hence in checkpoints
 
 
 class ProvenanceError(ValueError):
     """A folder or file that disagrees with its record; the message names both."""
-
-
-# ---------------------------------------------------------------------------------
-# Hashing
-
-
-_HASHES = {}  # (abs path, size, mtime_ns) -> sha256
-
-
-def sha256(path):
-    """Hex sha256 of a file's bytes (cached per path, size and modification time)."""
-    path = os.path.abspath(path)
-    st = os.stat(path)
-    key = (path, st.st_size, st.st_mtime_ns)
-    if key not in _HASHES:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        _HASHES[key] = h.hexdigest()
-    return _HASHES[key]
-
-
-def file_entry(path):
-    """``{"path": absolute path, "sha256": ...}`` of an existing file."""
-    return {"path": os.path.abspath(path), "sha256": sha256(path)}
-
-
-def short(digest):
-    return digest[:12]
 
 
 # ---------------------------------------------------------------------------------
@@ -100,52 +70,24 @@ def plugin_version():
 
 
 def encoder_record(spec, srcdict):
-    """The ``encoder`` part of a record for an EncoderSpec and its fairseq dict.txt."""
-    from span_plugin.tokenizers import TOKENIZERS
-    from span_plugin.tokenizers.wordpiece import resolve_wordpiece
+    """The ``encoder`` part of a record for an EncoderSpec and its fairseq dict.txt:
+    the common settings, and what its tokenizer and segmentation kinds record."""
     from span_plugin.preprocess.ngrams import DEFAULT_FILES, default_ngrams_path, read_header
 
-    files = {}
-    if spec.bpe == "wordpiece":
-        tokenizer, config = resolve_wordpiece(spec.wordpiece)
-        files["wordpiece"] = file_entry(tokenizer)
-        if config:
-            files["wordpiece_config"] = file_entry(config)
-    else:
-        for name in ("encoder_json", "vocab_bpe", "sentencepiece_model", "bpe_codes", "bpe_vocab"):
-            if getattr(spec, name):
-                files[name] = file_entry(getattr(spec, name))
+    tokenizer = tokenizer_kind(spec.bpe)
+    segmentation = segmentation_kind(spec.segmentation)
+    paths = tokenizer.recorded_paths({o.field: getattr(spec, o.field) for o in tokenizer.options})
     ngrams = None
-    if spec.segmentation not in ("none", "chunker"):
-        words = TOKENIZERS[spec.bpe].word_scheme
+    if segmentation.needs_dictionary:
+        words = tokenizer.word_scheme
         path = spec.ngrams or default_ngrams_path(words)
         ngrams = dict(file_entry(path), top_k=spec.ngrams_top_k, words=words,
                       packaged=DEFAULT_FILES[words] if spec.ngrams is None else None,
                       built=read_header(path))  # corpus and counting settings
-    record = {"bpe": spec.bpe, "files": files, "srcdict": file_entry(srcdict),
-              "ngrams": ngrams, "segmentation": spec.segmentation, "seed": spec.seed}
-    if spec.segmentation == "chunker":  # its data files, model hash and test F1
-        from span_plugin.preprocess.chunker import build
-
-        record["chunker"] = chunker_record(build(spec.nltk_data))
-    return record
-
-
-def chunker_record(model):
-    """The ``encoder.chunker`` part of a record for a
-    :class:`span_plugin.preprocess.chunker.Model`."""
-    from span_plugin.preprocess.chunker import TAGGER_FILES, TEST_FILE, TRAIN_FILE
-
-    test = os.path.join(model.root, TEST_FILE)
-    return {
-        "nltk_data": model.root, "nltk": model.key["nltk"],
-        "tagger": {part: file_entry(os.path.join(model.root, rel))
-                   for part, rel in TAGGER_FILES.items()},
-        "train": file_entry(os.path.join(model.root, TRAIN_FILE)),
-        "test": file_entry(test) if os.path.isfile(test) else None,
-        "chunker": model.description, "model_sha256": model.fingerprint,
-        "test_scores": model.scores,  # with the tagger's POS tags; null without test.txt
-    }
+    return {"bpe": spec.bpe, "files": {k: file_entry(p) for k, p in paths.items()},
+            "srcdict": file_entry(srcdict), "ngrams": ngrams,
+            "segmentation": spec.segmentation, "seed": spec.seed,
+            **segmentation.record(spec)}
 
 
 def folder_files(folder):
@@ -242,7 +184,6 @@ def is_dictionary(rel):
 
 
 _VERIFIED = set()
-_WARNED = set()
 
 
 def verify_folder(folder):
@@ -256,44 +197,9 @@ def verify_folder(folder):
     return record
 
 
-def attach(task):
-    """Read the record of the task's data folder, check its dictionaries, and put the
-    record (with the folder's absolute path as ``data_dir``) into the task state, which
-    fairseq saves in every checkpoint. A folder without a record gets a warning."""
-    folder = getattr(getattr(task, "cfg", None), "data", None)
-    state = getattr(task, "state", None)
-    if not folder or state is None or STATE_KEY in state.state_dict:
-        return
-    record = read_record(folder)
-    if record is None:
-        if os.path.abspath(folder) not in _WARNED:
-            _WARNED.add(os.path.abspath(folder))
-            logger.warning(
-                "%s has no %s (made before span_plugin 0.2, or by hand): it trains, but "
-                "checkpoints will not record its encoder, n-gram dictionary and "
-                "segmentation, so inference cannot check them. Rebuild it with "
-                "span-preprocess to get one.", folder, RECORD_NAME)
-        return
-    verify_files(folder, record, only=is_dictionary)
-    state.merge_state_dict({STATE_KEY: dict(record, data_dir=os.path.abspath(folder))})
-
-
-def task_record(task):
-    """The record a task holds (from its folder or a checkpoint), or None."""
-    state = getattr(task, "state", None)
-    return state.state_dict.get(STATE_KEY) if state is not None else None
-
-
 def positive_label(record):
     labels = (record or {}).get("labels") or {}
     return labels.get("positive")
-
-
-def chunker_line(chunker):
-    scores = chunker.get("test_scores")
-    f1 = f"CoNLL-2000 test F1 {scores['f1']:.4f}" if scores else "no test F1"
-    return (f"{chunker['chunker']} on {chunker['train']['path']}, {f1}, NLTK "
-            f"{chunker['nltk']}, model sha256 {short(chunker['model_sha256'])}")
 
 
 def describe(record):
@@ -331,7 +237,7 @@ def describe(record):
         f"(sha256 {short(enc['srcdict']['sha256'])})",
         f"  n-grams: {ngrams}",
         f"  segmentation: {enc['segmentation']} (seed {enc['seed']})",
-        *([f"  chunker: {chunker_line(enc['chunker'])}"] if enc.get("chunker") else []),
+        *_segmentation_lines(enc),
         f"  labels: {lab}",
         *([f"  invalid UTF-8 read as U+FFFD: "
            + ", ".join(f"{k} {v}" for k, v in record["bad_utf8"]["replacements"].items())]
@@ -340,25 +246,9 @@ def describe(record):
     ]
 
 
-# ---------------------------------------------------------------------------------
-# Starting checkpoints
-
-
-def check_checkpoint_dictionary(checkpoint, srcdict, state):
-    """Raise :class:`ProvenanceError` when ``checkpoint`` was trained on a folder
-    tokenized with another dictionary than ``srcdict``. A checkpoint of a span_plugin
-    task (a GLUE run, a transfer run, its stripped encoder) records its folder's
-    dict.txt; with the same number of entries but other content, loading would succeed
-    and every embedding row would stand for another token. A checkpoint without a
-    record (pretrained, converted) passes: there is nothing to compare. ``state``: the
-    checkpoint, loaded (:func:`span_plugin.runtime.checkpoints.load_state`)."""
-    record = (state.get("task_state") or {}).get(STATE_KEY) or {}
-    trained = (record.get("encoder") or {}).get("srcdict")
-    if trained is None or trained["sha256"] == sha256(srcdict):
-        return
-    raise ProvenanceError(
-        f"{checkpoint} was trained on {record.get('data_dir', 'a folder')} tokenized with "
-        f"{trained['path']} (sha256 {short(trained['sha256'])}), not with {srcdict} "
-        f"(sha256 {short(sha256(srcdict))}): its embedding rows stand for other tokens. "
-        f"Start from it with the dictionary (BPE_DIR or MODEL_DIR) it was trained with.")
-
+def _segmentation_lines(enc):
+    """What the record's segmentation kind adds (nothing for a kind not registered)."""
+    try:
+        return segmentation_kind(enc["segmentation"]).describe(enc)
+    except ValueError:
+        return []

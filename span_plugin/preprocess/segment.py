@@ -1,4 +1,5 @@
-"""Word-level segmentation into spans: greedy longest match, random, none.
+"""Word-level segmentation into spans: the registry of segmentation kinds, and the
+n-gram ones (greedy, random) and none.
 
 A segmentation is a list of span lengths in words that sums to the number of words.
 
@@ -12,50 +13,120 @@ A segmentation is a list of span lengths in words that sums to the number of wor
   seeded by ``seed`` and the sentence text, so it does not depend on worker count or
   line order.
 - ``none``: every word is its own span (the paper's "CNN without segmentation").
-- ``chunker``: every chunk of a POS-tag chunker trained on CoNLL-2000 is a span, every
-  word outside chunks a one-word span (the paper's "NLTK SF"; needs NLTK and its data,
-  :mod:`span_plugin.preprocess.chunker`). It reads the sentence text for the words'
-  case and uses no n-gram dictionary.
+- ``chunker`` (:mod:`span_plugin.preprocess.chunker`): every chunk of a POS-tag chunker
+  is a span (the paper's "NLTK SF").
+
+A kind is a :class:`Segmentation` subclass registered by name, declaring once whether it
+needs an n-gram dictionary, the options it reads (``--nltk-data``), what it adds to the
+data record and what it takes back from it at inference; its module is imported by
+:mod:`span_plugin.preprocess.segmentations`, which registers every kind.
 """
 
 import random
 
-METHODS = ("greedy", "random", "none", "chunker")
-NO_DICTIONARY = ("none", "chunker")  # the methods that need no n-gram dictionary
+SEGMENTATIONS = {}  # kind name -> Segmentation subclass, in registration order
+
+
+def register_segmentation(name):
+    """Class decorator: make ``cls`` the segmentation of kind ``name``."""
+    def add(cls):
+        if name in SEGMENTATIONS:
+            raise ValueError(f"segmentation kind {name!r} is registered twice "
+                             f"({SEGMENTATIONS[name].__name__} and {cls.__name__})")
+        cls.name = name
+        SEGMENTATIONS[name] = cls
+        return cls
+    return add
+
+
+def segmentation_kind(name):
+    """The registered Segmentation subclass of ``name``."""
+    cls = SEGMENTATIONS.get(name)
+    if cls is None:
+        raise ValueError(f"segmentation method {name!r}: expected one of {tuple(SEGMENTATIONS)}")
+    return cls
+
+
+def segmentation_options():
+    """``{field: Option}`` of every registered kind's options."""
+    return {o.field: o for cls in SEGMENTATIONS.values() for o in cls.options}
+
+
+class Segmentation:
+    """``(keys, text) -> span lengths``: keys are the matching keys of the sentence's
+    words (``[num_words]``), text the sentence. Built with ``ngrams`` (an NgramDict, or
+    None when ``needs_dictionary`` is False), ``seed``, the tokenizer's word ``scheme``
+    and the kind's ``options`` (Options of :mod:`span_plugin.tokenizers.options`, by
+    field)."""
+
+    name = None  # set by register_segmentation
+    needs_dictionary = True
+    options = ()
+    help = ""  # one line for --segmentation
+
+    def __init__(self, ngrams=None, seed=0, scheme=None):
+        self.ngrams, self.seed, self.scheme = ngrams, seed, scheme
+
+    def __call__(self, keys, text=""):
+        raise NotImplementedError
+
+    # Its part of the data record (keys of ``encoder`` besides the common ones).
+
+    @classmethod
+    def record(cls, spec):
+        """Keys it adds to the record's ``encoder`` for an EncoderSpec."""
+        return {}
+
+    @classmethod
+    def settings_from_record(cls, encoder, checkpoint):
+        """Its options at inference, from a checkpoint's ``encoder`` record; raises
+        :class:`~span_plugin.preprocess.file_records.SettingsMismatch` when what it
+        recorded is not what it would use now."""
+        return {}
+
+    @classmethod
+    def describe(cls, encoder):
+        """Lines it adds to ``span-preprocess check``."""
+        return []
 
 
 class Segmenter:
-    def __init__(self, ngrams=None, method="greedy", seed=0, chunker=None):
-        """chunker: for ``chunker``, a ``(keys, text) -> lengths`` callable
-        (:class:`~span_plugin.preprocess.chunker.ChunkSegmenter`)."""
-        if method not in METHODS:
-            raise ValueError(f"segmentation method {method!r}: expected one of {METHODS}")
-        if method not in NO_DICTIONARY and ngrams is None:
+    """A segmentation of kind ``method`` ready to cut sentences: ``(keys, text) -> span
+    lengths``. ``ngrams``: its dictionary (None for kinds that need none); ``scheme``:
+    the word scheme of the keys (default: the dictionary's); ``options``: the kind's."""
+
+    def __init__(self, ngrams=None, method="greedy", seed=0, scheme=None, **options):
+        kind = segmentation_kind(method)
+        if kind.needs_dictionary and ngrams is None:
             raise ValueError(f"segmentation {method!r} needs an n-gram dictionary")
-        if (method == "chunker") != (chunker is not None):
-            raise ValueError(f"segmentation {method!r}: a chunker is given for, and only "
-                             f"for, 'chunker'")
+        own = {o.field for o in kind.options}
+        other = sorted(k for k, v in options.items() if v is not None and k not in own)
+        if other:
+            raise ValueError(f"segmentation {method!r} reads no {other[0]}")
         self.method = method
-        self.chunker = chunker
         self.seed = seed
         self.ngrams = ngrams
-        self._grams = ngrams.grams if ngrams is not None else set()
-        self._first_max = ngrams.first_max if ngrams is not None else {}
+        scheme = scheme or (ngrams.words if ngrams is not None else "gpt2")
+        self.cut = kind(ngrams=ngrams, seed=seed, scheme=scheme,
+                        **{k: v for k, v in options.items() if k in own})
 
     def __call__(self, keys, text=""):
-        """keys: matching keys of the sentence's words, ``[num_words]``.
-        text: the sentence (seeds ``random``; ``chunker`` reads its words' case).
-        Returns span lengths in words."""
-        if self.method == "none":
-            return [1] * len(keys)
-        if self.method == "chunker":
-            return self.chunker(keys, text)
-        lengths = self.greedy(keys)
-        if self.method == "random":
-            random.Random(f"{self.seed}\x00{text}").shuffle(lengths)
-        return lengths
+        """keys: matching keys of the sentence's words, ``[num_words]``. text: the
+        sentence (seeds ``random``; ``chunker`` reads its words' case). Returns span
+        lengths in words."""
+        return self.cut(keys, text)
 
-    def greedy(self, keys):
+
+@register_segmentation("greedy")
+class GreedySegmentation(Segmentation):
+    help = "longest n-gram match"
+
+    def __init__(self, ngrams, seed=0, scheme=None):
+        super().__init__(ngrams, seed, scheme)
+        self._grams = ngrams.grams
+        self._first_max = ngrams.first_max
+
+    def __call__(self, keys, text=""):
         grams, first_max = self._grams, self._first_max
         total = len(keys)
         out = []
@@ -69,6 +140,25 @@ class Segmenter:
             out.append(n)
             i += n
         return out
+
+
+@register_segmentation("random")
+class RandomSegmentation(GreedySegmentation):
+    help = "greedy's lengths shuffled"
+
+    def __call__(self, keys, text=""):
+        lengths = super().__call__(keys, text)
+        random.Random(f"{self.seed}\x00{text}").shuffle(lengths)
+        return lengths
+
+
+@register_segmentation("none")
+class WordSegmentation(Segmentation):
+    needs_dictionary = False
+    help = "one word a span"
+
+    def __call__(self, keys, text=""):
+        return [1] * len(keys)
 
 
 def lengths_to_bounds(lengths):

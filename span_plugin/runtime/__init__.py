@@ -1,3 +1,4 @@
 """Run-time support beside the layers: the fairseq/torch compatibility fixes
-(:mod:`.compat`), crash-safe checkpoints (:mod:`.checkpoints`) and moving an encoder
-between tasks (:mod:`.transfer`)."""
+(:mod:`.compat`), crash-safe checkpoints (:mod:`.checkpoints`), moving an encoder
+between tasks (:mod:`.transfer`) and the data record in fairseq's task state
+(:mod:`.data_record`)."""

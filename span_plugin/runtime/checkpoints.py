@@ -23,7 +23,7 @@ Invalid argument`` or a zip error that names no file. With the plugin loaded
 
 ``python -m span_plugin.runtime.checkpoints same-dictionary CHECKPOINT DICT`` (run by the
 recipes on ROBERTA_PATH before a first launch) refuses a starting checkpoint trained
-with another dictionary than DICT (:func:`span_plugin.preprocess.provenance.check_checkpoint_dictionary`).
+with another dictionary than DICT (:func:`span_plugin.runtime.data_record.check_checkpoint_dictionary`).
 ``python -m span_plugin.runtime.checkpoints check CHECKPOINT`` (run by the recipes on
 ROBERTA_PATH before anything else) loads it with the allow-list and prints the model-size
 flags it records.
@@ -193,7 +193,8 @@ def main(argv=None):
             return 2
         return 0
     if a.cmd == "same-dictionary":
-        from span_plugin.preprocess.provenance import ProvenanceError, check_checkpoint_dictionary
+        from span_plugin.preprocess.provenance import ProvenanceError
+        from span_plugin.runtime.data_record import check_checkpoint_dictionary
 
         try:
             check_checkpoint_dictionary(a.checkpoint, a.srcdict, load_state(a.checkpoint, mmap=True))

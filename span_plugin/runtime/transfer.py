@@ -20,7 +20,7 @@ import os
 import sys
 
 from span_plugin.runtime.checkpoints import atomic_copy, atomic_write, load_state
-from span_plugin.preprocess.provenance import check_checkpoint_dictionary
+from span_plugin.runtime.data_record import check_checkpoint_dictionary
 
 HEAD_PREFIX = "classification_heads."
 RECORD_KEY = "span_transfer"  # where the stripped checkpoint says what it came from

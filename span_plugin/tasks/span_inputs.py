@@ -27,6 +27,7 @@ from omegaconf import OmegaConf, open_dict
 from span_plugin.data import span_index
 from span_plugin.data.layout import check_label_count
 from span_plugin.preprocess import provenance
+from span_plugin.runtime import data_record
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class SpanInputsTask:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        provenance.attach(self)
+        data_record.attach(self)
 
     def load_dataset(self, split, combine=False, **kwargs):
         """Load a split; raises if a file is missing or does not fit its tokens."""

@@ -33,8 +33,9 @@ from omegaconf import II, MISSING
 from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.modules.qa_decoding import ANSWER_BOUNDARIES
-from span_plugin.preprocess import indexed, provenance
+from span_plugin.preprocess import indexed
 from span_plugin.preprocess.qa import INDEX_DTYPE, QA_DIR, read_records
+from span_plugin.runtime.data_record import task_record
 from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, length_multiple, length_multiple_field
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
     def qa_labels(self):
         """The ``labels`` part of the data record the task holds (from its folder, or
         from the checkpoint it was loaded with): window settings, file versions."""
-        return (provenance.task_record(self) or {}).get("labels") or {}
+        return (task_record(self) or {}).get("labels") or {}
 
     @property
     def window_settings(self):

@@ -7,6 +7,9 @@ from span_plugin.tokenizers import gpt2  # noqa: F401
 from span_plugin.tokenizers import sentencepiece  # noqa: F401
 from span_plugin.tokenizers import fastbpe  # noqa: F401
 from span_plugin.tokenizers import wordpiece  # noqa: F401
-from span_plugin.tokenizers.base import TOKENIZERS, Tokenizer, build_tokenizer, register_tokenizer
+from span_plugin.tokenizers.base import (TOKENIZERS, Tokenizer, build_tokenizer, file_options,
+                                         register_tokenizer, tokenizer_kind)
+from span_plugin.tokenizers.options import Option
 
-__all__ = ["TOKENIZERS", "Tokenizer", "build_tokenizer", "register_tokenizer"]
+__all__ = ["TOKENIZERS", "Option", "Tokenizer", "build_tokenizer", "file_options",
+           "register_tokenizer", "tokenizer_kind"]

@@ -3,22 +3,44 @@
 A tokenizer turns a line into the symbols of fairseq's ``dict.txt`` and says where its
 words start (what the n-gram segmenter of :mod:`span_plugin.preprocess.encoding`
 works on) and which characters each token covers (what phrase ranges are read with).
-A kind is a subclass registered under the name ``--bpe`` / ``EncoderSpec.bpe`` gives::
+A kind is a subclass registered under the name ``--bpe`` / ``EncoderSpec.bpe`` gives,
+declaring its files once (:class:`~span_plugin.tokenizers.options.Option`)::
 
     @register_tokenizer("mykind")
     class MyTokenizer(Tokenizer):
-        files = ("bpe_vocab",)           # EncoderSpec fields it is built from
-        def __init__(self, bpe_vocab): ...
+        word_scheme = "gpt2"                     # the words it segments (words.WORD_SCHEMES)
+        files = (Option("my_vocab", help="my vocabulary file"),)   # required
+        optional_files = ()
+        def __init__(self, my_vocab): ...
         def pieces(self, text): ...
         def offsets(self, text): ...
         def decode(self, tokens): ...
 
-and one import line in :mod:`span_plugin.tokenizers` so that it registers.
+and one import line in :mod:`span_plugin.tokenizers` so that it registers. Its files are
+then ``--my-vocab`` of ``span-preprocess`` and ``span-predict``, ``my_vocab=`` of the hub,
+and ``encoder.files.my_vocab`` (path and sha256) of the data record, checked at inference.
+A bare field name (``files = ("bpe_vocab",)``) takes the declaration another kind made.
 """
 
 from span_plugin.tokenizers import words as W
+from span_plugin.tokenizers.options import Option
 
 TOKENIZERS = {}  # kind name -> Tokenizer subclass, in registration order
+
+
+def file_options():
+    """``{field: Option}`` of every registered kind's files, in registration order."""
+    return {o.field: o for cls in TOKENIZERS.values() for o in cls.options}
+
+
+def _declared(option, known):
+    """The registry's Option for a kind's declaration (an Option or a bare field)."""
+    if isinstance(option, str):
+        return known.get(option) or Option(option)
+    if known.get(option.field, option) != option:
+        raise ValueError(f"tokenizer file {option.field!r} is declared twice, differently: "
+                         f"{known[option.field]} and {option}")
+    return option
 
 
 def register_tokenizer(name):
@@ -27,18 +49,29 @@ def register_tokenizer(name):
         if name in TOKENIZERS:
             raise ValueError(f"tokenizer kind {name!r} is registered twice "
                              f"({TOKENIZERS[name].__name__} and {cls.__name__})")
+        known = file_options()
+        cls.options = tuple(_declared(o, known) for o in (*cls.files, *cls.optional_files))
+        cls.required = tuple(o.field for o in cls.options[:len(cls.files)])
         cls.kind = name
         TOKENIZERS[name] = cls
         return cls
     return add
 
 
+def tokenizer_kind(kind):
+    """The registered Tokenizer subclass of ``kind``."""
+    cls = TOKENIZERS.get(kind)
+    if cls is None:
+        raise ValueError(f"bpe {kind!r}: expected one of {tuple(TOKENIZERS)}")
+    return cls
+
+
 class Tokenizer:
     """Subclasses give :meth:`pieces`, :meth:`offsets` and :meth:`decode`.
 
-    ``files``: the EncoderSpec fields the constructor takes as keyword arguments, all
-    required; ``optional_files``: those it may do without. ``needs``: what to tell a
-    user who left a required file out.
+    ``files``: the files (Options, or bare fields) the constructor takes as keyword
+    arguments, all required; ``optional_files``: those it may do without. ``needs``:
+    what to tell a user who left a required file out.
     """
 
     kind = None  # set by register_tokenizer
@@ -46,6 +79,18 @@ class Tokenizer:
     files = ()
     optional_files = ()
     needs = None
+    options = ()  # set by register_tokenizer: the Options of files + optional_files
+    required = ()  # set by register_tokenizer: the fields of files
+
+    @classmethod
+    def recorded_paths(cls, files):
+        """Its part of a data record: ``{record key: path}`` of the files it is built
+        from (``files``: {field: path or None}), as each Option records a path."""
+        out = {}
+        for option in cls.options:
+            if files.get(option.field):
+                out.update({k: p for k, p in option.files(files[option.field]).items() if p})
+        return out
 
     def pieces(self, text):
         """``(tokens, word_starts, keys)`` of ``text``: the dict.txt symbols, the token
@@ -74,13 +119,11 @@ class Tokenizer:
 def build_tokenizer(kind, **files):
     """The tokenizer of ``kind`` from its files (EncoderSpec fields; None = not given;
     fields the kind does not read are ignored)."""
-    cls = TOKENIZERS.get(kind)
-    if cls is None:
-        raise ValueError(f"bpe {kind!r}: expected one of {tuple(TOKENIZERS)}")
-    missing = [f for f in cls.files if not files.get(f)]
+    cls = tokenizer_kind(kind)
+    missing = [f for f in cls.required if not files.get(f)]
     if missing:
         raise ValueError(cls.needs or f"{kind} needs local {' and '.join(missing)} paths")
-    return cls(**{f: files.get(f) for f in (*cls.files, *cls.optional_files)})
+    return cls(**{o.field: files.get(o.field) for o in cls.options})
 
 
 def skip_leading_space(text, offsets):

@@ -7,12 +7,13 @@ pre-tokenized text fastBPE expects) and encoded in one call; a token not ending 
 
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, offsets_in_words, register_tokenizer
+from span_plugin.tokenizers.options import Option
 
 
 @register_tokenizer("fastbpe")
 class FastBPETokenizer(Tokenizer):
-    files = ("bpe_codes",)
-    optional_files = ("bpe_vocab",)
+    files = (Option("bpe_codes", help="fastBPE codes file"),)
+    optional_files = (Option("bpe_vocab", help="fastBPE vocabulary file (optional)"),)
     needs = "fastbpe needs a local bpe_codes path"
 
     def __init__(self, bpe_codes, bpe_vocab=None):

@@ -11,6 +11,7 @@ import json
 
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, register_tokenizer, skip_leading_space
+from span_plugin.tokenizers.options import Option
 
 
 def bytes_to_unicode():
@@ -30,7 +31,9 @@ def bytes_to_unicode():
 
 @register_tokenizer("gpt2")
 class GPT2Tokenizer(Tokenizer):
-    files = ("encoder_json", "vocab_bpe")
+    # The flags and hub keywords keep fairseq's names (--gpt2-encoder-json).
+    files = (Option("encoder_json", names=("gpt2_encoder_json",), help="GPT-2 encoder.json"),
+             Option("vocab_bpe", names=("gpt2_vocab_bpe",), help="GPT-2 vocab.bpe"))
     needs = "gpt2 BPE needs local encoder_json and vocab_bpe paths"
     CACHE_LIMIT = 1 << 20
 

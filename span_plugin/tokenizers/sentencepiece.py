@@ -8,11 +8,12 @@ pieces of that word.
 
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, offsets_in_words, register_tokenizer
+from span_plugin.tokenizers.options import Option
 
 
 @register_tokenizer("sentencepiece")
 class SentencePieceTokenizer(Tokenizer):
-    files = ("sentencepiece_model",)
+    files = (Option("sentencepiece_model", help="sentencepiece .model file"),)
     needs = "sentencepiece needs a local sentencepiece_model path"
 
     def __init__(self, sentencepiece_model):

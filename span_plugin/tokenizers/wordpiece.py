@@ -15,6 +15,7 @@ import regex
 
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, register_tokenizer, skip_leading_space
+from span_plugin.tokenizers.options import Option
 
 # BERT's special tokens and the fairseq symbols they become (span-convert maps them).
 BERT_SPECIALS = (("[CLS]", "<s>"), ("[PAD]", "<pad>"), ("[SEP]", "</s>"), ("[UNK]", "<unk>"))
@@ -37,7 +38,11 @@ class WordPieceTokenizer(Tokenizer):
     """
 
     word_scheme = "bert"
-    files = ("wordpiece",)
+    # Recorded as the file a folder resolves to, and its tokenizer_config.json when a
+    # bare vocab.txt took its casing from one (record key ``wordpiece_config``).
+    files = (Option("wordpiece", help="WordPiece tokenizer.json, vocab.txt, or a folder with "
+                    "one (a Hugging Face model or span-convert output)",
+                    recorded=lambda path: recorded_wordpiece(path)),)
     needs = "wordpiece needs a local tokenizer.json, vocab.txt or model folder (--wordpiece)"
     # BERT's special tokens -> the fairseq symbols that take their embedding rows in a
     # span-convert checkpoint (one table for both).
@@ -133,6 +138,12 @@ def resolve_wordpiece(path):
     if path.endswith(".json") or not os.path.exists(config):
         config = None
     return path, config
+
+
+def recorded_wordpiece(path):
+    """The files ``--wordpiece PATH`` stands for in a data record."""
+    tokenizer, config = resolve_wordpiece(path)
+    return {"wordpiece": tokenizer, "wordpiece_config": config}
 
 
 def load_wordpiece(path):
