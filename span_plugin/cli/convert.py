@@ -74,7 +74,7 @@ def _hydra(args):
 def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from span_plugin.convert.bert import ConversionError
+    from span_plugin.convert.hf_source import ConversionError
     from span_plugin.convert.safe_load import CheckpointFileError
 
     try:

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import List, Mapping
 
-from span_plugin.convert.bert import ConversionError
+from span_plugin.convert.hf_source import ConversionError
 from span_plugin.convert.safe_load import load_checkpoint
 
 logger = logging.getLogger(__name__)
