@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import (  # noqa: E402
-    ROOT, model_flags, read_results, resolve_device, run_grid, run_recipe)
+    ROOT, model_flags, read_results, resolve_device, run_grid, run_recipe, trained_on)
 
 sys.path.insert(0, str(ROOT))
 
@@ -102,13 +102,14 @@ def run_glue(task, settings, seed, hp, model_dir, glue_dir, data_dir, out_dir, w
     gold = dev_rows(glue_dir, task).labels
     if len(predictions) != len(gold):
         raise SystemExit(f"{out_dir}: {len(predictions)} dev predictions for {len(gold)} rows")
+    facts = trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt")
     if not keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return {"task": task, "metric": METRICS[task], "dev": dev, "value": dev[METRICS[task]],
             "seed": seed, "hparams": hp,
             "encoder": os.path.basename(os.path.normpath(model_dir)), "device": device,
             "minutes": minutes, "predictions": predictions, "gold": gold,
-            "settings": settings, **({"flags": flags} if flags else {})}
+            "settings": settings, **({"flags": flags} if flags else {}), **facts}
 
 
 def run_cell(a, task, variant, seed, device):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import write_report  # noqa: E402
+from grid_lib import dictionary_lines, write_report  # noqa: E402
 
 VARIANT_NAMES = {"plain": "encoder (plain head)", "sf": "+ SF (cnn-cnn, greedy)",
                  "cnn": "+ CNN, no segmentation", "random": "+ SF, random segmentation"}
@@ -99,6 +99,8 @@ def report(runs, plot=None):
     lines = []
     lines.append(f"Runs: {len(runs)}; encoder: {', '.join(sorted({r['encoder'] for r in runs}))}; "
                  f"devices: {', '.join(sorted({r['device'] for r in runs}))}.")
+    lines.append("")
+    lines += [f"- {line}" for line in dictionary_lines(runs, label=lambda r: r["variant"])]
     lines.append("")
     worst = max(abs(metric_from_predictions(r) - r["value"]) for r in runs)
     lines.append(f"Every metric recomputed from the stored dev predictions (scikit-learn, "

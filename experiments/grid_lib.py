@@ -2,9 +2,12 @@
 JSON line per finished run, committed), a recipe launch whose output goes to the run's
 log, and the loop that skips finished runs and stops after ``--max-runs`` new ones."""
 
+import argparse
+import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -85,6 +88,93 @@ def run_grid(cells, done, run, results, max_runs=None, *, flags, name=str, show=
         record["model_flags"] = flags
         append_result(results, record)
         print(f"    {show(record)} ({record['minutes']} min)", flush=True)
+
+
+# ---- what a run trained on: its data folder's record and the model settings that matter
+
+# Model and task settings a record keeps: the heads, every dropout, the span encoder and
+# its <s> concatenation (not the heads' *names*, e.g. classification_head_name).
+SETTING = re.compile(r"(^|_)head($|_)|dropout|span_encoder|span_cls_concat")
+
+
+def data_record(folder):
+    """The record of the data folder a run trained on, for its result line: the
+    encoder entry of its provenance.json as written (tokenizer kind and file hashes,
+    dictionary with its sha256 and the header of its counts, segmentation), task, rows,
+    and the sha256 of the whole provenance.json (which hashes every file of the folder).
+    A folder without one (recipes/pretrain's binarized text) gives what it tells: its
+    ``segmentation`` file."""
+    folder = Path(folder)
+    path = folder / "provenance.json"
+    if not path.exists():
+        seg = folder / "segmentation"
+        encoder = {"segmentation": seg.read_text().strip()} if seg.exists() else {}
+        return {"folder": str(folder), "provenance_sha256": None, "encoder": encoder}
+    record = json.loads(path.read_text(encoding="utf-8"))
+    return {"folder": str(folder),
+            "provenance_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            **{k: record.get(k) for k in ("plugin_version", "task", "rows", "encoder")}}
+
+
+def model_settings(checkpoint):
+    """The settings of a trained checkpoint that change what the model is beyond the
+    encoder (which :func:`model_flags` names): architecture, heads, every dropout (head
+    dropout included), span encoder, from the cfg fairseq saved in it."""
+    from span_plugin.convert.safe_load import load_torch_file
+
+    state = load_torch_file(str(checkpoint), mmap=True)
+    cfg = state.get("cfg") or {}
+    out = {}
+    for section in (cfg.get("model"), cfg.get("task"), state.get("args")):
+        if isinstance(section, argparse.Namespace):  # legacy models keep a Namespace
+            section = vars(section)
+        for key, value in (section or {}).items():
+            if key in ("_name", "arch") and "arch" not in out:
+                out["arch"] = value
+            elif SETTING.search(key) and not key.endswith("_name"):
+                out.setdefault(key, value)
+    return dict(sorted(out.items()))
+
+
+def trained_on(data_dir, checkpoint):
+    """The fields every new result record carries (old records lack them: readers use
+    ``.get``): ``data_record`` (:func:`data_record`) and ``model_settings``
+    (:func:`model_settings`, None when the checkpoint is gone)."""
+    checkpoint = Path(checkpoint)
+    return {"data_record": data_record(data_dir),
+            "model_settings": model_settings(checkpoint) if checkpoint.exists() else None}
+
+
+def dictionary_of(record):
+    """A result record's n-gram dictionary in words: name (the packaged one's name or
+    its path), the first 12 hex digits of its sha256 and the corpus it was counted on;
+    "not recorded" for records from before data records (unless their recipe settings
+    name a dictionary file: then that path, without a hash)."""
+    data = record.get("data_record")
+    if data is None:
+        given = (record.get("settings") or {}).get("NGRAMS")
+        return f"{given} (sha256 not recorded)" if given else "not recorded"
+    encoder = data.get("encoder") or {}
+    ngrams = encoder.get("ngrams")
+    if not ngrams:
+        return f"none (segmentation {encoder.get('segmentation') or 'not recorded'})"
+    corpus = (ngrams.get("built") or {}).get("corpus") or "a corpus its header does not name"
+    return (f"{ngrams.get('packaged') or ngrams.get('path')} sha256 "
+            f"{(ngrams.get('sha256') or '?')[:12]}, counted on {corpus}")
+
+
+def dictionary_lines(records, label=None):
+    """One line per n-gram dictionary the records used, with how many runs (and, with
+    ``label``, which: ``label(record)`` names a run's kind, e.g. its variant)."""
+    groups = {}
+    for r in records:
+        groups.setdefault(dictionary_of(r), []).append(label(r) if label else None)
+    lines = []
+    for text, labels in groups.items():
+        which = ", ".join(sorted({str(x) for x in labels if x is not None}))
+        lines.append(f"n-gram dictionary: {text} ({len(labels)} run{'s' * (len(labels) != 1)}"
+                     f"{': ' + which if which else ''})")
+    return lines
 
 
 HEADER_END = "\n---\n"

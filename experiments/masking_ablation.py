@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import ROOT, append_result, read_results  # noqa: E402
+from grid_lib import ROOT, append_result, read_results, trained_on  # noqa: E402
 
 WIKI = ROOT.parent / "shared" / "data" / "wikipedia"
 CONDITIONS = {
@@ -204,6 +204,7 @@ def run_condition(name, a, work, text_info, fixed):
     if a.updates not in ckpts:
         fixed_curve.append({"num_updates": a.updates, **fixed(out / "checkpoints" / "checkpoint_last.pt")})
     eval_wall, eval_cpu = time.time() - start, time.process_time() - cpu0
+    facts = trained_on(work / "data", out / "checkpoints" / "checkpoint_last.pt")
     for p in ckpts.values():
         p.unlink()
     for p in (out / "checkpoints").glob("checkpoint_best.pt"):
@@ -218,7 +219,7 @@ def run_condition(name, a, work, text_info, fixed):
         "train_curve": train, "valid_curve": valid, "fixed_curve": fixed_curve,
         "train_wall_min": round(train_wall / 60, 2), "train_cpu_min": round(train_cpu / 60, 2),
         "eval_wall_min": round(eval_wall / 60, 2), "eval_cpu_min": round(eval_cpu / 60, 2),
-        "load_avg_at_start": load, "finished": time.strftime("%Y-%m-%d %H:%M"),
+        "load_avg_at_start": load, "finished": time.strftime("%Y-%m-%d %H:%M"), **facts,
     }
 
 

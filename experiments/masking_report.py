@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import ROOT, read_results, write_report  # noqa: E402
+from grid_lib import ROOT, dictionary_lines, read_results, write_report  # noqa: E402
 
 ORDER = ["span+sbo", "span", "whole-word", "token"]
 COLORS = {"span+sbo": "tab:red", "span": "tab:orange", "whole-word": "tab:blue", "token": "tab:green"}
@@ -107,6 +107,7 @@ def main():
     r0 = runs[0]
     main_table, schemes = table(runs)
     d = r0["data"]
+    dictionaries = "\n".join(f"- {line}" for line in dictionary_lines(runs, label=lambda r: r["condition"]))
     first = {r["condition"]: r["train_curve"][0]["mlm_loss"] for r in runs if r["train_curve"]}
     text = f"""## Setup
 
@@ -119,6 +120,7 @@ def main():
   paragraphs ({d['valid']['articles']} articles) of `{d['valid']['file']}` (other articles).
   MiniLM's WordPiece, `--sample-break-mode {r0['break_mode']}`, blocks of at most
   {r0['tokens_per_sample']} tokens.
+{dictionaries}
 - Training: {r0['updates']} updates of {r0['batch']} blocks, Adam, lr {r0['lr']} (warm-up
   {r0['warmup']}, linear decay to 0), dropout 0.1, seed {r0['seed']}, CPU, {r0['threads']}
   thread(s); held-out validation and a checkpoint every {r0['interval']} updates.

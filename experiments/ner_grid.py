@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import (  # noqa: E402
-    ROOT, mean_sd, model_flags, read_results, resolve_device, run_grid, run_recipe)
+    ROOT, mean_sd, model_flags, read_results, resolve_device, run_grid, run_recipe, trained_on)
 
 VARIANTS = {
     "token": {"HEAD": "token"},
@@ -84,7 +84,7 @@ def run_one(a, variant, seed, device):
         "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
                     "extra": a.extra},
         "encoder": model, "device": device, "settings": VARIANTS[variant],
-        "minutes": minutes,
+        "minutes": minutes, **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt"),
     }
     if not a.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
+from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
 
 ORDER = ["token", "token-viterbi", "sf", "sf-viterbi", "span"]
 # the token head as first run (argmax) and decoded as well-formed IOB2 (the strongest
@@ -84,6 +84,7 @@ def report(records):
     lines += ["", f"Settings: {settings}, encoder "
               + ", ".join(sorted({r["encoder"] for r in records})) + ", device "
               + ", ".join(sorted({r["device"] for r in records})) + "."]
+    lines += ["", *(f"- {line}" for line in dictionary_lines(records, label=lambda r: r["variant"]))]
     return "\n".join(lines) + "\n", by, variants
 
 

@@ -35,8 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import (  # noqa: E402
-    ROOT, mean_sd, model_flags, paired_cell, paired_p, read_results, resolve_device, run_grid,
-    run_recipe, write_report)
+    ROOT, dictionary_lines, mean_sd, model_flags, paired_cell, paired_p, read_results,
+    resolve_device, run_grid, run_recipe, trained_on, write_report)
 
 HEADS = ("boundary", "sf", "span")
 BOUNDARIES = ("word", "token")
@@ -136,7 +136,8 @@ def run_one(a, head, seed, boundaries, device):
                           "max_positions": a.max_positions, "doc_stride": a.doc_stride,
                           "split_articles": a.split_articles, "answer_boundaries": boundaries,
                           "extra": a.extra},
-              "encoder": model, "device": device, "minutes": minutes}
+              "encoder": model, "device": device, "minutes": minutes,
+              **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt")}
     if not a.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return record
@@ -211,6 +212,7 @@ def report(records):
             for key in ("exact_match", "f1") if rows else ():
                 diffs = [r["decoded"]["word"][key] - r["decoded"]["token"][key] for r in rows]
                 lines.append(_paired_line(f"{head}: word - token, {key}", diffs))
+    lines += ["", *(f"- {line}" for line in dictionary_lines(records, label=lambda r: r["head"]))]
     return "\n".join(lines) + "\n"
 
 

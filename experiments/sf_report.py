@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from glue_report import metric_from_predictions  # noqa: E402
-from grid_lib import ROOT, read_results, write_report  # noqa: E402
+from grid_lib import ROOT, dictionary_lines, read_results, write_report  # noqa: E402
 from sf_grid import LR_SEED, chosen_lrs  # noqa: E402
 
 NAMES = {"plain": "plain head", "sf": "SF (cnn-cnn, greedy, 100k)",
@@ -163,7 +163,7 @@ def old_grid_rows(path):
         interval = f"{s['mean']:+.2f} [{s['lo']:+.2f}, {s['hi']:+.2f}]" if s else "-"
         lines.append(f"| {t} | {np.mean([r['value'] for r in base.values()]):.2f} | "
                      f"{np.mean([r['value'] for r in sf.values()]):.2f} | {interval} |")
-    return lines
+    return lines + [""] + [f"- {line}" for line in dictionary_lines(runs)]
 
 
 def report(runs, old_path, plot=None):
@@ -176,6 +176,7 @@ def report(runs, old_path, plot=None):
            f"rate); encoder: {', '.join(sorted({r['encoder'] for r in runs}))}; devices: "
            f"{', '.join(sorted({r['device'] for r in runs}))}. Every metric recomputed from the "
            f"stored dev predictions agrees with fairseq's within {worst:.2f} points.", "",
+           *(f"- {line}" for line in dictionary_lines(runs, label=lambda r: r["variant"])), "",
            "### Learning rate (CoLA dev MCC, seed 0, not reported)", "",
            *selection_rows(runs), "", "### Dev results (reported seeds)", "",
            *summary_rows(by, tasks), "",

@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from glue_grid import VARIANTS, hparams, run_glue, train_rows  # noqa: E402
 from grid_lib import (  # noqa: E402
     ROOT, append_result, check_model, model_flags, read_results, resolve_device, run_grid,
-    run_recipe)
+    run_recipe, trained_on)
 
 from span_plugin.preprocess.align import ALIGNER_VERSION  # noqa: E402
 
@@ -187,6 +187,7 @@ def transferred_model(a, target, condition, seed, device, done):
     extra = ["--log-interval", "50", "--num-workers", "0"] + (["--cpu"] if device == "cpu" else [])
     minutes = run_recipe("recipes/transfer/paraphrase.sh", env, extra, work / "out",
                          f"transfer for {target} ({condition}) seed {seed}")
+    facts = trained_on(work / "data", work / "out" / "checkpoints" / "checkpoint_best.pt")
     shutil.rmtree(work / "out" / "checkpoints", ignore_errors=True)
     if key in done:  # recorded by an earlier session, its model not on this machine: rebuilt
         print(f"    rebuilt the transferred model (already recorded): {model}; valid "
@@ -198,7 +199,7 @@ def transferred_model(a, target, condition, seed, device, done):
         "valid": last_validation(work / "out" / "recipe.log"),  # of the transfer objectives
         "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs,
                     "batch_size": a.transfer_batch_size, "updates": transfer_updates(a, stats)},
-        "minutes": minutes, "device": device, "model_flags": a.flags})
+        "minutes": minutes, "device": device, "model_flags": a.flags, **facts})
     done.add(key)
     return model
 

@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
+from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
 
 ORDER = ["none", "transfer", "phrasal", "sentential", "matched"]
 USES_TRANSFER_DATA = ("transfer", "phrasal", "sentential", "matched")  # as transfer_grid.py
@@ -155,6 +155,8 @@ def report(records):
                   "random, else in-paraphrase, on the same dev pairs the model's phrasal "
                   "accuracy is measured on; \"-\": not recorded by aligner 1 runs):", ""]
         lines += transfer_rows(transfers)
+    lines += ["", *(f"- {line}" for line in dictionary_lines(
+        records, label=lambda r: f"{r['kind']} {r['condition']}"))]
     return "\n".join(lines) + "\n", plots
 
 

@@ -11,6 +11,63 @@ import pytest
 from conftest import ROOT, minilm_dir, run_cli
 from test_task_data import mini_glue
 
+sys.path.insert(0, str(ROOT / "experiments"))
+import grid_lib  # noqa: E402
+
+NGRAMS = {"path": "/x/ngrams.default.bert.txt.gz", "sha256": "0123456789abcdef" * 4,
+          "packaged": "ngrams.default.bert.txt.gz", "top_k": None, "words": "bert",
+          "built": {"corpus": "wiki.AA.txt.gz,wiki.AB.txt.gz", "min_count": "11"}}
+
+
+def test_data_record_is_the_folders_provenance(tmp_path):
+    record = {"format": "span_plugin data record 1", "plugin_version": "0.3.0", "task": "MRPC",
+              "rows": {"train": 8}, "files": {"input0/train.bin": "ab"},
+              "encoder": {"bpe": "wordpiece", "files": {"wordpiece": {"sha256": "cd"}},
+                          "ngrams": NGRAMS, "segmentation": "greedy", "seed": 0}}
+    (tmp_path / "provenance.json").write_text(json.dumps(record))
+    got = grid_lib.data_record(tmp_path)
+    assert got["encoder"] == record["encoder"] and got["rows"] == {"train": 8}
+    assert got["provenance_sha256"] == grid_lib.hashlib.sha256(
+        (tmp_path / "provenance.json").read_bytes()).hexdigest()
+    assert grid_lib.dictionary_of({"data_record": got}) == (
+        "ngrams.default.bert.txt.gz sha256 0123456789ab, counted on wiki.AA.txt.gz,wiki.AB.txt.gz")
+    # recipes/pretrain's binarized folders have no record: their segmentation file
+    (tmp_path / "provenance.json").unlink()
+    (tmp_path / "segmentation").write_text("none\n")
+    got = grid_lib.data_record(tmp_path)
+    assert got["provenance_sha256"] is None
+    assert grid_lib.dictionary_of({"data_record": got}) == "none (segmentation none)"
+
+
+def test_old_records_say_not_recorded_and_are_grouped():
+    old_sf = {"variant": "sf", "settings": {"NGRAMS": ""}}
+    old_cut = {"variant": "dict20k", "settings": {"NGRAMS": "/d/top20000.txt.gz"}}
+    new = {"variant": "sf", "data_record": {"encoder": {"ngrams": NGRAMS}}}
+    lines = grid_lib.dictionary_lines([old_sf, {"variant": "plain"}, old_cut, new, new],
+                                      label=lambda r: r["variant"])
+    assert lines == [
+        "n-gram dictionary: not recorded (2 runs: plain, sf)",
+        "n-gram dictionary: /d/top20000.txt.gz (sha256 not recorded) (1 run: dict20k)",
+        "n-gram dictionary: ngrams.default.bert.txt.gz sha256 0123456789ab, counted on "
+        "wiki.AA.txt.gz,wiki.AB.txt.gz (2 runs: sf)"]
+
+
+def test_model_settings_keep_heads_dropouts_and_span_encoder(tmp_path):
+    import argparse
+
+    import torch
+
+    model = argparse.Namespace(_name="roberta_span", dropout=0.1, attention_dropout=0.1,
+                               head_dropout=0.2, span_encoder="cnn-max", sentence_head="span",
+                               no_span_cls_concat=True, encoder_attention_heads=12, lr=[1e-5])
+    task = {"_name": "span_qa", "qa_head": "sf", "classification_head_name": "qa_head"}
+    torch.save({"cfg": {"model": model, "task": task}, "model": {}}, tmp_path / "c.pt")
+    assert grid_lib.model_settings(tmp_path / "c.pt") == {
+        "arch": "roberta_span", "attention_dropout": 0.1, "dropout": 0.1, "head_dropout": 0.2,
+        "no_span_cls_concat": True, "qa_head": "sf", "sentence_head": "span",
+        "span_encoder": "cnn-max"}
+    assert grid_lib.trained_on(tmp_path, tmp_path / "gone.pt")["model_settings"] is None
+
 
 @pytest.mark.slow
 def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
@@ -31,6 +88,17 @@ def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
         assert len(r["predictions"]) == len(dev_rows) and set(r["predictions"]) <= {"0", "1"}
         assert r["metric"] == "f1" and r["value"] == r["dev"]["f1"]
     assert runs[0]["settings"]["HEAD"] == "plain" and runs[1]["settings"]["HEAD"] == "span"
+    # Each record carries its data folder's record and the trained model's settings.
+    folder = tmp_path / "work" / "data" / "MRPC-greedy"
+    provenance = json.loads((folder / "provenance.json").read_text())
+    for r in runs:
+        assert r["data_record"]["folder"] == str(folder)
+        assert r["data_record"]["encoder"] == provenance["encoder"]
+        assert r["data_record"]["encoder"]["ngrams"]["built"]["corpus"].startswith("wiki.")
+        assert r["model_settings"]["dropout"] == 0.1 and "head_dropout" in r["model_settings"]
+    assert runs[0]["model_settings"]["sentence_head"] == "plain"
+    assert (runs[1]["model_settings"]["sentence_head"], runs[1]["model_settings"]["span_encoder"]) \
+        == ("span", "cnn-cnn")
     # Checkpoints are not kept unless asked; the data folder is shared by both variants.
     assert not list((tmp_path / "work" / "runs").glob("*/checkpoints"))
     assert [p.name for p in (tmp_path / "work" / "data").iterdir()] == ["MRPC-greedy"]
@@ -58,6 +126,9 @@ def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
                   "--out", md, "--plot", png).stdout
     text = md.read_text()
     assert text.splitlines()[0] in out
+    ngrams = provenance["encoder"]["ngrams"]
+    assert (f"n-gram dictionary: {ngrams['packaged']} sha256 {ngrams['sha256'][:12]}, counted on "
+            f"{ngrams['built']['corpus']} (2 runs: plain, sf)") in text
     # The metric recomputed from the stored predictions (scikit-learn) agrees with fairseq's
     # (which logs two decimals).
     worst = re.search(r"agrees with fairseq's logged value within ([0-9.]+) points", text)
