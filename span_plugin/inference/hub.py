@@ -139,14 +139,13 @@ class SpanHubInterface(nn.Module):
         Every other argument defaults to what the checkpoint's data record says
         (:mod:`span_plugin.preprocess.encoder_settings`): ``data`` is the task folder it was
         trained on (its dict.txt files must have the recorded hashes); the encoder
-        files (``encoder_files``: each registered tokenizer's, by any of its keywords:
-        ``gpt2_encoder_json=`` or ``encoder_json=``, ``gpt2_vocab_bpe=``,
-        ``sentencepiece_model=``, ``bpe_codes=``, ``bpe_vocab=``, ``wordpiece=`` (a
-        tokenizer.json, vocab.txt or a span-convert folder), ...), the n-gram
-        dictionary, its top-k, the segmentation and its seed. A file given again must
-        have the recorded content; a setting given again must be the recorded one: a
-        difference raises an error naming both.
-        Checkpoints without a record take the settings given, unchecked. ``head``: the
+        files (``encoder_files``: the files each registered tokenizer declares, by any
+        of their keywords, e.g. ``gpt2_encoder_json=`` or ``encoder_json=``;
+        ``wordpiece=`` is a tokenizer.json, vocab.txt or span-convert folder), the
+        n-gram dictionary, its top-k, the segmentation and its seed. A file given
+        again must have the recorded content; a setting given again must be the
+        recorded one: a difference raises an error naming both. Checkpoints without a
+        record take the settings given, unchecked. ``head``: the
         classification head of sentence checkpoints (the other tasks name their own).
         """
         from fairseq import checkpoint_utils

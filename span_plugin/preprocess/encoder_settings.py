@@ -57,7 +57,7 @@ def _files(enc, files, checkpoint):
                                    f"such file")
     given = {}  # record key -> the path given for it (a WordPiece folder: two files)
     for field, path in files.items():
-        given.update(options[field].files(path))
+        given.update(options[field].recorded_files(path))
     out = {}
     for key, entry in enc["files"].items():
         name = options[key].name if key in options else key.replace("_", " ")

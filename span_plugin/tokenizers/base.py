@@ -88,8 +88,9 @@ class Tokenizer:
         from (``files``: {field: path or None}), as each Option records a path."""
         out = {}
         for option in cls.options:
-            if files.get(option.field):
-                out.update({k: p for k, p in option.files(files[option.field]).items() if p})
+            path = files.get(option.field)
+            if path:
+                out.update({k: p for k, p in option.recorded_files(path).items() if p})
         return out
 
     def pieces(self, text):

@@ -38,7 +38,7 @@ class Option:
         """The keywords the hub takes for it: its names and its field."""
         return tuple(dict.fromkeys((*self.names, self.field)))
 
-    def files(self, path):
+    def recorded_files(self, path):
         """``{record key: path or None}`` of a given path."""
         return self.recorded(path) if self.recorded else {self.field: str(path)}
 
