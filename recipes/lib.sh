@@ -10,7 +10,10 @@
 #                            ROBERTA_PATH or MODEL_DIR is an error
 #   use_pretrained_encoder ARGS...
 #                            default_model, then from MODEL_DIR (a span-convert folder:
-#                            WordPiece, sizes read from the checkpoint) or ROBERTA_PATH
+#                            its tokenizer, WordPiece for span-convert bert, GPT-2 BPE or
+#                            sentencepiece for span-convert roberta, in encoder_args and
+#                            its pair layout, bert or roberta, in MODEL_LAYOUT; sizes read
+#                            from the checkpoint) or ROBERTA_PATH
 #                            (fairseq RoBERTa, GPT-2 BPE files in BPE_DIR) or neither
 #                            (FROM_SCRATCH=1: random weights): sets
 #                            PRETRAINED, SRCDICT, encoder_args, size_args. The checkpoint
@@ -103,7 +106,7 @@ PY
 use_pretrained_encoder() {
     command -v fairseq-train >/dev/null \
         || die "fairseq-train not found: run 'bash install.sh' and 'source .venv/bin/activate'"
-    DEFAULT_MODEL=
+    DEFAULT_MODEL= MODEL_LAYOUT=roberta
     [ -n "${ROBERTA_PATH:-}${MODEL_DIR:-}" ] || [ "${FROM_SCRATCH:-0}" = 1 ] || DEFAULT_MODEL=1
     default_model
     [ -z "$ROBERTA_PATH" ] || [ -e "$ROBERTA_PATH" ] \
@@ -112,13 +115,24 @@ use_pretrained_encoder() {
         [ -z "$ROBERTA_PATH" ] || die "give MODEL_DIR or ROBERTA_PATH, not both"
         local f
         for f in model.pt dict.txt; do
-            [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert'"
+            [ -f "$MODEL_DIR/$f" ] || die "$MODEL_DIR/$f not found: MODEL_DIR is a folder made by 'span-convert bert' or 'span-convert roberta'"
         done
-        [ -f "$MODEL_DIR/tokenizer.json" ] || [ -f "$MODEL_DIR/vocab.txt" ] \
-            || die "$MODEL_DIR has no tokenizer.json or vocab.txt"
         PRETRAINED=$MODEL_DIR/model.pt
         SRCDICT=$MODEL_DIR/dict.txt
-        encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
+        # The folder's tokenizer: span-convert roberta writes GPT-2 BPE files or a
+        # sentencepiece model (RoBERTa's pair layout); span-convert bert WordPiece (BERT's).
+        if [ -f "$MODEL_DIR/encoder.json" ] && [ -f "$MODEL_DIR/vocab.bpe" ]; then
+            encoder_args=(--bpe gpt2 --gpt2-encoder-json "$MODEL_DIR/encoder.json" --gpt2-vocab-bpe "$MODEL_DIR/vocab.bpe")
+            MODEL_LAYOUT=roberta
+        elif [ -f "$MODEL_DIR/sentencepiece.bpe.model" ]; then
+            encoder_args=(--bpe sentencepiece --sentencepiece-model "$MODEL_DIR/sentencepiece.bpe.model")
+            MODEL_LAYOUT=roberta
+        else
+            [ -f "$MODEL_DIR/tokenizer.json" ] || [ -f "$MODEL_DIR/vocab.txt" ] \
+                || die "$MODEL_DIR has no tokenizer (encoder.json and vocab.bpe, sentencepiece.bpe.model, tokenizer.json or vocab.txt)"
+            encoder_args=(--bpe wordpiece --wordpiece "$MODEL_DIR")
+            MODEL_LAYOUT=bert
+        fi
         # The encoder's sizes come from the checkpoint, never typed by hand.
         local sizes
         sizes=$(span-convert flags "$PRETRAINED") || die "could not read the model sizes of $PRETRAINED (see above)"

@@ -13,9 +13,10 @@
 #                  MODEL_DIR that keeps BERT's segment B and pooler (span-convert bert),
 #                  roberta_span with --sentence-head plain: BERT's own classifier  [span]
 #   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt            []
-#   MODEL_DIR      a converted BERT-family model (span-convert bert: model.pt, dict.txt,
+#   MODEL_DIR      a converted model (span-convert bert: model.pt, dict.txt,
 #                  tokenizer). Replaces ROBERTA_PATH and BPE_DIR: WordPiece, BERT's pair
-#                  layout [CLS] A [SEP] B [SEP], sizes read from the checkpoint
+#                  layout [CLS] A [SEP] B [SEP], sizes read from the checkpoint; from
+#                  span-convert roberta: its GPT-2 BPE or sentencepiece, RoBERTa's layout
 #                  [neither given: the packaged all-MiniLM-L6-v2, converted on first use
 #                  into $SPAN_CACHE/models/all-MiniLM-L6-v2 (recipes/lib.sh)]
 #   FROM_SCRATCH   1: neither, a model from random weights (smoke runs)  [0]
@@ -85,6 +86,8 @@ case "$HEAD" in span|plain) ;; *) die "HEAD=$HEAD: expected span or plain" ;; es
 use_pretrained_encoder "$@"
 if [ -n "$MODEL_DIR" ]; then
     layout_args=(--init-token 0)  # BERT: [CLS] A [SEP] B [SEP], one separator
+    # span-convert roberta: RoBERTa's <s> A </s> </s> B </s>
+    if [ "$MODEL_LAYOUT" = roberta ]; then layout_args+=(--separator-token 2); fi
     # BERT's segment B and pooler (span-convert flags prints their options) live in the
     # plugin's model only: the plain head runs there too, as BERT's own classifier.
     plain_arch=roberta

@@ -13,8 +13,9 @@
 #   NEGATIVE_SAMPLING  span labeling: 0 trains on every candidate span; r > 0 on the
 #                  entities plus round(r * words) random non-entity spans  [0]
 #   ROBERTA_PATH   pretrained roberta.{base,large}/model.pt            []
-#   MODEL_DIR      a converted BERT-family model (span-convert bert): WordPiece, sizes
-#                  read from the checkpoint; replaces ROBERTA_PATH and BPE_DIR
+#   MODEL_DIR      a converted model (span-convert bert: WordPiece; span-convert
+#                  roberta: GPT-2 BPE or sentencepiece), sizes read from the checkpoint;
+#                  replaces ROBERTA_PATH and BPE_DIR
 #                  [neither given: the packaged all-MiniLM-L6-v2 (recipes/lib.sh)]
 #   FROM_SCRATCH   1: neither, a model from random weights (smoke runs)  [0]
 #   BPE_DIR        GPT-2 BPE folder: encoder.json, vocab.bpe, dict.txt  [gpt2_bpe]

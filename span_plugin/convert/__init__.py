@@ -26,3 +26,4 @@ from span_plugin.convert.bert import (  # noqa: F401
 from span_plugin.convert.encoder_map import fairseq_model_cfg  # noqa: F401
 from span_plugin.convert.flags import checkpoint_train_flags, train_flags  # noqa: F401
 from span_plugin.convert.hf_source import ConversionError  # noqa: F401
+from span_plugin.convert.roberta import convert_roberta, plan_roberta_conversion  # noqa: F401

@@ -8,7 +8,7 @@ Every check runs before this module is called; each file is written atomically, 
 
 import logging
 from pathlib import Path
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -72,21 +72,22 @@ def check_out_dir(out_dir, overwrite: bool) -> Path:
     return out_dir
 
 
-def write_model_folder(out_dir, dict_tokens: Sequence[str], copies: Sequence[Tuple[Path, str]],
-                       written: Dict[str, Callable], checkpoint: Callable[[Path], Dict]) -> None:
+def write_model_folder(out_dir, dict_tokens: Sequence[str],
+                       copies: Sequence[Tuple[Optional[Path], str]], written: Dict[str, bytes],
+                       checkpoint: Callable[[Path], Dict]) -> None:
     """Write ``out_dir``: ``dict.txt``; each ``(source file, name)`` of ``copies`` copied
-    (a name whose source is missing is removed, so an overwritten folder keeps no file of
-    an earlier conversion); each ``name -> write(f)`` of ``written``; ``model.pt`` last,
-    ``checkpoint(out_dir)`` saved with torch.save."""
+    (a name whose source is None or missing is removed, so an overwritten folder keeps no
+    file of an earlier conversion); each ``name -> bytes`` of ``written``; ``model.pt``
+    last, ``checkpoint(out_dir)`` saved with torch.save."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_dict_txt(dict_tokens, out_dir / "dict.txt")
     for src, dst in copies:
-        if src.is_file():
+        if src is not None and src.is_file():
             atomic_copy(src, out_dir / dst)
         elif (out_dir / dst).exists():  # left by an earlier conversion (overwrite)
             (out_dir / dst).unlink()
-    for name, write in written.items():
-        atomic_write(out_dir / name, write)
+    for name, data in written.items():
+        atomic_write(out_dir / name, lambda f, data=data: f.write(data))
     atomic_write(out_dir / "model.pt", lambda f: torch.save(checkpoint(out_dir), f))
     logger.info("wrote %s", out_dir / "model.pt")
