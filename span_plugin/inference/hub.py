@@ -20,7 +20,6 @@ binarizes with); the tokens and spans then go through the layout of training
 are exactly those of training.
 """
 
-import inspect
 import os
 import re
 
@@ -35,6 +34,7 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.data.layout import lay_out
 from span_plugin.data.span_datasets import LayoutSpansDataset
 from span_plugin.inference.folder_kinds import check_folder_kind
+from span_plugin.models.heads import head_inputs
 from span_plugin.preprocess import encoder_settings, provenance
 from span_plugin.runtime import data_record
 
@@ -114,8 +114,8 @@ class SpanHubInterface(nn.Module):
         self.model = model.eval()
         self.encoder = encoder
         self.head = head
-        # A span head's forward takes the spans (roberta_span); fairseq's heads do not.
-        self.reads_spans = "spans" in inspect.signature(model.classification_heads[head].forward).parameters
+        # A span head declares the spans among its inputs (roberta_span); fairseq's heads read none.
+        self.reads_spans = "spans" in head_inputs(model.classification_heads[head])
         self.record = data_record.task_record(task)  # how its training data was made
         self.data = getattr(task.cfg, "data", None)
         self.num_inputs = self.record["inputs"] if self.record else None  # None: not known

@@ -12,8 +12,6 @@ span_labeling), ``roberta_span_pair`` (span_pair_classification) and ``roberta_q
 ``_base`` and ``_large`` architectures. See docs/TASK_MODEL.md.
 """
 
-import functools
-import inspect
 import logging
 
 from fairseq.models import register_model, register_model_architecture
@@ -36,21 +34,19 @@ from span_plugin.models.compiled import (
     compile_in_place,
     pad_spans_to_length,
 )
-from span_plugin.models.heads import build_head
+from span_plugin.models.heads import build_head, chosen_kind, head_choices, head_inputs
 from span_plugin.modules import SPAN_ENCODERS
 
 logger = logging.getLogger(__name__)
 
 MODEL_NAMES = ("roberta_span", "roberta_tagging", "roberta_span_pair", "roberta_qa")
-SENTENCE_HEADS = {"span": "sentence", "plain": "plain"}  # --sentence-head -> head kind
-HEAD_INPUTS = ("spans", "words", "phrases", "passage")  # what tasks put in net_input for heads
 
 
 @register_model("roberta_span")
 class RobertaSpanModel(RobertaModel):
-    """``forward(src_tokens, spans=, words=, phrases=, passage=, classification_head_name=)``
-    returns ``(head output, extra)`` (see :mod:`span_plugin.models.heads`), or
-    RobertaModel's output without a head."""
+    """``forward(src_tokens, classification_head_name=, **net_input)`` returns ``(head
+    output, extra)``, the head reading the inputs its kind declares (see
+    :mod:`span_plugin.models.heads`), or RobertaModel's output without a head."""
 
     @staticmethod
     def add_args(parser):
@@ -76,7 +72,7 @@ class RobertaSpanModel(RobertaModel):
                             help="the span head's dropout, as the paper's code: on the span "
                             "vectors and on the classifier input (0.1; 0: the head before "
                             "issue 26, dropout only where --pooler-dropout puts it)")
-        parser.add_argument("--sentence-head", choices=SENTENCE_HEADS,
+        parser.add_argument("--sentence-head", choices=head_choices("--sentence-head"),
                             help="the head register_classification_head builds (the "
                             "span_classification and sentence_prediction tasks): span, the "
                             "paper's (default); plain, the baseline: BERT's classifier over "
@@ -106,7 +102,8 @@ class RobertaSpanModel(RobertaModel):
 
     def register_head(self, name, kind, **options):
         """Build a head of ``kind`` (``heads.HEAD_KINDS``) and store it as ``name``
-        (compiled after :meth:`compile_for_training`)."""
+        (compiled after :meth:`compile_for_training`); the one way every task adds its
+        head."""
         head = build_head(kind, self.args, **options)
         if getattr(self, "compile_mode", None):
             compile_in_place(head, self.compile_mode, self.args.compile_backend)
@@ -129,7 +126,7 @@ class RobertaSpanModel(RobertaModel):
     def register_classification_head(self, name, num_classes=None, inner_dim=None, **kwargs):
         """fairseq's name for it: the ``--sentence-head`` (the paper's, or the plain
         baseline), replacing one of that name."""
-        self.register_head(name, SENTENCE_HEADS[self.args.sentence_head],
+        self.register_head(name, chosen_kind("--sentence-head", self.args.sentence_head),
                            num_classes=num_classes, inner_dim=inner_dim)
 
     def encode(self, src_tokens, features_only=False, return_all_hiddens=False,
@@ -147,33 +144,41 @@ class RobertaSpanModel(RobertaModel):
             x = self.encoder.output_layer(x, masked_tokens=masked_tokens)
         return x, extra
 
-    def forward(self, src_tokens, spans=None, words=None, phrases=None, passage=None,
-                features_only=False, return_all_hiddens=False, classification_head_name=None,
-                **kwargs):
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False,
+                classification_head_name=None, **net_input):
         """
         Args:
             src_tokens: LongTensor ``[B, T]``.
-            spans: LongTensor ``[B, S, 2]``; words: ``[B, W, 2]``; phrases:
-                ``[B, P, 4]``: positions into T, for the heads that read them.
-            classification_head_name: run that head on the features (a head whose
+            classification_head_name: run that head on the features ``[B, T, D]``.
+            net_input: the rest of the task's ``net_input`` (``spans [B, S, 2]``,
+                ``words [B, W, 2]``, ``phrases [B, P, 4]``, ``passage``: positions into
+                T); the head gets the ones its kind declares, by name (a head whose
                 ``reads_pooled`` is true also gets ``pooled``, BERT's pooled ``<s>``).
         """
         if classification_head_name is None:
-            return self.encode(src_tokens, features_only, return_all_hiddens, **kwargs)
-        x, extra = self.encode(src_tokens, True, return_all_hiddens, **kwargs)
+            return self.encode(src_tokens, features_only, return_all_hiddens, **net_input)
         head = self.classification_heads[classification_head_name]
-        given = {"spans": spans, "words": words, "phrases": phrases, "passage": passage}
-        missing = [k for k in head_inputs(head) if given[k] is None]
-        if missing:
-            raise ValueError(
-                f"classification head {classification_head_name!r} reads {missing[0]}: pass "
-                f"{missing[0]}=LongTensor[B, N, 2] (its task puts them in net_input)")
-        given = {k: v for k, v in given.items() if v is not None}
-        if getattr(self, "compile_mode", None) and "spans" in given:
-            given["spans"] = pad_spans_to_length(given["spans"], src_tokens.size(1))
+        inputs = self.inputs_of_head(classification_head_name, net_input)
+        x, extra = self.encode(src_tokens, True, return_all_hiddens, **net_input)
+        if getattr(self, "compile_mode", None) and "spans" in inputs:
+            inputs["spans"] = pad_spans_to_length(inputs["spans"], src_tokens.size(1))
         if getattr(head, "reads_pooled", False):
-            given["pooled"] = pooled_first(self, x)
-        return head(x, **given), extra
+            inputs["pooled"] = pooled_first(self, x)
+        return head(x, **inputs), extra
+
+    def inputs_of_head(self, name, net_input):
+        """``{input name: tensor}`` of ``net_input`` that head ``name`` declares it reads;
+        raises, naming the head and the input, when the batch lacks one."""
+        inputs = {}
+        for key in head_inputs(self.classification_heads[name]):
+            if net_input.get(key) is None:
+                given = sorted(k for k, v in net_input.items() if v is not None)
+                raise ValueError(
+                    f"classification head {name!r} reads {key}, which this batch lacks: pass "
+                    f"{key}= to the model (its task puts it in net_input; given: "
+                    f"src_tokens{''.join(', ' + k for k in given)})")
+            inputs[key] = net_input[key]
+        return inputs
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Refuse an encoder of another vocabulary or positions (a clear error instead of
@@ -211,18 +216,6 @@ class RobertaSpanModel(RobertaModel):
                                f"plain RoBERTa head or other settings): it starts fresh")
         super().upgrade_state_dict_named(state_dict, name)  # gives every head fresh weights
         state_dict.update(fitting)
-
-
-def head_inputs(head):
-    """The ``net_input`` tensors ``head.forward`` requires (no default)."""
-    return _required_inputs(type(head))
-
-
-@functools.lru_cache(maxsize=None)
-def _required_inputs(head_type):
-    """Per head class, once: the forward path asks on every batch."""
-    params = inspect.signature(head_type.forward).parameters.values()
-    return tuple(p.name for p in params if p.name in HEAD_INPUTS and p.default is p.empty)
 
 
 for _name in MODEL_NAMES[1:]:  # the same model under the names the tasks document

@@ -20,13 +20,12 @@ from fairseq.models.roberta import (
     roberta_base_architecture,
     roberta_large_architecture,
 )
-from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from span_plugin.modules import SpanBoundaryHead
 from span_plugin.models.bert_parts import add_bert_args, attach_bert_parts, bert_defaults, fit_bert_parts
 from span_plugin.models.checkpoint_fit import check_encoder_fits
+from span_plugin.models.heads import build_head
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +54,8 @@ class RobertaSpanBertModel(RobertaModel):
             OmegaConf.set_struct(args, False)
         base_architecture(args)
         model = super().build_model(args, task)
-        head = SpanBoundaryHead(
-            args.encoder_embed_dim, len(task.source_dictionary), args.sbo_max_positions)
-        head.apply(init_bert_params)  # BERT's initialisation, as the rest of RoBERTa
-        model.classification_heads[SBO_HEAD] = head
+        model.classification_heads[SBO_HEAD] = build_head(
+            "span_boundary", args, vocab_size=len(task.source_dictionary))
         attach_bert_parts(model, args, trainable=False)
         return model
 

@@ -17,6 +17,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.sentence_prediction import SentencePredictionConfig
 
 from span_plugin.data.layout import lay_out
+from span_plugin.models.heads import chosen_kind
 from span_plugin.tasks.span_inputs import SentenceSpanTask, length_multiple, length_multiple_field
 
 
@@ -75,10 +76,8 @@ class SpanClassificationTask(SentenceSpanTask):
             shuffle_seed=None if cfg.no_shuffle else cfg.seed, length_multiple=length_multiple(cfg),
         )
 
-    def build_model(self, cfg, from_checkpoint=False):
-        model = self.build_model_of(cfg, from_checkpoint,
-                                    "roberta_span_base, roberta_span_large, ...")
-        model.register_classification_head(
-            self.cfg.classification_head_name, num_classes=self.cfg.num_classes
-        )
-        return model
+    def chosen_head(self, model_args):
+        """The ``--sentence-head`` (a model option: fairseq's ``sentence_prediction``
+        builds the same one through ``register_classification_head``)."""
+        return (chosen_kind("--sentence-head", model_args.sentence_head),
+                {"num_classes": self.cfg.num_classes})

@@ -1,7 +1,7 @@
 """What the span tasks share: reading an input's token files (all shards of a split)
 with their span files, the data record of the folder (checked when loading, saved in
 checkpoints), sentence labels as ``sentence_prediction`` reads them, and building a
-model that reads what the task gives it.
+model that reads what the task gives it, with the head the task chooses.
 
 The input layout itself (``<s> A </s> </s> B </s>``, shortening, span offsets) is
 :func:`span_plugin.data.layout.lay_out`.
@@ -52,14 +52,17 @@ class SpanInputsTask:
     The folder's record of how it was made (``DATA/provenance.json``) is checked
     against the dictionaries and stored in the task state (fairseq saves it in every
     checkpoint); every file of the folder is checked against it when a split loads.
-    A task sets ``task_name`` (its registered name) and ``folder_command`` (the
-    command that builds its folders), for messages, and implements
-    ``build_split(split, combine) -> dataset``.
+    A task sets ``task_name`` (its registered name), ``folder_command`` (the command
+    that builds its folders) and ``model_archs`` (the ``--arch`` names that fit it), for
+    messages, and implements ``build_split(split, combine) -> dataset`` and
+    ``chosen_head(model_args) -> (head kind, options)``: the head :meth:`build_model`
+    registers under ``--classification-head-name`` (kinds: ``models/heads.py``).
     """
 
     task_name = None
     model_inputs = "spans"  # what its batches give the model besides tokens (for errors)
     folder_command = "span-preprocess glue"  # what builds the task's folders
+    model_archs = "roberta_span_base, roberta_span_large, ..."  # for errors
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -117,10 +120,23 @@ class SpanInputsTask:
             spans.append(spn)
         return tokens, _concat(spans)
 
-    def build_model_of(self, cfg, from_checkpoint, archs):
+    def build_model(self, cfg, from_checkpoint=False):
+        """The span model with the task's head (:meth:`chosen_head`)."""
+        model = self.build_model_of(cfg, from_checkpoint)
+        kind, options = self.chosen_head(model.args)
+        model.register_head(self.cfg.classification_head_name, kind, **options)
+        return model
+
+    def chosen_head(self, model_args):
+        """``(kind, options)`` of the task's head: a kind of ``models/heads.py`` and the
+        options its builder takes; ``model_args`` for a choice made by a model option
+        (``--sentence-head``)."""
+        raise NotImplementedError(f"task {self.task_name} names no head (chosen_head)")
+
+    def build_model_of(self, cfg, from_checkpoint):
         """fairseq's model of ``cfg`` with the task's ``max_positions``; raises unless it
         is the span model (another model would silently ignore the ``model_inputs`` the
-        task gives it). archs: the ``--arch`` names to suggest."""
+        task gives it)."""
         from fairseq import models
 
         from span_plugin.models.roberta_span import RobertaSpanModel
@@ -131,7 +147,7 @@ class SpanInputsTask:
         if not isinstance(model, RobertaSpanModel):
             raise ValueError(
                 f"task {self.task_name} needs a model that reads {self.model_inputs} (--arch "
-                f"{archs}); got {type(model).__name__}, which would silently ignore them"
+                f"{self.model_archs}); got {type(model).__name__}, which would silently ignore them"
             )
         if model.args.compile and not from_checkpoint:  # fairseq-train, not the hub or span-predict
             model.compile_for_training()

@@ -51,6 +51,7 @@ class SpanPairClassificationTask(SentenceSpanTask):
 
     model_inputs = "phrase pairs"
     task_name = "span_pair_classification"
+    model_archs = "roberta_span_pair, roberta_span_pair_base/large"
 
     def __init__(self, cfg, data_dictionary, label_dictionary):
         super().__init__(cfg, data_dictionary, label_dictionary)
@@ -104,12 +105,9 @@ class SpanPairClassificationTask(SentenceSpanTask):
             length_multiple=length_multiple(cfg),
         )
 
-    def build_model(self, cfg, from_checkpoint=False):
-        model = self.build_model_of(cfg, from_checkpoint,
-                                    "roberta_span_pair, roberta_span_pair_base/large")
-        model.register_head(
-            self.cfg.classification_head_name, "span_pair",
-            phrase_classes=len(self.phrase_labels) if self.cfg.phrasal_weight > 0 else 0,
-            sentence_classes=self.cfg.num_classes if self.cfg.sentential_weight > 0 else 0,
-            features=self.cfg.phrase_features, dropout=self.cfg.head_dropout)
-        return model
+    def chosen_head(self, model_args):
+        cfg = self.cfg
+        return "span_pair", dict(
+            phrase_classes=len(self.phrase_labels) if cfg.phrasal_weight > 0 else 0,
+            sentence_classes=cfg.num_classes if cfg.sentential_weight > 0 else 0,
+            features=cfg.phrase_features, dropout=cfg.head_dropout)

@@ -32,6 +32,7 @@ from omegaconf import II, MISSING
 
 from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
+from span_plugin.models.heads import chosen_kind, head_choices
 from span_plugin.modules.qa_decoding import ANSWER_BOUNDARIES
 from span_plugin.preprocess import indexed
 from span_plugin.preprocess.qa import INDEX_DTYPE, QA_DIR, read_records
@@ -40,7 +41,6 @@ from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, len
 
 logger = logging.getLogger(__name__)
 
-QA_HEADS = {"boundary": "qa_boundary", "sf": "qa_boundary_sf", "span": "qa_span"}
 # In the task state (so in every checkpoint): the --answer-boundaries of training.
 BOUNDARIES_STATE = "span_qa_answer_boundaries"
 # How checkpoints made before --answer-boundaries existed were decoded.
@@ -52,7 +52,7 @@ class SpanQAConfig(FairseqDataclass):
     data: str = field(default=MISSING, metadata={"help": "QA folder (span-preprocess qa)"})
     max_positions: int = field(default=512, metadata={
         "help": "the model's positions; at least the folder's window size"})
-    qa_head: ChoiceEnum(list(QA_HEADS)) = field(default="boundary", metadata={
+    qa_head: ChoiceEnum(head_choices("--qa-head")) = field(default="boundary", metadata={
         "help": "boundary: start/end logits per token (BERT, SpanBERT); sf: start/end "
         "logits over [token; conv within its n-gram span] (token-level Span Fine-tuning; "
         "--span-dim, --span-kernel-size); span: candidate spans scored from [start; end; "
@@ -82,6 +82,7 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
     model_inputs = "passage positions"
     task_name = "span_qa"
     folder_command = "span-preprocess qa"
+    model_archs = "roberta_qa, roberta_qa_base/large"
 
     def __init__(self, cfg, dictionary):
         self.dictionary = dictionary  # before the data record is checked against it
@@ -175,11 +176,10 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
                                 spans=layout.spans([question_spans, passage_spans]),
                                 length_multiple=length_multiple(cfg))
 
-    def build_model(self, cfg, from_checkpoint=False):
-        model = self.build_model_of(cfg, from_checkpoint, "roberta_qa, roberta_qa_base/large")
+    def chosen_head(self, model_args):
+        """The ``--qa-head``."""
+        kind = chosen_kind("--qa-head", str(self.cfg.qa_head))
         options = {"max_answer_tokens": self.cfg.max_answer_tokens}
-        if self.cfg.qa_head == "span":
+        if kind == "qa_span":
             options["span_dim"] = self.cfg.qa_span_dim
-        model.register_head(self.cfg.classification_head_name, QA_HEADS[self.cfg.qa_head],
-                            **options)
-        return model
+        return kind, options

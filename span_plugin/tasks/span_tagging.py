@@ -25,6 +25,7 @@ from span_plugin.data import span_index
 from span_plugin.data.layout import check_label_count, lay_out
 from span_plugin.data.tagging_datasets import EntitySpansDataset, WordTagsDataset
 from span_plugin.formats import tags as T
+from span_plugin.models.heads import chosen_kind, head_choices
 from span_plugin.modules.tag_decoding import TOKEN_DECODINGS
 from span_plugin.preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
 from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, length_multiple, length_multiple_field
@@ -37,7 +38,7 @@ class SpanTaggingConfig(FairseqDataclass):
     data: str = field(default=MISSING, metadata={"help": "tagging folder (span-preprocess conll)"})
     init_token: Optional[int] = field(default=0, metadata={"help": "token prepended to every item"})
     max_positions: int = field(default=512, metadata={"help": "the model's positions"})
-    tagging_head: ChoiceEnum(["token", "sf"]) = field(
+    tagging_head: ChoiceEnum(head_choices("--tagging-head")) = field(
         default="sf", metadata={"help": "token: a linear layer per token (baseline); sf: the "
                                 "token-level Span Fine-tuning head (within-span CNN joined "
                                 "with the token features)"})
@@ -65,7 +66,7 @@ class SpanTaggingTask(SpanInputsTask, OneDictionaryTask, FairseqTask):
     model_inputs = "spans and words"
     task_name = "span_tagging"
     folder_command = "span-preprocess conll"
-    head_kind = None  # from cfg.tagging_head
+    model_archs = "roberta_tagging, roberta_tagging_base/large"
 
     def __init__(self, cfg, dictionary, tag_names):
         self.dictionary = dictionary  # before the data record is checked against it
@@ -132,14 +133,10 @@ class SpanTaggingTask(SpanInputsTask, OneDictionaryTask, FairseqTask):
         """Targets of a subclass beside the tags (span_labeling: entities)."""
         return {}
 
-    def head_options(self):
-        return {"kind": self.cfg.tagging_head, "num_classes": self.num_labels}
-
-    def build_model(self, cfg, from_checkpoint=False):
-        model = self.build_model_of(cfg, from_checkpoint,
-                                    "roberta_tagging, roberta_tagging_base/large")
-        model.register_head(self.cfg.classification_head_name, **self.head_options())
-        return model
+    def chosen_head(self, model_args):
+        """The ``--tagging-head``."""
+        return (chosen_kind("--tagging-head", str(self.cfg.tagging_head)),
+                {"num_classes": self.num_labels})
 
 
 @dataclass
@@ -162,6 +159,6 @@ class SpanLabelingTask(SpanTaggingTask):
     def extra_targets(self, labels):
         return {"entities": EntitySpansDataset(labels, self.tag_names)}
 
-    def head_options(self):
-        return {"kind": "span", "num_classes": 1 + len(self.entity_types),
-                "max_words": self.cfg.max_span_words}
+    def chosen_head(self, model_args):
+        return "span", {"num_classes": 1 + len(self.entity_types),
+                        "max_words": self.cfg.max_span_words}
