@@ -47,7 +47,7 @@ def add_arguments(group, options):
     """One argparse argument per option (all default to None: given or not)."""
     for option in options:
         group.add_argument(*option.flags, dest=option.field, help=option.help,
-                           metavar=option.metavar)
+                           metavar=option.metavar or option.name.upper())
 
 
 def values_by_field(given, options, where):
