@@ -75,14 +75,18 @@ def checkpoint_train_flags(path) -> List[str]:
 def hydra_overrides(model_dir) -> List[str]:
     """fairseq-hydra-train overrides that turn a ``recipes/hydra`` GLUE config (span
     head, RoBERTa layout) into the run ``MODEL_DIR=model_dir recipes/glue/TASK.sh``
-    makes: the converted weights, their sizes, BERT's one-separator pair layout. The
-    data folder (``task.data``) must be one built with that model's WordPiece."""
+    makes: the converted weights, their sizes, BERT's one-separator pair layout (a
+    ``span-convert roberta`` folder, which holds GPT-2 BPE files or a sentencepiece
+    model, keeps the configs' RoBERTa layout). The data folder (``task.data``) must be
+    one built with that model's tokenizer."""
     model = Path(model_dir).resolve() / "model.pt"
+    roberta_layout = any((model.parent / name).is_file()
+                         for name in ("encoder.json", "sentencepiece.bpe.model"))
     flags = checkpoint_train_flags(model)
     switches = [f for f, _ in BERT_PART_FLAGS if f in flags]
     flags = [f for f in flags if f not in switches]
     sizes = [f"++model.{flag[2:].replace('-', '_')}={value}"
              for flag, value in zip(flags[::2], flags[1::2])]
     sizes += [f"++model.{flag[2:].replace('-', '_')}=true" for flag in switches]
-    return [f"checkpoint.restore_file={model}", "model._name=roberta_span",
-            "task.separator_token=null", *sizes]
+    layout = [] if roberta_layout else ["task.separator_token=null"]
+    return [f"checkpoint.restore_file={model}", "model._name=roberta_span", *layout, *sizes]
