@@ -126,7 +126,13 @@ def default_ngrams_path(words="gpt2"):
     """Path of the n-gram dictionary shipped in the package for a word scheme (see
     docs/PREPROCESS.md)."""
     if words not in DEFAULT_FILES:
-        raise ValueError(f"word scheme {words!r}: expected one of {sorted(DEFAULT_FILES)}")
+        # A scheme may have no packaged dictionary (spm: words depend on the model's
+        # normalizer and language); the user counts one on their own text.
+        raise ValueError(
+            f"no packaged n-gram dictionary for {words!r} words (packaged: "
+            f"{', '.join(DEFAULT_FILES)}): count one with `span-preprocess ngrams --words "
+            f"{words} --text CORPUS.txt --out ngrams.{words}.txt` and pass it with --ngrams "
+            f"(or use --segmentation none, which needs no dictionary)")
     return os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources",
                         DEFAULT_FILES[words])
 
