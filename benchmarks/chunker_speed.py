@@ -11,6 +11,7 @@ in preprocessing against greedy segmentation (docs/PREPROCESS.md, "Chunker segme
   and the in-process encode rate (sentences/s, no start-up) of both.
 
     .venv/bin/python benchmarks/chunker_speed.py --nltk-data ../shared/data/nltk_data
+    .venv/bin/python benchmarks/chunker_speed.py --quick   # seconds: no training, 200 sentences
 """
 
 import argparse
@@ -27,6 +28,7 @@ DATA = ROOT.parent / "shared" / "data"
 BPE = DATA / "gpt2_bpe"
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
+QUICK_SENTENCES = 200  # of CoLA train and of CoNLL-2000 test, in --quick
 
 
 def cola_sentences():
@@ -50,25 +52,35 @@ def main():
     p.add_argument("--nltk-data", default=str(DATA / "nltk_data"))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--quick", action="store_true",
+                   help=f"a check in seconds: the cached model (trained only when there is "
+                   f"none), {QUICK_SENTENCES} sentences, 1 worker, 1 repeat")
     a = p.parse_args()
+    if a.quick:
+        a.workers, a.repeats = [1], 1
+    limit = QUICK_SENTENCES if a.quick else None
 
     from span_plugin.preprocess import chunker as C
     from span_plugin.preprocess import make_encoder
 
     root = C.find_data(a.nltk_data)
     start = time.perf_counter()
-    model = C.build(root, use_cache=False)  # trains (and scores on test.txt)
-    print(f"training: {model.train_seconds:.1f} s (tagging train.txt + {C.PASSES} passes); "
-          f"with scoring test.txt: {time.perf_counter() - start:.1f} s")
+    model = C.build(root, use_cache=a.quick)  # trains (and scores on test.txt)
+    if a.quick:
+        print(f"training: not timed (--quick: the cached model, {time.perf_counter() - start:.1f} s)")
+    else:
+        print(f"training: {model.train_seconds:.1f} s (tagging train.txt + {C.PASSES} passes); "
+              f"with scoring test.txt: {time.perf_counter() - start:.1f} s")
     s = model.scores
     print(f"CoNLL-2000 test, tagger POS: P {s['precision']:.4f} R {s['recall']:.4f} "
           f"F1 {s['f1']:.4f} ({s['chunks']} chunks)")
-    s = C.evaluate(model.chunker, C.read_conll2000(os.path.join(root, C.TEST_FILE)))
-    print(f"CoNLL-2000 test, corpus POS: P {s['precision']:.4f} R {s['recall']:.4f} "
-          f"F1 {s['f1']:.4f}")
+    test = C.read_conll2000(os.path.join(root, C.TEST_FILE))[:limit]
+    s = C.evaluate(model.chunker, test)
+    print(f"CoNLL-2000 test{f' (first {limit} sentences)' if limit else ''}, corpus POS: "
+          f"P {s['precision']:.4f} R {s['recall']:.4f} F1 {s['f1']:.4f}")
     C.build(root)  # the cache the commands below load
 
-    sentences = cola_sentences()
+    sentences = cola_sentences()[:limit]
     for segmentation in ("greedy", "chunker"):
         enc = make_encoder(bpe="gpt2", encoder_json=str(BPE / "encoder.json"),
                            vocab_bpe=str(BPE / "vocab.bpe"), segmentation=segmentation,

@@ -14,7 +14,7 @@ neighbours); likewise the model's forward and backward alone (the criterion's lo
 optimizer): the part compilation changes.
 
     .venv/bin/python benchmarks/compile_speed.py [--batch 8] [--length 128] [--repeats 7]
-    .venv/bin/python benchmarks/compile_speed.py --quick   # seconds: aot_eager, tiny model
+    .venv/bin/python benchmarks/compile_speed.py --quick   # seconds: aot_eager, tiny model, B=2, T=32
 
 The last line is the step-time ratio compiled / eager (CPU time, median).
 """
@@ -30,12 +30,10 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from head_overhead import build_trainer, make_batch, time_interleaved_cpu  # noqa: E402
+from head_overhead import TINY, build_trainer, make_batch, time_interleaved_cpu  # noqa: E402
 
 MINILM = ["--encoder-layers", "6", "--encoder-embed-dim", "384",
           "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12"]
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32",
-        "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2"]
 BERT_VOCAB = 30522
 
 
@@ -66,14 +64,16 @@ def main():
     parser.add_argument("--backend", default="inductor", help="torch.compile backend")
     parser.add_argument("--mode", default="default", help="--compile-mode")
     parser.add_argument("--quick", action="store_true",
-                        help="a check in seconds: aot_eager, a tiny model (vocabulary 1000), 3 repeats")
+                        help="a check in seconds: aot_eager, a tiny model (vocabulary 1000), B=2, "
+                        "T=32, 1 repeat")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--model-args", nargs=argparse.REMAINDER, default=[],
                         help="extra fairseq model flags for both (e.g. --sentence-head plain)")
     args = parser.parse_args()
     model_args, vocab = MINILM, BERT_VOCAB
     if args.quick:
-        args.backend, args.repeats, model_args, vocab = "aot_eager", 3, TINY, 1000
+        args.backend, args.repeats, model_args, vocab = "aot_eager", 1, TINY, 1000
+        args.batch, args.length = 2, 32
     if args.threads:
         torch.set_num_threads(args.threads)
 

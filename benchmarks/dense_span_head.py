@@ -14,6 +14,7 @@ function of ``clip_spans(spans, r, l)`` (``tests/test_modules_dense_head.py``
 checks that).
 
     .venv/bin/python benchmarks/dense_span_head.py [--repeats N] [--threads N]
+    .venv/bin/python benchmarks/dense_span_head.py --quick   # seconds: B=2, H=32, T=32
 """
 
 import argparse
@@ -150,7 +151,11 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--skip-loops", action="store_true", help="do not time the loop-filled baseline")
+    parser.add_argument("--quick", action="store_true",
+                        help="a check in seconds: B=2, H=32, T=32, r=8, l=4, 1 repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.batch, args.dim, args.seq_lens, args.r, args.l, args.repeats = 2, 32, [32], 8, 4, 1
     if args.threads:
         torch.set_num_threads(args.threads)
 

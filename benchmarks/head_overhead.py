@@ -15,6 +15,7 @@
    by Python loops as the public code does).
 
     .venv/bin/python benchmarks/head_overhead.py [--batch 4] [--repeats 9] [--head-repeats 3]
+    .venv/bin/python benchmarks/head_overhead.py --quick   # seconds: a tiny model, T=32
 
 The last line is the step-time ratio (span / plain, CPU time), the largest over the lengths.
 """
@@ -39,6 +40,9 @@ from dense_span_head import (  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 GPT2_DICT = os.path.join(ROOT, "..", "shared", "data", "gpt2_bpe", "dict.txt")
+# --quick (here and in compile_speed.py): a model small enough for a check in seconds
+TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32",
+        "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2"]
 
 
 def make_dicts(folder, dict_txt):
@@ -139,7 +143,13 @@ def main():
     parser.add_argument("--threads", type=int)
     parser.add_argument("--model-args", nargs=argparse.REMAINDER, default=[],
                         help="extra fairseq model flags for both models (e.g. smaller dims)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a check in seconds: tiny model, B=2, T=32, r=8, l=4, 1 repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.batch, args.seq_lens, args.r, args.l = 2, [32], 8, 4
+        args.repeats, args.head_batch, args.head_repeats = 1, 2, 1
+        args.model_args = TINY + args.model_args
     if args.threads:
         torch.set_num_threads(args.threads)
 

@@ -8,6 +8,7 @@ resident set just before counting (the interpreter, numpy and regex), and the
 largest peak among its worker processes.
 
     .venv/bin/python benchmarks/ngram_counting.py --sizes 5e6,20e6,50e6,100e6 --workers 2
+    .venv/bin/python benchmarks/ngram_counting.py --quick   # seconds: a check that it runs
 
 The last line is the headline: tokens per second (wall clock) at the largest size. CPU
 seconds (the process and its workers) are printed too: on a shared machine they show
@@ -102,7 +103,10 @@ def main():
                     "left is the counter's own")
     ap.add_argument("--tmp-dir")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="seconds: 20k tokens, 1 worker")
     a = ap.parse_args()
+    if a.quick:
+        a.sizes, a.workers, a.min_count = "2e4", 1, 2
     if a.one:
         print(json.dumps(count_once(a.one, a.workers, a.min_count)))
         return

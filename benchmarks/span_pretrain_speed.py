@@ -11,6 +11,7 @@
    process CPU time (this machine is shared: wall time mostly measures the neighbours).
 
     .venv/bin/python benchmarks/span_pretrain_speed.py [--tokens 512] [--batch 2] [--repeats 3]
+    .venv/bin/python benchmarks/span_pretrain_speed.py --quick   # seconds: tiny model, T=64
 
 Targets: masking >= 20x the sequences/s of the training step; SBO <= +10 % of the step.
 """
@@ -32,7 +33,7 @@ SHARED = os.path.join(ROOT, "..", "shared", "data")
 BPE = os.path.join(SHARED, "gpt2_bpe")
 WIKI = os.path.join(SHARED, "wikitext-2", "wiki.valid.tokens")
 
-from head_overhead import time_interleaved_cpu  # noqa: E402
+from head_overhead import TINY, time_interleaved_cpu  # noqa: E402
 
 
 def prepare(folder, lines):
@@ -53,7 +54,7 @@ def prepare(folder, lines):
     return folder
 
 
-def build_trainer(data, tokens, batch):
+def build_trainer(data, tokens, batch, extra=()):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
@@ -64,7 +65,7 @@ def build_trainer(data, tokens, batch):
         "--tokens-per-sample", str(tokens), "--encoder-json", os.path.join(BPE, "encoder.json"),
         "--sample-break-mode", "none",  # full blocks of T tokens (the task's default packs lines)
         "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--batch-size", str(batch),
-        "--dropout", "0.1", "--attention-dropout", "0.1"])
+        "--dropout", "0.1", "--attention-dropout", "0.1", *extra])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
@@ -78,7 +79,11 @@ def main():
     p.add_argument("--batch", type=int, default=2, help="blocks per training step")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lines", type=int, default=600, help="WikiText-2 lines to mask")
+    p.add_argument("--quick", action="store_true",
+                   help="a check in seconds: a tiny model, T=64, 60 lines, 1 repeat")
     args = p.parse_args()
+    if args.quick:
+        args.tokens, args.repeats, args.lines = 64, 1, 60
     import span_plugin
 
     span_plugin.register()  # span_plugin is imported before fairseq here
@@ -86,7 +91,7 @@ def main():
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         data = prepare(tmp, args.lines)
-        trainer, task = build_trainer(data, args.tokens, args.batch)
+        trainer, task = build_trainer(data, args.tokens, args.batch, TINY if args.quick else ())
         task.load_dataset("train")
         dataset = task.dataset("train")
         masked = dataset.dataset.defn["net_input.src_tokens"].dataset.dataset

@@ -1,0 +1,103 @@
+"""Every benchmark of benchmarks/ runs in its quick mode (seconds) and prints its figure
+lines, so a refactoring cannot silently break one (preprocess_speed.py once failed with
+an ImportError that nothing ran into). Each runs as its own process, as a user starts
+it; two at a time, since most of their time is starting Python, torch and fairseq."""
+
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
+NUMBER = r"[-+]?[\d,]+(\.\d+)?"
+
+# script -> the figure lines its quick run prints (regular expressions), the longest
+# runs first so that the two at a time finish together
+FIGURES = {
+    "compile_speed.py": [
+        rf"compiled: first step {NUMBER} s \(graph built\)",
+        rf"step-time ratio compiled / eager \(process CPU time, median\): {NUMBER}"],
+    "preprocess_speed.py": [
+        rf"\| WikiText-2\+GLUE x N \| 300 \| {NUMBER} \|",
+        rf"span preprocessing time / fairseq BPE\+preprocess time: {NUMBER}"],
+    "head_overhead.py": [
+        rf"^\s+32\s+\d+(\s+{NUMBER}){{6}}$",
+        rf"step-time ratio roberta_span_base / roberta_base \(process CPU time, median\): "
+        rf"T=32: {NUMBER}; max {NUMBER}"],
+    "span_pretrain_speed.py": [
+        rf"1\. masking span\s*: \d+ blocks of <= 64 tokens, {NUMBER} blocks/s",
+        rf"masking \(slowest scheme\) / training: .* = {NUMBER}x",
+        rf"SBO head: \+?{NUMBER}% of the masked-LM step"],
+    "qa_speed.py": [
+        rf"preprocess: \d+ questions, \d+ windows in {NUMBER} s",
+        rf"sf / boundary = {NUMBER} .*span / boundary = {NUMBER}"],
+    "convert_speed.py": [
+        rf"import span_plugin.convert alone: peak RSS {NUMBER} MiB",
+        rf"\| safetensors \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} \|",
+        rf"\| bin \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} \|"],
+    "span_pair_speed.py": [
+        rf"full steps, sentential \+ phrasal / sentential \(CPU, median\): {NUMBER}",
+        rf"phrasal head overhead = .*: {NUMBER}% \(target <= 10%\)"],
+    "span_labeling_speed.py": [
+        rf"full steps, span / token \(CPU time, median\): {NUMBER}",
+        rf"span head overhead = .*: {NUMBER}%"],
+    "wordpiece_speed.py": [
+        rf"\| SST-2 train \| 300 \| {NUMBER} \| {NUMBER} \|",
+        rf"WordPiece with spans / GPT-2 with spans, time: {NUMBER}"],
+    "chunker_speed.py": [
+        rf"CoNLL-2000 test, tagger POS: P {NUMBER} R {NUMBER} F1 {NUMBER}",
+        rf"in-process encode, chunker: {NUMBER} sentences/s",
+        rf"binarize CoLA train \(200 sentences\), 1 worker\(s\): greedy {NUMBER} s .* chunker "
+        rf"{NUMBER} s"],
+    "dense_span_head.py": [
+        rf"speedup of packed cnn-cnn, wall \(cpu\): T=32: {NUMBER}x \({NUMBER}x cpu\) vs dense-gather"],
+    "ngram_counting.py": [
+        rf"ngram counting throughput: {NUMBER} tokens/s at 20,000 tokens"],
+}
+
+
+def run_quick(script):
+    # one thread a process: two run at once on the test worker's share of the cores
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return subprocess.run([sys.executable, BENCHMARKS / script, "--quick"], cwd=ROOT, env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def quick_runs():
+    """script -> its finished quick run; and whether benchmarks/RESULTS.md was left as
+    it was (quick figures are not results)."""
+    results_md = BENCHMARKS / "RESULTS.md"
+    before = results_md.read_bytes()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = dict(zip(FIGURES, pool.map(run_quick, FIGURES)))
+    return runs, results_md.read_bytes() == before
+
+
+def test_every_benchmark_has_a_quick_mode_here():
+    scripts = {p.name for p in BENCHMARKS.glob("*.py") if "--quick" in p.read_text()}
+    # the GPU benchmarks' quick modes are run by tests/test_gpu_benchmarks.py, the
+    # fine-tuning overhead's by tests/test_finetune_overhead.py
+    elsewhere = {"gpu_throughput.py", "gpu_compile_check.py", "host_work.py",
+                 "finetune_overhead.py"}
+    assert scripts - elsewhere == set(FIGURES)
+
+
+@pytest.mark.parametrize("script", list(FIGURES))
+def test_quick_run_prints_its_figures(quick_runs, script):
+    runs, _ = quick_runs
+    run = runs[script]
+    assert run.returncode == 0, f"{script} --quick exited {run.returncode}:\n{run.stdout[-4000:]}"
+    for figure in FIGURES[script]:
+        assert re.search(figure, run.stdout, re.M), f"{script}: no line {figure!r}:\n{run.stdout[-4000:]}"
+
+
+def test_quick_runs_leave_the_results_file_alone(quick_runs):
+    _, unchanged = quick_runs
+    assert unchanged
