@@ -364,3 +364,33 @@ def test_fairseq_train_two_updates(wiki, tmp_path, monkeypatch, caplog, scheme, 
     assert state["optimizer_history"][-1]["num_updates"] == 2
     assert state["cfg"]["task"]["masking"] == scheme
     assert state["cfg"]["task"]["sample_break_mode"] == "complete_doc"
+
+
+def test_masking_records_carry_their_folder_and_the_report_prints_it(tmp_path):
+    """experiments/masking_ablation.py: a new record carries its binarized folder's
+    record (no provenance.json there: its segmentation file) and the model's settings;
+    the report says "not recorded" for the committed records made before."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import grid_lib
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "segmentation").write_text("none\n")
+    facts = grid_lib.trained_on(data, tmp_path / "no-checkpoint.pt")
+    assert facts["data_record"]["encoder"] == {"segmentation": "none"}
+    old = (ROOT / "experiments" / "results" / "masking_ablation.jsonl").read_text().splitlines()
+    new = dict(json.loads(old[0]), condition="token", **facts)
+    results = tmp_path / "r.jsonl"
+    results.write_text("\n".join(old[:3] + [json.dumps(new)]) + "\n")
+    out = tmp_path / "r.md"
+    subprocess.run([sys.executable, ROOT / "experiments" / "masking_report.py", "--results",
+                    results, "--out", out, "--figure", tmp_path / "f.png"], check=True)
+    text = out.read_text()
+    assert "- n-gram dictionary: none (segmentation none) (1 run: token)" in text
+    assert "- n-gram dictionary: not recorded (3 runs: " in text

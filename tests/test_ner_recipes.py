@@ -134,6 +134,11 @@ def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
     assert records["token-viterbi"]["decoding"] == {"token_decoding": "viterbi"}
     assert records["span"]["decoding"] == {"overlap": "flat", "span_threshold": None}
     assert records["span"]["settings"]["MAX_SPAN_WORDS"] == "8"
+    provenance = json.loads((conll_dir / "bin" / "provenance.json").read_text())
+    for r in records.values():
+        assert r["data_record"]["encoder"] == provenance["encoder"]
+        assert "dropout" in r["model_settings"]
+    assert records["token"]["model_settings"]["tagging_head"] == "token"
     assert "3 of 3 runs already" in run_cli(sys.executable, *grid).stdout
     assert len(results.read_text().splitlines()) == 3
     # A run from random weights is stamped as such, and refused on a file of a real
@@ -151,6 +156,7 @@ def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
     run_cli(sys.executable, ROOT / "experiments" / "ner_report.py", "--results", results,
             "--out", md, "--plot", tmp_path / "ner.png")
     text = md.read_text()
+    assert "- n-gram dictionary: " in text and "(3 runs: span, token, token-viterbi)" in text
     token, span = records["token"], records["span"]
     span_dev_p = span["dev"]["precision"]
     assert f"| token | argmax | 1 | {token['dev']['precision']:.2f} |" in text

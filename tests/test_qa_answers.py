@@ -106,6 +106,7 @@ def test_qa_grid_report_pairs_every_head_with_boundary():
             "95% CI [-1.93, +4.43], paired t p = 0.13") in text
     assert "span - boundary, F1, token answers, paired by seed: -5.00 (0 of 1)\n" in text
     assert "sf - boundary, EM, word answers, paired by seed: +1.00 (1 of 1)" in text
+    assert "- n-gram dictionary: not recorded (7 runs: boundary, sf, span)" in text
     assert "span - boundary" in qa_grid.report(records[:2] + records[4:5])
     assert "sf - boundary" not in qa_grid.report(records[:2] + records[4:5])
     assert [qa_grid.boundaries_of(r) for r in (records[0], records[5])] == ["token", "word"]
@@ -159,6 +160,13 @@ def test_qa_grid_runs_a_cell_and_scores_both_decodings_of_its_checkpoint(tmp_pat
     token = json.loads((run / "decoded-token" / "results.json").read_text())
     assert token["answer_boundaries"] == "token" and token["f1"] == decoded["token"]["f1"]
     assert not (run / "checkpoints").exists()  # not kept unless asked
+    folder = tmp_path / "w" / "data" / f"{converted_minilm.name}-96-32"
+    ngrams = json.loads((folder / "provenance.json").read_text())["encoder"]["ngrams"]
+    assert record["data_record"]["encoder"]["ngrams"] == ngrams
+    assert record["model_settings"]["qa_head"] == "boundary"
     assert qa_grid.main(args) == 0  # nothing left to run
     assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 1
-    assert "| boundary | 1 |" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "| boundary | 1 |" in report
+    assert (f"n-gram dictionary: {ngrams['packaged']} sha256 {ngrams['sha256'][:12]}, counted "
+            f"on {ngrams['built']['corpus']} (1 run: boundary)") in report
