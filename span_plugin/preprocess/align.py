@@ -185,6 +185,9 @@ def word_ranges(text, scheme):
         # text too, so each word ends where a WordPiece token ends.
         found = [span for _, span in W._bert_parts()[1].pre_tokenize_str(text)]
         return found, W.bert_keys([text[a:b] for a, b in found])
+    if scheme == "spm":
+        found = W.spm_word_ranges(text)
+        return found, W.spm_keys([text[a:b] for a, b in found])
     raise ValueError(f"word scheme {scheme!r}: expected one of {W.WORD_SCHEMES}")
 
 

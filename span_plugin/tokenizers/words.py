@@ -65,6 +65,12 @@ def match_keys(words) -> list:
 #
 # "gpt2": the GPT-2 pre-tokens above (used by the gpt2, sentencepiece and fastbpe
 #         encoders).
+# "spm":  sentencepiece's own words (the sentencepiece-line encoder: XLM-R, CamemBERT):
+#         the text normalized with sentencepiece's nmt_nfkc rule (NFKC, control
+#         characters removed, every kind of space, zero-width ones included, one space,
+#         runs of spaces one space) and split at the spaces, so punctuation stays with its
+#         word ("York," is one word, as the pieces "▁York ," are). A token starting with
+#         "▁" starts such a word. Keys are the normalized words lower-cased.
 # "bert": BERT's pre-tokens: the text split on whitespace, every punctuation character
 #         a word of its own, every CJK character a word of its own ("don't" -> "don",
 #         "'", "t"). Keys are the words lower-cased with accents stripped, so one
@@ -72,7 +78,7 @@ def match_keys(words) -> list:
 # A dictionary records its scheme in its header; an encoder refuses a dictionary of
 # another scheme (its entries could never match, or match the wrong words).
 
-WORD_SCHEMES = ("gpt2", "bert")
+WORD_SCHEMES = ("gpt2", "bert", "spm")
 
 _BERT = {}
 
@@ -108,10 +114,57 @@ def bert_keys(words) -> list:
     return keys
 
 
+SPM_SPACE = "\u2581"  # sentencepiece's word marker; its normalizer writes spaces as it
+_SPM = {}
+
+
+def _spm_normalizer():
+    """sentencepiece's nmt_nfkc normalizer (the rule XLM-R's and CamemBERT's models were
+    trained with, and spm_train's default), built once."""
+    if not _SPM:
+        import sentencepiece
+
+        _SPM["norm"] = sentencepiece.SentencePieceNormalizer(rule_name="nmt_nfkc")
+    return _SPM["norm"]
+
+
+def spm_words(text: str) -> list:
+    """spm words of ``text``, already in key form (normalized, lower-cased)."""
+    return [w for w in _spm_normalizer().normalize(text).lower().split(SPM_SPACE) if w]
+
+
+def spm_keys(words) -> list:
+    """Keys of words as they stand in the raw text (a sentencepiece-line tokenizer's word
+    surfaces): normalized and lower-cased, all in one call joined by spaces. Falls back
+    to one call per word if the count changes (a word the normalizer cuts or empties:
+    a model normalized by another rule than nmt_nfkc)."""
+    if not words:
+        return []
+    keys = spm_words(" ".join(words))
+    if len(keys) != len(words):
+        keys = ["".join(spm_words(w)) or w.lower() for w in words]
+    return keys
+
+
+def spm_word_ranges(text: str) -> list:
+    """``[(char_start, char_end)]`` in ``text`` of its spm words, in order."""
+    normalized, where = _spm_normalizer().Normalize(text, with_offsets=True)
+    ranges, start = [], None
+    for i, ch in enumerate(normalized + SPM_SPACE):  # the marker closes the last word
+        if ch != SPM_SPACE and start is None:
+            start = i
+        elif ch == SPM_SPACE and start is not None:
+            ranges.append((where[start], where[i]))
+            start = None
+    return ranges
+
+
 def splitter(scheme: str):
     """``line -> words`` (in key form) of a word scheme, for counting n-grams."""
     if scheme == "gpt2":
         return split_words
     if scheme == "bert":
         return bert_words
+    if scheme == "spm":
+        return spm_words
     raise ValueError(f"word scheme {scheme!r}: expected one of {WORD_SCHEMES}")

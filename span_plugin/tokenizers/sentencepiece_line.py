@@ -1,0 +1,57 @@
+"""sentencepiece over the whole line, as XLM-R and CamemBERT were trained: the same
+pieces as fairseq's ``sentencepiece`` BPE and Hugging Face's XLMRobertaTokenizer /
+CamembertTokenizer ("York," gives ``▁York ,``, where the ``sentencepiece`` kind, which
+encodes GPT-2 words one by one, gives ``▁York ▁,``).
+
+Words are sentencepiece's own: a piece starting with ``▁`` starts one (the ``spm`` word
+scheme of :mod:`span_plugin.tokenizers.words`: whitespace-separated pieces of the
+normalized text). Keys are the scheme's keys of each word's characters in the line, so
+an n-gram dictionary counted with ``--words spm`` matches them.
+"""
+
+from itertools import accumulate
+
+from span_plugin.tokenizers import words as W
+from span_plugin.tokenizers.base import Tokenizer, register_tokenizer, skip_leading_space
+
+UNK = "<unk>"  # fairseq's (and Hugging Face's) unknown token, id 3
+
+
+@register_tokenizer("sentencepiece-line")
+class SentencePieceLineTokenizer(Tokenizer):
+    word_scheme = "spm"
+    files = ("sentencepiece_model",)  # the sentencepiece kind's --sentencepiece-model
+    needs = "sentencepiece-line needs a local sentencepiece .model path (--sentencepiece-model)"
+
+    def __init__(self, sentencepiece_model):
+        import sentencepiece as spm
+
+        self.sp = spm.SentencePieceProcessor(model_file=str(sentencepiece_model))
+
+    def _encode(self, text):
+        """``(pieces, char ranges)``: each piece with the characters it came from
+        (sentencepiece reports UTF-8 byte offsets; leading whitespace included)."""
+        encoded = self.sp.encode(text, out_type="proto").pieces
+        # An unknown piece comes back as its characters; fairseq's symbol for it is <unk>.
+        unk = self.sp.unk_id()
+        pieces = [UNK if p.id == unk else p.piece for p in encoded]
+        if text.isascii():
+            return pieces, [(p.begin, p.end) for p in encoded]
+        # char_at[b]: the character holding byte b (a piece never splits a character)
+        char_at = [0] + list(accumulate(len(c.encode("utf-8")) for c in text))
+        index = {b: i for i, b in enumerate(char_at)}
+        return pieces, [(index[p.begin], index[p.end]) for p in encoded]
+
+    def pieces(self, text):
+        tokens, ranges = self._encode(text)
+        # The first piece starts a word even where the model adds no "▁" prefix.
+        starts = [i for i, t in enumerate(tokens) if i == 0 or t.startswith(W.SPM_SPACE)]
+        ends = starts[1:] + [len(tokens)]
+        surfaces = [text[ranges[a][0]:ranges[b - 1][1]] for a, b in zip(starts, ends)]
+        return tokens, starts, W.spm_keys(surfaces)
+
+    def offsets(self, text):
+        return skip_leading_space(text, self._encode(text)[1])
+
+    def decode(self, tokens):
+        return self.sp.decode(list(tokens))
