@@ -106,6 +106,19 @@ def test_controls_table_pairs_sf_with_each_control_by_seed():
     assert plain[2].startswith("| CoLA | SF (cnn-cnn, greedy, 100k) | 10 | +0.80 [")
 
 
+def test_report_of_the_committed_records_says_their_dictionary_is_not_recorded():
+    """The grid's first records name no dictionary (NGRAMS "": the packaged one, whose
+    bytes are not recorded) or only the path of a cut; they stay readable."""
+    runs = sf_grid.read_results(ROOT / "experiments" / "results" / "sf_minilm.jsonl")
+    assert not any("data_record" in r for r in runs)
+    text = sf_report.report(runs, ROOT / "experiments" / "results" / "glue_minilm.jsonl")
+    lines = [line for line in text.splitlines() if "n-gram dictionary:" in line]
+    assert lines[0].startswith("- n-gram dictionary: not recorded (")
+    assert "sf" in lines[0] and "dict20k" not in lines[0]
+    assert any("wiki.bert.top20000.txt.gz (sha256 not recorded) (3 runs: dict20k)" in x
+               for x in lines)
+
+
 @pytest.mark.slow
 def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
     # full counts of a Wikipedia slice stand in for runs/dictionaries/wiki.bert.txt.gz
@@ -134,6 +147,15 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
     assert cut.endswith("wiki.bert.top20000.txt.gz") and by["sf"]["settings"]["NGRAMS"] == ""
     from span_plugin.preprocess.ngrams import read_header
     assert read_header(cut)["top_k"] == "20000"
+    # the records carry their folders' dictionaries (the cut and the packaged one)
+    from span_plugin.preprocess.provenance import sha256
+    cut_record = by["dict20k"]["data_record"]["encoder"]["ngrams"]
+    assert cut_record["path"] == cut and cut_record["sha256"] == sha256(cut)
+    assert cut_record["built"]["top_k"] == "20000"
+    packaged = by["sf"]["data_record"]["encoder"]["ngrams"]
+    assert packaged["packaged"] and packaged["built"]["corpus"].startswith("wiki.")
+    assert by["nocat"]["model_settings"]["no_span_cls_concat"] is True
+    assert by["sf"]["model_settings"]["span_encoder"] == "cnn-cnn"
     # the no-<s> head is really built without it: its classifier reads the span vector only
     log = (tmp_path / "work" / "runs" / "CoLA-nocat-lr5e-05-s1" / "recipe.log").read_text()
     assert "no_span_cls_concat=True" in log
@@ -143,4 +165,7 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
             "--out", md, "--plot", tmp_path / "p.png")
     text = md.read_text()
     assert "| CoLA | SF without <s> | 1 |" in text and "lr 5e-05" in text
+    assert (f"- n-gram dictionary: {cut} sha256 {cut_record['sha256'][:12]}, counted on "
+            f"{cut_record['built']['corpus']} (1 run: dict20k)") in text
+    assert f"- n-gram dictionary: {packaged['packaged']} sha256 {packaged['sha256'][:12]}" in text
     assert (tmp_path / "p.png").stat().st_size > 0
