@@ -11,7 +11,7 @@
 #   use_pretrained_encoder ARGS...
 #                            default_model, then from MODEL_DIR (a span-convert folder:
 #                            its tokenizer, WordPiece for span-convert bert, GPT-2 BPE or
-#                            sentencepiece for span-convert roberta, in encoder_args and
+#                            sentencepiece-line for span-convert roberta, in encoder_args and
 #                            its pair layout, bert or roberta, in MODEL_LAYOUT; sizes read
 #                            from the checkpoint) or ROBERTA_PATH
 #                            (fairseq RoBERTa, GPT-2 BPE files in BPE_DIR) or neither
@@ -121,11 +121,13 @@ use_pretrained_encoder() {
         SRCDICT=$MODEL_DIR/dict.txt
         # The folder's tokenizer: span-convert roberta writes GPT-2 BPE files or a
         # sentencepiece model (RoBERTa's pair layout); span-convert bert WordPiece (BERT's).
+        # A sentencepiece model (XLM-R, CamemBERT) encodes the whole line (sentencepiece-line,
+        # spm words: greedy/random spans need NGRAMS counted with --words spm).
         if [ -f "$MODEL_DIR/encoder.json" ] && [ -f "$MODEL_DIR/vocab.bpe" ]; then
             encoder_args=(--bpe gpt2 --gpt2-encoder-json "$MODEL_DIR/encoder.json" --gpt2-vocab-bpe "$MODEL_DIR/vocab.bpe")
             MODEL_LAYOUT=roberta
         elif [ -f "$MODEL_DIR/sentencepiece.bpe.model" ]; then
-            encoder_args=(--bpe sentencepiece --sentencepiece-model "$MODEL_DIR/sentencepiece.bpe.model")
+            encoder_args=(--bpe sentencepiece-line --sentencepiece-model "$MODEL_DIR/sentencepiece.bpe.model")
             MODEL_LAYOUT=roberta
         else
             [ -f "$MODEL_DIR/tokenizer.json" ] || [ -f "$MODEL_DIR/vocab.txt" ] \

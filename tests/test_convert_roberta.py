@@ -4,7 +4,9 @@ The reference is Hugging Face's own implementation: small random models of each 
 built with ``transformers`` (RobertaForMaskedLM over a byte-level BPE trained here,
 XLMRobertaModel and CamembertModel over a sentencepiece model trained here), on real
 GLUE sentences tokenized by the plugin's own tokenizer from the converted folder.
-Hidden states (and LM logits) agree to 1e-5; dict.txt index == Hugging Face id.
+Hidden states (and LM logits) agree to 1e-5; dict.txt index == Hugging Face id; the
+sentencepiece-line tokenizer gives Hugging Face's own ids on whole sentences and its words
+are the spm word scheme's (what span-preprocess ngrams --words spm counts).
 """
 
 import json
@@ -41,6 +43,23 @@ def train_text():
 def real_sentences():
     """Real sentences the tokenizers were not trained on (MRPC dev, SST-2)."""
     return glue_sentences("MRPC", 3, 6, "dev.tsv") + glue_sentences("SST-2", 0, 4, "dev.tsv")
+
+
+# One character normalized into two (ﬁ -> fi) that sentencepiece splits between pieces:
+# the character's range goes to one of them.
+LIGATURE = "a ﬁne day"
+# Punctuation on words, runs of spaces, other spaces, non-ASCII (letters the small model
+# does not know: <unk>), compatibility forms that NFKC rewrites.
+EDGE_CASES = ['New  York,  he said: "fine."', "  lead and trail  ", "tab\tand\u00a0no-break",
+              "Zürich café – naïve coöperation", "日本語のテキスト", "full\u3000width ｆｕｌｌ",
+              "(brackets) [and] {braces}!? 3.5% $10,000", "x\u200bzero-width space",
+              LIGATURE]
+
+
+def many_sentences():
+    """All MRPC dev sentences (816, unseen in training) and the edge cases."""
+    return (glue_sentences("MRPC", 3, 408, "dev.tsv") + glue_sentences("MRPC", 4, 408, "dev.tsv")
+            + EDGE_CASES)
 
 
 def randomize(model, seed):
@@ -130,14 +149,22 @@ def convert(hf, out, *extra):
     return buf.getvalue()
 
 
+def encoder_args(out):
+    """span-preprocess's tokenizer arguments for a converted folder (as recipes/lib.sh)."""
+    if (out / "encoder.json").is_file():
+        return ["--bpe", "gpt2", "--gpt2-encoder-json", out / "encoder.json",
+                "--gpt2-vocab-bpe", out / "vocab.bpe"]
+    return ["--bpe", "sentencepiece-line", "--sentencepiece-model", out / "sentencepiece.bpe.model"]
+
+
 def project_tokenizer(out):
     """The plugin's tokenizer over the converted folder's files, as the recipes build it."""
     from span_plugin.tokenizers.gpt2 import GPT2Tokenizer
-    from span_plugin.tokenizers.sentencepiece import SentencePieceTokenizer
+    from span_plugin.tokenizers.sentencepiece_line import SentencePieceLineTokenizer
 
     if (out / "encoder.json").is_file():
         return GPT2Tokenizer(str(out / "encoder.json"), str(out / "vocab.bpe"))
-    return SentencePieceTokenizer(str(out / "sentencepiece.bpe.model"))
+    return SentencePieceLineTokenizer(str(out / "sentencepiece.bpe.model"))
 
 
 def fairseq_ids(out, dictionary, text):
@@ -188,28 +215,61 @@ def test_hidden_states_and_logits_match_transformers(family):
 
 
 def test_token_ids_are_the_hugging_face_ids(family):
-    """The plugin's tokens through dict.txt give Hugging Face's own ids. Byte-level BPE:
-    whole sentences, specials included. sentencepiece: the plugin encodes each GPT-2 word
-    on its own (its word scheme), Hugging Face the whole line, so they agree where the
-    words are space-separated: on each word alone, and on the sentence re-spaced."""
+    """The plugin's tokens through dict.txt give Hugging Face's own ids on whole
+    sentences, specials included (sentencepiece-line encodes the line as XLM-R's and
+    CamemBERT's tokenizers do: "York," is ▁York , not ▁York ▁,)."""
     name, tok, _, out, _ = family
     _, task, _ = load_fairseq(out)
     d = task.source_dictionary
     for text in real_sentences():
-        ours = fairseq_ids(out, d, text)
-        if name == "roberta":
-            assert ours == tok(text)["input_ids"]
-            continue
-        words = W.split_words(text)
-        assert ours[1:-1] == tok(" ".join(words), add_special_tokens=False)["input_ids"]
-        for word in words:
-            assert fairseq_ids(out, d, word)[1:-1] == tok(word, add_special_tokens=False)["input_ids"]
-        # XLM-R starts and ends with fairseq's own <s> and </s>; CamemBERT's Hugging Face
-        # tokenizer uses its sentencepiece <s> (5) and </s> (6) instead, which fairseq's
-        # CamemBERT never did (it was trained with <s> = 0): the rows are converted as
-        # they are and the hidden states compared on fairseq's layout.
-        special = tok(text)["input_ids"]
-        assert [special[0], special[-1]] == ([0, 2] if name == "xlmr" else [5, 6])
+        theirs = tok(text)["input_ids"]
+        if name == "camembert":
+            # CamemBERT's Hugging Face tokenizer uses its sentencepiece <s> (5) and </s>
+            # (6), which fairseq's CamemBERT never did (it was trained with <s> = 0): the
+            # rows are converted as they are and the hidden states compared on fairseq's.
+            assert [theirs[0], theirs[-1]] == [5, 6]
+            theirs = [0, *theirs[1:-1], 2]
+        assert fairseq_ids(out, d, text) == theirs
+    if name == "roberta":
+        return
+    tokenizer = project_tokenizer(out)
+    texts = many_sentences()
+    differ = [t for t in texts if [d.index(x) for x in tokenizer.pieces(t.strip())[0]]
+              != tok(t, add_special_tokens=False)["input_ids"]]
+    print(f"{name}: {len(texts) - len(differ)} of {len(texts)} sentences give Hugging Face's ids")
+    assert not differ
+
+
+def spm_normalized(text):
+    """``text`` as sentencepiece's nmt_nfkc rule writes it, without its word markers."""
+    return "".join(W._spm_normalizer().normalize(text).split(W.SPM_SPACE))
+
+
+def test_words_are_sentencepiece_word_starts(family):
+    """sentencepiece-line's words start at the pieces starting with ▁; its keys are the
+    words span-preprocess ngrams --words spm counts; each token's character range spells
+    the token, and each word's tokens cover the spm word's range in the text."""
+    name, _, _, out, _ = family
+    if name == "roberta":
+        pytest.skip("byte-level BPE: gpt2 words")
+    tokenizer = project_tokenizer(out)
+    assert tokenizer.word_scheme == "spm"
+    for text in many_sentences():
+        text = text.strip()
+        tokens, starts, keys = tokenizer.pieces(text)
+        assert starts == [i for i, t in enumerate(tokens) if t.startswith("\u2581")]
+        assert keys == W.splitter("spm")(text), text
+        offsets = tokenizer.offsets(text)
+        for token, (lo, hi) in zip(tokens, offsets, strict=True):
+            if token != "<unk>" and text != LIGATURE:
+                assert spm_normalized(text[lo:hi]) == token.lstrip("\u2581"), (text, token)
+        ends = [s - 1 for s in starts[1:]] + [len(tokens) - 1]
+        words = [(offsets[a][0], offsets[b][1]) for a, b in zip(starts, ends)]
+        assert words == W.spm_word_ranges(text), text
+        for (lo, hi), a, b in zip(words, starts, ends):
+            if "<unk>" not in tokens[a:b + 1]:
+                assert spm_normalized(text[lo:hi]) == "".join(tokens[a:b + 1]).lstrip("\u2581")
+    assert tokenizer.pieces("New York, he said.")[2] == ["new", "york,", "he", "said."]
 
 
 def test_dictionary_layout(family):
@@ -233,24 +293,59 @@ def test_dictionary_layout(family):
     assert "dict.txt index == Hugging Face id" in printed
 
 
-def test_ngram_dictionary_counts_in_the_tokenizers_words(family, tmp_path):
-    """An n-gram dictionary counted in the tokenizer's word scheme (gpt2 words for both
-    kinds) segments text encoded by the converted folder's tokenizer."""
+@pytest.fixture(scope="module")
+def ngram_files(tmp_path_factory):
+    """{word scheme: n-gram dictionary counted on the training text} (gpt2 and spm)."""
+    folder = tmp_path_factory.mktemp("ngrams")
+    text = folder / "corpus.txt"
+    text.write_text("\n".join(train_text()) + "\n", encoding="utf-8")
+    out = {}
+    for scheme in ("gpt2", "spm"):
+        out[scheme] = folder / f"ngrams.{scheme}.txt"
+        run_cli("span-preprocess", "ngrams", "--text", text, "--out", out[scheme],
+                "--words", scheme, "--min-count", "3", "--workers", "1")
+    return out
+
+
+def test_ngram_dictionary_counts_in_the_tokenizers_words(family, ngram_files):
+    """An n-gram dictionary counted in the tokenizer's word scheme (gpt2 for byte-level
+    BPE, spm for sentencepiece-line) segments the converted tokenizer's words: every
+    span of several words is a dictionary entry (greedy), and many are found."""
+    from span_plugin.preprocess import load_ngrams, make_encoder
+
     name, _, _, out, _ = family
     if name == "camembert":
         pytest.skip("same tokenizer kind as xlmr")
-    text = tmp_path / "corpus.txt"
-    text.write_text("\n".join(train_text()) + "\n", encoding="utf-8")
-    ngrams = tmp_path / "ngrams.txt"
-    run_cli("span-preprocess", "ngrams", "--text", text, "--out", ngrams, "--words", "gpt2",
-            "--min-count", "3", "--workers", "1")
-    enc = (["--bpe", "gpt2", "--gpt2-encoder-json", out / "encoder.json",
-            "--gpt2-vocab-bpe", out / "vocab.bpe"] if name == "roberta" else
-           ["--bpe", "sentencepiece", "--sentencepiece-model", out / "sentencepiece.bpe.model"])
-    log = run_cli("span-preprocess", "encode", *enc, "--srcdict", out / "dict.txt",
-                  "--ngrams", ngrams, "--workers", "1",
+    scheme = "gpt2" if name == "roberta" else "spm"
+    ngrams = load_ngrams(ngram_files[scheme])
+    assert ngrams.words == scheme
+    files = ({"encoder_json": str(out / "encoder.json"), "vocab_bpe": str(out / "vocab.bpe")}
+             if name == "roberta" else {"sentencepiece_model": str(out / "sentencepiece.bpe.model")})
+    enc = make_encoder(encoder_args(out)[1], ngrams=ngrams, **files)
+    spans = [s for text in train_text()[:200] for s in enc.encode_words(text)]
+    multi = [s for s in spans if len(s) > 1]
+    assert all(tuple(s) in ngrams for s in multi)
+    assert len(multi) > 50, f"{len(multi)} multi-word spans in 200 sentences"
+    log = run_cli("span-preprocess", "encode", *encoder_args(out), "--srcdict", out / "dict.txt",
+                  "--ngrams", ngram_files[scheme], "--workers", "1",
                   "Amrozi accused his brother of deliberately distorting his evidence .").stdout
     assert " | " in log and any(len(span.split()) > 1 for span in log.strip().splitlines()[-1].split(" | "))
+
+
+def test_spm_words_need_a_counted_dictionary(family):
+    """No dictionary is packaged for spm words: greedy spans without --ngrams say how to
+    count one; --segmentation none needs none."""
+    name, _, _, out, _ = family
+    if name != "xlmr":
+        pytest.skip("one sentencepiece family is enough")
+    text = "Amrozi accused his brother, whom he called the witness."
+    failed = run_cli("span-preprocess", "encode", *encoder_args(out), text, check=False)
+    assert failed.returncode == 2
+    assert ("no packaged n-gram dictionary for 'spm' words" in failed.stdout
+            and "span-preprocess ngrams --words spm" in failed.stdout), failed.stdout
+    plain = run_cli("span-preprocess", "encode", *encoder_args(out), "--segmentation", "none",
+                    text).stdout
+    assert "brother," in plain.replace(" ", "")
 
 
 # ------------------------------------------------------------------------------------
@@ -291,22 +386,42 @@ def test_recipes_take_the_folder_as_model_dir(family):
     layout, rest = line.split(" ", 1)
     assert layout == "roberta"
     assert ("--bpe gpt2" in rest) == (out.name == "roberta")
+    assert ("--bpe sentencepiece-line" in rest) == (out.name != "roberta")
     assert "--encoder-layers 2 --encoder-embed-dim 32" in rest and "--max-positions 128" in rest
 
 
+def test_span_preprocess_glue_on_the_converted_xlmr(family, ngram_files, tmp_path):
+    """span-preprocess glue with the converted folder's tokenizer and an spm dictionary:
+    the record names sentencepiece-line and spm words, and span-preprocess check passes."""
+    from test_task_data import mini_glue
+
+    name, _, _, out, _ = family
+    if name != "xlmr":
+        pytest.skip("one sentencepiece family is enough")
+    data = tmp_path / "MRPC"
+    run_cli("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(), "--out", data,
+            *encoder_args(out), "--srcdict", out / "dict.txt", "--ngrams", ngram_files["spm"],
+            "--workers", "1")
+    encoder = json.loads((data / "provenance.json").read_text(encoding="utf-8"))["encoder"]
+    assert encoder["bpe"] == "sentencepiece-line" and encoder["ngrams"]["words"] == "spm"
+    run_cli("span-preprocess", "check", data)
+
+
 @pytest.mark.slow
-def test_glue_recipe_fine_tunes_the_converted_xlmr(family, tmp_path):
-    """recipes/glue/MRPC.sh with MODEL_DIR = the converted XLM-R: span-preprocess with its
-    sentencepiece, RoBERTa's <s> A </s> </s> B </s>, fine-tuning from its weights."""
+def test_glue_recipe_fine_tunes_the_converted_xlmr(family, ngram_files, tmp_path):
+    """recipes/glue/MRPC.sh with MODEL_DIR = the converted XLM-R: span-preprocess with
+    sentencepiece-line and an spm dictionary (NGRAMS: none is packaged for spm words),
+    RoBERTa's <s> A </s> </s> B </s>, fine-tuning from its weights."""
     from test_recipes_bert import run_recipe
 
     name, _, _, out, _ = family
     if name != "xlmr":
         pytest.skip("one end-to-end run")
-    log = run_recipe("MRPC", tmp_path, out, "--max-update", "2").stdout
+    log = run_recipe("MRPC", tmp_path, out, "--max-update", "2",
+                     NGRAMS=ngram_files["spm"]).stdout
     assert f"Loaded checkpoint {out}/model.pt" in log or f"loading pretrained model from {out}" in log
     assert "separator_token=2" in log or "'separator_token': 2" in log
     data = tmp_path / "data-bin" / "xlmr" / "MRPC"
     assert (data / "input0" / "dict.txt").read_bytes() == (out / "dict.txt").read_bytes()
-    assert '"sentencepiece"' in (data / "provenance.json").read_text()
+    assert '"sentencepiece-line"' in (data / "provenance.json").read_text()
     assert (tmp_path / "runs" / "xlmr" / "MRPC" / "results.json").is_file()

@@ -9,10 +9,11 @@ unpermuted, and ``dict.txt`` is written so that index == Hugging Face id:
 - byte-level BPE (``vocab.json`` + ``merges.txt``, or ``tokenizer.json``): the plugin's
   ``gpt2`` tokenizer writes the decimal id of each BPE token (through ``encoder.json`` =
   ``vocab.json``), so ``dict.txt`` lists the decimal ids 4 .. V-2 in order;
-- sentencepiece (``sentencepiece.bpe.model``): the plugin's ``sentencepiece`` tokenizer
-  writes pieces, so ``dict.txt`` lists the piece of each id 4 .. V-2 (Hugging Face's ids
-  from ``tokenizer.json``, or else the family's layout: XLM-R's offset 1, CamemBERT's
-  ``<unk>NOTUSED`` row). An id whose token the tokenizer never writes (CamemBERT's
+- sentencepiece (``sentencepiece.bpe.model``): the plugin's ``sentencepiece-line``
+  tokenizer encodes the whole line as the model's own tokenizer does (its words are
+  sentencepiece's: the ``spm`` word scheme) and writes pieces, so ``dict.txt`` lists the
+  piece of each id 4 .. V-2 (Hugging Face's ids from ``tokenizer.json``, or else the
+  family's layout: XLM-R's offset 1, CamemBERT's ``<unk>NOTUSED`` row). An id whose token the tokenizer never writes (CamemBERT's
   ``<s>``/``</s>`` pieces, ids without a token) keeps its row under the placeholder
   ``madeupwordNNNN``, as fairseq pads its own dictionaries.
 
@@ -66,6 +67,9 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = ("roberta", "xlm-roberta", "camembert")
 SPM_FILE = "sentencepiece.bpe.model"
+# The tokenizer kind for a sentencepiece vocabulary: the whole line, as XLM-R / CamemBERT
+# were trained (the "sentencepiece" kind encodes GPT-2 words one by one: other pieces).
+SPM_KIND = "sentencepiece-line"
 HEAD_SPECIALS = FAIRSEQ_SYMBOLS[:4]  # <s> <pad> </s> <unk>: fairseq ids 0-3
 MASK = FAIRSEQ_SYMBOLS[4]
 GPT2_HEADER = "#version: 0.2"
@@ -103,7 +107,7 @@ def read_roberta_config(hf_dir) -> EncoderShape:
 @dataclass(frozen=True)
 class RobertaVocab:
     """The converted vocabulary. ``kind``: the plugin's tokenizer kind (``gpt2`` or
-    ``sentencepiece``); ``dict_tokens``: ``dict.txt``, fairseq ids 4 .. V-2;
+    ``sentencepiece-line``); ``dict_tokens``: ``dict.txt``, fairseq ids 4 .. V-2;
     ``written``: files made for the output folder (name -> bytes); ``copied``: source
     files copied as they are (source path, name); ``placeholders``: ids kept under
     ``madeupwordNNNN``."""
@@ -119,6 +123,7 @@ class RobertaVocab:
         if self.kind == "gpt2":
             return {"_name": "gpt2", "gpt2_encoder_json": str(data_dir / "encoder.json"),
                     "gpt2_vocab_bpe": str(data_dir / "vocab.bpe")}
+        # fairseq's own sentencepiece BPE encodes the whole line, as sentencepiece-line does.
         return {"_name": "sentencepiece", "sentencepiece_model": str(data_dir / SPM_FILE)}
 
 
@@ -245,7 +250,7 @@ def read_spm_vocab(hf_dir, v: int, model_type: str) -> RobertaVocab:
             f"{source}: the pieces {missing[:5]} of {spm_path} have no Hugging Face id among "
             f"the embedding rows (the tokenizer files disagree)")
     copied = tuple((hf_dir / n, n) for n in (SPM_FILE, *COPIED_FILES))
-    return RobertaVocab("sentencepiece", tuple(dict_tokens), {}, copied, placeholders)
+    return RobertaVocab(SPM_KIND, tuple(dict_tokens), {}, copied, placeholders)
 
 
 def read_roberta_vocab(hf_dir, shape: EncoderShape) -> RobertaVocab:

@@ -12,7 +12,7 @@ an n-gram dictionary counted with ``--words spm`` matches them.
 from itertools import accumulate
 
 from span_plugin.tokenizers import words as W
-from span_plugin.tokenizers.base import Tokenizer, register_tokenizer, skip_leading_space
+from span_plugin.tokenizers.base import Tokenizer, register_tokenizer
 
 UNK = "<unk>"  # fairseq's (and Hugging Face's) unknown token, id 3
 
@@ -51,7 +51,18 @@ class SentencePieceLineTokenizer(Tokenizer):
         return tokens, starts, W.spm_keys(surfaces)
 
     def offsets(self, text):
-        return skip_leading_space(text, self._encode(text)[1])
+        """A word's first range starts at its first character that is not a space to
+        sentencepiece (a space, or a zero-width or control character it drops); a bare
+        "▁" piece is the empty range before the word's next character."""
+        tokens, ranges = self._encode(text)
+        out = []
+        for token, (lo, hi) in zip(tokens, ranges):
+            if token.startswith(W.SPM_SPACE):
+                while lo < hi and (text[lo].isspace()
+                                   or not ("!" <= text[lo] <= "~" or W.spm_words(text[lo]))):
+                    lo += 1
+            out.append((lo, hi))
+        return out
 
     def decode(self, tokens):
         return self.sp.decode(list(tokens))
