@@ -56,6 +56,11 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     assert set(runs) == {"none", "transfer", "matched"}
     assert transfer["aligner"] == runs["transfer"]["aligner"] == runs["matched"]["aligner"] == 2
     assert "aligner" not in runs["none"]
+    # Both kinds of record carry their data folder's record and the model's settings.
+    for r in records:
+        assert r["data_record"]["encoder"]["bpe"] == "wordpiece", r["data_record"]
+        assert r["model_settings"]["dropout"] >= 0 and "arch" in r["model_settings"]
+    assert transfer["data_record"]["folder"].endswith("MRPC-transfer-s1-a2/data")
 
     # One subset: 80 of the 160 train rows, the same for both conditions.
     picked = json.loads(subsets.read_text())["MRPC 50% seed 1"]
@@ -126,6 +131,8 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     run_cli(sys.executable, ROOT / "experiments" / "transfer_report.py", "--results", results,
             "--out", md, "--plot", tmp_path / "t.png")
     text = md.read_text()
+    assert any(line.startswith("- n-gram dictionary: ") and "transfer transfer" in line
+               for line in text.splitlines()), text
     row, = [line for line in text.splitlines() if line.startswith("| MRPC | 50% | f1 |")]
     diff = runs["transfer"]["value"] - runs["none"]["value"]
     assert f"{runs['none']['value']:.1f} (n=1)" in row and f"{diff:+.1f} ({int(diff > 0)} of 1)" in row
