@@ -29,23 +29,25 @@ class SentencePieceLineTokenizer(Tokenizer):
         self.sp = spm.SentencePieceProcessor(model_file=str(sentencepiece_model))
 
     def _encode(self, text):
-        """``(pieces, char ranges)``: each piece with the characters it came from
-        (sentencepiece reports UTF-8 byte offsets; leading whitespace included)."""
+        """``(tokens, char ranges, word starts)``: each piece, the characters it came
+        from (sentencepiece reports UTF-8 byte offsets; leading whitespace included),
+        and the token indices where a word starts."""
         encoded = self.sp.encode(text, out_type="proto").pieces
-        # An unknown piece comes back as its characters; fairseq's symbol for it is <unk>.
+        # The first piece starts a word even where the model adds no "▁" prefix. An
+        # unknown piece comes back as its characters; fairseq's symbol for it is <unk>.
+        starts = [i for i, p in enumerate(encoded) if i == 0 or p.piece.startswith(W.SPM_SPACE)]
         unk = self.sp.unk_id()
-        pieces = [UNK if p.id == unk else p.piece for p in encoded]
+        tokens = [UNK if p.id == unk else p.piece for p in encoded]
         if text.isascii():
-            return pieces, [(p.begin, p.end) for p in encoded]
-        # char_at[b]: the character holding byte b (a piece never splits a character)
-        char_at = [0] + list(accumulate(len(c.encode("utf-8")) for c in text))
-        index = {b: i for i, b in enumerate(char_at)}
-        return pieces, [(index[p.begin], index[p.end]) for p in encoded]
+            return tokens, [(p.begin, p.end) for p in encoded], starts
+        # char_of: byte offset of each character's start (and of the end) -> its index;
+        # a piece never splits a character
+        byte_starts = accumulate((len(c.encode("utf-8")) for c in text), initial=0)
+        char_of = {b: i for i, b in enumerate(byte_starts)}
+        return tokens, [(char_of[p.begin], char_of[p.end]) for p in encoded], starts
 
     def pieces(self, text):
-        tokens, ranges = self._encode(text)
-        # The first piece starts a word even where the model adds no "▁" prefix.
-        starts = [i for i, t in enumerate(tokens) if i == 0 or t.startswith(W.SPM_SPACE)]
+        tokens, ranges, starts = self._encode(text)
         ends = starts[1:] + [len(tokens)]
         surfaces = [text[ranges[a][0]:ranges[b - 1][1]] for a, b in zip(starts, ends)]
         return tokens, starts, W.spm_keys(surfaces)
@@ -54,10 +56,10 @@ class SentencePieceLineTokenizer(Tokenizer):
         """A word's first range starts at its first character that is not a space to
         sentencepiece (a space, or a zero-width or control character it drops); a bare
         "▁" piece is the empty range before the word's next character."""
-        tokens, ranges = self._encode(text)
-        out = []
-        for token, (lo, hi) in zip(tokens, ranges):
-            if token.startswith(W.SPM_SPACE):
+        _, ranges, starts = self._encode(text)
+        starts, out = set(starts), []
+        for i, (lo, hi) in enumerate(ranges):
+            if i in starts:
                 while lo < hi and (text[lo].isspace()
                                    or not ("!" <= text[lo] <= "~" or W.spm_words(text[lo]))):
                     lo += 1
