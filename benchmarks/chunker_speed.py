@@ -60,7 +60,7 @@ def main():
         a.workers, a.repeats = [1], 1
     limit = QUICK_SENTENCES if a.quick else None
 
-    from span_plugin.preprocess import chunker as C
+    from span_plugin.preprocess.segmentation import chunker as C
     from span_plugin.preprocess import make_encoder
 
     root = C.find_data(a.nltk_data)

@@ -78,7 +78,7 @@ def read_split(data, split):
     """Rows of a ``sentence_prediction`` folder's split, built as the task builds them
     (``[CLS] A [SEP] B [SEP]``, cut at 512 tokens): (list of int64 arrays ``[T_i]``,
     int64 array ``[N]`` of class ids, the label dictionary's class names)."""
-    from span_plugin.preprocess.indexed import IndexedReader
+    from span_plugin.preprocess.binary.indexed import IndexedReader
 
     inputs = [IndexedReader(os.path.join(data, k, split)) for k in ("input0", "input1")
               if os.path.exists(os.path.join(data, k, split + ".idx"))]

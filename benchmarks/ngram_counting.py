@@ -77,7 +77,7 @@ def count_once(path, workers, min_count):
     # The counter needs only numpy and regex: the preprocessing layer loads neither torch
     # nor fairseq, which would dominate the memory figures.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from span_plugin.preprocess.ngrams import count_ngrams
+    from span_plugin.preprocess.segmentation.ngrams import count_ngrams
 
     assert "torch" not in sys.modules and "fairseq" not in sys.modules
 

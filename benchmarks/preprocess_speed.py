@@ -90,7 +90,7 @@ def ours(src, work, workers, segmentation="greedy"):
 
 def tokens_in(work):
     sys.path.insert(0, str(ROOT))
-    from span_plugin.preprocess.indexed import IndexedReader
+    from span_plugin.preprocess.binary.indexed import IndexedReader
 
     ds = IndexedReader(str(work / "fs" / "train"))
     assert (work / "fs" / "train.bin").read_bytes() == \

@@ -57,8 +57,8 @@ def first_paragraphs(out, paragraphs):
 
 
 def preprocess(out, max_positions, doc_stride, squad=SQUAD_DEV):
-    from span_plugin.preprocess.encoding import EncoderSpec
-    from span_plugin.preprocess.qa import prepare_qa
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+    from span_plugin.preprocess.folders.qa import prepare_qa
 
     converted = os.path.join(out, "minilm")  # its dict.txt, as the recipes make it
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "span-convert"), "bert",

@@ -43,8 +43,8 @@ def real_batches(batch, seq_len, count):
     """``count`` batches of (tokens [B, T], words [B, W, 2], tags [B, W], entities) from
     consecutive real dev sentences, each item filled up to T - 2 own tokens."""
     from span_plugin.formats.conll import read_conll
-    from span_plugin.preprocess.conll import word_token_counts
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.folders.conll import word_token_counts
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
     from span_plugin.formats.tags import entities, tag_names, types_of
 
     bpe = os.path.join(SHARED, "gpt2_bpe")

@@ -38,8 +38,8 @@ from head_overhead import TINY, time_interleaved_cpu  # noqa: E402
 
 def prepare(folder, lines):
     """A binarized folder of the first ``lines`` lines of WikiText-2 (valid split too)."""
-    from span_plugin.preprocess.binarize import binarize_file, write_dict
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     spec = EncoderSpec(encoder_json=os.path.join(BPE, "encoder.json"),
                        vocab_bpe=os.path.join(BPE, "vocab.bpe"))

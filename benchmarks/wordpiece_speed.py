@@ -92,7 +92,7 @@ def main():
                 for k, args in commands.items():
                     runs[k].append(timed([BIN / "span-preprocess", "binarize", src,
                                           tmp / k / "train", "--workers", a.workers, *args]))
-            from span_plugin.preprocess.indexed import IndexedReader
+            from span_plugin.preprocess.binary.indexed import IndexedReader
 
             # Keep each dataset alive while its sizes are read: they are a view of its
             # memory map, which closes with the object.

@@ -91,7 +91,7 @@ def dictionary_for(variant, dictionaries, work):
     """NGRAMS for a variant: '' (the packaged default) or a cut of the full counts."""
     if variant not in DICT_SIZES:
         return ""
-    from span_plugin.preprocess.ngrams import cut_dictionary
+    from span_plugin.preprocess.segmentation.ngrams import cut_dictionary
 
     full = Path(dictionaries) / "wiki.bert.txt.gz"
     if not full.exists():

@@ -64,7 +64,7 @@ from grid_lib import (  # noqa: E402
     ROOT, append_result, check_model, model_flags, read_results, resolve_device, run_grid,
     run_recipe, trained_on)
 
-from span_plugin.preprocess.align import ALIGNER_VERSION  # noqa: E402
+from span_plugin.preprocess.folders.align import ALIGNER_VERSION  # noqa: E402
 
 CONDITIONS = {  # condition -> loss weights of the transfer run (None: no transfer run)
     "none": None,
@@ -140,7 +140,7 @@ def transfer_data(a, target, seed):
     """The aligned transfer pairs of (target, seed): (folder with train.jsonl and
     dev.jsonl, statistics per split). Made on every call (a second or two), the same
     files each time (the aligner is seeded)."""
-    from span_plugin.preprocess.align import align_file
+    from span_plugin.preprocess.folders.align import align_file
 
     source, glue = SOURCE[target], Path(a.glue_dir)
     exclude = [glue / target / f for f in ("dev.tsv", "test.tsv") if (glue / target / f).exists()]

@@ -1,6 +1,6 @@
 """Binarized WikiText-2 for the span pre-training tests: the first lines of the real
 wiki.valid / wiki.test, encoded with the real GPT-2 BPE and the n-gram segmenter in one
-pass (span_plugin.preprocess.binarize, as `span-preprocess binarize` does), once per
+pass (span_plugin.preprocess.binary.binarize, as `span-preprocess binarize` does), once per
 session."""
 
 import shutil
@@ -19,8 +19,8 @@ def wikitext_lines(name, n):
 def wikitext_folder(root, train_lines=700, valid_lines=100):
     """DATA/{dict.txt, encoder.json, train.*, valid.*} with span files."""
     if "wiki" not in _CACHE:
-        from span_plugin.preprocess.binarize import binarize_file, write_dict
-        from span_plugin.preprocess.encoding import EncoderSpec
+        from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
+        from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
         spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                            vocab_bpe=str(GPT2_BPE / "vocab.bpe"))

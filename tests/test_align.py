@@ -10,8 +10,8 @@ import pytest
 
 from conftest import GLUE
 from span_plugin.formats.lines import BadInputError
-from span_plugin.preprocess.align import (MAX_PHRASE_WORDS, align_file, identity_rule,
-                                          word_ranges)
+from span_plugin.preprocess.folders.align import MAX_PHRASE_WORDS, align_file, identity_rule
+from span_plugin.tokenizers.words import word_ranges
 
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
 

@@ -11,10 +11,12 @@ import sys
 import pytest
 
 from conftest import DATA, GLUE, GPT2_BPE, minilm_dir, run_cli
-from span_plugin.preprocess import chunker as C
-from span_plugin.preprocess import make_encoder, provenance, span_files
-from span_plugin.preprocess.encoder_settings import SettingsMismatch, encoder_spec
-from span_plugin.preprocess.segment import Segmenter
+from span_plugin.preprocess.segmentation import chunker as C
+from span_plugin.preprocess import make_encoder
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.binary import span_files
+from span_plugin.preprocess.records.encoder_settings import SettingsMismatch, encoder_spec
+from span_plugin.preprocess.segmentation.segment import Segmenter
 from span_plugin.tokenizers import words as W
 
 NLTK_DATA = DATA / "nltk_data"

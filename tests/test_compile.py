@@ -53,8 +53,8 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 @pytest.fixture(scope="module")
 def conll_folder(tmp_path_factory):
     """span-preprocess conll of the first 400 lines of CoNLL-2003 train (train and valid)."""
-    from span_plugin.preprocess.conll import prepare_conll
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("compile_conll")
     lines = (DATA / "conll2003" / "train.txt").read_text(encoding="utf-8").splitlines(True)[:400]

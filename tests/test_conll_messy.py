@@ -12,8 +12,8 @@ from conftest import DATA, GPT2_BPE, run_cli
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import read_conll
 from span_plugin.formats.lines import BadInputError
-from span_plugin.preprocess import conll as C
-from span_plugin.preprocess.encoding import EncoderSpec
+from span_plugin.preprocess.folders import conll as C
+from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from test_ner_preprocess import wordpiece_spec
 
 CONLL = DATA / "conll2003"

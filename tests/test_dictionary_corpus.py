@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from conftest import DATA, GLUE
-from span_plugin.preprocess import ngrams as NG
-from span_plugin.preprocess.leakage import task_fingerprints, task_row_hits
+from span_plugin.preprocess.segmentation import ngrams as NG
+from span_plugin.preprocess.segmentation.leakage import task_fingerprints, task_row_hits
 
 WIKI = DATA / "wikipedia" / "wiki.AA.txt.gz"
 

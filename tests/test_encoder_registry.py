@@ -10,11 +10,11 @@ from conftest import GPT2_BPE
 from span_plugin.cli import predict
 from span_plugin.cli.preprocess import build_parser as preprocess_parser
 from span_plugin.cli.preprocess import main as preprocess_main
-from span_plugin.preprocess import provenance
-from span_plugin.preprocess.encoder_settings import SettingsMismatch, encoder_spec, given_files
-from span_plugin.preprocess.encoding import EncoderSpec
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.records.encoder_settings import SettingsMismatch, encoder_spec, given_files
+from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from span_plugin.preprocess.file_records import file_entry
-from span_plugin.preprocess.segment import SEGMENTATIONS, Segmentation, register_segmentation
+from span_plugin.preprocess.segmentation.segment import SEGMENTATIONS, Segmentation, register_segmentation
 from span_plugin.tokenizers import TOKENIZERS, Option, Tokenizer, register_tokenizer
 from span_plugin.tokenizers import words as W
 

@@ -12,15 +12,15 @@ import pytest
 
 from conftest import DATA, GLUE, run_cli
 from span_plugin.formats.lines import BadInputError
-from span_plugin.preprocess import provenance
-from span_plugin.preprocess.binarize import binarize_whole
-from span_plugin.preprocess.check import CheckError, check_folder
-from span_plugin.preprocess.conll import prepare_conll
-from span_plugin.preprocess.folder import PARTIAL, whole_folder
-from span_plugin.preprocess.glue import prepare_task
-from span_plugin.preprocess.pairs import prepare_pairs
-from span_plugin.preprocess.qa import prepare_qa
-from span_plugin.preprocess.table import prepare_table
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.binary.binarize import binarize_whole
+from span_plugin.preprocess.folders.check import CheckError, check_folder
+from span_plugin.preprocess.folders.conll import prepare_conll
+from span_plugin.preprocess.folders.folder import PARTIAL, whole_folder
+from span_plugin.preprocess.folders.glue import prepare_task
+from span_plugin.preprocess.folders.pairs import prepare_pairs
+from span_plugin.preprocess.folders.qa import prepare_qa
+from span_plugin.preprocess.folders.table import prepare_table
 from test_conll_messy import DICT, ENC, SPEC  # GPT-2 BPE, no segmentation: fast folders
 
 

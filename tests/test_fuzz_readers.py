@@ -497,7 +497,7 @@ def walk_rows(records, dropped, kept, expect):
 def check_classes(out, record, splits):
     """The label names are the training split's labels, every other split's labels are
     among them, and each label item is that label."""
-    from span_plugin.preprocess.indexed import IndexedReader
+    from span_plugin.preprocess.binary.indexed import IndexedReader
 
     names = record["labels"]["names"]
     train = raw_lines(os.path.join(out, "raw", "train.label"))
@@ -521,7 +521,7 @@ def check_classes(out, record, splits):
 
 
 def check_folder_passes(out):
-    from span_plugin.preprocess.check import check_folder
+    from span_plugin.preprocess.folders.check import check_folder
 
     try:
         check_folder(out)
@@ -1078,7 +1078,7 @@ def pair_source(rng, rows):
 
 
 def check_pairs(case, out):
-    from span_plugin.preprocess.indexed import IndexedReader
+    from span_plugin.preprocess.binary.indexed import IndexedReader
 
     record = read_record(out)
     dropped = dropped_rows(out)

@@ -1,4 +1,4 @@
-"""span_plugin/preprocess/indexed.py and vocab.py (numpy / plain Python) against fairseq.
+"""span_plugin/preprocess/binary/indexed.py and vocab.py (numpy / plain Python) against fairseq.
 
 The preprocessing layer writes fairseq's mmap indexed datasets and encodes with
 ``dict.txt`` without importing torch or fairseq; these tests pin it to fairseq's own
@@ -18,7 +18,7 @@ from fairseq.binarizer import FileBinarizer, VocabularyDatasetBinarizer
 from fairseq.data import Dictionary, data_utils, indexed_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
-PRE = ROOT / "span_plugin" / "preprocess"
+PRE = ROOT / "span_plugin" / "preprocess" / "binary"
 GPT2_DICT = ROOT.parent / "shared" / "data" / "gpt2_bpe" / "dict.txt"
 
 

@@ -201,7 +201,7 @@ def test_pairs_valid_label_not_in_train_error_and_skip(tmp_path):
     assert [d[:3] for d in dropped(out)] == [("valid", str(valid), "4")]
     del expected[3]
     assert f"valid 11 rows, {sum(map(len, expected))} phrase pairs" in proc.stdout
-    from span_plugin.preprocess import indexed
+    from span_plugin.preprocess.binary import indexed
 
     # The phrase files lost the same row as the tokens and the labels.
     sizes = indexed.IndexedReader(str(out / "phrase_label" / "valid")).sizes

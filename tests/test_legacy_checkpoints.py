@@ -45,7 +45,7 @@ def test_old_checkpoint_without_its_dictionary_names_it():
     """The packaged dictionary is no longer the one this checkpoint was segmented with:
     loading it without ngrams= stops and says what to pass (nothing segments silently
     with another dictionary)."""
-    from span_plugin.preprocess.encoder_settings import SettingsMismatch
+    from span_plugin.preprocess.records.encoder_settings import SettingsMismatch
 
     with pytest.raises(SettingsMismatch, match=r"changed since .* pass ngrams=PATH .*0\.2"):
         SpanHubInterface.from_pretrained(

@@ -35,8 +35,8 @@ def wiki(tmp_path_factory):
     """DATA/{dict.txt, train.*, valid.*}: the first 300 lines of wiki.AA (4 empty lines,
     so 5 articles) for train, the next 100 for valid; MiniLM's WordPiece, one word a span
     (segmentation none), as `span-preprocess binarize` writes them."""
-    from span_plugin.preprocess.binarize import binarize_file, write_dict
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("wiki")
     vocab = (minilm_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()

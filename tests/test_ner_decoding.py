@@ -304,8 +304,8 @@ def test_labeling_entities_nested_against_probabilities():
 @pytest.fixture(scope="module")
 def conll_folder(tmp_path_factory):
     """Real CoNLL-2003 sentences (40 train, 16 valid) and their tagging folder."""
-    from span_plugin.preprocess.conll import prepare_conll
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("conll_decoding")
     files = {}

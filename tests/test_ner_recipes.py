@@ -30,8 +30,8 @@ def sentences(path, n):
 def conll_dir(tmp_path_factory):
     """A few dozen real sentences per split, and their tagging folder ``bin/`` (made
     here, in-process, as `span-preprocess conll` makes it: a process less per run)."""
-    from span_plugin.preprocess.conll import prepare_conll
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("conll")
     files = {}

@@ -10,8 +10,8 @@ from conftest import DATA, GPT2_BPE
 from span_plugin.modules import entities as ner
 from span_plugin.formats import tags as T
 from span_plugin.criterions.ner import SpanLabelingCriterion
-from span_plugin.preprocess.conll import prepare_conll
-from span_plugin.preprocess.encoding import EncoderSpec
+from span_plugin.preprocess.folders.conll import prepare_conll
+from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from span_plugin.tasks.span_tagging import SpanLabelingTask
 
 

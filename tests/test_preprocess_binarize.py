@@ -14,7 +14,7 @@ from conftest import GLUE, GPT2_BPE, run_cli
 from span_plugin.data import span_index
 from span_plugin.preprocess import EncoderSpec
 from span_plugin.formats.lines import BadInputError, line_offsets
-from span_plugin.preprocess.binarize import binarize_file
+from span_plugin.preprocess.binary.binarize import binarize_file
 
 import fairseq
 

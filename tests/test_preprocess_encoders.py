@@ -9,7 +9,7 @@ from fairseq.data.encoders.gpt2_bpe import GPT2BPE, GPT2BPEConfig
 from conftest import GLUE, GPT2_BPE
 from span_plugin.preprocess import load_ngrams, make_encoder
 from span_plugin.tokenizers import words as W
-from span_plugin.preprocess.segment import Segmenter, lengths_to_bounds
+from span_plugin.preprocess.segmentation.segment import Segmenter, lengths_to_bounds
 
 
 def _gpt2(**kw):

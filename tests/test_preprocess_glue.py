@@ -12,8 +12,8 @@ import pytest
 
 from conftest import GLUE, GPT2_BPE, run_cli
 from span_plugin.preprocess import EncoderSpec
-from span_plugin.preprocess.check import CheckError, check_folder
-from span_plugin.preprocess.glue import prepare_task
+from span_plugin.preprocess.folders.check import CheckError, check_folder
+from span_plugin.preprocess.folders.glue import prepare_task
 
 ENC = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
        GPT2_BPE / "vocab.bpe", "--srcdict", GPT2_BPE / "dict.txt"]

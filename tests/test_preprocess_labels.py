@@ -1,4 +1,4 @@
-"""Label files written without fairseq (span_plugin.preprocess.labels) are byte for byte
+"""Label files written without fairseq (span_plugin.preprocess.binary.labels) are byte for byte
 what fairseq-preprocess --only-source writes from the same label files."""
 
 import subprocess
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from span_plugin.preprocess.labels import binarize_labels, write_label_dict
-from span_plugin.preprocess.vocab import Vocab
+from span_plugin.preprocess.binary.labels import binarize_labels, write_label_dict
+from span_plugin.preprocess.binary.vocab import Vocab
 
 BIN = Path(sys.executable).parent
 

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import DATA, GLUE, run_cli
 from span_plugin.preprocess import load_ngrams, NgramFormatError, Segmenter, default_ngrams_path
-from span_plugin.preprocess import ngrams as NG
+from span_plugin.preprocess.segmentation import ngrams as NG
 from span_plugin.tokenizers import words as W
 
 WIKI = DATA / "wikitext-2" / "wiki.valid.tokens"

@@ -13,11 +13,11 @@ from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
 from test_task_data import mini_glue, spec_args
 from test_task_train import span_args
 
-from span_plugin.preprocess import provenance
-from span_plugin.preprocess.encoder_settings import SettingsMismatch, encoder_spec
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.records.encoder_settings import SettingsMismatch, encoder_spec
 from span_plugin.inference.hub import SpanHubInterface
-from span_plugin.preprocess.encoding import EncoderSpec
-from span_plugin.preprocess.ngrams import default_ngrams_path
+from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+from span_plugin.preprocess.segmentation.ngrams import default_ngrams_path
 from span_plugin.runtime.data_record import STATE_KEY
 
 BPE = {"gpt2_encoder_json": GPT2_BPE / "encoder.json", "gpt2_vocab_bpe": GPT2_BPE / "vocab.bpe"}

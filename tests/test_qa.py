@@ -16,8 +16,8 @@ from span_plugin.formats.squad_metrics import squad_scores
 from span_plugin.modules.qa_decoding import cuts_word, decode_answers, word_boundaries
 from span_plugin.modules.qa_heads import (BoundaryQAHead, SpanBoundaryQAHead, SpanQAHead,
                                           candidate_mask)
-from span_plugin.preprocess.encoding import make_encoder
-from span_plugin.preprocess.qa import encode_question, passage_windows, spans_in_window
+from span_plugin.preprocess.segmentation.encoding import make_encoder
+from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
 
 SQUAD_DEV = DATA / "squad" / "dev-v1.1.json"
 
@@ -648,8 +648,8 @@ def test_preprocessing_in_worker_processes_writes_the_same_folder(tmp_path, squa
     """span-preprocess qa --workers 2 (the recipe's WORKERS) tokenizes in chunks in two
     processes: every file of the folder is the one a single process writes."""
     from conftest import GPT2_BPE
-    from span_plugin.preprocess.encoding import EncoderSpec
-    from span_plugin.preprocess.qa import CHUNK_QUESTIONS, prepare_qa
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+    from span_plugin.preprocess.folders.qa import CHUNK_QUESTIONS, prepare_qa
 
     data = json.loads(SQUAD_DEV.read_text(encoding="utf-8"))
     data["data"] = data["data"][:1]

@@ -145,10 +145,10 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
     assert by["nocat"]["flags"] == ["--no-span-cls-concat"] and "flags" not in by["sf"]
     cut = by["dict20k"]["settings"]["NGRAMS"]
     assert cut.endswith("wiki.bert.top20000.txt.gz") and by["sf"]["settings"]["NGRAMS"] == ""
-    from span_plugin.preprocess.ngrams import read_header
+    from span_plugin.preprocess.segmentation.ngrams import read_header
     assert read_header(cut)["top_k"] == "20000"
     # the records carry their folders' dictionaries (the cut and the packaged one)
-    from span_plugin.preprocess.provenance import sha256
+    from span_plugin.preprocess.records.provenance import sha256
     cut_record = by["dict20k"]["data_record"]["encoder"]["ngrams"]
     assert cut_record["path"] == cut and cut_record["sha256"] == sha256(cut)
     assert cut_record["built"]["top_k"] == "20000"

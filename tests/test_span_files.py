@@ -1,4 +1,4 @@
-"""Span-index files written without torch or fairseq (span_plugin.preprocess.span_files)
+"""Span-index files written without torch or fairseq (span_plugin.preprocess.binary.span_files)
 are byte for byte what the writer built on fairseq's MMapIndexedDatasetBuilder wrote."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import torch
 from fairseq.data import indexed_dataset
 
 from span_plugin.data.span_index import load_spans
-from span_plugin.preprocess import span_files
+from span_plugin.preprocess.binary import span_files
 
 ITEMS = [[(0, 2), (2, 3)], [], [(0, 1)], [(0, 4), (4, 5), (5, 9)], []]
 

@@ -13,10 +13,10 @@ from fairseq.data import Dictionary, indexed_dataset
 
 from conftest import GLUE, GPT2_BPE
 from span_plugin.data import span_index
-from span_plugin.preprocess.align import align_file
+from span_plugin.preprocess.folders.align import align_file
 from span_plugin.formats.lines import BadInputError
-from span_plugin.preprocess.encoding import EncoderSpec
-from span_plugin.preprocess.pairs import (
+from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+from span_plugin.preprocess.folders.pairs import (
     PHRASE_LABEL_DIR,
     phrase_prefix,
     prepare_pairs,

@@ -114,7 +114,7 @@ def test_gpt2_word_starts_match_the_encoder():
     encoders use (:mod:`span_plugin.tokenizers.words`), on real WikiText lines."""
     from fairseq.data import Dictionary
 
-    from span_plugin.preprocess.encoding import make_encoder
+    from span_plugin.preprocess.segmentation.encoding import make_encoder
 
     d = Dictionary.load(str(GPT2_BPE / "dict.txt"))
     rule = build_word_boundaries("auto", d.symbols, d.nspecial, GPT2_BPE / "encoder.json")
@@ -132,7 +132,7 @@ def test_gpt2_word_starts_match_the_encoder():
 
 
 def test_wordpiece_word_starts_match_the_encoder():
-    from span_plugin.preprocess.encoding import make_encoder
+    from span_plugin.preprocess.segmentation.encoding import make_encoder
 
     enc = make_encoder(bpe="wordpiece", wordpiece=minilm_dir(), segmentation="none")
     vocab = (minilm_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -149,8 +149,8 @@ def test_wordpiece_word_starts_match_the_encoder():
 
 
 def test_text_shorter_than_one_span_is_refused(wiki, tmp_path):
-    from span_plugin.preprocess.binarize import binarize_file, write_dict
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     (tmp_path / "t.txt").write_text("Too short .\n")
     spec = EncoderSpec(encoder_json=str(GPT2_BPE / "encoder.json"), vocab_bpe=str(GPT2_BPE / "vocab.bpe"))

@@ -20,7 +20,7 @@ import torch
 from conftest import GLUE, GPT2_BPE, run_cli
 
 from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
-from span_plugin.preprocess.span_files import SpanIndexWriter
+from span_plugin.preprocess.binary.span_files import SpanIndexWriter
 
 # task: (columns of the sentences, label column, header?, regression?)
 GLUE_LAYOUT = {

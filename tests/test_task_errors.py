@@ -13,7 +13,7 @@ from test_model_span import build
 from test_task_data import read_rows, write_folder
 from test_task_train import span_args
 
-from span_plugin.preprocess.span_files import SpanAlignmentError, SpanIndexWriter
+from span_plugin.preprocess.binary.span_files import SpanAlignmentError, SpanIndexWriter
 
 
 @pytest.fixture(scope="module")

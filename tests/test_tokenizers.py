@@ -9,7 +9,7 @@ from conftest import GLUE, GPT2_BPE, minilm_dir
 from span_plugin.cli.preprocess import main as preprocess_main
 from span_plugin.formats.files import atomic_write
 from span_plugin.formats.glue import TASKS, read_split
-from span_plugin.preprocess.encoding import BPE_KINDS, EncoderSpec, SpanTokenizer, make_encoder
+from span_plugin.preprocess.segmentation.encoding import BPE_KINDS, EncoderSpec, SpanTokenizer, make_encoder
 from span_plugin.tokenizers import TOKENIZERS, Tokenizer, build_tokenizer, register_tokenizer
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import offsets_in_words

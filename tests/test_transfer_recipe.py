@@ -216,7 +216,7 @@ def test_glue_run_refuses_an_encoder_of_a_same_size_vocabulary(transfer, tmp_pat
 def test_strip_refuses_a_model_folder_of_another_dictionary(transfer, tmp_path):
     """transfer strip --model-dir copies that folder's dict.txt next to the weights: a
     folder other than the one the run was trained with is refused."""
-    from span_plugin.preprocess.provenance import ProvenanceError
+    from span_plugin.preprocess.records.provenance import ProvenanceError
     from span_plugin.runtime.transfer import write_stripped
 
     folder = tmp_path / "model"

@@ -133,7 +133,7 @@ else
     # of the files it was built from.
     python - "$DATA_DIR" "$TRAIN_FILE" "$VALID_SET" <<'PY' || die "$DATA_DIR was built from other files (see above): delete it to rebuild it, or set DATA_DIR"
 import sys
-from span_plugin.preprocess import provenance
+from span_plugin.preprocess.records import provenance
 folder, files = sys.argv[1], dict(zip(("train", "valid"), sys.argv[2:]))
 source = (provenance.read_record(folder) or {}).get("source") or {}
 for split, path in files.items():

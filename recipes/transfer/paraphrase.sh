@@ -114,7 +114,7 @@ else
         if cmp -s "$f" "$GLUE_DIR/$ALIGN_FROM/dev.tsv"; then holdout=1; fi
     done
     source_name=$ALIGN_FROM
-    aligner_version=$(python -c "from span_plugin.preprocess.align import ALIGNER_VERSION; print(ALIGNER_VERSION)") \
+    aligner_version=$(python -c "from span_plugin.preprocess.folders.align import ALIGNER_VERSION; print(ALIGNER_VERSION)") \
         || die "could not import span_plugin (run 'bash install.sh')"
     key_text="aligner $aligner_version source $(digests "$GLUE_DIR/$ALIGN_FROM/train.tsv" "$GLUE_DIR/$ALIGN_FROM/dev.tsv") seed $SEED args ${align_args[*]:-} exclude $(digests "${exclude[@]}" | sort | tr '\n' ' ') holdout $holdout $VALID_ROWS"
     tag=$ALIGN_FROM-s$SEED

@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
-from span_plugin.preprocess.segmentations import segmentation_options
+from span_plugin.preprocess.segmentation.segmentations import segmentation_options
 from span_plugin.tokenizers import file_options
 from span_plugin.tokenizers.options import add_arguments
 from span_plugin.tokenizers.words import WORD_SCHEMES
@@ -52,7 +52,7 @@ def _add_unknown_labels(p):
 
 
 def _print_dropped(out):
-    from span_plugin.preprocess.folder import dropped_summary
+    from span_plugin.preprocess.folders.folder import dropped_summary
 
     summary = dropped_summary(out)
     if summary:
@@ -60,7 +60,7 @@ def _print_dropped(out):
 
 
 def _spec(a, need_dict=True):
-    from span_plugin.preprocess.encoding import EncoderSpec
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     options = {**file_options(), **segmentation_options()}
     given = {field: getattr(a, field) for field in options if getattr(a, field) is not None}
@@ -75,14 +75,14 @@ def _spec(a, need_dict=True):
         raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")
     spec = EncoderSpec(bpe=a.bpe, ngrams=a.ngrams, ngrams_top_k=a.ngrams_top_k,
                        segmentation=a.segmentation, seed=a.seed, **given)
-    from span_plugin.preprocess.binarize import _get_encoder
+    from span_plugin.preprocess.binary.binarize import _get_encoder
 
     _get_encoder(spec)  # fail early on a bad path or dictionary line (built once, kept)
     return spec
 
 
 def cmd_ngrams(a):
-    from span_plugin.preprocess.ngrams import TaskRowsInCorpus, build_dictionary, cut_dictionary
+    from span_plugin.preprocess.segmentation.ngrams import TaskRowsInCorpus, build_dictionary, cut_dictionary
 
     if a.glue_dir:
         raise SystemExit(
@@ -115,7 +115,7 @@ def cmd_ngrams(a):
 
 def cmd_glue(a):
     from span_plugin.formats.glue import TASKS
-    from span_plugin.preprocess.glue import prepare_task
+    from span_plugin.preprocess.folders.glue import prepare_task
 
     if a.task != "ALL" and a.task not in TASKS:
         raise SystemExit(f"span-preprocess glue: unknown task {a.task!r}; expected one of "
@@ -133,7 +133,7 @@ def cmd_glue(a):
 
 
 def cmd_table(a):
-    from span_plugin.preprocess.table import prepare_table
+    from span_plugin.preprocess.folders.table import prepare_table
 
     spec = _spec(a)
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
@@ -149,7 +149,7 @@ def cmd_table(a):
 
 
 def cmd_pairs(a):
-    from span_plugin.preprocess.pairs import prepare_pairs
+    from span_plugin.preprocess.folders.pairs import prepare_pairs
 
     spec = _spec(a)
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
@@ -165,7 +165,7 @@ def cmd_pairs(a):
 
 
 def cmd_align_pairs(a):
-    from span_plugin.preprocess.align import align_file
+    from span_plugin.preprocess.folders.align import align_file
 
     if bool(a.holdout_rows) != bool(a.holdout_out):
         raise SystemExit("span-preprocess align-pairs: give --holdout-rows and --holdout-out together")
@@ -179,7 +179,7 @@ def cmd_align_pairs(a):
 
 
 def cmd_conll(a):
-    from span_plugin.preprocess.conll import prepare_conll
+    from span_plugin.preprocess.folders.conll import prepare_conll
 
     spec = _spec(a)
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
@@ -208,7 +208,7 @@ def cmd_conll(a):
 
 
 def cmd_qa(a):
-    from span_plugin.preprocess.qa import prepare_qa
+    from span_plugin.preprocess.folders.qa import prepare_qa
 
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
     if not files:
@@ -256,7 +256,7 @@ def _command():
 
 
 def cmd_binarize(a):
-    from span_plugin.preprocess.binarize import binarize_whole
+    from span_plugin.preprocess.binary.binarize import binarize_whole
 
     spec = _spec(a)
     if not os.path.isfile(a.input):
@@ -268,7 +268,7 @@ def cmd_binarize(a):
 
 
 def cmd_check(a):
-    from span_plugin.preprocess.check import CheckError, check_folder
+    from span_plugin.preprocess.folders.check import CheckError, check_folder
 
     built_from = {}
     for item in a.built_from or ():
@@ -279,10 +279,10 @@ def cmd_check(a):
     for folder in a.folders:
         try:
             if built_from:
-                from span_plugin.preprocess.pairs import check_built_from
+                from span_plugin.preprocess.folders.pairs import check_built_from
 
                 check_built_from(folder, built_from)
-            for line in check_folder(folder):  # every folder kind (preprocess/check.py)
+            for line in check_folder(folder):  # every folder kind (preprocess/folders/check.py)
                 print(line)
         except (CheckError, OSError, ValueError) as err:
             print(f"span-preprocess check: FAILED: {err}", file=sys.stderr)
@@ -292,14 +292,14 @@ def cmd_check(a):
 
 
 def cmd_stats(a):
-    from span_plugin.preprocess.stats import run_stats
+    from span_plugin.preprocess.segmentation.stats import run_stats
 
     run_stats(texts=a.text, folders=a.folder, ngrams_path=a.ngrams, sizes=a.sizes,
               plot=a.plot, max_lines=a.max_lines)
 
 
 def cmd_encode(a):
-    from span_plugin.preprocess.binarize import _get_encoder
+    from span_plugin.preprocess.binary.binarize import _get_encoder
 
     enc = _get_encoder(_spec(a, need_dict=False))
     for line in (a.sentences or sys.stdin):
@@ -521,7 +521,7 @@ def build_parser():
 def main(argv=None):
     a = build_parser().parse_args(argv)
     from span_plugin.formats.lines import BadInputError
-    from span_plugin.preprocess.ngrams import NgramFormatError
+    from span_plugin.preprocess.segmentation.ngrams import NgramFormatError
 
     level = os.environ.get("LOGLEVEL", "WARNING").upper()
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")

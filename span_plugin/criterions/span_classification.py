@@ -13,7 +13,7 @@ Logged metrics (percentages, as fairseq's criterion reports them):
 The criterion serves both heads (task ``span_classification`` and fairseq's
 ``sentence_prediction``): at start it checks the data folder against its record and
 puts the record into the task state, which fairseq saves in every checkpoint
-(:mod:`span_plugin.preprocess.provenance`).
+(:mod:`span_plugin.preprocess.records.provenance`).
 
 Every statistic is a count or a sum, logged with ``log_scalar_sum`` and summed by
 fairseq's fast all-reduce path, so an epoch's value is exact whatever the batching
@@ -46,7 +46,7 @@ from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from span_plugin.preprocess import provenance
+from span_plugin.preprocess.records import provenance
 from span_plugin.runtime import data_record
 from span_plugin.criterions import glue_metrics
 from span_plugin.criterions.sums import SummedCriterion

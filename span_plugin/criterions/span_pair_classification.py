@@ -20,7 +20,7 @@ from fairseq.criterions import register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from span_plugin.preprocess import provenance
+from span_plugin.preprocess.records import provenance
 from span_plugin.runtime import data_record
 from span_plugin.data.phrase_pairs import IGNORE
 from span_plugin.criterions import glue_metrics

@@ -1,9 +1,9 @@
-"""Span-index files (:mod:`span_plugin.preprocess.span_files`: layout, writer, checks)
+"""Span-index files (:mod:`span_plugin.preprocess.binary.span_files`: layout, writer, checks)
 opened as fairseq datasets for training; the tasks' one import for span files."""
 
 from fairseq.data import indexed_dataset
 
-from span_plugin.preprocess.span_files import (
+from span_plugin.preprocess.binary.span_files import (
     SPAN_DTYPE, SpanAlignmentError, check_alignment, exists, require, span_prefix)
 
 __all__ = ["SPAN_DTYPE", "SpanAlignmentError", "check_alignment", "exists", "load_spans",

@@ -14,7 +14,7 @@ recipe's ``awk NF==6`` does, and listed with their reason. STS-B scores are numb
 in ASCII decimal notation. Dropping removes the whole
 row from every input and the label, so nothing shifts. Each row keeps its line
 (``SplitRows.lines``) for the label check of the folder writer
-(:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
+(:func:`span_plugin.preprocess.folders.folder.restrict_to_train_labels`).
 """
 
 from dataclasses import dataclass

@@ -17,7 +17,7 @@ Every row that does not fit is an error ``FILE:LINE: why`` (a row without the ph
 key too: read as "no phrase pairs" it would turn a misnamed key into a file without
 any); there is no skipping of bad rows. Sentence labels are of one JSON type, as in
 :mod:`span_plugin.formats.table`. Whether a range holds whole tokens is the encoder's business
-(:mod:`span_plugin.preprocess.pairs`).
+(:mod:`span_plugin.preprocess.folders.pairs`).
 """
 
 import json

@@ -1,5 +1,5 @@
 """Users' own tables: TSV, CSV or JSON Lines with named columns, read into rows
-(:func:`read_table`; :mod:`span_plugin.preprocess.table` writes the task folder).
+(:func:`read_table`; :mod:`span_plugin.preprocess.folders.table` writes the task folder).
 
 Formats (``fmt="auto"`` tells them by the file name):
 
@@ -20,7 +20,7 @@ numbers in ASCII decimal notation with ``regression``. Header names (and the key
 a JSON object) are unique: a name given twice is an error naming both columns.
 Test files need no label column; their labels are never read. Which labels a valid
 file may hold (the train file's) is checked when the folder is written
-(:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
+(:func:`span_plugin.preprocess.folders.folder.restrict_to_train_labels`).
 
 Bad input is handled as in ``span-preprocess glue``: a row with another number of
 fields than the header, a line that is not a JSON object, a missing column or key, a

@@ -12,7 +12,7 @@ An adapter is a subclass decorated with :func:`register_adapter` (``task names -
 class``); importing :mod:`span_plugin.inference` registers them all.
 
 The data folder, BPE files, n-gram dictionary and segmentation come from the data
-record the checkpoint holds (:mod:`span_plugin.preprocess.encoder_settings`); any of them may be
+record the checkpoint holds (:mod:`span_plugin.preprocess.records.encoder_settings`); any of them may be
 given again and is then checked against it (files by sha256). BPE and segmentation run
 on the fly with the encoders of ``span_plugin.preprocess`` (the code ``span-preprocess``
 binarizes with); the tokens and spans then go through the layout of training
@@ -35,7 +35,7 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.span_datasets import LayoutSpansDataset
 from span_plugin.inference.folder_kinds import check_folder_kind
 from span_plugin.models.heads import head_inputs
-from span_plugin.preprocess import encoder_settings, provenance
+from span_plugin.preprocess.records import encoder_settings, provenance
 from span_plugin.runtime import data_record
 
 span_plugin.register()  # the stack fixes, and every task and model a checkpoint may name
@@ -137,7 +137,7 @@ class SpanHubInterface(nn.Module):
         it was trained with.
 
         Every other argument defaults to what the checkpoint's data record says
-        (:mod:`span_plugin.preprocess.encoder_settings`): ``data`` is the task folder it was
+        (:mod:`span_plugin.preprocess.records.encoder_settings`): ``data`` is the task folder it was
         trained on (its dict.txt files must have the recorded hashes); the encoder
         files (``encoder_files``: the files each registered tokenizer declares, by any
         of their keywords, e.g. ``gpt2_encoder_json=`` or ``encoder_json=``;

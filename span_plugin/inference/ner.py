@@ -30,7 +30,7 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.inference.inputs import check_text
 from span_plugin.modules import entities as ner
-from span_plugin.preprocess.conll import split_points, word_token_counts
+from span_plugin.preprocess.folders.conll import split_points, word_token_counts
 
 WORD_RE = regex.compile(
     r"(?:\p{L}\.){2,}|[\p{L}\p{N}]+(?:[-.,][\p{L}\p{N}]+)*|'\p{L}+|\S")

@@ -10,7 +10,7 @@ docs/SPAN_PAIRS.md) on raw sentence pairs with phrase pairs.
 
 Phrase pairs are character ranges ``[start, end)`` as in the JSON Lines format; they
 are mapped to tokens by the code of ``span-preprocess pairs``
-(``Tokenizer.tokens_with_offsets``, :func:`span_plugin.preprocess.pairs.range_to_tokens`) and laid
+(``Tokenizer.tokens_with_offsets``, :func:`span_plugin.preprocess.folders.pairs.range_to_tokens`) and laid
 out by the layout of training (:mod:`span_plugin.data.layout`), so the model sees what
 training fed it. Files: :mod:`span_plugin.inference.pair_files` (``span-predict --input``).
 """
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
 from span_plugin.inference.inputs import check_text, warn_cut
-from span_plugin.preprocess.pairs import _BadRange, range_to_tokens
+from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
 
 
 @register_adapter("span_pair_classification")

@@ -7,7 +7,7 @@
     #      "nbest": [...]}]      (character offsets into the context, end exclusive)
 
 The pairs go through the code of training: the encoder the checkpoint records,
-:func:`span_plugin.preprocess.qa.encode_question` and ``passage_windows`` with the
+:func:`span_plugin.preprocess.folders.qa.encode_question` and ``passage_windows`` with the
 folder's window size and stride, the layout and batches of
 :class:`span_plugin.data.qa_windows.QAWindowsDataset`, and the decoder of the
 validation metrics, at the answer boundaries the checkpoint records (``--answer-boundaries``
@@ -24,7 +24,7 @@ from span_plugin.formats.squad import QAExample
 from span_plugin.inference.hub import SpanHubInterface, flat_offsets, register_adapter
 from span_plugin.inference.inputs import question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
-from span_plugin.preprocess.qa import encode_question, passage_windows, spans_in_window
+from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
 
 
 @register_adapter("span_qa")

@@ -30,7 +30,7 @@ import sys
 from span_plugin.formats.files import atomic_write
 from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
-from span_plugin.preprocess.qa import read_records
+from span_plugin.preprocess.folders.qa import read_records
 
 SHOWN = 20  # notes printed per kind; the results file holds every one
 

@@ -9,9 +9,9 @@ Public API (names kept stable for the inference hub)::
     tokens, spans = enc.encode("New York is big.")   # ["3791", "1971", ...], [(0, 2), ...]
 """
 
-from span_plugin.preprocess.encoding import BPE_KINDS, EncoderSpec, SpanTokenizer, make_encoder
-from span_plugin.preprocess.ngrams import NgramDict, NgramFormatError, default_ngrams_path, load_ngrams
-from span_plugin.preprocess.segmentations import SEGMENTATIONS, Segmenter
+from span_plugin.preprocess.segmentation.encoding import BPE_KINDS, EncoderSpec, SpanTokenizer, make_encoder
+from span_plugin.preprocess.segmentation.ngrams import NgramDict, NgramFormatError, default_ngrams_path, load_ngrams
+from span_plugin.preprocess.segmentation.segmentations import SEGMENTATIONS, Segmenter
 
 __all__ = [
     "BPE_KINDS", "EncoderSpec", "SpanTokenizer", "make_encoder", "NgramDict", "NgramFormatError",

@@ -1,6 +1,6 @@
 """Files in data records: their ``{"path", "sha256"}`` entries, and the check at
 inference that a file is still the one a checkpoint was trained with. Tokenizers,
-segmentations and :mod:`span_plugin.preprocess.provenance` all write and check files
+segmentations and :mod:`span_plugin.preprocess.records.provenance` all write and check files
 with these."""
 
 import hashlib

@@ -193,7 +193,7 @@ def main(argv=None):
             return 2
         return 0
     if a.cmd == "same-dictionary":
-        from span_plugin.preprocess.provenance import ProvenanceError
+        from span_plugin.preprocess.records.provenance import ProvenanceError
         from span_plugin.runtime.data_record import check_checkpoint_dictionary
 
         try:

@@ -1,4 +1,4 @@
-"""The data record (:mod:`span_plugin.preprocess.provenance`) in fairseq's task state.
+"""The data record (:mod:`span_plugin.preprocess.records.provenance`) in fairseq's task state.
 
 A task puts the record of its data folder into its state with :func:`attach`; fairseq
 saves the state in every checkpoint as ``task_state``, under :data:`STATE_KEY`. A task
@@ -11,7 +11,7 @@ import logging
 import os
 
 from span_plugin.preprocess.file_records import sha256, short
-from span_plugin.preprocess.provenance import (RECORD_NAME, ProvenanceError, is_dictionary,
+from span_plugin.preprocess.records.provenance import (RECORD_NAME, ProvenanceError, is_dictionary,
                                                read_record, verify_files)
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ Everything ``sentence_prediction`` reads (``DATA/input0``, ``DATA/input1`` for p
 (``DATA/input0/{split}.spans.{bin,idx}``, see docs/DATA.md). The spans of an example
 reach the model as ``net_input["spans"]``: LongTensor ``[B, S, 2]`` of positions in
 ``src_tokens``. The folder's data record (``DATA/provenance.json``,
-:mod:`span_plugin.preprocess.provenance`) is checked and saved in checkpoints. See
+:mod:`span_plugin.preprocess.records.provenance`) is checked and saved in checkpoints. See
 docs/TASK_MODEL.md for the options and rules.
 """
 

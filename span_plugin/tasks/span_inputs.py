@@ -26,7 +26,7 @@ from omegaconf import OmegaConf, open_dict
 
 from span_plugin.data import span_index
 from span_plugin.data.layout import check_label_count
-from span_plugin.preprocess import provenance
+from span_plugin.preprocess.records import provenance
 from span_plugin.runtime import data_record
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class SpanInputsTask:
                     f"{sprefix}.{{bin,idx}} not found: task {self.task_name} needs a "
                     f"span index beside every token file. Build the data folder with "
                     f"`{self.folder_command}` (docs/PREPROCESS.md), or write one with "
-                    f"span_plugin.preprocess.span_files.SpanIndexWriter (docs/DATA.md)"
+                    f"span_plugin.preprocess.binary.span_files.SpanIndexWriter (docs/DATA.md)"
                 )
             spn = span_index.load_spans(sprefix)
             # fairseq-preprocess appends </s>: a sentence's own length is size - 1.

@@ -23,7 +23,7 @@ from fairseq.tasks import register_task
 
 from span_plugin.data.layout import lay_out
 from span_plugin.data.phrase_pairs import check_phrase_files, count_cut_pairs
-from span_plugin.preprocess.pairs import PHRASE_LABEL_DIR, phrase_prefix, read_phrase_labels
+from span_plugin.preprocess.folders.pairs import PHRASE_LABEL_DIR, phrase_prefix, read_phrase_labels
 from span_plugin.tasks.span_classification import SpanClassificationConfig
 from span_plugin.tasks.span_inputs import SentenceSpanTask, length_multiple
 

@@ -34,8 +34,8 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.models.heads import chosen_kind, head_choices
 from span_plugin.modules.qa_decoding import ANSWER_BOUNDARIES
-from span_plugin.preprocess import indexed
-from span_plugin.preprocess.qa import INDEX_DTYPE, QA_DIR, read_records
+from span_plugin.preprocess.binary import indexed
+from span_plugin.preprocess.folders.qa import INDEX_DTYPE, QA_DIR, read_records
 from span_plugin.runtime.data_record import task_record
 from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, length_multiple, length_multiple_field
 

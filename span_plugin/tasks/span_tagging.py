@@ -27,7 +27,7 @@ from span_plugin.data.tagging_datasets import EntitySpansDataset, WordTagsDatase
 from span_plugin.formats import tags as T
 from span_plugin.models.heads import chosen_kind, head_choices
 from span_plugin.modules.tag_decoding import TOKEN_DECODINGS
-from span_plugin.preprocess.conll import LABEL_DIR, WORDS_DIR, read_tag_names
+from span_plugin.preprocess.folders.conll import LABEL_DIR, WORDS_DIR, read_tag_names
 from span_plugin.tasks.span_inputs import OneDictionaryTask, SpanInputsTask, length_multiple, length_multiple_field
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The one tokenizer interface and its registry.
 
 A tokenizer turns a line into the symbols of fairseq's ``dict.txt`` and says where its
-words start (what the n-gram segmenter of :mod:`span_plugin.preprocess.encoding`
+words start (what the n-gram segmenter of :mod:`span_plugin.preprocess.segmentation.encoding`
 works on) and which characters each token covers (what phrase ranges are read with).
 A kind is a subclass registered under the name ``--bpe`` / ``EncoderSpec.bpe`` gives,
 declaring its files once (:class:`~span_plugin.tokenizers.options.Option`)::

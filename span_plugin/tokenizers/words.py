@@ -168,3 +168,20 @@ def splitter(scheme: str):
     if scheme == "spm":
         return spm_words
     raise ValueError(f"word scheme {scheme!r}: expected one of {WORD_SCHEMES}")
+
+
+def word_ranges(text, scheme):
+    """(start, end) character ranges of the words of ``text`` and their match keys, in
+    the word scheme ``scheme`` (:data:`WORD_SCHEMES`)."""
+    if scheme == "gpt2":
+        found = [(m.start(), m.end()) for m in _WORD_RE.finditer(text) if m.end() > m.start()]
+        return found, match_keys([text[a:b] for a, b in found])
+    if scheme == "bert":
+        # Cut the raw text: whitespace and punctuation cuts are cuts of the normalised
+        # text too, so each word ends where a WordPiece token ends.
+        found = [span for _, span in _bert_parts()[1].pre_tokenize_str(text)]
+        return found, bert_keys([text[a:b] for a, b in found])
+    if scheme == "spm":
+        found = spm_word_ranges(text)
+        return found, spm_keys([text[a:b] for a, b in found])
+    raise ValueError(f"word scheme {scheme!r}: expected one of {WORD_SCHEMES}")

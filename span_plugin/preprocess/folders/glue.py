@@ -14,20 +14,20 @@
     out/dropped_rows.tsv                  rows left out (QQP's malformed rows, SNLI's "-",
                                           with unknown_labels="skip" dev/test rows whose
                                           label train does not have)
-    out/provenance.json                   the data record (span_plugin.preprocess.provenance), with
+    out/provenance.json                   the data record (span_plugin.preprocess.records.provenance), with
                                           the task's F1 positive class (Task.positive)
 
 The label set is train.tsv's: a dev (or SNLI test) label outside it is an error naming
 the file, line and label, or its row is left out (``unknown_labels="skip"``); a
-train.tsv without rows is an error (:func:`span_plugin.preprocess.folder.restrict_to_train_labels`).
-The folder is written whole or not at all (:func:`span_plugin.preprocess.folder.whole_folder`).
+train.tsv without rows is an error (:func:`span_plugin.preprocess.folders.folder.restrict_to_train_labels`).
+The folder is written whole or not at all (:func:`span_plugin.preprocess.folders.folder.whole_folder`).
 """
 
 import logging
 import os
 
 from span_plugin.formats.glue import TASKS, read_split
-from span_plugin.preprocess.folder import whole_folder, write_task_folder
+from span_plugin.preprocess.folders.folder import whole_folder, write_task_folder
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ For ``binarize_file(text, "DATA/input0/train", spec, dict.txt)`` the outputs are
 - ``DATA/input0/train.{bin,idx}``: the tokens, exactly as ``fairseq-preprocess
   --only-source --srcdict dict.txt`` writes the BPE text (same dtype, unknown symbols
   -> ``<unk>``, ``</s>`` appended), byte for byte, without fairseq
-  (:mod:`span_plugin.preprocess.vocab`, :mod:`span_plugin.preprocess.indexed`);
-- ``DATA/input0/train.spans.{bin,idx}``: the spans (:mod:`span_plugin.preprocess.span_files`);
+  (:mod:`span_plugin.preprocess.binary.vocab`, :mod:`span_plugin.preprocess.binary.indexed`);
+- ``DATA/input0/train.spans.{bin,idx}``: the spans (:mod:`span_plugin.preprocess.binary.span_files`);
 - optionally the BPE text (what ``multiprocessing_bpe_encoder.py`` would write).
 
 One item per input line, in order, empty lines included (an empty line gives a token
@@ -29,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from span_plugin.formats.lines import line_offsets, read_lines
-from span_plugin.preprocess import indexed, progress, span_files
-from span_plugin.preprocess.vocab import Vocab
+from span_plugin.preprocess import progress
+from span_plugin.preprocess.binary import indexed, span_files
+from span_plugin.preprocess.binary.vocab import Vocab
 
 PROGRESS_BYTES = 1 << 20  # files above this show a progress bar on a terminal
 MIN_RANGE_BYTES = 1 << 18  # no worker process for less text than this
@@ -95,7 +96,7 @@ def binarize_file(input_path, output_prefix, spec, dict_path, workers=1, with_sp
                   text_out=None, bad_utf8="error"):
     """Encode, segment and binarize one text file (see the module docstring).
 
-    spec: an :class:`~span_plugin.preprocess.encoding.EncoderSpec`.
+    spec: an :class:`~span_plugin.preprocess.segmentation.encoding.EncoderSpec`.
     Returns a :class:`BinarizeSummary`.
     """
     input_path, output_prefix = str(input_path), str(output_prefix)

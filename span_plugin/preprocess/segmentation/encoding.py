@@ -13,8 +13,8 @@ How each kind cuts words into tokens is in its module (:mod:`span_plugin.tokeniz
 ...). Nothing is downloaded: every tokenizer takes local file paths.
 """
 
-from span_plugin.preprocess.ngrams import load_ngrams
-from span_plugin.preprocess.segmentations import Segmenter, segmentation_kind, segmentation_options
+from span_plugin.preprocess.segmentation.ngrams import load_ngrams
+from span_plugin.preprocess.segmentation.segmentations import Segmenter, segmentation_kind, segmentation_options
 from span_plugin.tokenizers import TOKENIZERS, build_tokenizer, file_options, tokenizer_kind
 
 # The registered kinds, live: a kind registered later is one too.

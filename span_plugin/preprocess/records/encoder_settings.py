@@ -1,9 +1,9 @@
 """The text encoder a checkpoint was trained with, rebuilt from its data record.
 
 A checkpoint's task state holds the record of its data folder
-(:mod:`span_plugin.preprocess.provenance`): BPE kind and files with their hashes, n-gram
+(:mod:`span_plugin.preprocess.records.provenance`): BPE kind and files with their hashes, n-gram
 dictionary (hash, top-k, word scheme), segmentation and seed. :func:`encoder_spec` turns it
-into an :class:`~span_plugin.preprocess.encoding.EncoderSpec`:
+into an :class:`~span_plugin.preprocess.segmentation.encoding.EncoderSpec`:
 
 - a setting not given is the record's; a file not given is the recorded path, which must
   still hold the recorded content;
@@ -71,9 +71,9 @@ def encoder_spec(record, given, checkpoint):
     """EncoderSpec for inference. ``given``: {setting: value or None}: the keys of
     :data:`SETTINGS` and the tokenizers' files by keyword; ``record``: the checkpoint's
     data record, or None."""
-    from span_plugin.preprocess.encoding import EncoderSpec
-    from span_plugin.preprocess.ngrams import default_ngrams_path
-    from span_plugin.preprocess.segmentations import segmentation_kind
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+    from span_plugin.preprocess.segmentation.ngrams import default_ngrams_path
+    from span_plugin.preprocess.segmentation.segmentations import segmentation_kind
 
     given = dict(given)
     settings = {k: given.pop(k, None) for k in SETTINGS}

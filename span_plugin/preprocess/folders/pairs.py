@@ -47,9 +47,10 @@ import numpy as np
 from span_plugin.formats.lines import BadInputError
 from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
 from span_plugin.formats.rows import SplitRows
-from span_plugin.preprocess import indexed, provenance, span_files
-from span_plugin.preprocess.binarize import _get_encoder
-from span_plugin.preprocess.folder import (folder_name, given_splits,
+from span_plugin.preprocess.binary import indexed, span_files
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.binary.binarize import _get_encoder
+from span_plugin.preprocess.folders.folder import (folder_name, given_splits,
                                            restrict_to_train_labels, whole_folder,
                                            write_task_folder)
 
@@ -222,7 +223,7 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
 def check_built_from(folder, files):
     """Refuse a folder that was not built from ``files`` = {split: path}: the sha256 its
     data record gives each split's source must be that file's. Raises
-    :class:`~span_plugin.preprocess.provenance.ProvenanceError` naming the folder, the
+    :class:`~span_plugin.preprocess.records.provenance.ProvenanceError` naming the folder, the
     split, both files and both hashes (a folder made from other phrase pairs: another
     source, exclusion set, seed or aligner)."""
     record = provenance.read_record(folder)

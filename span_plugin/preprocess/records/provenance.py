@@ -24,11 +24,11 @@ preparation did not finish)::
      "files": {"input0/train.bin": "<sha256>", ..., "label/dict.txt": "<sha256>"}}
 
 Each kind writes its own part of ``encoder``: the tokenizer its ``files``, keyed by its
-files' :class:`~span_plugin.preprocess.encoding.EncoderSpec` fields as it declares them
+files' :class:`~span_plugin.preprocess.segmentation.encoding.EncoderSpec` fields as it declares them
 (:meth:`span_plugin.tokenizers.base.Tokenizer.recorded_paths`: WordPiece records the
 file a folder resolves to, plus ``wordpiece_config`` when a bare vocab.txt took its
 casing from a tokenizer_config.json); the segmentation its own keys
-(:meth:`span_plugin.preprocess.segment.Segmentation.record`: ``chunker`` records its NLTK
+(:meth:`span_plugin.preprocess.segmentation.segment.Segmentation.record`: ``chunker`` records its NLTK
 data and model as ``encoder.chunker``). A segmentation that needs no dictionary records
 null ``ngrams``. ``files`` covers every file of the folder except ``raw/`` and the
 record itself.
@@ -40,7 +40,7 @@ Who reads it:
   :func:`verify_folder` and put it into the task state, which fairseq saves in every
   checkpoint (:mod:`span_plugin.runtime.data_record`);
 - the hub and ``span-predict`` rebuild the encoder from the checkpoint's copy
-  (:mod:`span_plugin.preprocess.encoder_settings`);
+  (:mod:`span_plugin.preprocess.records.encoder_settings`);
 - ``span-preprocess check`` prints it (:func:`describe`) and verifies the folder.
 """
 
@@ -48,7 +48,7 @@ import json
 import os
 
 from span_plugin.preprocess.file_records import file_entry, sha256, short
-from span_plugin.preprocess.segmentations import segmentation_kind
+from span_plugin.preprocess.segmentation.segmentations import segmentation_kind
 from span_plugin.tokenizers import tokenizer_kind
 
 RECORD_NAME = "provenance.json"
@@ -72,7 +72,7 @@ def plugin_version():
 def encoder_record(spec, srcdict):
     """The ``encoder`` part of a record for an EncoderSpec and its fairseq dict.txt:
     the common settings, and what its tokenizer and segmentation kinds record."""
-    from span_plugin.preprocess.ngrams import DEFAULT_FILES, default_ngrams_path, read_header
+    from span_plugin.preprocess.segmentation.ngrams import DEFAULT_FILES, default_ngrams_path, read_header
 
     tokenizer = tokenizer_kind(spec.bpe)
     segmentation = segmentation_kind(spec.segmentation)

@@ -6,10 +6,10 @@ fairseq's RoBERTa GLUE recipe lays it out, with span files and the data record::
     out/input{k}/{split}.spans.{bin,idx}  span index, item i = line i
     out/input{k}/dict.txt                 the encoder's fairseq dictionary
     out/label/{split}.{bin,idx}, dict.txt  class labels, as fairseq-preprocess --only-source
-                                          writes them (span_plugin.preprocess.labels)
+                                          writes them (span_plugin.preprocess.binary.labels)
     out/label/{split}.label               regression: one value per line
     out/dropped_rows.tsv                  rows left out, with file, line and reason
-    out/provenance.json                   how all of it was made (span_plugin.preprocess.provenance)
+    out/provenance.json                   how all of it was made (span_plugin.preprocess.records.provenance)
 
 Splits are written in the order given; labels for every split whose rows carry them.
 The label set is the train split's (:func:`restrict_to_train_labels`): a valid or test
@@ -34,10 +34,10 @@ import sys
 
 from span_plugin.formats.files import commit_folder
 from span_plugin.formats.lines import BadInputError
-from span_plugin.preprocess import provenance
-from span_plugin.preprocess.binarize import binarize_file, write_dict
-from span_plugin.preprocess.labels import binarize_labels, write_label_dict
-from span_plugin.preprocess.vocab import Vocab
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
+from span_plugin.preprocess.binary.labels import binarize_labels, write_label_dict
+from span_plugin.preprocess.binary.vocab import Vocab
 
 logger = logging.getLogger(__name__)
 

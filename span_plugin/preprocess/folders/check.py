@@ -9,7 +9,7 @@ their line counts are what catches a cut one); the rows the record gives. Then b
 kind (the record's ``labels.kind``, and the folder's own files):
 
 - ``tags`` (``span-preprocess conll``): words tile each item's tokens, one tag a word,
-  every tag id named (:func:`span_plugin.preprocess.conll.check_tagging_folder`);
+  every tag id named (:func:`span_plugin.preprocess.folders.conll.check_tagging_folder`);
 - ``qa`` (``span-preprocess qa``): the window, offset and answer files have one item a
   window; the windows of each question are consecutive, every question of
   ``raw/{split}.jsonl`` has some; offsets and answers lie inside their window;
@@ -24,7 +24,9 @@ import re
 
 import numpy as np
 
-from span_plugin.preprocess import indexed, provenance, span_files
+from span_plugin.preprocess.binary import indexed, span_files
+
+from span_plugin.preprocess.records import provenance
 
 
 class CheckError(ValueError):
@@ -143,7 +145,7 @@ def check_folder(folder):
                          f"{missing[0]!r}, but input0/ has no {missing[0]} files")
     if kind == "tags":
         from span_plugin.formats.lines import BadInputError
-        from span_plugin.preprocess.conll import check_tagging_folder
+        from span_plugin.preprocess.folders.conll import check_tagging_folder
 
         try:
             report += check_tagging_folder(folder)

@@ -13,13 +13,13 @@ A segmentation is a list of span lengths in words that sums to the number of wor
   seeded by ``seed`` and the sentence text, so it does not depend on worker count or
   line order.
 - ``none``: every word is its own span (the paper's "CNN without segmentation").
-- ``chunker`` (:mod:`span_plugin.preprocess.chunker`): every chunk of a POS-tag chunker
+- ``chunker`` (:mod:`span_plugin.preprocess.segmentation.chunker`): every chunk of a POS-tag chunker
   is a span (the paper's "NLTK SF").
 
 A kind is a :class:`Segmentation` subclass registered by name, declaring once whether it
 needs an n-gram dictionary, the options it reads (``--nltk-data``), what it adds to the
 data record and what it takes back from it at inference; its module is imported by
-:mod:`span_plugin.preprocess.segmentations`, which registers every kind.
+:mod:`span_plugin.preprocess.segmentation.segmentations`, which registers every kind.
 """
 
 import random

@@ -8,8 +8,8 @@ import os
 import numpy as np
 
 from span_plugin.tokenizers import words as W
-from span_plugin.preprocess.ngrams import NgramDict, default_ngrams_path, load_ngrams
-from span_plugin.preprocess.segment import Segmenter
+from span_plugin.preprocess.segmentation.ngrams import NgramDict, default_ngrams_path, load_ngrams
+from span_plugin.preprocess.segmentation.segment import Segmenter
 
 MAX_LEN = 5  # histogram bins 1..5 words (longer n-grams, if any, go in the last bin)
 

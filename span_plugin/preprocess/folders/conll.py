@@ -30,7 +30,7 @@ training file's number of columns (the tag is the last one: a file without it wo
 give its chunk column as tags), and the record's ``labels.stats[split].entity_types``
 counts the entities of each type as read, so a wrong column shows (a warning names
 types that are all chunk types). The folder is written whole or not at all
-(:func:`span_plugin.preprocess.folder.whole_folder`); ``bad_utf8="replace"`` counts its
+(:func:`span_plugin.preprocess.folders.folder.whole_folder`); ``bad_utf8="replace"`` counts its
 replacements in ``labels.stats[split].utf8_replacements`` and the record's ``bad_utf8``.
 
 Every word carries its tag on its first sub-token (the task reads the tags at the word
@@ -52,9 +52,10 @@ import numpy as np
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import read_conll
 from span_plugin.formats.lines import BadInputError
-from span_plugin.preprocess import indexed, provenance, span_files
-from span_plugin.preprocess.binarize import _get_encoder, binarize_file, write_dict
-from span_plugin.preprocess.folder import folder_name, whole_folder
+from span_plugin.preprocess.binary import indexed, span_files
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.binary.binarize import _get_encoder, binarize_file, write_dict
+from span_plugin.preprocess.folders.folder import folder_name, whole_folder
 
 logger = logging.getLogger(__name__)
 

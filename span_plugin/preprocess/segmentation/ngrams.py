@@ -120,6 +120,8 @@ def read_header(path):
 
 
 DEFAULT_FILES = {"gpt2": "ngrams.default.txt.gz", "bert": "ngrams.default.bert.txt.gz"}
+# The package's resources folder (span_plugin/resources), where they are shipped.
+RESOURCES = os.path.normpath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "resources"))
 
 
 def default_ngrams_path(words="gpt2"):
@@ -133,8 +135,7 @@ def default_ngrams_path(words="gpt2"):
             f"{', '.join(DEFAULT_FILES)}): count one with `span-preprocess ngrams --words "
             f"{words} --text CORPUS.txt --out ngrams.{words}.txt` and pass it with --ngrams "
             f"(or use --segmentation none, which needs no dictionary)")
-    return os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources",
-                        DEFAULT_FILES[words])
+    return os.path.join(RESOURCES, DEFAULT_FILES[words])
 
 
 _WORDS_TAG = re.compile(r"(?:^|\s)words=(\S+)")
@@ -518,12 +519,12 @@ def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=Non
     """Count n-grams in ``paths`` and write the dictionary file; returns CountResult.
 
     task_rows: task files or folders the dictionary will serve. Corpus lines that are
-    their sentences (:mod:`span_plugin.preprocess.leakage`) raise
+    their sentences (:mod:`span_plugin.preprocess.segmentation.leakage`) raise
     :class:`TaskRowsInCorpus` before counting (``on_task_rows="error"``), are left out of
     the count (``"drop"``) or counted with a warning (``"count"``). The header records
     the corpus file names, the settings, how many task sentences were checked and how
     many corpus lines were dropped."""
-    from span_plugin.preprocess.leakage import task_fingerprints, task_row_hits
+    from span_plugin.preprocess.segmentation.leakage import task_fingerprints, task_row_hits
 
     if on_task_rows not in TASK_ROW_POLICIES:
         raise ValueError(f"on_task_rows={on_task_rows!r}: expected one of {TASK_ROW_POLICIES}")

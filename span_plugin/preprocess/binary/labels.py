@@ -17,8 +17,8 @@ from collections import Counter
 
 import numpy as np
 
-from span_plugin.preprocess import indexed
-from span_plugin.preprocess.vocab import Vocab, tokenize_line
+from span_plugin.preprocess.binary import indexed
+from span_plugin.preprocess.binary.vocab import Vocab, tokenize_line
 
 PADDING_FACTOR = 8
 

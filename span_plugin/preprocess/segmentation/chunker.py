@@ -48,7 +48,7 @@ import numpy as np
 import regex
 
 from span_plugin.preprocess.file_records import SettingsMismatch, file_entry, sha256, short
-from span_plugin.preprocess.segment import Segmentation, register_segmentation
+from span_plugin.preprocess.segmentation.segment import Segmentation, register_segmentation
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.options import Option
 

@@ -46,9 +46,10 @@ import numpy as np
 
 from span_plugin.formats.lines import BadInputError
 from span_plugin.formats.squad import QAExample, QANote, read_qa
-from span_plugin.preprocess import indexed, provenance, span_files
-from span_plugin.preprocess.binarize import _get_dict, _get_encoder, write_dict
-from span_plugin.preprocess.folder import builds_whole_folder
+from span_plugin.preprocess.binary import indexed, span_files
+from span_plugin.preprocess.records import provenance
+from span_plugin.preprocess.binary.binarize import _get_dict, _get_encoder, write_dict
+from span_plugin.preprocess.folders.folder import builds_whole_folder
 
 QA_DIR = "qa"
 INDEX_DTYPE = np.int32
@@ -81,7 +82,7 @@ class EncodedQuestion:
 def encode_context(encoder, context):
     """``(tokens, n-gram spans, character offsets)`` of a context.
 
-    encoder: a :class:`~span_plugin.preprocess.encoding.SpanTokenizer`.
+    encoder: a :class:`~span_plugin.preprocess.segmentation.encoding.SpanTokenizer`.
     """
     lead = len(context) - len(context.lstrip())  # the encoder strips the line
     tokens, spans = encoder.encode(context)
@@ -234,7 +235,7 @@ def _encode_examples(encoder, examples, strict):
 
 def _encode_chunk(task):
     """Worker: :func:`_encode_examples` with the encoder of ``spec`` (built by the parent
-    before the fork, :func:`~span_plugin.preprocess.binarize._get_encoder`)."""
+    before the fork, :func:`~span_plugin.preprocess.binary.binarize._get_encoder`)."""
     spec, examples, strict = task
     return _encode_examples(_get_encoder(spec), examples, strict)
 
@@ -355,7 +356,7 @@ def read_records(path):
     return out
 
 
-@builds_whole_folder  # written whole or not at all (preprocess/folder.py)
+@builds_whole_folder  # written whole or not at all (preprocess/folders/folder.py)
 def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride=128,
                on_bad="error", name="qa", command=None, workers=1):
     """Write the QA folder of ``files`` ({split: SQuAD JSON or MRQA JSON Lines path},

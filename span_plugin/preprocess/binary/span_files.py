@@ -2,7 +2,7 @@
 
 Layout (the data contract, see docs/DATA.md): for a token file set
 ``DATA/input0/train.{bin,idx}`` the spans live in ``DATA/input0/train.spans.{bin,idx}``,
-a fairseq mmap indexed dataset of int32 (:mod:`span_plugin.preprocess.indexed`). Item i
+a fairseq mmap indexed dataset of int32 (:mod:`span_plugin.preprocess.binary.indexed`). Item i
 belongs to line i of that input and is the flat vector ``[s0, e0, s1, e1, ...]`` of
 (start, end) offsets, end exclusive, that count the sentence's own tokens (before
 ``<s>``, separators and ``</s>`` are added). Spans are sorted and do not overlap; the
@@ -12,7 +12,7 @@ fairseq datasets for training.
 
 import numpy as np
 
-from span_plugin.preprocess import indexed
+from span_plugin.preprocess.binary import indexed
 
 SPAN_SUFFIX = ".spans"
 SPAN_DTYPE = np.int32

@@ -3,15 +3,15 @@
 ``prepare_table(out, {"train": F, "valid": F, "test": F}, ["premise", "hypothesis"],
 "label", spec, dict_txt)`` reads the files with :mod:`span_plugin.formats.table` (formats,
 columns, bad rows) and writes the same folder as ``span-preprocess glue``
-(:mod:`span_plugin.preprocess.folder`), so the recipes and the task take it unchanged.
+(:mod:`span_plugin.preprocess.folders.folder`), so the recipes and the task take it unchanged.
 The label set is the train file's: a valid label outside it is an error naming the file,
 line and label, or (``unknown_labels="skip"``) its row is left out; a train file without
 rows is an error. Rows left out are listed in ``dropped_rows.tsv``. The folder is
-written whole or not at all (:func:`span_plugin.preprocess.folder.whole_folder`).
+written whole or not at all (:func:`span_plugin.preprocess.folders.folder.whole_folder`).
 """
 
 from span_plugin.formats.table import read_table
-from span_plugin.preprocess.folder import folder_name, given_splits, whole_folder, write_task_folder
+from span_plugin.preprocess.folders.folder import folder_name, given_splits, whole_folder, write_task_folder
 
 
 def prepare_table(out_dir, files, text_columns, label_column, spec, dict_path, *,

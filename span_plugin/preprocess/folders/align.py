@@ -70,8 +70,8 @@ from dataclasses import dataclass, field
 from span_plugin.tokenizers import words as W
 from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.formats.pairs import read_pair_rows
-from span_plugin.preprocess.ngrams import load_ngrams
-from span_plugin.preprocess.segment import Segmenter
+from span_plugin.preprocess.segmentation.ngrams import load_ngrams
+from span_plugin.preprocess.segmentation.segment import Segmenter
 
 ALIGNER_VERSION = 2
 MAX_PHRASE_WORDS = 4
@@ -174,30 +174,13 @@ def sentences_of(path):
     return out
 
 
-def word_ranges(text, scheme):
-    """(start, end) character ranges of the words of ``text`` and their match keys, in
-    the word scheme ``scheme`` (:data:`span_plugin.tokenizers.words.WORD_SCHEMES`)."""
-    if scheme == "gpt2":
-        found = [(m.start(), m.end()) for m in W._WORD_RE.finditer(text) if m.end() > m.start()]
-        return found, W.match_keys([text[a:b] for a, b in found])
-    if scheme == "bert":
-        # Cut the raw text: whitespace and punctuation cuts are cuts of the normalised
-        # text too, so each word ends where a WordPiece token ends.
-        found = [span for _, span in W._bert_parts()[1].pre_tokenize_str(text)]
-        return found, W.bert_keys([text[a:b] for a, b in found])
-    if scheme == "spm":
-        found = W.spm_word_ranges(text)
-        return found, W.spm_keys([text[a:b] for a, b in found])
-    raise ValueError(f"word scheme {scheme!r}: expected one of {W.WORD_SCHEMES}")
-
-
 class _Sentence:
     """Words of one sentence: character ranges, case-folded keys, which hold a letter or
     digit; spans are word ranges ``(first, last + 1)``."""
 
     def __init__(self, text, scheme, segmenter=None):
         self.text = text
-        self.chars, self.keys = word_ranges(text, scheme)
+        self.chars, self.keys = W.word_ranges(text, scheme)
         self.keys = [k.strip() for k in self.keys]
         self.wordlike = [any(c.isalnum() for c in k) for k in self.keys]
         self.segments = []
@@ -380,7 +363,7 @@ def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, s
 def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, seed=1,
                require_overlap=False, min_score=4.0, exclude=(), words="gpt2",
                keep_identical=False, holdout=0, holdout_path=None):
-    """Write the JSON Lines file of :mod:`span_plugin.preprocess.pairs` from the
+    """Write the JSON Lines file of :mod:`span_plugin.preprocess.folders.pairs` from the
     paraphrase rows of ``path``, without those sharing a sentence with the files
     ``exclude``; ``words``: the word scheme of the encoder that will read the file (and
     of the n-gram dictionary); ``holdout`` > 0: the last ``holdout`` rows left go to
