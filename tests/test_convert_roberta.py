@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import GLUE, run_cli
+from conftest import DATA, GLUE, run_cli
 from test_convert import load_fairseq
 from span_plugin.cli.convert import main as cli_main
 from span_plugin.tokenizers import words as W
@@ -425,3 +425,31 @@ def test_glue_recipe_fine_tunes_the_converted_xlmr(family, ngram_files, tmp_path
     assert (data / "input0" / "dict.txt").read_bytes() == (out / "dict.txt").read_bytes()
     assert '"sentencepiece-line"' in (data / "provenance.json").read_text()
     assert (tmp_path / "runs" / "xlmr" / "MRPC" / "results.json").is_file()
+
+
+@pytest.mark.slow
+def test_ner_recipe_fine_tunes_the_converted_roberta(family, tmp_path):
+    """recipes/ner/conll2003.sh with MODEL_DIR = the converted RoBERTa (byte-level BPE,
+    GPT-2 words: the packaged dictionary serves): real CoNLL-2003 sentences, tagging
+    folder made with the folder's own tokenizer, fine-tuning from its weights, a CoNLL
+    prediction file per split."""
+    from test_ner_recipes import RECIPE, conll_columns, sentences
+
+    name, _, _, out, _ = family
+    if name != "roberta":
+        pytest.skip("one end-to-end run")
+    conll = tmp_path / "conll"
+    conll.mkdir()
+    for split, n in (("train", 16), ("valid", 8), ("test", 8)):
+        (conll / f"{split}.txt").write_text(sentences(DATA / "conll2003" / f"{split}.txt", n))
+    log = run_cli("bash", RECIPE, "--cpu", "--max-update", "2", "--batch-size", "8",
+                  "--num-workers", "0", "--log-interval", "1", cwd=tmp_path,
+                  env={"CONLL_DIR": str(conll), "MODEL_DIR": str(out), "WORKERS": "1",
+                       "OUT_DIR": str(tmp_path / "run")}).stdout
+    assert f"Loaded checkpoint {out}/model.pt" in log or f"loading pretrained model from {out}" in log
+    data = tmp_path / "data-bin" / "roberta" / "conll2003"
+    assert (data / "input0" / "dict.txt").read_bytes() == (out / "dict.txt").read_bytes()
+    assert '"bpe": "gpt2"' in (data / "provenance.json").read_text()
+    for split in ("valid", "test"):
+        gold, pred = conll_columns(tmp_path / "run" / "predictions" / f"{split}.conll")
+        assert len(gold) == len(pred) == 8 and all(len(g) == len(p) for g, p in zip(gold, pred))
