@@ -172,3 +172,15 @@ def test_a_new_segmentation_reaches_span_preprocess_and_the_record(
 def _record_shell():
     return {"plugin_version": "0", "command": "c", "task": "t", "inputs": 1,
             "labels": {"kind": "none"}, "rows": {}, "files": {}}
+
+
+def test_a_file_the_chosen_tokenizer_does_not_read_is_refused(tmp_path):
+    """A stray file flag (--bpe-vocab with --bpe gpt2) is not ignored: before the
+    registries it was written into the record as if it had been used."""
+    gpt2 = ["--gpt2-encoder-json", str(GPT2_BPE / "encoder.json"),
+            "--gpt2-vocab-bpe", str(GPT2_BPE / "vocab.bpe")]
+    with pytest.raises(SystemExit, match="--bpe-vocab is not read by --bpe gpt2, which reads "
+                                         "--gpt2-encoder-json, --gpt2-vocab-bpe"):
+        preprocess_main(["encode", *gpt2, "--bpe-vocab", str(GPT2_BPE / "dict.txt"), "x"])
+    with pytest.raises(SystemExit, match="--wordpiece is not read by --bpe gpt2"):
+        preprocess_main(["encode", *gpt2, "--wordpiece", str(tmp_path), "x"])

@@ -11,7 +11,7 @@ import sys
 
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
 from span_plugin.preprocess.segmentation.segmentations import segmentation_options
-from span_plugin.tokenizers import file_options
+from span_plugin.tokenizers import TOKENIZERS, file_options, tokenizer_kind
 from span_plugin.tokenizers.options import add_arguments
 from span_plugin.tokenizers.words import WORD_SCHEMES
 
@@ -33,6 +33,14 @@ def _add_encoder_args(p):
     g.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     g.add_argument("--bad-utf8", choices=("error", "replace"), default="error",
                    help="invalid UTF-8: stop naming file and line, or use U+FFFD")
+
+
+def _bpe_by_word_scheme():
+    """``{word scheme: [tokenizer kinds whose words it is]}`` (for --words' help)."""
+    out = {scheme: [] for scheme in WORD_SCHEMES}
+    for name, cls in TOKENIZERS.items():
+        out.setdefault(cls.word_scheme, []).append(name)
+    return {scheme: kinds for scheme, kinds in out.items() if kinds}
 
 
 def _add_split_files(p, kind):
@@ -64,6 +72,12 @@ def _spec(a, need_dict=True):
 
     options = {**file_options(), **segmentation_options()}
     given = {field: getattr(a, field) for field in options if getattr(a, field) is not None}
+    tokenizer = tokenizer_kind(a.bpe)
+    for field in sorted(given.keys() & file_options().keys()):
+        if options[field] not in tokenizer.options:  # a file it would ignore: say so
+            raise SystemExit(f"span-preprocess {a.cmd}: {options[field].flags[0]} is not read "
+                             f"by --bpe {a.bpe}, which reads "
+                             f"{', '.join(o.flags[0] for o in tokenizer.options) or 'no file'}")
     reads = SEGMENTATIONS[a.segmentation].options
     for field in given.keys() & segmentation_options().keys():
         if options[field] not in reads:
@@ -334,8 +348,9 @@ def build_parser():
                    help="keep n-grams seen at least this often (paper: more than 10)")
     q.add_argument("--top-k", type=int, help="keep only the K most frequent")
     q.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
-                   help="word scheme of the encoder that will use it: gpt2 (--bpe gpt2, "
-                   "sentencepiece, fastbpe) or bert (--bpe wordpiece)")
+                   help="word scheme of the encoder that will use it: "
+                   + "; ".join(f"{scheme} (--bpe {' or '.join(kinds)})"
+                               for scheme, kinds in _bpe_by_word_scheme().items()))
     q.add_argument("--keep-edge-punct", action="store_true",
                    help="keep n-grams that start or end with punctuation (', and')")
     q.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -399,9 +414,10 @@ def build_parser():
     q.add_argument("--source", choices=("auto", "mrpc", "stsb"), default="auto")
     q.add_argument("--out", required=True, help="JSON Lines file to write")
     q.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
-                   help="word scheme of the encoder that will read the pairs: gpt2 (GPT-2 "
-                   "BPE, sentencepiece) or bert (WordPiece); phrases start and end at its "
-                   "word boundaries")
+                   help="word scheme of the encoder that will read the pairs: "
+                   + "; ".join(f"{scheme} (--bpe {' or '.join(kinds)})"
+                               for scheme, kinds in _bpe_by_word_scheme().items())
+                   + "; phrases start and end at its word boundaries")
     q.add_argument("--ngrams", help="n-gram dictionary of that word scheme (default: packaged)")
     q.add_argument("--random-sentence-ratio", type=float, default=0.5,
                    help="random partners (sentence label 0; the random phrase pairs) per paraphrase pair")
