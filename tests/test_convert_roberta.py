@@ -272,6 +272,33 @@ def test_words_are_sentencepiece_word_starts(family):
     assert tokenizer.pieces("New York, he said.")[2] == ["new", "york,", "he", "said."]
 
 
+def test_span_pretraining_reads_the_word_starts_from_the_converted_dictionary(family):
+    """Span masking's word starts, read from the converted dict.txt alone
+    (--word-boundaries auto), are the tokenizer's own word starts."""
+    import numpy as np
+    from fairseq.data import Dictionary
+
+    from span_plugin.data.word_boundaries import build_word_boundaries, detect_kind
+
+    name, _, _, out, _ = family
+    dictionary = Dictionary.load(str(out / "dict.txt"))
+    encoder_json = out / "encoder.json" if name == "roberta" else None
+    assert detect_kind(dictionary.symbols, dictionary.nspecial) == (
+        "gpt2" if name == "roberta" else "sentencepiece")
+    rule = build_word_boundaries("auto", dictionary.symbols, dictionary.nspecial, encoder_json)
+    tokenizer = project_tokenizer(out)
+    checked = 0
+    for text in many_sentences():
+        tokens, starts, _ = tokenizer.pieces(text.strip())
+        if not tokens or "<unk>" in tokens or (name == "roberta" and not text.isascii()):
+            continue  # the test's tiny BPE splits accented letters into bytes: a
+            # character split across tokens reads as a word edge (word_boundaries.py)
+        ids = np.array([dictionary.index(t) for t in tokens])
+        assert np.flatnonzero(rule(ids)).tolist() == starts, text
+        checked += 1
+    assert checked > 50
+
+
 def test_dictionary_layout(family):
     name, tok, hf_model, out, printed = family
     lines = (out / "dict.txt").read_text(encoding="utf-8").splitlines()

@@ -18,10 +18,14 @@ only ids, so the word starts are recovered from the symbols of ``dict.txt``:
   :mod:`span_plugin.tokenizers.gpt2` counts it). A character split across tokens
   counts as a word edge (rare outside CJK text, where GPT-2 splits characters into
   bytes). These are the ``gpt2`` scheme's words (tested against the encoder).
+- ``sentencepiece`` (XLM-R, CamemBERT: a ``span-convert roberta`` dictionary of pieces):
+  a token begins a word when it starts with sentencepiece's word marker ``▁``: the
+  ``spm`` scheme's words, as the ``sentencepiece-line`` tokenizer starts them.
 - ``token``: every token is a word (any other vocabulary).
 
 ``auto`` picks ``gpt2`` when every ordinary symbol is a decimal id, ``wordpiece`` when
-some symbol starts with ``##``, and otherwise refuses, asking for the kind.
+some symbol starts with ``##``, ``sentencepiece`` when some starts with ``▁``, and
+otherwise refuses, asking for the kind.
 """
 
 import json
@@ -29,7 +33,8 @@ import json
 import numpy as np
 import regex
 
-KINDS = ("auto", "gpt2", "wordpiece", "token")
+KINDS = ("auto", "gpt2", "wordpiece", "sentencepiece", "token")
+SPM_MARK = "\u2581"  # sentencepiece's word marker
 
 # Character classes of GPT-2's pre-tokenizer; SPACE also marks a leading space.
 CONT, LETTER, DIGIT, OTHER, SPACE, EDGE = range(6)  # EDGE: always a word edge
@@ -51,9 +56,11 @@ def detect_kind(symbols, nspecial, where="dict.txt"):
         return "gpt2"
     if any(s.startswith("##") for s in ordinary):
         return "wordpiece"
+    if any(s.startswith(SPM_MARK) for s in ordinary):
+        return "sentencepiece"
     raise ValueError(
-        f"{where}: cannot tell where words begin from its symbols (neither GPT-2 ids nor "
-        f"WordPiece '##' pieces); pass --word-boundaries token (every token a word) or "
+        f"{where}: cannot tell where words begin from its symbols (neither GPT-2 ids, "
+        f"WordPiece '##' pieces nor sentencepiece '{SPM_MARK}' pieces); pass --word-boundaries token (every token a word) or "
         f"the kind of this vocabulary")
 
 
@@ -167,6 +174,8 @@ def build_word_boundaries(kind, symbols, nspecial, encoder_json=None, where="dic
         return gpt2_boundaries(symbols, nspecial, encoder_json)
     if kind == "wordpiece":
         return WordBoundaries([not s.startswith("##") for s in symbols])
+    if kind == "sentencepiece":
+        return WordBoundaries([s.startswith(SPM_MARK) for s in symbols])
     if kind == "token":
         return WordBoundaries(np.ones(len(symbols), dtype=bool))
     raise ValueError(f"word boundaries {kind!r}: expected one of {KINDS}")

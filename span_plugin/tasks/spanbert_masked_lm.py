@@ -94,7 +94,8 @@ class SpanBertMaskedLMConfig(FairseqDataclass):
         "help": "longest span in words; the distribution is truncated and renormalised"})
     word_boundaries: ChoiceEnum(list(KINDS)) = field(default="auto", metadata={
         "help": "how word starts are read from dict.txt: gpt2 (needs encoder.json), "
-        "wordpiece ('##' continues a word), token (every token a word), auto"})
+        "wordpiece ('##' continues a word), sentencepiece ('\u2581' starts a word), "
+        "token (every token a word), auto"})
     encoder_json: Optional[str] = field(default=None, metadata={
         "help": "GPT-2 encoder.json (local file) for --word-boundaries gpt2; default: "
         "encoder.json beside dict.txt"})
