@@ -96,11 +96,16 @@ def clip_spans(
         LongTensor ``[B, S', 2]`` (or ``[S', 2]``) with ``S'`` the largest number of
         kept spans in the batch; rows past an example's count are ``(0, 0)``.
     """
-    if spans.dim() == 2:
-        return clip_spans(spans.unsqueeze(0), max_spans, max_span_tokens)[0]
     for name, limit in (("max_spans", max_spans), ("max_span_tokens", max_span_tokens)):
         if limit is not None and limit < 0:
             raise ValueError(f"{name} must be >= 0 (0 or None: no limit), got {limit}")
+    if spans.dim() == 2:  # one example (the data loader's path, per item): slicing, no packing
+        spans = spans[spans[:, 0] < spans[:, 1]]
+        if max_spans:
+            spans = spans[:max_spans]
+        if max_span_tokens:
+            spans = torch.stack((spans[:, 0], torch.minimum(spans[:, 1], spans[:, 0] + max_span_tokens)), -1)
+        return spans
     start, end = spans.unbind(-1)
     keep = start < end
     rank = keep.cumsum(-1) - 1
