@@ -6,14 +6,18 @@ on CUDA, the code a GPU run executes: the span model (``roberta_span_base``, cnn
 head) built by fairseq's own task setup, real batches of the long-pair folder of
 ``benchmarks/gpu_throughput.py``, dropout 0, one forward and backward each, eager and
 compiled (``--compile-mode`` default and reduce-overhead) from the same weights, in
-fp32 (TF32 off) and fp16. Reported per dtype and mode: the relative loss difference and
-the largest gradient difference over the parameters (see :func:`compare`), and the
-parameter it occurs at.
+fp32 (TF32 off), fp16 or bf16, and the same eager step in float64 as the reference.
+Reported per dtype and mode: the relative loss difference and the largest gradient
+difference between compiled and eager (see :func:`distances`), the parameter it occurs
+at and both steps' distances from float64 there. A compiled step passes when it is no
+further from float64 than twice the eager step of its precision, or within the
+tolerance (see :func:`judge`: a max over near-equal fp16 values can send a gradient to
+another token under either kernel).
 
     python benchmarks/gpu_compile_check.py [--data .gpu/wiki-pairs] [--batch 16]
     python benchmarks/gpu_compile_check.py --quick    # CPU, tiny model, aot_eager
 
-Exits 1 when a difference passes the tolerance (fp32 1e-3, fp16 2e-2).
+Exits 1 when a compiled step fails that test (tolerance: fp32 1e-3, fp16 2e-2, bf16 5e-2).
 """
 
 import argparse
@@ -24,7 +28,7 @@ import sys
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2}
+TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}
 TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
         "--encoder-attention-heads", "2"]
 
@@ -60,25 +64,52 @@ def step(model, criterion, sample):
                                    if p.grad is not None}
 
 
-def compare(eager, compiled):
-    """(relative loss difference, worst gradient difference, its parameter).
+def distances(reference, other):
+    """(relative loss difference, {parameter: relative gradient difference}) of ``other``
+    from ``reference`` (each a ``step`` result).
 
-    A parameter's difference is ``|g_c - g_e| / (|g_e| + 1e-3 |G_e|)`` (norms; G: every
+    A parameter's difference is ``|g - g_ref| / (|g_ref| + 1e-3 |G_ref|)`` (norms; G: every
     gradient together): the floor keeps gradients that are zero in exact arithmetic
     (the key projection's bias, which softmax cancels) from turning rounding noise
     into a large relative error, as they did in the first GPU run of this check."""
-    (le, ge), (lc, gc) = eager, compiled
-    missing = set(ge) ^ set(gc)
+    (l_ref, g_ref), (l_other, g_other) = reference, other
+    missing = set(g_ref) ^ set(g_other)
     if missing:
-        return float("inf"), float("inf"), f"gradients missing: {sorted(missing)[:3]}"
-    loss = float((lc - le).abs() / le.abs().clamp(min=1e-12))
-    floor = 1e-3 * float(torch.stack([g.norm() for g in ge.values()]).norm())
-    worst, where = 0.0, ""
-    for name, g in ge.items():
-        rel = float((gc[name] - g).norm()) / (float(g.norm()) + floor)
-        if rel > worst:
-            worst, where = rel, name
-    return loss, worst, where
+        raise AssertionError(f"gradients missing: {sorted(missing)[:3]}")
+    loss = float((l_other - l_ref).abs() / l_ref.abs().clamp(min=1e-12))
+    floor = 1e-3 * float(torch.stack([g.norm() for g in g_ref.values()]).norm())
+    return loss, {name: float((g_other[name] - g).norm()) / (float(g.norm()) + floor)
+                  for name, g in g_ref.items()}
+
+
+def judge(reference, eager, compiled, tolerance):
+    """Compiled against eager, both against the float64 eager ``reference``.
+
+    Rounding alone moves a low-precision step away from exact arithmetic, and more
+    where a max picks its arg-max among near-equal values (the span head's poolings:
+    two kernels that round a conv output differently can send a gradient to another
+    token). So the compiled step passes when, per parameter and for the loss, it is no
+    further from the reference than twice the eager step of the same precision is,
+    or within ``tolerance`` of it. Returns (loss diff to eager, worst gradient diff to
+    eager and its parameter, worst excess line or "")."""
+    loss_e, grads_e = distances(reference, eager)
+    loss_c, grads_c = distances(reference, compiled)
+    loss, grads = distances(eager, compiled)
+    where = max(grads, key=grads.get)
+    excess = ""
+    if loss_c > max(2 * loss_e, tolerance):
+        excess = f"loss {loss_c:.2e} from float64 against eager's {loss_e:.2e}"
+    for name, err in grads_c.items():
+        if err > max(2 * grads_e[name], tolerance):
+            excess = f"{name}: {err:.2e} from float64 against eager's {grads_e[name]:.2e}"
+            break
+    return loss, grads[where], f"{where} (eager {grads_e[where]:.1e}, compiled {grads_c[where]:.1e} " \
+        f"from float64)", excess
+
+
+def _to(dtype):
+    """Cast a sample's floating tensors to ``dtype`` (tokens and spans stay integers)."""
+    return lambda t: t.to(dtype) if t.is_floating_point() else t
 
 
 def main():
@@ -109,11 +140,14 @@ def main():
     from fairseq import utils
 
     samples = [utils.move_to_cuda(s) if device == "cuda" else s for s in samples]
-    names = {"fp32": torch.float32, "fp16": torch.float16}
+    names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     cases = [("fp32", "default")] if quick else [tuple(c.split(":")) for c in args.cases]
     failed = False
     print(f"{'dtype':>8} {'mode':>16} {'batch':>5} {'T':>4} {'loss rel diff':>14} "
-          f"{'worst grad rel diff':>20}  parameter")
+          f"{'worst grad rel diff':>20}  parameter (each step's distance from float64)")
+    reference = copy.deepcopy(model).to(device=device, dtype=torch.float64).train()
+    references = [step(reference, criterion, utils.apply_to_sample(_to(torch.float64), s)) for s in samples]
+    del reference
     for dtype_name, mode in cases:
         dtype = names[dtype_name]
         eager = copy.deepcopy(model).to(device=device, dtype=dtype).train()
@@ -121,16 +155,15 @@ def main():
         compiled.args.compile_mode = mode
         compiled.args.compile_backend = "aot_eager" if quick else "inductor"
         compiled.compile_for_training()
-        for i, sample in enumerate(samples):
-            if dtype == torch.float16:
-                sample = utils.apply_to_sample(lambda t: t.half() if t.is_floating_point() else t, sample)
-            loss, grad, where = compare(step(eager, criterion, sample), step(compiled, criterion, sample))
-            ok = loss <= TOLERANCE[dtype] and grad <= TOLERANCE[dtype]
-            failed |= not ok
+        for sample, ref in zip(samples, references):
+            sample = utils.apply_to_sample(_to(dtype), sample)
+            loss, grad, where, excess = judge(ref, step(eager, criterion, sample),
+                                              step(compiled, criterion, sample), TOLERANCE[dtype])
+            failed |= bool(excess)
             tokens = sample["net_input"]["src_tokens"]
             print(f"{str(dtype).removeprefix('torch.'):>8} {mode:>16} {tokens.size(0):>5} "
-                  f"{tokens.size(1):>4} {loss:>14.2e} {grad:>20.2e}  {where}{'' if ok else '  <- over'}",
-                  flush=True)
+                  f"{tokens.size(1):>4} {loss:>14.2e} {grad:>20.2e}  {where}"
+                  f"{'  <- over: ' + excess if excess else ''}", flush=True)
     print("compiled = eager within tolerance" if not failed else "compiled differs from eager")
     sys.exit(1 if failed else 0)
 

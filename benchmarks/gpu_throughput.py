@@ -288,14 +288,15 @@ def report(rows, device, peak, batch, updates, seq_len):
 
 
 def write_results(path, text, command):
-    """Replace (or append) the GPU section of the results file ``path`` with ``text``."""
+    """Replace (or append) the opening of the GPU section of the results file ``path``
+    (up to its first subsection: earlier runs' notes are kept) with ``text``."""
     with open(path, encoding="utf-8") as f:
         body = f.read()
     section = f"{SECTION}\n\nTaken {time.strftime('%Y-%m-%d')} with\n\n    {command}\n\n{text}\n"
     if SECTION in body:
         head, rest = body.split(SECTION, 1)
-        nxt = rest.find("\n## ")
-        body = head + section + (rest[nxt + 1:] if nxt >= 0 else "")
+        ends = [i for i in (rest.find("\n## "), rest.find("\n### ")) if i >= 0]
+        body = head + section + (rest[min(ends) + 1:] if ends else "")
     else:
         body = body.rstrip("\n") + "\n\n" + section
     with open(path, "w", encoding="utf-8") as f:

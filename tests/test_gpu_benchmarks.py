@@ -47,3 +47,36 @@ def test_gpu_throughput_quick_trains_every_variant(tmp_path):
     out = bench("gpu_throughput.py", "--quick", "--data", tmp_path / "pairs")
     assert "quick check: every run trained" in out, out[-3000:]
     assert re.search(r"\| tiny \| span \| 1 \| [\d,]+ \|", out), out[-3000:]
+
+
+def test_gpu_profile_quick_reports_each_phase():
+    """The profile's own code on the CPU (no device events there): fairseq's Trainer of
+    the tiny span model, its phases found by their record_function names."""
+    out = bench("gpu_profile.py", "--quick", "--variants", "span")
+    assert re.search(r"== span: [\d.]+ ms/update", out), out[-3000:]
+    for phase in ("forward", "backward", "optimizer"):
+        assert re.search(rf"phase {phase}: [\d.]+ ms host", out), out[-3000:]
+
+
+def test_gpu_profile_counts_overlapping_kernels_once():
+    sys.path.insert(0, str(BENCHMARKS))
+    from gpu_profile import busy_within, merged
+
+    busy = merged([(5, 8), (0, 2), (1, 3), (7, 10), (20, 21)])
+    assert busy == [[0, 3], [5, 10], [20, 21]]
+    assert busy_within(busy, 2, 6) == 2  # 2-3 and 5-6
+    assert busy_within(busy, 10, 20) == 0
+    assert busy_within(busy, -5, 50) == 9
+
+
+def test_gpu_results_keep_earlier_runs_notes(tmp_path):
+    """A new GPU table replaces the section's opening, not its subsections."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from gpu_throughput import SECTION, write_results
+
+    path = tmp_path / "RESULTS.md"
+    path.write_text(f"# R\n\n{SECTION}\n\nold table\n\n### Second run\n\nnotes\n\n## Next\n\nx\n")
+    write_results(path, "new table", "python benchmarks/gpu_throughput.py")
+    text = path.read_text()
+    assert "new table" in text and "old table" not in text
+    assert "### Second run\n\nnotes" in text and "## Next\n\nx" in text

@@ -1,0 +1,271 @@
+"""Where a fine-tuning update's time goes on a GPU: the torch profiler on CUDA (issue 40).
+
+``gpu_throughput.py`` measures what ``fairseq-train`` achieves; this says why. For each
+variant it builds fairseq's own task, model, criterion and ``Trainer`` (fp16 with the
+recipes' flags, batch 32 of the long-pair folder, the batches ``fairseq-train`` draws),
+runs warm-up updates (the compiled variants build their graphs there; ``--from-loader``:
+each batch from fairseq's epoch iterator, as fairseq-train draws them), times updates
+with the device synchronised, then profiles a few with CPU and CUDA activity and reports
+per update:
+
+- wall ms, GPU busy ms (the union of kernel intervals: two overlapping kernels count
+  once) and busy % = the share of the update a kernel runs (what nvidia-smi's SM
+  utilisation samples);
+- kernels launched (graph replays count their kernels), CUDA graph launches, and
+  host-device syncs (``cudaStreamSynchronize``/``cudaDeviceSynchronize``/
+  ``cudaEventSynchronize`` and blocking device-to-host copies);
+- the GPU time of the model's parts: encoder forward, head forward (eager variants:
+  ``record_function`` ranges around them), and the largest kernels by total time.
+
+    python benchmarks/gpu_profile.py [--data .gpu/wiki-pairs] [--variants span plain span+compile plain+compile]
+    python benchmarks/gpu_profile.py --quick     # CPU, tiny model: checks the script, no figures
+
+Variants as in ``gpu_throughput.py``: ``span`` (span_classification, cnn-cnn head),
+``plain`` (fairseq's sentence_prediction), ``+compile`` (``--compile --compile-mode
+reduce-overhead --length-multiple 64``; ``plain+compile`` is the span model with
+``--sentence-head plain``). Without a GPU (and without ``--quick``) it says so and exits 0.
+"""
+
+import argparse
+import bisect
+import collections
+import itertools
+import contextlib
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from gpu_throughput import FP16, TINY, prepare  # noqa: E402
+
+# fairseq's own record_function ranges in a training update, and this script's.
+PHASES = ("train_step", "forward", "backward", "reduce-grads", "multiply-grads", "clip-grads", "optimizer")
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def build(data, variant, batch, quick, from_loader=False):
+    """fairseq's Trainer for ``variant`` and its batches: an endless iterator over 8
+    real training batches loaded beforehand, or with ``from_loader`` fairseq's epoch
+    iterator as fairseq-train draws from it (2 loader workers)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    span, compiled = variant.startswith("span"), "+compile" in variant
+    if span or compiled:
+        args = ["--task", "span_classification", "--criterion", "span_classification",
+                "--arch", "roberta_span_base"] + ([] if span else ["--sentence-head", "plain"])
+    else:
+        args = ["--task", "sentence_prediction", "--criterion", "sentence_prediction", "--arch", "roberta_base"]
+    if compiled:
+        args += ["--compile", "--length-multiple", "64"]
+        args += ["--compile-backend", "aot_eager"] if quick else ["--compile-mode", "reduce-overhead"]
+    args += TINY + ["--cpu"] if quick else FP16
+    parsed = options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--user-dir", os.path.join(ROOT, "span_plugin"), *args, "--num-classes", "2",
+        "--init-token", "0", "--separator-token", "2", "--max-positions", "512",
+        "--batch-size", str(batch), "--required-batch-size-multiple", "1", "--optimizer", "adam",
+        "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-06", "--lr", "1e-05", "--clip-norm", "0.0",
+        "--dropout", "0.1", "--attention-dropout", "0.1", "--weight-decay", "0.1", "--seed", "1",
+        "--num-workers", "2"])
+    cfg = convert_namespace_to_omegaconf(parsed)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset("train")
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    trainer = Trainer(cfg, task, model, criterion)
+    epochs = trainer.get_train_iterator(epoch=1)
+    if from_loader:
+        def batches():
+            while True:
+                yield from epochs.next_epoch_itr(shuffle=True)
+        return trainer, model, batches()
+    itr = epochs.next_epoch_itr(shuffle=True)
+    return trainer, model, itertools.cycle([next(itr) for _ in range(8)])
+
+
+@contextlib.contextmanager
+def labelled_parts(model):
+    """``record_function`` ranges around the encoder's and the head's forward (hooks)."""
+    parts = [("encoder forward", model.encoder)] + [
+        ("head forward", head) for head in getattr(model, "classification_heads", {}).values()]
+    handles, ranges = [], {}
+    for label, module in parts:
+        def pre(module, inputs, label=label):
+            ranges[id(module)] = torch.profiler.record_function(label)
+            ranges[id(module)].__enter__()
+
+        def post(module, inputs, output):
+            ranges.pop(id(module)).__exit__(None, None, None)
+
+        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def merged(intervals):
+    """Sorted, disjoint union of ``(start, end)`` intervals."""
+    out = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return out
+
+
+def busy_within(busy, start, end):
+    """Length of ``[start, end]`` covered by the merged intervals ``busy``."""
+    i = bisect.bisect_right([b[0] for b in busy], start) - 1
+    covered = 0.0
+    for b_start, b_end in busy[max(i, 0):]:
+        if b_start >= end:
+            break
+        covered += max(0.0, min(end, b_end) - max(start, b_start))
+    return covered
+
+
+def _start_end_us(event):
+    """A raw (kineto) event's start and end in us since the epoch."""
+    if hasattr(event, "start_ns"):
+        start = event.start_ns() / 1e3
+        return start, start + event.duration_ns() / 1e3
+    return event.start_us(), event.start_us() + event.duration_us()
+
+
+def host_ranges(prof, names):
+    """``[(name, start us, end us)]`` of the host's ``record_function`` ranges called one
+    of ``names``, on the raw events' clock (the parsed events count from the trace's
+    start, the device events do not)."""
+    return [(e.name(), *_start_end_us(e)) for e in prof.profiler.kineto_results.events()
+            if e.device_type() == torch.autograd.DeviceType.CPU and e.name() in names]
+
+
+def device_events(prof):
+    """``[(name, start us, end us)]`` of every kernel, copy and set on the device, from
+    the profiler's raw (kineto) events."""
+    raw = prof.profiler.kineto_results.events()
+    # The device timeline also mirrors every record_function range (fairseq's phases):
+    # those are not work, and carry the names of host events.
+    host_names = {e.name() for e in raw if e.device_type() == torch.autograd.DeviceType.CPU}
+    events = [(e.name(), *_start_end_us(e)) for e in raw
+              if e.device_type() == torch.autograd.DeviceType.CUDA and e.name() not in host_names]
+    return events
+
+
+def measure(trainer, model, batches, warmup, timed, profiled, device):
+    """Per-update figures of one variant (see the module docstring); ``batches``: an
+    endless iterator."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        trainer.train_step([next(batches)])
+    sync()
+    times = []
+    for _ in range(timed):
+        start = time.perf_counter()
+        trainer.train_step([next(batches)])
+        sync()
+        times.append(time.perf_counter() - start)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    labelled = labelled_parts(model) if not getattr(model, "compile_mode", None) else contextlib.nullcontext()
+    with labelled, torch.profiler.profile(activities=activities) as prof:
+        sync()
+        start = time.perf_counter()
+        for _ in range(profiled):
+            with torch.profiler.record_function("train_step"):
+                trainer.train_step([next(batches)])
+        sync()
+        wall = (time.perf_counter() - start) / profiled
+    kernels = device_events(prof)  # (name, start us, end us)
+    busy_intervals = merged([(start, end) for _, start, end in kernels])
+    busy = sum(end - start for start, end in busy_intervals) / 1e3 / profiled
+    # Each phase's host time and the device's idle time inside it, per update: where the
+    # GPU waits for the host.
+    phases = collections.defaultdict(lambda: [0.0, 0.0])
+    for name, start, end in host_ranges(prof, PHASES):
+        phases[name][0] += (end - start) / 1e3 / profiled
+        phases[name][1] += (end - start - busy_within(busy_intervals, start, end)) / 1e3 / profiled
+    runtime = collections.Counter(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU)
+    syncs = sum(runtime[name] for name in SYNC_CALLS)
+    by_kernel = collections.defaultdict(float)
+    for name, start, end in kernels:
+        by_kernel[name] += (end - start) / 1e3 / profiled
+    parts = {}
+    for avg in prof.key_averages():
+        if avg.key in ("encoder forward", "head forward"):
+            parts[avg.key] = getattr(avg, "device_time_total", getattr(avg, "cuda_time_total", 0)) / 1e3 / profiled
+    return {
+        "wall_ms": statistics.median(times) * 1e3, "profiled_wall_ms": wall * 1e3, "busy_ms": busy,
+        "busy_pct": 100 * busy / (wall * 1e3), "kernels": len(kernels) / profiled,
+        "graph_launches": runtime["cudaGraphLaunch"] / profiled,
+        "launches": (runtime["cudaLaunchKernel"] + runtime["cuLaunchKernel"] + runtime["cuLaunchKernelEx"]) / profiled,
+        "syncs": syncs / profiled, "parts": parts, "phases": dict(phases),
+        "top": sorted(by_kernel.items(), key=lambda kv: -kv[1])[:12],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=os.path.join(ROOT, ".gpu", "wiki-pairs"))
+    parser.add_argument("--variants", nargs="+", default=["span", "plain", "span+compile", "plain+compile"])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=12)
+    parser.add_argument("--timed", type=int, default=20)
+    parser.add_argument("--profiled", type=int, default=6)
+    parser.add_argument("--from-loader", action="store_true",
+                        help="draw each update's batch from fairseq's epoch iterator (2 workers), "
+                        "as fairseq-train does, instead of 8 batches loaded beforehand")
+    parser.add_argument("--quick", action="store_true", help="CPU, tiny model: checks the script")
+    args = parser.parse_args()
+    if not args.quick and not torch.cuda.is_available():
+        print("gpu_profile: no GPU on this machine: nothing to profile (--quick checks the script on the CPU)")
+        return
+    import span_plugin
+
+    span_plugin.register()
+    if not os.path.isdir(args.data):
+        prepare(args.data, count=64 if args.quick else 3200)
+    device = "cpu" if args.quick else "cuda"
+    batch, warmup, timed, profiled = (4, 2, 2, 1) if args.quick else (args.batch, args.warmup, args.timed, args.profiled)
+    print(f"{torch.cuda.get_device_name(0) if device == 'cuda' else 'CPU (quick check)'}; torch {torch.__version__}; "
+          f"batch {batch}, {timed} timed updates, {profiled} profiled", flush=True)
+    results = {}
+    for variant in args.variants:
+        torch.manual_seed(1)
+        trainer, model, batches = build(args.data, variant, batch, args.quick, args.from_loader)
+        r = results[variant] = measure(trainer, model, batches, warmup, timed, profiled, device)
+        print(f"\n== {variant}: {r['wall_ms']:.1f} ms/update ({1e3 / r['wall_ms']:.1f} updates/s), "
+              f"profiled {r['profiled_wall_ms']:.1f} ms; GPU busy {r['busy_ms']:.1f} ms = {r['busy_pct']:.0f}%; "
+              f"kernels {r['kernels']:.0f} (launches {r['launches']:.0f}, graph launches "
+              f"{r['graph_launches']:.0f}); syncs {r['syncs']:.0f}", flush=True)
+        for part, ms in r["parts"].items():
+            print(f"   {part}: {ms:.2f} ms GPU")
+        for phase in PHASES:
+            if phase in r["phases"]:
+                host, idle = r["phases"][phase]
+                print(f"   phase {phase}: {host:.2f} ms host, GPU idle {idle:.2f} ms of it")
+        for name, ms in r["top"]:
+            print(f"   {ms:7.3f} ms  {name[:110]}")
+        del trainer, model, batches
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    print("\n| variant | ms/update | GPU busy ms | busy % | kernels | launches | syncs |")
+    print("|---|---|---|---|---|---|---|")
+    for variant, r in results.items():
+        print(f"| {variant} | {r['wall_ms']:.1f} | {r['busy_ms']:.1f} | {r['busy_pct']:.0f} | "
+              f"{r['kernels']:.0f} | {r['launches']:.0f} | {r['syncs']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
