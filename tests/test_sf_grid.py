@@ -134,13 +134,14 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
             "--dictionaries", dicts, "--glue-dir", mini_glue(), "--variants", "sf", "nocat",
             "dict20k", "--lrs", "5e-5", "--max-seed", "1", "--epochs", "1",
             "--batch-size", "64", "--workers", "1", "--device", "cpu", "--results", results,
-            "--work-dir", tmp_path / "work"]
+            "--work-dir", tmp_path / "work", "--max-runs", "4"]
     out = run_cli(sys.executable, *grid).stdout
     assert "learning rates (CoLA dev MCC, seed 0): sf 5e-05, nocat 5e-05, dict20k 5e-05" in out
     runs = [json.loads(line) for line in results.read_text().splitlines()]
+    # --max-runs counts the selection run too: MRPC's run is left for a relaunch
     assert [(r["task"], r["variant"], r["seed"]) for r in runs] == [
-        ("CoLA", "sf", 0), ("CoLA", "sf", 1), ("CoLA", "nocat", 1), ("CoLA", "dict20k", 1),
-        ("MRPC", "sf", 1)]
+        ("CoLA", "sf", 0), ("CoLA", "sf", 1), ("CoLA", "nocat", 1), ("CoLA", "dict20k", 1)]
+    assert "MRPC sf seed 1" not in out
     by = {r["variant"]: r for r in runs if r["seed"] == 1 and r["task"] == "CoLA"}
     assert by["nocat"]["flags"] == ["--no-span-cls-concat"] and "flags" not in by["sf"]
     cut = by["dict20k"]["settings"]["NGRAMS"]
