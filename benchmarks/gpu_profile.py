@@ -29,8 +29,8 @@ reduce-overhead --length-multiple 64``; ``plain+compile`` is the span model with
 import argparse
 import bisect
 import collections
-import itertools
 import contextlib
+import itertools
 import os
 import statistics
 import sys
