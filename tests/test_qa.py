@@ -5,12 +5,13 @@ import json
 import math
 import random
 import re
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import DATA, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
+from conftest import DATA, ROOT, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import squad_scores
 from span_plugin.modules.qa_decoding import cuts_word, decode_answers, word_boundaries
@@ -475,6 +476,29 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     assert answer["text"] == predictions[ex.id]
     assert ex.context[answer["start"]:answer["end"]] == answer["text"]
     assert hub.answer_boundaries == "word" and hub.task.cfg.answer_boundaries == "word"
+    if head == "span":
+        _length_prior_decodes_like_span_predict(save / "checkpoint_last.pt", qa_folder, tmp_path,
+                                                predictions, examples)
+
+
+def _length_prior_decodes_like_span_predict(checkpoint, qa_folder, tmp_path, predictions, examples):
+    """experiments/qa_length_prior.py: its decoding without the prior is span-predict's;
+    the prior has one entry per width, counted on the training sample."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import qa_length_prior
+
+    results = tmp_path / "prior.jsonl"
+    qa_length_prior.main(["--checkpoint", str(checkpoint), "--train", str(qa_folder / "train.json"),
+                          "--valid", str(qa_folder / "valid.json"), "--sample", "20",
+                          "--results", str(results)])
+    record = json.loads(results.read_text())
+    official = squad_scores(predictions, examples)
+    assert record["without_prior"]["exact_match"] == pytest.approx(official["exact_match"])
+    assert record["without_prior"]["f1"] == pytest.approx(official["f1"])
+    assert len(record["prior"]) == 12  # --max-answer-tokens
+    assert sum(record["predicted_widths"].values()) == record["sample"] == 20
+    assert 0 < sum(record["gold_widths"].values()) <= 20
+    assert record["questions"] == len(examples)
 
 
 # -- formats the machine has no real copy of: SQuAD 2.0 and MRQA ---------------------
