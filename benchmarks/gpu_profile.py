@@ -13,7 +13,7 @@ per update:
   utilisation samples);
 - kernels launched (graph replays count their kernels), CUDA graph launches, and
   host-device syncs (``cudaStreamSynchronize``/``cudaDeviceSynchronize``/
-  ``cudaEventSynchronize`` and blocking device-to-host copies);
+  ``cudaEventSynchronize``: a ``.item()`` or blocking copy waits in one of them);
 - the GPU time of the model's parts: encoder forward, head forward (eager variants:
   ``record_function`` ranges around them), and the largest kernels by total time.
 
@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from gpu_throughput import FP16, TINY, prepare  # noqa: E402
+from gpu_throughput import prepare, training_args, variant_args  # noqa: E402
 
 # fairseq's own record_function ranges in a training update, and this script's.
 PHASES = ("train_step", "forward", "backward", "reduce-grads", "multiply-grads", "clip-grads", "optimizer")
@@ -57,23 +57,8 @@ def build(data, variant, batch, quick, from_loader=False):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
 
-    span, compiled = variant.startswith("span"), "+compile" in variant
-    if span or compiled:
-        args = ["--task", "span_classification", "--criterion", "span_classification",
-                "--arch", "roberta_span_base"] + ([] if span else ["--sentence-head", "plain"])
-    else:
-        args = ["--task", "sentence_prediction", "--criterion", "sentence_prediction", "--arch", "roberta_base"]
-    if compiled:
-        args += ["--compile", "--length-multiple", "64"]
-        args += ["--compile-backend", "aot_eager"] if quick else ["--compile-mode", "reduce-overhead"]
-    args += TINY + ["--cpu"] if quick else FP16
     parsed = options.parse_args_and_arch(options.get_training_parser(), [
-        data, "--user-dir", os.path.join(ROOT, "span_plugin"), *args, "--num-classes", "2",
-        "--init-token", "0", "--separator-token", "2", "--max-positions", "512",
-        "--batch-size", str(batch), "--required-batch-size-multiple", "1", "--optimizer", "adam",
-        "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-06", "--lr", "1e-05", "--clip-norm", "0.0",
-        "--dropout", "0.1", "--attention-dropout", "0.1", "--weight-decay", "0.1", "--seed", "1",
-        "--num-workers", "2"])
+        data, *variant_args(variant, "tiny" if quick else "base", quick), *training_args(batch)])
     cfg = convert_namespace_to_omegaconf(parsed)
     task = tasks.setup_task(cfg.task)
     task.load_dataset("train")
@@ -157,9 +142,8 @@ def device_events(prof):
     # The device timeline also mirrors every record_function range (fairseq's phases):
     # those are not work, and carry the names of host events.
     host_names = {e.name() for e in raw if e.device_type() == torch.autograd.DeviceType.CPU}
-    events = [(e.name(), *_start_end_us(e)) for e in raw
-              if e.device_type() == torch.autograd.DeviceType.CUDA and e.name() not in host_names]
-    return events
+    return [(e.name(), *_start_end_us(e)) for e in raw
+            if e.device_type() == torch.autograd.DeviceType.CUDA and e.name() not in host_names]
 
 
 def measure(trainer, model, batches, warmup, timed, profiled, device):

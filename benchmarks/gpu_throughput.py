@@ -147,9 +147,10 @@ def fairseq_train():
     return beside if os.path.exists(beside) else (shutil.which("fairseq-train") or "fairseq-train")
 
 
-def run_variant(data, variant, size, updates, batch, quick):
-    """One fairseq-train run; returns its figures (or ``{"error": ...}``)."""
-    layers, dim = SIZES[size]
+def variant_args(variant, size, quick):
+    """fairseq-train's task, model and precision flags of a variant (module docstring) at
+    ``size`` (``tiny``: the base architecture made tiny); ``quick``: on the CPU, compiled
+    variants with ``aot_eager``."""
     span = variant.startswith("span")
     compiled = "+compile" in variant
     if span or compiled:
@@ -171,19 +172,31 @@ def run_variant(data, variant, size, updates, batch, quick):
             args += ["--compile-backend", "aot_eager"]
     else:
         args += ["--bf16"] if variant.endswith("-bf16") else FP16
+    return args
+
+
+def training_args(batch):
+    """The fairseq-train flags every variant shares: the plugin, the two-class pair task,
+    ``batch`` sentences an update, Adam at the recipes' settings, 2 loader workers."""
+    return ["--user-dir", os.path.join(ROOT, "span_plugin"), "--num-classes", "2",
+            "--init-token", "0", "--separator-token", "2", "--max-positions", "512",
+            "--batch-size", str(batch), "--required-batch-size-multiple", "1",
+            "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-06",
+            "--lr", "1e-05", "--dropout", "0.1", "--attention-dropout", "0.1",
+            "--weight-decay", "0.1", "--clip-norm", "0.0", "--num-workers", "2", "--seed", "1"]
+
+
+def run_variant(data, variant, size, updates, batch, quick):
+    """One fairseq-train run; returns its figures (or ``{"error": ...}``)."""
+    args = variant_args(variant, size, quick)
     interval = max(1, updates // 8)
     save = tempfile.mkdtemp(prefix="gpu_throughput_")
     command = [
-        fairseq_train(), data, "--user-dir", os.path.join(ROOT, "span_plugin"),
-        *args, "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
-        "--max-positions", "512", "--batch-size", str(batch), "--required-batch-size-multiple", "1",
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-06", "--lr", "1e-05",
+        fairseq_train(), data, *args, *training_args(batch),
         "--lr-scheduler", "polynomial_decay", "--total-num-update", str(updates),
         "--warmup-updates", str(max(1, updates // 16)), "--max-update", str(updates),
-        "--dropout", "0.1", "--attention-dropout", "0.1", "--weight-decay", "0.1",
-        "--clip-norm", "0.0", "--disable-validation", "--no-save", "--save-dir", save,
-        "--log-format", "json", "--log-interval", str(interval), "--num-workers", "2",
-        "--seed", "1",
+        "--disable-validation", "--no-save", "--save-dir", save,
+        "--log-format", "json", "--log-interval", str(interval),
     ]
     smi = None if quick else SmiSampler()
     started = time.time()

@@ -66,10 +66,9 @@ def widths_on(hub, examples, batch_size):
     best = {}
     for batch, output in hub.batch_outputs(examples, batch_size):
         qa = batch["qa"]
-        scores = output["scores"]  # [N, T, A]
-        n, t, a = scores.shape
-        flat = scores.view(n, -1)
-        top, index = flat.max(1)
+        scores = output["scores"]  # [N, T, A]: the flat argmax's remainder is the width
+        a = scores.size(-1)
+        top, index = scores.flatten(1).max(1)
         for w, q in enumerate(qa["question"].tolist()):
             record = qa["records"][q]
             key = record.id
