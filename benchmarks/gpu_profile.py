@@ -15,7 +15,11 @@ per update:
   host-device syncs (``cudaStreamSynchronize``/``cudaDeviceSynchronize``/
   ``cudaEventSynchronize``: a ``.item()`` or blocking copy waits in one of them);
 - the GPU time of the model's parts: encoder forward, head forward (eager variants:
-  ``record_function`` ranges around them), and the largest kernels by total time.
+  ``record_function`` ranges around them), and the largest kernels by total time;
+- host time per fairseq phase (forward, backward, clip-grads, optimizer, ...; ``other``:
+  the rest of ``train_step``, fairseq's bookkeeping between the optimizer step and the
+  next forward) and the GPU's idle time inside each; the host's operators and runtime
+  calls by their own time; tokens per update (batches compare across variants).
 
     python benchmarks/gpu_profile.py [--data .gpu/wiki-pairs] [--variants span plain span+compile plain+compile]
     python benchmarks/gpu_profile.py --quick     # CPU, tiny model: checks the script, no figures
@@ -153,12 +157,14 @@ def measure(trainer, model, batches, warmup, timed, profiled, device):
     for _ in range(warmup):
         trainer.train_step([next(batches)])
     sync()
-    times = []
+    times, tokens = [], []
     for _ in range(timed):
         start = time.perf_counter()
-        trainer.train_step([next(batches)])
+        sample = next(batches)
+        trainer.train_step([sample])
         sync()
         times.append(time.perf_counter() - start)
+        tokens.append(sample["ntokens"])
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -180,6 +186,12 @@ def measure(trainer, model, batches, warmup, timed, profiled, device):
     for name, start, end in host_ranges(prof, PHASES):
         phases[name][0] += (end - start) / 1e3 / profiled
         phases[name][1] += (end - start - busy_within(busy_intervals, start, end)) / 1e3 / profiled
+    if "train_step" in phases:  # the update's host work outside fairseq's named phases
+        inside = [sum(phases[name][i] for name in PHASES[1:] if name in phases) for i in (0, 1)]
+        phases["other"] = [phases["train_step"][i] - inside[i] for i in (0, 1)]
+    # Where the host's time goes: operators and runtime calls by their own (self) time.
+    host_top = sorted(((avg.key, avg.self_cpu_time_total / 1e3 / profiled, avg.count / profiled)
+                       for avg in prof.key_averages()), key=lambda item: -item[1])[:15]
     runtime = collections.Counter(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU)
     syncs = sum(runtime[name] for name in SYNC_CALLS)
     by_kernel = collections.defaultdict(float)
@@ -190,12 +202,12 @@ def measure(trainer, model, batches, warmup, timed, profiled, device):
         if avg.key in ("encoder forward", "head forward"):
             parts[avg.key] = getattr(avg, "device_time_total", getattr(avg, "cuda_time_total", 0)) / 1e3 / profiled
     return {
-        "wall_ms": statistics.median(times) * 1e3, "profiled_wall_ms": wall * 1e3, "busy_ms": busy,
+        "wall_ms": statistics.median(times) * 1e3, "tokens": statistics.mean(tokens), "profiled_wall_ms": wall * 1e3, "busy_ms": busy,
         "busy_pct": 100 * busy / (wall * 1e3), "kernels": len(kernels) / profiled,
         "graph_launches": runtime["cudaGraphLaunch"] / profiled,
         "launches": (runtime["cudaLaunchKernel"] + runtime["cuLaunchKernel"] + runtime["cuLaunchKernelEx"]) / profiled,
         "syncs": syncs / profiled, "parts": parts, "phases": dict(phases),
-        "top": sorted(by_kernel.items(), key=lambda kv: -kv[1])[:12],
+        "top": sorted(by_kernel.items(), key=lambda kv: -kv[1])[:12], "host_top": host_top,
     }
 
 
@@ -229,25 +241,29 @@ def main():
         torch.manual_seed(1)
         trainer, model, batches = build(args.data, variant, batch, args.quick, args.from_loader)
         r = results[variant] = measure(trainer, model, batches, warmup, timed, profiled, device)
-        print(f"\n== {variant}: {r['wall_ms']:.1f} ms/update ({1e3 / r['wall_ms']:.1f} updates/s), "
+        print(f"\n== {variant}: {r['wall_ms']:.1f} ms/update ({1e3 / r['wall_ms']:.1f} updates/s, "
+              f"{r['tokens']:.0f} tokens an update), "
               f"profiled {r['profiled_wall_ms']:.1f} ms; GPU busy {r['busy_ms']:.1f} ms = {r['busy_pct']:.0f}%; "
               f"kernels {r['kernels']:.0f} (launches {r['launches']:.0f}, graph launches "
               f"{r['graph_launches']:.0f}); syncs {r['syncs']:.0f}", flush=True)
         for part, ms in r["parts"].items():
             print(f"   {part}: {ms:.2f} ms GPU")
-        for phase in PHASES:
+        for phase in (*PHASES, "other"):
             if phase in r["phases"]:
                 host, idle = r["phases"][phase]
                 print(f"   phase {phase}: {host:.2f} ms host, GPU idle {idle:.2f} ms of it")
         for name, ms in r["top"]:
             print(f"   {ms:7.3f} ms  {name[:110]}")
+        print("   host, by self time per update:")
+        for name, ms, count in r["host_top"]:
+            print(f"   {ms:7.3f} ms  {count:6.1f}x  {name[:100]}")
         del trainer, model, batches
         if device == "cuda":
             torch.cuda.empty_cache()
-    print("\n| variant | ms/update | GPU busy ms | busy % | kernels | launches | syncs |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| variant | ms/update | tokens/update | GPU busy ms | busy % | kernels | launches | syncs |")
+    print("|---|---|---|---|---|---|---|---|")
     for variant, r in results.items():
-        print(f"| {variant} | {r['wall_ms']:.1f} | {r['busy_ms']:.1f} | {r['busy_pct']:.0f} | "
+        print(f"| {variant} | {r['wall_ms']:.1f} | {r['tokens']:.0f} | {r['busy_ms']:.1f} | {r['busy_pct']:.0f} | "
               f"{r['kernels']:.0f} | {r['launches']:.0f} | {r['syncs']:.0f} |")
 
 

@@ -54,8 +54,12 @@ def test_gpu_profile_quick_reports_each_phase():
     the tiny span model, its phases found by their record_function names."""
     out = bench("gpu_profile.py", "--quick", "--variants", "span")
     assert re.search(r"== span: [\d.]+ ms/update", out), out[-3000:]
-    for phase in ("forward", "backward", "optimizer"):
+    for phase in ("forward", "backward", "optimizer", "other"):
         assert re.search(rf"phase {phase}: [\d.]+ ms host", out), out[-3000:]
+    # The host's own time by operator, the encoder's matmuls among them.
+    listed = re.findall(r"^ +[\d.]+ ms +[\d.]+x  (\S.*)$", out.split("host, by self time per update:")[1], re.M)
+    assert len(listed) == 15 and {"aten::mm", "aten::addmm"} & set(listed), out[-3000:]
+    assert re.search(r"== span: [\d.]+ ms/update \([\d.]+ updates/s, \d+ tokens an update\)", out), out[-3000:]
 
 
 def test_gpu_profile_counts_overlapping_kernels_once():
