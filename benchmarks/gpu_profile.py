@@ -5,7 +5,10 @@ variant it builds fairseq's own task, model, criterion and ``Trainer`` (fp16 wit
 recipes' flags, batch 32 of the long-pair folder, the batches ``fairseq-train`` draws),
 runs warm-up updates (the compiled variants build their graphs there; ``--from-loader``:
 each batch from fairseq's epoch iterator, as fairseq-train draws them), times updates
-with the device synchronised, then profiles a few with CPU and CUDA activity and reports
+with the device synchronised, the variants interleaved in ``--rounds`` rounds (all of
+them are built first; span / plain is then a ratio per round, so a drifting machine
+does not read as a difference: single 12-16-update timings of one variant after another
+moved by 10-25% between runs), then profiles a few with CPU and CUDA activity and reports
 per update:
 
 - wall ms, GPU busy ms (the union of kernel intervals: two overlapping kernels count
@@ -150,21 +153,51 @@ def device_events(prof):
             if e.device_type() == torch.autograd.DeviceType.CUDA and e.name() not in host_names]
 
 
-def measure(trainer, model, batches, warmup, timed, profiled, device):
-    """Per-update figures of one variant (see the module docstring); ``batches``: an
-    endless iterator."""
+def timed_rounds(runs, warmup, timed, rounds, device):
+    """Synchronised ms/update of every variant, interleaved: after ``warmup`` updates
+    each, ``rounds`` rounds in which every variant runs ``timed // rounds`` updates in
+    turn, so a drift of the machine (clocks, another tenant) falls on all variants alike.
+    ``runs``: variant -> (trainer, endless batch iterator). Returns variant ->
+    ``{"ms": [per update], "round_ms": [median per round], "tokens": mean per update}``."""
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        trainer.train_step([next(batches)])
+    for trainer, batches in runs.values():
+        for _ in range(warmup):
+            trainer.train_step([next(batches)])
     sync()
-    times, tokens = [], []
-    for _ in range(timed):
-        start = time.perf_counter()
-        sample = next(batches)
-        trainer.train_step([sample])
-        sync()
-        times.append(time.perf_counter() - start)
-        tokens.append(sample["ntokens"])
+    out = {variant: {"ms": [], "round_ms": [], "tokens": []} for variant in runs}
+    per_round = max(1, timed // rounds)
+    for _ in range(rounds):
+        for variant, (trainer, batches) in runs.items():
+            this_round = []
+            for _ in range(per_round):
+                start = time.perf_counter()  # drawing the batch counts, as in fairseq-train
+                sample = next(batches)
+                trainer.train_step([sample])
+                sync()
+                this_round.append((time.perf_counter() - start) * 1e3)
+                out[variant]["tokens"].append(sample["ntokens"])
+            out[variant]["ms"] += this_round
+            out[variant]["round_ms"].append(statistics.median(this_round))
+    for figures in out.values():
+        figures["tokens"] = statistics.mean(figures["tokens"])
+    return out
+
+
+def paired_ratios(timings, pairs=(("span", "plain"), ("span+compile", "plain+compile"))):
+    """Span / plain updates per second round by round (plain's ms over span's in the
+    same round): ``{(span, plain): (median, lowest, highest)}`` for the pairs timed."""
+    out = {}
+    for span, plain in pairs:
+        if span in timings and plain in timings:
+            ratios = [p / s for s, p in zip(timings[span]["round_ms"], timings[plain]["round_ms"])]
+            out[(span, plain)] = (statistics.median(ratios), min(ratios), max(ratios))
+    return out
+
+
+def profile(trainer, model, batches, profiled, device):
+    """Per-update figures of one variant under the profiler (see the module docstring);
+    ``batches``: an endless iterator."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -202,7 +235,7 @@ def measure(trainer, model, batches, warmup, timed, profiled, device):
         if avg.key in ("encoder forward", "head forward"):
             parts[avg.key] = getattr(avg, "device_time_total", getattr(avg, "cuda_time_total", 0)) / 1e3 / profiled
     return {
-        "wall_ms": statistics.median(times) * 1e3, "tokens": statistics.mean(tokens), "profiled_wall_ms": wall * 1e3, "busy_ms": busy,
+        "profiled_wall_ms": wall * 1e3, "busy_ms": busy,
         "busy_pct": 100 * busy / (wall * 1e3), "kernels": len(kernels) / profiled,
         "graph_launches": runtime["cudaGraphLaunch"] / profiled,
         "launches": (runtime["cudaLaunchKernel"] + runtime["cuLaunchKernel"] + runtime["cuLaunchKernelEx"]) / profiled,
@@ -218,6 +251,8 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=12)
     parser.add_argument("--timed", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="the timed updates are split into this many rounds, the variants in turn")
     parser.add_argument("--profiled", type=int, default=6)
     parser.add_argument("--from-loader", action="store_true",
                         help="draw each update's batch from fairseq's epoch iterator (2 workers), "
@@ -233,14 +268,21 @@ def main():
     if not os.path.isdir(args.data):
         prepare(args.data, count=64 if args.quick else 3200)
     device = "cpu" if args.quick else "cuda"
-    batch, warmup, timed, profiled = (4, 2, 2, 1) if args.quick else (args.batch, args.warmup, args.timed, args.profiled)
+    batch, warmup, timed, rounds, profiled = ((4, 2, 2, 2, 1) if args.quick else
+                                              (args.batch, args.warmup, args.timed, args.rounds, args.profiled))
     print(f"{torch.cuda.get_device_name(0) if device == 'cuda' else 'CPU (quick check)'}; torch {torch.__version__}; "
-          f"batch {batch}, {timed} timed updates, {profiled} profiled", flush=True)
-    results = {}
+          f"batch {batch}, {timed} timed updates in {rounds} rounds, {profiled} profiled", flush=True)
+    runs, models = {}, {}
     for variant in args.variants:
         torch.manual_seed(1)
-        trainer, model, batches = build(args.data, variant, batch, args.quick, args.from_loader)
-        r = results[variant] = measure(trainer, model, batches, warmup, timed, profiled, device)
+        trainer, models[variant], batches = build(args.data, variant, batch, args.quick, args.from_loader)
+        runs[variant] = (trainer, batches)
+    timings = timed_rounds(runs, warmup, timed, rounds, device)
+    results = {}
+    for variant, (trainer, batches) in runs.items():
+        r = results[variant] = profile(trainer, models[variant], batches, profiled, device)
+        r["wall_ms"] = statistics.median(timings[variant]["ms"])
+        r["tokens"] = timings[variant]["tokens"]
         print(f"\n== {variant}: {r['wall_ms']:.1f} ms/update ({1e3 / r['wall_ms']:.1f} updates/s, "
               f"{r['tokens']:.0f} tokens an update), "
               f"profiled {r['profiled_wall_ms']:.1f} ms; GPU busy {r['busy_ms']:.1f} ms = {r['busy_pct']:.0f}%; "
@@ -257,14 +299,13 @@ def main():
         print("   host, by self time per update:")
         for name, ms, count in r["host_top"]:
             print(f"   {ms:7.3f} ms  {count:6.1f}x  {name[:100]}")
-        del trainer, model, batches
-        if device == "cuda":
-            torch.cuda.empty_cache()
     print("\n| variant | ms/update | tokens/update | GPU busy ms | busy % | kernels | launches | syncs |")
     print("|---|---|---|---|---|---|---|---|")
     for variant, r in results.items():
         print(f"| {variant} | {r['wall_ms']:.1f} | {r['tokens']:.0f} | {r['busy_ms']:.1f} | {r['busy_pct']:.0f} | "
               f"{r['kernels']:.0f} | {r['launches']:.0f} | {r['syncs']:.0f} |")
+    for (span, plain), (median, low, high) in paired_ratios(timings).items():
+        print(f"{span} / {plain} updates/s, round by round: median {median:.3f} (rounds {low:.3f}-{high:.3f})")
 
 
 if __name__ == "__main__":

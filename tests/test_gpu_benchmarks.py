@@ -73,6 +73,38 @@ def test_gpu_profile_counts_overlapping_kernels_once():
     assert busy_within(busy, -5, 50) == 9
 
 
+def test_gpu_profile_interleaves_variants_and_pairs_them_by_round():
+    """Every variant warms up, then the variants take turns round by round; the span /
+    plain ratio is plain's median ms over span's within each round."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from gpu_profile import paired_ratios, timed_rounds
+
+    calls = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def train_step(self, samples):
+            calls.append((self.name, samples[0]["ntokens"]))
+
+    def batches(tokens):
+        while True:
+            yield {"ntokens": tokens}
+
+    runs = {"span": (Recorder("span"), batches(10)), "plain": (Recorder("plain"), batches(12))}
+    out = timed_rounds(runs, warmup=1, timed=4, rounds=2, device="cpu")
+    assert [name for name, _ in calls] == ["span", "plain"] + ["span"] * 2 + ["plain"] * 2 + ["span"] * 2 + ["plain"] * 2
+    assert out["span"]["tokens"] == 10 and out["plain"]["tokens"] == 12
+    assert len(out["span"]["ms"]) == 4 and len(out["span"]["round_ms"]) == 2
+
+    timings = {"span": {"round_ms": [10.0, 20.0, 12.0]}, "plain": {"round_ms": [9.0, 19.0, 12.0]},
+               "span+compile": {"round_ms": [5.0]}}
+    median, low, high = paired_ratios(timings)[("span", "plain")]
+    assert (median, low, high) == (0.95, 0.9, 1.0)
+    assert ("span+compile", "plain+compile") not in paired_ratios(timings)
+
+
 def test_gpu_results_keep_earlier_runs_notes(tmp_path):
     """A new GPU table replaces the section's opening, not its subsections."""
     sys.path.insert(0, str(BENCHMARKS))
