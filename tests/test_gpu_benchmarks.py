@@ -62,6 +62,18 @@ def test_gpu_profile_quick_reports_each_phase():
     assert re.search(r"== span: [\d.]+ ms/update \([\d.]+ updates/s, \d+ tokens an update\)", out), out[-3000:]
 
 
+def test_gpu_head_quick_times_each_formulation():
+    """The head-only benchmark on the CPU: the packed and dense heads compute the same
+    function on segmenter-like spans, each is timed against a transformer layer, and the
+    packed head's largest operators are listed."""
+    out = bench("gpu_head.py", "--quick")
+    gap = float(re.search(r"packed against dense output: max \|difference\| (\S+)", out).group(1))
+    assert gap < 1e-5, out[-3000:]
+    for name in ("transformer layer", "packed", "dense"):
+        assert re.search(rf"^\| {name} \| [\d.]+ \| [\d.]+ \|$", out, re.M), out[-3000:]
+    assert re.search(r"^ +[\d.]+ ms  aten::scatter_reduce", out.split("packed: largest")[1], re.M), out[-3000:]
+
+
 def test_gpu_profile_counts_overlapping_kernels_once():
     sys.path.insert(0, str(BENCHMARKS))
     from gpu_profile import busy_within, merged
