@@ -74,20 +74,23 @@ def check_model(results, flags):
 
 def run_grid(cells, done, run, results, max_runs=None, *, flags, name=str, show=str):
     """Run every cell whose key (``cells`` maps key -> cell) is not in ``done``, in
-    order, appending each record to ``results``; at most ``max_runs`` new runs.
-    ``flags`` (:func:`model_flags`): checked against the file's records, stamped on the
-    new ones."""
+    order, appending each record to ``results``; at most ``max_runs`` new runs (returns
+    how many it made). ``flags`` (:func:`model_flags`): checked against the file's
+    records, stamped on the new ones."""
     check_model(results, flags)
     todo = [(k, c) for k, c in cells.items() if k not in done]
     print(f"{len(cells) - len(todo)} of {len(cells)} runs already in {results}", flush=True)
-    for n, (key, cell) in enumerate(todo):
-        if max_runs is not None and n >= max_runs:
+    made = 0
+    for key, cell in todo:
+        if max_runs is not None and made >= max_runs:
             break
         print(f"[{time.strftime('%H:%M:%S')}] {name(cell)} ...", flush=True)
         record = run(cell)
         record["model_flags"] = flags
         append_result(results, record)
+        made += 1
         print(f"    {show(record)} ({record['minutes']} min)", flush=True)
+    return made
 
 
 # ---- what a run trained on: its data folder's record and the model settings that matter
@@ -223,6 +226,25 @@ def paired_cell(diffs, digits):
     mean, sd = mean_sd(diffs)
     spread = f" +- {sd:.{digits}f}" if len(diffs) > 1 else ""
     return f"{mean:+.{digits}f}{spread} ({sum(d > 0 for d in diffs)} of {len(diffs)})"
+
+
+def paired_interval(diffs, level=0.95):
+    """The paired t interval of the mean of ``diffs`` as ``[lo, hi]`` text; "" below two."""
+    if len(diffs) < 2:
+        return ""
+    from scipy.stats import t
+
+    mean, sd = mean_sd(diffs)
+    half = t.ppf((1 + level) / 2, len(diffs) - 1) * sd / len(diffs) ** 0.5
+    return f"[{mean - half:+.2f}, {mean + half:+.2f}]"
+
+
+def paired_line(what, diffs):
+    """A paragraph: the paired differences' mean +- sd, wins, 95% interval and p."""
+    p = paired_p(diffs)
+    ci = paired_interval(diffs)
+    return (f"\n{what}: {paired_cell(diffs, 2)}" + (f", 95% CI {ci}" if ci else "")
+            + (f", paired t p = {p:.2g}" if p is not None else ""))
 
 
 def paired_cell_p(diffs, digits):

@@ -25,15 +25,22 @@ span; seed --eval-seed, 80/10/10 as in training): MLM loss in bits per masked to
 identical positions and replacements for every condition.
 
 Each finished condition is one JSON line of --results; a relaunch skips the conditions
-already there (an unfinished one starts again from scratch). The checkpoints are
-deleted after their evaluation (checkpoint_last.pt is kept).
+already there (same budget, data and starting model). An unfinished one starts again
+from scratch, or with --resume continues from its checkpoint_last.pt (the recipe resumes
+it; checkpoints then keep their optimizer state, and the folder must hold a run of the
+same settings). The interval checkpoints are deleted after their evaluation and after
+the record is written; checkpoint_last.pt (the final weights) is kept.
 
     .venv/bin/python experiments/masking_ablation.py [--max-runs N]
     .venv/bin/python experiments/masking_report.py
+
+experiments/spanbert_qa.py runs the same code at issue 41's budget (--resume), then
+fine-tunes each encoder on SQuAD.
 """
 
 import argparse
 import gzip
+import json
 import os
 import re
 import resource
@@ -45,6 +52,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import ROOT, append_result, read_results, trained_on  # noqa: E402
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2 (span-convert, recipes/lib.sh default_model)"
 
 WIKI = ROOT.parent / "shared" / "data" / "wikipedia"
 CONDITIONS = {
@@ -67,14 +76,15 @@ def article_slice(path, min_lines):
     return out
 
 
-def prepare_text(work, a):
-    """work/text/{train,valid}.txt (written once) and their line / article counts."""
+def prepare_text(work, a, write=True):
+    """work/text/{train,valid}.txt (written once; not with ``write=False``) and their
+    line / article counts."""
     info = {}
     for split, name, n in (("train", "wiki.AB.txt.gz", a.train_lines),
                            ("valid", "wiki.AD.txt.gz", a.valid_lines)):
         path = work / "text" / f"{split}.txt"
         lines = article_slice(WIKI / name, n)
-        if not path.exists():
+        if write and not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("".join(lines), encoding="utf-8")
         info[split] = {"file": name, "lines": len(lines),
@@ -83,8 +93,13 @@ def prepare_text(work, a):
     return info
 
 
+TRAIN_KEYS = ("loss", "mlm_loss", "sbo_loss", "num_updates", "wpb", "train_wall")
+
+
 def parse_log(log):
-    """fairseq's simple log -> (train curve, valid curve): lists of dicts of floats."""
+    """fairseq's simple log -> (train curve, valid curve): lists of dicts of floats, one
+    per update count (a resumed run logs the updates after its last checkpoint again:
+    the last entry of each count is kept)."""
     train, valid = [], []
     for line in log.splitlines():
         if "valid on 'valid' subset" in line:
@@ -94,9 +109,13 @@ def parse_log(log):
         elif "train_inner" in line or re.search(r"\| INFO \| train_inner \|", line):
             stats = dict(re.findall(r"(\w+)=([-\d.]+)", line))
             if "num_updates" in stats:
-                train.append({k: float(stats[k]) for k in ("loss", "mlm_loss", "sbo_loss", "num_updates")
-                              if k in stats})
-    return train, valid
+                train.append({k: float(stats[k]) for k in TRAIN_KEYS if k in stats})
+    return _last_per_update(train), _last_per_update(valid)
+
+
+def _last_per_update(curve):
+    by = {x.get("num_updates"): x for x in curve}
+    return [by[k] for k in sorted(by, key=lambda u: -1 if u is None else u)]
 
 
 class FixedEval:
@@ -168,28 +187,97 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def run_condition(name, a, work, text_info, fixed):
-    out = work / "runs" / name
-    if out.exists():  # an unfinished run of an earlier launch: start it again
-        shutil.rmtree(out)
-    env = dict(os.environ, **CONDITIONS[name], **{
+def model_dir_of(a):
+    """The starting model folder given (absolute), or None: the recipe's default model."""
+    return str(Path(a.model_dir).expanduser().resolve()) if a.model_dir else None
+
+
+def model_sha256(a):
+    """The sha256 of the starting model.pt given (--model-dir), or None (the default)."""
+    from span_plugin.preprocess.file_records import sha256
+
+    return sha256(Path(model_dir_of(a)) / "model.pt") if a.model_dir else None
+
+
+def run_dir(name, work):
+    return Path(work) / "runs" / name
+
+
+def settings_of(name, a, work):
+    """The recipe's environment for condition ``name``: every setting of the run (the
+    thread count, which does not change what is trained, is left out)."""
+    settings = {**CONDITIONS[name], **{
         "TRAIN_TEXT": str(work / "text" / "train.txt"), "VALID_TEXT": str(work / "text" / "valid.txt"),
-        "DATA_DIR": str(work / "data"), "OUT_DIR": str(out), "TOKENS_PER_SAMPLE": str(a.tokens),
+        "DATA_DIR": str(work / "data"), "OUT_DIR": str(run_dir(name, work)), "TOKENS_PER_SAMPLE": str(a.tokens),
         "BREAK_MODE": "complete_doc", "BATCH_SIZE": str(a.batch), "LR": str(a.lr),
         "TOTAL_UPDATES": str(a.updates), "WARMUP_UPDATES": str(a.warmup),
-        "SAVE_INTERVAL": str(a.interval), "SEED": str(a.seed), "WORKERS": "1",
-        "OMP_NUM_THREADS": str(a.threads), "MKL_NUM_THREADS": str(a.threads)})
-    extra = ["--cpu", "--num-workers", "0", "--log-interval", str(a.log_interval),
-             "--keep-interval-updates", "-1", "--no-save-optimizer-state"]
-    out.mkdir(parents=True)
-    load = round(os.getloadavg()[0], 2)  # a shared machine: wall time depends on it
+        "SAVE_INTERVAL": str(a.interval), "SEED": str(a.seed), "WORKERS": "1"}}
+    if a.model_dir:
+        settings["MODEL_DIR"] = model_dir_of(a)
+    return settings
+
+
+def launch(name, a, work, extra=()):
+    """One launch of recipes/pretrain/spanbert.sh for condition ``name``, its output
+    appended to OUT_DIR/recipe.log and its wall and CPU time to OUT_DIR/launches.jsonl.
+    Without ``a.resume`` an existing folder (an unfinished run) is deleted first; with it,
+    the folder's run goes on from its checkpoint_last.pt (the recipe resumes it) when it
+    was started with the same settings (OUT_DIR/settings.json), and checkpoints keep the
+    optimizer state that resuming needs; a run already at ``a.updates`` is not launched
+    (fairseq would take one more step on resuming). ``extra``: fairseq-train arguments,
+    last."""
+    from span_plugin.runtime.checkpoints import read_updates
+
+    out = run_dir(name, work)
+    settings = settings_of(name, a, work)
+    if out.exists() and not a.resume:  # an unfinished run of an earlier launch: start it again
+        shutil.rmtree(out)
+    saved = out / "settings.json"
+    if out.exists():
+        if not saved.exists() or json.loads(saved.read_text(encoding="utf-8")) != settings:
+            raise SystemExit(
+                f"{out} holds an unfinished run of other settings (see {saved}): resuming it "
+                f"would not train what these options say. Delete the folder, or give another --work-dir")
+    else:
+        from span_plugin.formats.files import atomic_write
+
+        out.mkdir(parents=True)
+        atomic_write(saved, lambda f: f.write((json.dumps(settings, indent=1) + "\n").encode()))
+    env = dict(os.environ, **settings, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
+    args = ["--cpu", "--num-workers", "0", "--log-interval", str(a.log_interval),
+            "--keep-interval-updates", "-1",
+            *([] if a.resume else ["--no-save-optimizer-state"]), *map(str, extra)]
+    last = out / "checkpoints" / "checkpoint_last.pt"
+    reached = (read_updates(last)[0] or 0) if last.exists() else 0
+    if reached >= a.updates:  # trained, not yet recorded: fairseq would take one more step
+        print(f"    {name}: {last} is at {reached} updates already", flush=True)
+        return
+    entry = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "from_update": reached,
+             "load_avg_at_start": round(os.getloadavg()[0], 2)}  # a shared machine: wall time depends on it
     start, cpu0 = time.time(), children_cpu()
-    with open(out / "recipe.log", "w", encoding="utf-8") as log:
-        proc = subprocess.run(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), *extra],
+    with open(out / "recipe.log", "a", encoding="utf-8") as log:
+        proc = subprocess.run(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), *args],
                               env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-    train_wall, train_cpu = time.time() - start, children_cpu() - cpu0
+    entry.update(wall_s=round(time.time() - start, 1), cpu_s=round(children_cpu() - cpu0, 1),
+                 returncode=proc.returncode)
+    append_result(out / "launches.jsonl", entry)
     if proc.returncode != 0:
         raise SystemExit(f"{name}: recipes/pretrain/spanbert.sh failed; see {out / 'recipe.log'}")
+
+
+def finish(name, a, work, text_info, fixed):
+    """The record of condition ``name``'s finished run: its curves, the fixed held-out
+    maskings at every checkpoint, its launches' times, its final checkpoint (path and
+    sha256). Nothing is deleted (:func:`clean`)."""
+    from span_plugin.preprocess.file_records import sha256
+    from span_plugin.runtime.checkpoints import read_updates
+
+    out = run_dir(name, work)
+    last = out / "checkpoints" / "checkpoint_last.pt"
+    reached = read_updates(last)[0] if last.exists() else None
+    if reached != a.updates:
+        raise SystemExit(f"{name}: {last} is at {reached} updates, not {a.updates}: the run did not finish")
+    launches = read_results(out / "launches.jsonl")
     train, valid = parse_log((out / "train.log").read_text(encoding="utf-8"))
 
     # Fixed held-out maskings, every checkpoint.
@@ -202,32 +290,68 @@ def run_condition(name, a, work, text_info, fixed):
         fixed_curve.append({"num_updates": update, **fixed(ckpts[update])})
         print(f"    {name} update {update}: {fixed_curve[-1]}", flush=True)
     if a.updates not in ckpts:
-        fixed_curve.append({"num_updates": a.updates, **fixed(out / "checkpoints" / "checkpoint_last.pt")})
+        fixed_curve.append({"num_updates": a.updates, **fixed(last)})
     eval_wall, eval_cpu = time.time() - start, time.process_time() - cpu0
-    facts = trained_on(work / "data", out / "checkpoints" / "checkpoint_last.pt")
-    for p in ckpts.values():
-        p.unlink()
-    for p in (out / "checkpoints").glob("checkpoint_best.pt"):
-        p.unlink()
+    wpb = [x["wpb"] for x in train if "wpb" in x]
     return {
         "condition": name, **{k.lower(): v for k, v in CONDITIONS[name].items()},
-        "model": "all-MiniLM-L6-v2 (span-convert, recipes/lib.sh default_model)",
+        "model": f"{model_dir_of(a)} (span-convert folder)" if a.model_dir else DEFAULT_MODEL,
+        "model_dir": model_dir_of(a), "model_sha256": model_sha256(a),
         "arch": "roberta_spanbert", "updates": a.updates, "warmup": a.warmup, "lr": a.lr,
         "batch": a.batch, "tokens_per_sample": a.tokens, "break_mode": "complete_doc",
         "seed": a.seed, "interval": a.interval, "eval_seed": a.eval_seed, "threads": a.threads,
         "data": text_info, "eval_masked_tokens": fixed.masked,
+        "tokens_seen": round(sum(wpb) / len(wpb) * a.updates) if wpb else None,
         "train_curve": train, "valid_curve": valid, "fixed_curve": fixed_curve,
-        "train_wall_min": round(train_wall / 60, 2), "train_cpu_min": round(train_cpu / 60, 2),
+        "train_wall_min": round(sum(x["wall_s"] for x in launches) / 60, 2),
+        "train_cpu_min": round(sum(x["cpu_s"] for x in launches) / 60, 2),
+        "update_wall_min": round(sum(x.get("train_wall", 0) for x in train) / 60, 2),
         "eval_wall_min": round(eval_wall / 60, 2), "eval_cpu_min": round(eval_cpu / 60, 2),
-        "load_avg_at_start": load, "finished": time.strftime("%Y-%m-%d %H:%M"), **facts,
+        "load_avg_at_start": launches[0]["load_avg_at_start"] if launches else None,
+        "resume": a.resume, "launches": launches, "checkpoint": str(last),
+        "checkpoint_sha256": sha256(last),
+        "finished": time.strftime("%Y-%m-%d %H:%M"), **trained_on(work / "data", last),
     }
 
 
-def main():
+def clean(name, work):
+    """Delete a recorded run's interval checkpoints and checkpoint_best.pt;
+    checkpoint_last.pt (the final weights) stays."""
+    for p in [*(run_dir(name, work) / "checkpoints").glob("checkpoint_*_*.pt"),
+              *(run_dir(name, work) / "checkpoints").glob("checkpoint_best.pt")]:
+        p.unlink()
+
+
+def pretrain(name, a, work, text_info, fixed):
+    """Condition ``name`` from its start (or, with ``a.resume``, from where an earlier
+    launch stopped) to its record, appended to ``a.results``; then :func:`clean`."""
+    launch(name, a, work)
+    record = finish(name, a, work, text_info, fixed)
+    append_result(a.results, record)
+    clean(name, work)
+    return record
+
+
+def matches(record, a, text_info):
+    """Whether a record is a run of these options: budget, schedule, seed, data and
+    starting model (by its model.pt's sha256, not its path; records from before
+    ``model_sha256`` was kept: the default model)."""
+    def budget(x):
+        return tuple(x.get(k) for k in ("updates", "warmup", "lr", "batch", "tokens_per_sample", "seed"))
+
+    return (budget(record) == budget({"updates": a.updates, "warmup": a.warmup, "lr": a.lr, "batch": a.batch,
+                                      "tokens_per_sample": a.tokens, "seed": a.seed})
+            and record.get("data") == text_info and record.get("model_sha256") == model_sha256(a))
+
+
+def parser():
+    """The options (experiments/spanbert_qa.py takes them with other defaults)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "masking_ablation.jsonl"))
     p.add_argument("--work-dir", default=str(ROOT / "runs" / "masking_ablation"))
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS))
+    p.add_argument("--model-dir", help="span-convert folder to start from (MODEL_DIR) [the recipe's "
+                   "default: the packaged all-MiniLM-L6-v2]")
     p.add_argument("--train-lines", type=int, default=3000)
     p.add_argument("--valid-lines", type=int, default=250)
     p.add_argument("--updates", type=int, default=125)
@@ -242,28 +366,37 @@ def main():
     p.add_argument("--eval-schemes", nargs="+", default=["token", "span"],
                    choices=["token", "whole-word", "span"])
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--resume", action="store_true",
+                   help="continue an unfinished condition from its checkpoint_last.pt instead of "
+                   "starting it again (checkpoints keep their optimizer state)")
     p.add_argument("--max-runs", type=int, default=None)
-    a = p.parse_args()
+    return p
 
+
+def prepare(a):
+    """Plugin registered, torch threads set; ``(work dir, text info, fixed evaluation)``."""
     import torch
 
     import span_plugin
 
     span_plugin.register()
     torch.set_num_threads(a.threads)
-    work = Path(a.work_dir).resolve()
+    work = Path(a.work_dir).expanduser().resolve()
     text_info = prepare_text(work, a)
-    done = {r["condition"] for r in read_results(a.results)
-            if (r["updates"], r["lr"], r["batch"], r["tokens_per_sample"]) == (a.updates, a.lr, a.batch, a.tokens)}
+    return work, text_info, FixedEval(work / "data", a.tokens, a.eval_seed, a.eval_schemes)
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
+    work, text_info, fixed = prepare(a)
+    done = {r["condition"] for r in read_results(a.results) if matches(r, a, text_info)}
     todo = [c for c in a.conditions if c not in done]
     print(f"{len(a.conditions) - len(todo)} of {len(a.conditions)} conditions already in {a.results}", flush=True)
-    fixed = FixedEval(work / "data", a.tokens, a.eval_seed, a.eval_schemes)
     for n, name in enumerate(todo):
         if a.max_runs is not None and n >= a.max_runs:
             break
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-        record = run_condition(name, a, work, text_info, fixed)
-        append_result(a.results, record)
+        record = pretrain(name, a, work, text_info, fixed)
         last = record["valid_curve"][-1] if record["valid_curve"] else {}
         print(f"    {name}: valid {last}, fixed {record['fixed_curve'][-1]}; train "
               f"{record['train_wall_min']} min wall / {record['train_cpu_min']} CPU, eval "

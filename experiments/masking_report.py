@@ -24,7 +24,7 @@ def latest(records):
     return [by[c] for c in ORDER if c in by]
 
 
-def plot(runs, path):
+def plot(runs, path, title="masking ablation"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -58,7 +58,7 @@ def plot(runs, path):
         ax.set_title(f"same fixed {scheme} masking of the held-out text\n(MLM loss, every run)", fontsize=9)
         ax.set_xlabel("updates")
         ax.legend(fontsize=7)
-    fig.suptitle("Continued pre-training of all-MiniLM-L6-v2 on Wikipedia: masking ablation "
+    fig.suptitle(f"Continued pre-training of all-MiniLM-L6-v2 on Wikipedia: {title} "
                  f"({runs[0]['updates']} updates of {runs[0]['batch']} blocks of "
                  f"<= {runs[0]['tokens_per_sample']} tokens)", fontsize=10)
     fig.tight_layout()

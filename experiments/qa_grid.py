@@ -17,6 +17,11 @@ its answers start or end inside a word, settings, minutes) to the results file
 (committed). A relaunch skips what the file holds and resumes an interrupted run from its
 checkpoint_last.pt.
 
+With ``--encoder-record FILE`` (the provenance of ``--model-dir``'s model.pt: path,
+sha256, ...; experiments/spanbert_qa.py writes one per continued pre-training) every
+record keeps it as ``pretraining`` and the encoder's sha256 is part of the run's key, so
+one results file holds the runs of several encoders of the same sizes.
+
 Records made before the word decoding existed hold ``em`` (now ``exact_match``) and no
 ``answer_boundaries``: they were decoded at token level, and are read as such.
 
@@ -35,8 +40,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grid_lib import (  # noqa: E402
-    ROOT, dictionary_lines, mean_sd, model_flags, paired_cell, paired_p, read_results,
-    resolve_device, run_grid, run_recipe, trained_on, write_report)
+    ROOT, dictionary_lines, mean_sd, model_flags, paired_line, read_results, resolve_device,
+    run_grid, run_recipe, trained_on, write_report)
 
 HEADS = ("boundary", "sf", "span")
 BOUNDARIES = ("word", "token")
@@ -53,10 +58,34 @@ def exact_of(scores):
     return scores["exact_match"] if "exact_match" in scores else scores["em"]
 
 
+def encoder_sha256(record):
+    """The sha256 of the model.pt a record's run started from, when the grid was given
+    its provenance (``--encoder-record``: a continued pre-training's encoder); None for
+    runs of the plain converted model."""
+    return (record.get("pretraining") or {}).get("sha256")
+
+
 def run_key(r):
     h = r["hparams"]
     return (r["head"], r["seed"], h["lr"], h["epochs"], h["max_positions"], h["doc_stride"],
-            boundaries_of(r))
+            boundaries_of(r), encoder_sha256(r))
+
+
+def read_encoder_record(path, model_dir):
+    """The provenance of ``--model-dir``'s encoder (a JSON file: at least ``path`` and
+    ``sha256`` of its model.pt, e.g. experiments/spanbert_qa.py's objective and
+    pre-training budget), checked against the file: a record of another file, or of a
+    model.pt changed since, stops the grid."""
+    from span_plugin.preprocess.file_records import sha256
+
+    record = json.loads(Path(path).read_text(encoding="utf-8"))
+    model = (Path(model_dir) / "model.pt").resolve()
+    if Path(record.get("path", "")).resolve() != model:
+        raise SystemExit(f"{path}: the record of {record.get('path')}, not of {model} (--model-dir)")
+    if record.get("sha256") != sha256(model):
+        raise SystemExit(f"{path}: {model} has sha256 {sha256(model)}, not the recorded "
+                         f"{record.get('sha256')}: the encoder changed since it was recorded")
+    return record
 
 
 def inside_words(valid_file, nbest_file):
@@ -137,29 +166,11 @@ def run_one(a, head, seed, boundaries, device):
                           "split_articles": a.split_articles, "answer_boundaries": boundaries,
                           "extra": a.extra},
               "encoder": model, "device": device, "minutes": minutes,
+              **({"pretraining": a.encoder} if a.encoder else {}),
               **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt")}
     if not a.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return record
-
-
-def interval(diffs, level=0.95):
-    """The paired t interval of the mean of ``diffs`` as ``[lo, hi]`` text; "" below two."""
-    if len(diffs) < 2:
-        return ""
-    from scipy.stats import t
-
-    mean, sd = mean_sd(diffs)
-    half = t.ppf((1 + level) / 2, len(diffs) - 1) * sd / len(diffs) ** 0.5
-    return f"[{mean - half:+.2f}, {mean + half:+.2f}]"
-
-
-def _paired_line(what, diffs):
-    """A paragraph: the paired differences' mean +- sd, wins, 95% interval and p."""
-    p = paired_p(diffs)
-    ci = interval(diffs)
-    return (f"\n{what}: {paired_cell(diffs, 2)}" + (f", 95% CI {ci}" if ci else "")
-            + (f", paired t p = {p:.2g}" if p is not None else ""))
 
 
 def report(records):
@@ -184,8 +195,8 @@ def report(records):
                            & {s for h, s in by if h == "boundary"})
             for key, get in (("EM", exact_of), ("F1", lambda r: r["f1"])) if seeds else ():
                 diffs = [get(by[head, s]) - get(by["boundary", s]) for s in seeds]
-                lines.append(_paired_line(f"{head} - boundary, {key}, {boundaries} answers, "
-                                          f"paired by seed", diffs))
+                lines.append(paired_line(f"{head} - boundary, {key}, {boundaries} answers, "
+                                         f"paired by seed", diffs))
     both = [r for r in records if set(BOUNDARIES) <= set(r.get("decoded") or {})]
     if both:
         lines.append("\nWord minus token decoding of the same checkpoint_best.pt (paired by "
@@ -211,14 +222,17 @@ def report(records):
             rows = [r for r in both if r["head"] == head]
             for key in ("exact_match", "f1") if rows else ():
                 diffs = [r["decoded"]["word"][key] - r["decoded"]["token"][key] for r in rows]
-                lines.append(_paired_line(f"{head}: word - token, {key}", diffs))
+                lines.append(paired_line(f"{head}: word - token, {key}", diffs))
     lines += ["", *(f"- {line}" for line in dictionary_lines(records, label=lambda r: r["head"]))]
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
+def parser():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", help="span-convert output folder (WordPiece encoder)")
+    p.add_argument("--encoder-record", help="JSON file: the provenance of --model-dir's model.pt "
+                   "(path, sha256, ...), kept in every record as 'pretraining'; its sha256 is "
+                   "part of each run's key")
     p.add_argument("--squad-dev",
                    default=str(ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"))
     p.add_argument("--split-articles", type=int, default=38)
@@ -242,19 +256,32 @@ def main(argv=None):
     p.add_argument("--report-file", default=str(ROOT / "experiments" / "RESULTS_QA_MINILM.md"))
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                    help="arguments for fairseq-train, last (smoke runs: --max-update 2 ...)")
+    return p
+
+
+def run(a):
+    """Every cell of the options ``a`` not yet in ``a.results`` (at most ``a.max_runs``);
+    returns how many runs it made."""
+    a.encoder = read_encoder_record(a.encoder_record, a.model_dir) if a.encoder_record else None
+    device = resolve_device(a.device)
+    sha = encoder_sha256({"pretraining": a.encoder})
+    # seed-major: every head of a seed finishes before the next seed starts
+    cells = {(h, s, a.lr, a.epochs, a.max_positions, a.doc_stride, b, sha): (h, s, b)
+             for s in a.seeds for b in a.answer_boundaries for h in a.heads}
+    return run_grid(cells, {run_key(r) for r in read_results(a.results)},
+                    lambda c: run_one(a, *c, device), a.results, a.max_runs,
+                    name=lambda c: f"{c[0]} seed {c[1]} ({c[2]} answers)",
+                    show=lambda r: f"EM {exact_of(r):.2f}, F1 {r['f1']:.2f}",
+                    flags=model_flags(a.model_dir))
+
+
+def main(argv=None):
+    p = parser()
     a = p.parse_args(argv)
     if not a.report:
         if not a.model_dir:
             p.error("--model-dir is required to run (the converted all-MiniLM-L6-v2)")
-        device = resolve_device(a.device)
-        # seed-major: every head of a seed finishes before the next seed starts
-        cells = {(h, s, a.lr, a.epochs, a.max_positions, a.doc_stride, b): (h, s, b)
-                 for s in a.seeds for b in a.answer_boundaries for h in a.heads}
-        run_grid(cells, {run_key(r) for r in read_results(a.results)},
-                 lambda c: run_one(a, *c, device), a.results, a.max_runs,
-                 name=lambda c: f"{c[0]} seed {c[1]} ({c[2]} answers)",
-                 show=lambda r: f"EM {exact_of(r):.2f}, F1 {r['f1']:.2f}",
-                 flags=model_flags(a.model_dir))
+        run(a)
     records = read_results(a.results)
     if records:
         write_report(a.report_file,

@@ -1,0 +1,255 @@
+"""Issue 41, part 3 (experiments/spanbert_qa.py): continued pre-training under an objective,
+its export as a span-convert folder, QA fine-tuning of the export, the report. The chain
+runs for real on the converted all-MiniLM-L6-v2, real Wikipedia articles and real SQuAD
+questions at a tiny budget: an interrupted pre-training resumes from its
+checkpoint_last.pt, the export drops the SBO head and loads in recipes/qa/squad.sh, every
+QA record names its encoder by path and sha256; the report shows missing runs as missing."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import DATA, ROOT
+
+sys.path.insert(0, str(ROOT / "experiments"))
+import masking_ablation  # noqa: E402
+import qa_grid  # noqa: E402
+import spanbert_qa  # noqa: E402
+
+
+def tiny_squad(path):
+    """39 real dev articles cut to their first paragraph and first question (3 questions
+    for the 39th): qa_grid's 38/rest split of it trains on 38 questions, scores 3."""
+    data = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    articles = []
+    for i, article in enumerate(data["data"][:39]):
+        paragraph = dict(article["paragraphs"][0])
+        paragraph["qas"] = paragraph["qas"][:1 if i < 38 else 3]
+        articles.append({"title": article["title"], "paragraphs": [paragraph]})
+    path.write_text(json.dumps({"version": data["version"], "data": articles}), encoding="utf-8")
+    return path
+
+
+def chain_argv(tmp, model_dir):
+    """The driver at a tiny budget: 4 updates of 4 blocks of <= 64 tokens on the first
+    article of wiki.AB, held out the first of wiki.AD, a checkpoint every 2 updates; one
+    QA seed of 2 updates."""
+    return ["--work-dir", str(tmp / "work"), "--model-dir", str(model_dir),
+            "--results", str(tmp / "pretrain.jsonl"), "--qa-results", str(tmp / "qa.jsonl"),
+            "--baseline-results", str(tmp / "baseline.jsonl"),
+            "--report-file", str(tmp / "report.md"), "--figure", str(tmp / "curves.png"),
+            "--updates", "4", "--warmup", "1", "--interval", "2", "--log-interval", "1",
+            "--batch", "4", "--tokens", "64", "--train-lines", "40", "--valid-lines", "20",
+            "--conditions", "span+sbo", "--qa-seeds", "1", "--squad-dev", str(tiny_squad(tmp / "dev.json")),
+            "--qa-extra", "--max-update", "2"]
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory, converted_minilm):
+    """span+sbo pre-training stopped after 2 of its 4 updates (a launch with fairseq's
+    --max-update 2, as a session ending mid-run leaves it), then the driver: resume,
+    record, export, fine-tune, report; then the driver again."""
+    import torch
+
+    tmp = tmp_path_factory.mktemp("chain")
+    argv = chain_argv(tmp, converted_minilm)
+    a = spanbert_qa.parser().parse_args(argv)
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:  # the chain sets its thread count for its children
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            mp.setenv(var, "1")
+        work, _, _ = masking_ablation.prepare(a)
+        masking_ablation.launch("span+sbo", a, work, extra=["--max-update", "2"])
+        run = work / "runs" / "span+sbo"
+        assert spanbert_qa.main(argv) == 0
+        lines = {f: (tmp / f).read_text().splitlines() for f in ("pretrain.jsonl", "qa.jsonl")}
+        export = (work / "encoders" / "span-sbo-u4" / "model.pt").stat().st_mtime_ns
+        assert spanbert_qa.main(argv) == 0  # the relaunch: nothing left to do
+        again = {f: (tmp / f).read_text().splitlines() for f in ("pretrain.jsonl", "qa.jsonl")}
+    torch.set_num_threads(threads)
+    return dict(tmp=tmp, work=work, run=run, lines=lines, again=again, export_mtime=export,
+                model_dir=converted_minilm)
+
+
+@pytest.mark.slow
+def test_interrupted_pretraining_resumes_from_checkpoint_last(chain):
+    """The second launch loads checkpoint_last.pt at 2 updates (not the pretrained model
+    again) and trains updates 3-4; the record counts both launches and evaluates the
+    fixed maskings at both checkpoints; the final checkpoint is kept, the others go."""
+    run = chain["run"]
+    [record] = [json.loads(x) for x in chain["lines"]["pretrain.jsonl"]]
+    launches = [json.loads(x) for x in (run / "launches.jsonl").read_text().splitlines()]
+    assert [x["from_update"] for x in launches] == [0, 2]
+    log = (run / "train.log").read_text()
+    assert log.count("loading pretrained model from") == 1, log[-3000:]
+    assert "checkpoint_last.pt (epoch 1 @ 2 updates)" in log
+    assert [x["num_updates"] for x in record["fixed_curve"]] == [2, 4]
+    assert [x["num_updates"] for x in record["train_curve"]] == [1, 2, 3, 4]
+    assert record["updates"] == 4 and record["resume"] and len(record["launches"]) == 2
+    assert record["condition"] == "span+sbo" and "sbo_loss" in record["valid_curve"][-1]
+    assert sorted(p.name for p in (run / "checkpoints").glob("*.pt")) == ["checkpoint_last.pt"]
+    assert record["checkpoint"] == str(run / "checkpoints" / "checkpoint_last.pt")
+    assert record["model_dir"] == str(chain["model_dir"].resolve())
+
+
+@pytest.mark.slow
+def test_export_drops_the_sbo_head_and_records_its_sha256(chain):
+    from fairseq import checkpoint_utils
+
+    from span_plugin.preprocess.file_records import sha256
+
+    folder = chain["work"] / "encoders" / "span-sbo-u4"
+    entry = json.loads((folder / "encoder.json").read_text())
+    [record] = [json.loads(x) for x in chain["lines"]["pretrain.jsonl"]]
+    assert entry["sha256"] == sha256(folder / "model.pt") and entry["path"] == str(folder / "model.pt")
+    assert entry["source_sha256"] == record["checkpoint_sha256"] == sha256(record["checkpoint"])
+    assert entry["objective"] == "span+sbo" and entry["heads_removed"] == ["span_boundary"]
+    assert entry["budget"] == {"updates": 4, "warmup": 1, "lr": 1e-4, "batch": 4, "tokens_per_sample": 64,
+                               "break_mode": "complete_doc", "seed": 1, "tokens_seen": record["tokens_seen"],
+                               "data": record["data"], "finished": record["finished"],
+                               "results": entry["budget"]["results"]}
+    trained = checkpoint_utils.load_checkpoint_to_cpu(record["checkpoint"])["model"]
+    exported = checkpoint_utils.load_checkpoint_to_cpu(str(folder / "model.pt"))
+    assert any(k.startswith("classification_heads.span_boundary.") for k in trained)
+    assert set(exported["model"]) == {k for k in trained if not k.startswith("classification_heads.")}
+    assert exported["last_optimizer_state"] is None
+    for name in ("dict.txt", "vocab.txt"):
+        assert (folder / name).read_bytes() == (chain["model_dir"] / name).read_bytes()
+
+
+@pytest.mark.slow
+def test_qa_records_name_the_encoder_and_the_relaunch_adds_nothing(chain):
+    """The export fine-tunes through recipes/qa/squad.sh (it loads, with
+    --finetune-from-model, and trains); its record carries the encoder's provenance; a
+    relaunch neither pre-trains, exports nor fine-tunes again; the report shows the run
+    and every missing one as missing."""
+    [qa] = [json.loads(x) for x in chain["lines"]["qa.jsonl"]]
+    entry = json.loads((chain["work"] / "encoders" / "span-sbo-u4" / "encoder.json").read_text())
+    assert qa["pretraining"] == entry and qa["head"] == "boundary" and qa["seed"] == 1
+    assert qa["hparams"]["answer_boundaries"] == "word" and qa["questions"] == 3
+    assert qa["hparams"]["extra"] == ["--max-update", "2"]
+    log = next((chain["work"] / "qa" / "runs").glob("span-sbo-u4-boundary-*-s1")) / "train.log"
+    text = log.read_text()
+    assert f"Loaded checkpoint {entry['path']} (epoch 1 @ 0 updates)" in text
+    assert "num_updates 2" in text or "num_updates=2" in text
+    assert chain["again"] == chain["lines"]
+    assert (chain["work"] / "encoders" / "span-sbo-u4" / "model.pt").stat().st_mtime_ns == chain["export_mtime"]
+    report = (chain["tmp"] / "report.md").read_text()
+    assert f"| span+sbo | {qa['exact_match']:.2f} / {qa['f1']:.2f} |" in report
+    assert "| token | missing | missing | missing |" in report
+    assert "| none | missing | missing | missing |" in report
+    assert "span+sbo - token: no seed with both runs yet" in report
+    assert "- Pre-training: 1 of 3 conditions recorded (span+sbo); missing: token, span." in report
+    assert entry["sha256"][:12] in report and (chain["tmp"] / "curves.png").exists()
+
+
+# ---- fast: no training --------------------------------------------------------------------
+
+
+def _args(tmp_path, *extra):
+    return spanbert_qa.parser().parse_args([
+        "--work-dir", str(tmp_path / "work"), "--results", str(tmp_path / "pretrain.jsonl"),
+        "--qa-results", str(tmp_path / "qa.jsonl"), "--baseline-results", str(tmp_path / "base.jsonl"),
+        "--report-file", str(tmp_path / "report.md"), "--model-dir", str(tmp_path / "all-MiniLM-L6-v2"),
+        *extra])
+
+
+def test_report_pairs_by_seed_and_shows_missing_runs_as_missing(tmp_path):
+    """Records of two objectives (token seeds 1-3, span seeds 1-2, span+sbo none) and the
+    converted model's runs: only boundary runs of exactly the grid's settings, model and
+    device are 'none'; an encoder of an earlier pre-training of a condition is left out."""
+    a = _args(tmp_path)
+    old = json.loads((ROOT / "experiments" / "results" / "masking_ablation.jsonl").read_text().splitlines()[0])
+    pretraining = {c: dict(old, condition=c, checkpoint_sha256=f"ck-{c}", tokens_seen=4_000_000)
+                   for c in ("token", "span")}
+    want = spanbert_qa.qa_hparams(a)
+    flags = "--encoder-layers 6"
+
+    def qa(seed, em, f1, condition=None, source=None, **changes):
+        r = {"head": "boundary", "seed": seed, "exact_match": em, "f1": f1, "hparams": dict(want),
+             "encoder": "all-MiniLM-L6-v2", "device": "cpu", "minutes": 50.0, "model_flags": flags}
+        if condition:
+            r["pretraining"] = {"objective": condition, "sha256": f"enc-{condition}" * 4,
+                                "source_sha256": source or f"ck-{condition}"}
+        r.update(changes)
+        return r
+
+    cpt = [qa(1, 41.0, 57.0, "token"), qa(2, 42.0, 58.0, "token"), qa(3, 43.0, 59.0, "token"),
+           qa(1, 43.0, 58.5, "span"), qa(2, 42.5, 60.0, "span"),
+           qa(3, 99.0, 99.0, "span", source="an earlier pre-training")]
+    base = [qa(1, 42.0, 58.0), qa(2, 40.0, 56.0, head="sf"),
+            qa(3, 40.0, 56.0, hparams=dict(want, lr=3e-5)), qa(2, 40.0, 56.0, device="cuda")]
+    for path, records in ((a.qa_results, cpt), (a.baseline_results, base)):
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    runs = spanbert_qa.qa_runs(a, pretraining)
+    assert {c: sorted(v) for c, v in runs.items()} == {"none": [1], "token": [1, 2, 3], "span": [1, 2],
+                                                       "span+sbo": []}
+    text = spanbert_qa.report(a, pretraining, runs)
+    assert "| none | 42.00 / 58.00 | missing | missing | 42.00 +- 0.00 | 58.00 +- 0.00 |" in text
+    assert "| token | 41.00 / 57.00 | 42.00 / 58.00 | 43.00 / 59.00 | 42.00 +- 1.00 | 58.00 +- 1.00 |" in text
+    assert "| span | 43.00 / 58.50 | 42.50 / 60.00 | missing |" in text
+    assert "| span+sbo | missing | missing | missing | missing | missing |" in text
+    assert "span - token, EM: +1.25 +- 1.06 (2 of 2), 95% CI [-8.28, +10.78], paired t p = 0.34" in text
+    assert "token - none, F1: -1.00 (0 of 1)" in text
+    assert "span+sbo - token: no seed with both runs yet" in text
+    assert "- Pre-training: 2 of 3 conditions recorded (token, span); missing: span+sbo." in text
+    assert "- SQuAD fine-tunings: 5 of 9 runs; 'none'" in text and "1 of 3 seeds" in text
+    assert "about 4.0M tokens" in text and "99.00" not in text
+    # nothing at all yet
+    empty = spanbert_qa.report(a, {}, {c: {} for c in ("none", *spanbert_qa.CONDITIONS)})
+    assert "No condition recorded yet." in empty and "0 of 9 runs" in empty
+
+
+def test_parse_log_keeps_the_last_entry_of_each_update():
+    """A resumed run's log repeats the updates after its last checkpoint: one entry each."""
+    line = "2026-01-01 | INFO | train_inner | epoch 001: loss={l}, mlm_loss={l}, wpb=100, num_updates={u}, train_wall=2"
+    valid = "2026-01-01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss {l} | mlm_loss {l} | num_updates {u}"
+    log = "\n".join([line.format(l=5, u=1), line.format(l=4, u=2), valid.format(l=4.5, u=2),
+                     line.format(l=3, u=3), line.format(l=3.5, u=3), line.format(l=2, u=4),
+                     valid.format(l=2.5, u=4)])
+    train, valid_curve = masking_ablation.parse_log(log)
+    assert [(x["num_updates"], x["loss"]) for x in train] == [(1, 5), (2, 4), (3, 3.5), (4, 2)]
+    assert [x["num_updates"] for x in valid_curve] == [2, 4] and train[0]["wpb"] == 100
+
+
+def test_a_folder_of_other_settings_is_not_resumed(tmp_path):
+    a = _args(tmp_path, "--updates", "8")
+    work = tmp_path / "work"
+    run = work / "runs" / "token"
+    run.mkdir(parents=True)
+    settings = masking_ablation.settings_of("token", a, work)
+    (run / "settings.json").write_text(json.dumps(dict(settings, TOTAL_UPDATES="3000")))
+    with pytest.raises(SystemExit, match="holds an unfinished run of other settings"):
+        masking_ablation.launch("token", a, work)
+    (run / "settings.json").unlink()  # a folder of a run without --resume
+    with pytest.raises(SystemExit, match="other settings"):
+        masking_ablation.launch("token", a, work)
+
+
+def test_qa_grid_checks_the_encoder_record_against_the_file(tmp_path):
+    from span_plugin.preprocess.file_records import sha256
+
+    folder = tmp_path / "enc"
+    folder.mkdir()
+    (folder / "model.pt").write_bytes(b"weights")
+    record = tmp_path / "encoder.json"
+    entry = {"path": str(folder / "model.pt"), "sha256": sha256(folder / "model.pt"), "objective": "span"}
+    record.write_text(json.dumps(entry))
+    assert qa_grid.read_encoder_record(record, folder) == entry
+    assert qa_grid.encoder_sha256({"pretraining": entry}) == entry["sha256"]
+    assert qa_grid.encoder_sha256({"hparams": {}}) is None
+    with pytest.raises(SystemExit, match="not of"):
+        qa_grid.read_encoder_record(record, tmp_path)
+    record.write_text(json.dumps(dict(entry, sha256="0" * 64)))
+    with pytest.raises(SystemExit, match="the encoder changed since it was recorded"):
+        qa_grid.read_encoder_record(record, folder)
+
+
+def test_one_chain_at_a_time(tmp_path):
+    held = spanbert_qa.lock(tmp_path)
+    with pytest.raises(SystemExit, match="held by another chain"):
+        spanbert_qa.lock(tmp_path)
+    held.close()
+    spanbert_qa.lock(tmp_path).close()
