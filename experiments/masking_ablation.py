@@ -39,6 +39,7 @@ fine-tunes each encoder on SQuAD.
 """
 
 import argparse
+import functools
 import gzip
 import json
 import os
@@ -194,9 +195,15 @@ def model_dir_of(a):
 
 def model_sha256(a):
     """The sha256 of the starting model.pt given (--model-dir), or None (the default)."""
+    return _file_sha256(str(Path(model_dir_of(a)) / "model.pt")) if a.model_dir else None
+
+
+@functools.lru_cache(maxsize=None)
+def _file_sha256(path):
+    """Hashed once a process: :func:`matches` asks for every record it reads."""
     from span_plugin.preprocess.file_records import sha256
 
-    return sha256(Path(model_dir_of(a)) / "model.pt") if a.model_dir else None
+    return sha256(path)
 
 
 def run_dir(name, work):

@@ -214,8 +214,7 @@ def chain(a):
                          "experiments/RESULTS_QA_MINILM.md)")
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the fine-tunings' threads too
         os.environ[var] = str(a.threads)
-    work = Path(a.work_dir).expanduser().resolve()
-    held = lock(work)
+    held = lock(Path(a.work_dir).expanduser().resolve())
     work, text_info, fixed = masking_ablation.prepare(a)
     made = 0
     for name in a.conditions:
