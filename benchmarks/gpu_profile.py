@@ -24,13 +24,15 @@ per update:
   next forward) and the GPU's idle time inside each; the host's operators and runtime
   calls by their own time; tokens per update (batches compare across variants).
 
-    python benchmarks/gpu_profile.py [--data .gpu/wiki-pairs] [--variants span plain span+compile plain+compile]
+    python benchmarks/gpu_profile.py [--data .gpu/wiki-pairs] [--variants span plain span+compile plain+compile span+compile+amp]
     python benchmarks/gpu_profile.py --quick     # CPU, tiny model: checks the script, no figures
 
 Variants as in ``gpu_throughput.py``: ``span`` (span_classification, cnn-cnn head),
 ``plain`` (fairseq's sentence_prediction), ``+compile`` (``--compile --compile-mode
 reduce-overhead --length-multiple 64``; ``plain+compile`` is the span model with
-``--sentence-head plain``). Without a GPU (and without ``--quick``) it says so and exits 0.
+``--sentence-head plain``), ``+amp`` (``--amp --optimizer torch_adamw`` instead of fp16
+and fairseq's adam; its ratio to the same variant without it is printed too). Without a
+GPU (and without ``--quick``) it says so and exits 0.
 """
 
 import argparse
@@ -183,11 +185,20 @@ def timed_rounds(runs, warmup, timed, rounds, device):
     return out
 
 
-def paired_ratios(timings, pairs=(("span", "plain"), ("span+compile", "plain+compile"))):
-    """Span / plain updates per second round by round (plain's ms over span's in the
-    same round): ``{(span, plain): (median, lowest, highest)}`` for the pairs timed."""
+def variant_pairs(variants):
+    """The pairs worth a ratio among the timed ``variants``: each span variant against
+    its plain twin, and each ``+amp`` variant against the same without it."""
+    pairs = [(v, v.replace("span", "plain", 1)) for v in variants if v.startswith("span")]
+    pairs += [(v, v.replace("+amp", "")) for v in variants if "+amp" in v]
+    return [(a, b) for a, b in pairs if b in variants]
+
+
+def paired_ratios(timings, pairs=None):
+    """First / second updates per second round by round (the second's ms over the
+    first's in the same round): ``{(first, second): (median, lowest, highest)}`` for the
+    pairs timed (default: :func:`variant_pairs`)."""
     out = {}
-    for span, plain in pairs:
+    for span, plain in variant_pairs(list(timings)) if pairs is None else pairs:
         if span in timings and plain in timings:
             ratios = [p / s for s, p in zip(timings[span]["round_ms"], timings[plain]["round_ms"])]
             out[(span, plain)] = (statistics.median(ratios), min(ratios), max(ratios))

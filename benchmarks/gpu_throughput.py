@@ -12,7 +12,11 @@ n-gram spans from the packaged dictionary), for:
   plain), where the torch on the machine compiles; ``span+compile-default`` is the
   same without CUDA graphs;
 - ``span-bf16`` / ``plain-bf16``: eager in bf16 (``--bf16``: no loss scaling) instead
-  of fp16.
+  of fp16;
+- ``+amp`` (e.g. ``span+compile+amp``): ``--amp`` (fp32 weights, autocast, no fp16
+  weight copies) with ``--optimizer torch_adamw`` (every tensor in one fused step, one
+  norm call) instead of fp16 and fairseq's per-tensor ``adam``; ``+fused``: fp16 with
+  ``torch_adamw``.
 
 For each run: words/s and updates/s (fairseq's own ``wps``/``ups`` of the logged
 intervals after the first ones, which hold start-up and compilation), peak GPU memory
@@ -166,22 +170,25 @@ def variant_args(variant, size, quick):
         args += [] if variant.endswith("-default") else ["--compile-mode", "reduce-overhead"]
     if size == "tiny":
         args += TINY
+    amp = "+amp" in variant
     if quick:
-        args += ["--cpu"]
+        args += ["--cpu"] + (["--amp"] if amp else [])
         if compiled:
             args += ["--compile-backend", "aot_eager"]
     else:
-        args += ["--bf16"] if variant.endswith("-bf16") else FP16
+        args += ["--amp"] if amp else ["--bf16"] if variant.endswith("-bf16") else FP16
+    args += ["--optimizer", "torch_adamw" if amp or "+fused" in variant else "adam"]
     return args
 
 
 def training_args(batch):
     """The fairseq-train flags every variant shares: the plugin, the two-class pair task,
-    ``batch`` sentences an update, Adam at the recipes' settings, 2 loader workers."""
+    ``batch`` sentences an update, Adam's settings of the recipes (which Adam: the
+    variant's), 2 loader workers."""
     return ["--user-dir", os.path.join(ROOT, "span_plugin"), "--num-classes", "2",
             "--init-token", "0", "--separator-token", "2", "--max-positions", "512",
             "--batch-size", str(batch), "--required-batch-size-multiple", "1",
-            "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-06",
+            "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-06",
             "--lr", "1e-05", "--dropout", "0.1", "--attention-dropout", "0.1",
             "--weight-decay", "0.1", "--clip-norm", "0.0", "--num-workers", "2", "--seed", "1"]
 
@@ -345,7 +352,7 @@ def main():
         prepare(args.data, count=64 if args.quick else 3200)
     if args.quick:
         # span+compile is left out: tests/test_compile.py runs fairseq-train --compile
-        sizes, updates, batch, variants = ["tiny"], 6, 4, ["span", "plain"]
+        sizes, updates, batch, variants = ["tiny"], 6, 4, ["span", "plain", "span+amp"]
         device, peak = "CPU (quick check, no figures)", 0.0
     else:
         sizes, updates, batch, variants = args.sizes, args.updates, args.batch, args.variants

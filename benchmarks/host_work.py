@@ -13,12 +13,17 @@ on the same batches as ``benchmarks/head_overhead.py``:
   no-op casts (each is one kernel launch on a GPU);
 - syncs: the calls that make the host wait for the device: ``aten::_local_scalar_dense``
   (``.item()``, ``int(t)``, ``bool(t)``, ``.tolist()``), ``aten::nonzero``,
-  ``aten::masked_select``, ``aten::unique*``; each is listed with its count.
+  ``aten::masked_select``, ``aten::unique*``; each is listed with its count. The CPU
+  kernel of torch's fused AdamW reads each tensor's step count with ``item()``, which
+  its CUDA kernel reads on the device: those are listed apart and not counted.
 
     .venv/bin/python benchmarks/host_work.py [--sizes minilm base] [--steps 3]
+    .venv/bin/python benchmarks/host_work.py --optimizers adam torch_adamw   # fairseq's adam against the plugin's
     .venv/bin/python benchmarks/host_work.py --quick          # tiny model, seconds
 
-The last line gives the span/plain operator ratio and both sync counts per update.
+Each optimizer ends with a line giving the span/plain operator ratio and both sync
+counts per update (fp32 weights, as on the CPU and under ``--amp``: fairseq's ``adam``
+then steps each parameter tensor in a Python loop, ``torch_adamw`` all of them at once).
 """
 
 import argparse
@@ -53,9 +58,25 @@ SIZES = {
 }
 
 
+# Fused optimizer kernels whose CPU implementation reads each tensor's step count with
+# ``item()`` where the CUDA kernel reads it on the device: not a sync on a GPU.
+CPU_ONLY_READS = frozenset({"aten::_fused_adamw_", "aten::_fused_adam_"})
+
+
+def inside(event, names):
+    """Whether a profiler event runs inside an operator named in ``names``."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name in names:
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
 def count_step(trainer, sample, steps):
     """Per update, averaged over ``steps`` updates: (leaf operators, kernels,
-    {sync op: count})."""
+    {sync op: count}); the step reads of fused optimizers' CPU kernels are counted apart,
+    under ``fused step reads (CPU only)``."""
     trainer.train_step([sample])  # warm-up (optimizer state, lazy inits)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
@@ -65,21 +86,27 @@ def count_step(trainer, sample, steps):
         if not event.name.startswith("aten::"):
             continue
         if event.name in SYNC_OPS:
-            syncs[event.name] += 1
+            syncs["fused step reads (CPU only)" if inside(event, CPU_ONLY_READS) else event.name] += 1
         if not any(child.name.startswith("aten::") for child in event.cpu_children):
             leaves += 1
             kernels += event.name not in NO_KERNEL_OPS
     return leaves / steps, kernels / steps, {k: v / steps for k, v in syncs.items()}
 
 
-def measure(size, seq_len, batch, steps, r=64, l=16):
+def device_syncs(syncs):
+    """The syncs a GPU would make: all but the fused kernels' CPU-only step reads."""
+    return sum(v for k, v in syncs.items() if k.startswith("aten::"))
+
+
+def measure(size, seq_len, batch, steps, optimizer="adam", r=64, l=16):
     """Operators and syncs per update of the span and the plain model at one size."""
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
+    extra = [*SIZES[size], "--optimizer", optimizer]
     with tempfile.TemporaryDirectory() as tmp:
         data = make_dicts(tmp, GPT2_DICT)
-        span_trainer, _ = build_trainer(data, span=True, extra=SIZES[size])
-        plain_trainer, _ = build_trainer(data, span=False, extra=SIZES[size])
+        span_trainer, _ = build_trainer(data, span=True, extra=extra)
+        plain_trainer, _ = build_trainer(data, span=False, extra=extra)
     vocab = len(span_trainer.task.source_dictionary)
     sample = make_batch(batch, seq_len, r, l, vocab, generator)
     plain_sample = dict(sample, net_input={k: v for k, v in sample["net_input"].items() if k != "spans"})
@@ -93,6 +120,7 @@ def main():
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3, help="profiled updates (after a warm-up)")
+    parser.add_argument("--optimizers", nargs="+", default=["adam"], choices=["adam", "torch_adamw"])
     parser.add_argument("--quick", action="store_true", help="tiny model, one step: seconds")
     args = parser.parse_args()
     if args.quick:
@@ -103,19 +131,20 @@ def main():
     span_plugin.register()
     print(f"torch {torch.__version__}, CPU; B={args.batch}, T={args.seq_len}; per update "
           f"(fairseq Trainer.train_step), mean of {args.steps} after a warm-up")
-    print(f"{'size':>7} {'model':>6} {'operators':>10} {'kernels':>8} {'syncs':>6}  sync ops")
-    summary = []
-    for size in args.sizes:
-        result = measure(size, args.seq_len, args.batch, args.steps)
-        for model, (ops, kernels, syncs) in result.items():
-            detail = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in sorted(syncs.items()))
-            print(f"{size:>7} {model:>6} {ops:>10.0f} {kernels:>8.0f} {sum(syncs.values()):>6g}  {detail}",
-                  flush=True)
-        (span_ops, span_kernels, span_syncs), (plain_ops, plain_kernels, plain_syncs) = result["span"], result["plain"]
-        summary.append(f"{size}: operators x{span_ops / plain_ops:.3f}, kernels "
-                       f"x{span_kernels / plain_kernels:.3f}, syncs "
-                       f"{sum(span_syncs.values()):g} vs {sum(plain_syncs.values()):g}")
-    print("span / plain per update: " + "; ".join(summary))
+    print(f"{'size':>7} {'model':>6} {'optimizer':>11} {'operators':>10} {'kernels':>8} {'syncs':>6}  sync ops")
+    for optimizer in args.optimizers:
+        summary = []
+        for size in args.sizes:
+            result = measure(size, args.seq_len, args.batch, args.steps, optimizer)
+            for model, (ops, kernels, syncs) in result.items():
+                detail = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in sorted(syncs.items()))
+                print(f"{size:>7} {model:>6} {optimizer:>11} {ops:>10.0f} {kernels:>8.0f} "
+                      f"{device_syncs(syncs):>6g}  {detail}", flush=True)
+            (span_ops, span_kernels, span_syncs), (plain_ops, plain_kernels, plain_syncs) = result["span"], result["plain"]
+            summary.append(f"{size}: operators x{span_ops / plain_ops:.3f}, kernels "
+                           f"x{span_kernels / plain_kernels:.3f}, syncs "
+                           f"{device_syncs(span_syncs):g} vs {device_syncs(plain_syncs):g}")
+        print(f"span / plain per update ({optimizer}): " + "; ".join(summary))
 
 
 if __name__ == "__main__":

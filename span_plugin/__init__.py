@@ -15,7 +15,8 @@ from span_plugin.version import __version__  # noqa: F401
 
 
 def register():
-    """Apply the stack fixes and register every task, model and criterion (idempotent)."""
+    """Apply the stack fixes and register every task, model, criterion and optimizer
+    (idempotent)."""
     from span_plugin.runtime import compat
 
     compat.apply()
@@ -23,6 +24,7 @@ def register():
     # skips both when span_plugin was imported before --user-dir was processed.
     import span_plugin.criterions  # noqa: F401
     import span_plugin.models  # noqa: F401
+    import span_plugin.optim  # noqa: F401
     import span_plugin.tasks  # noqa: F401
 
 

@@ -56,6 +56,8 @@ FIGURES = {
         rf"{NUMBER} s"],
     "dense_span_head.py": [
         rf"speedup of packed cnn-cnn, wall \(cpu\): T=32: {NUMBER}x \({NUMBER}x cpu\) vs dense-gather"],
+    "optimizer_step.py": [
+        rf"update CPU time torch_adamw / adam \(median\): {NUMBER}"],
     "ngram_counting.py": [
         rf"ngram counting throughput: {NUMBER} tokens/s at 20,000 tokens"],
 }

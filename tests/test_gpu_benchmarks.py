@@ -18,14 +18,19 @@ def bench(script, *args):
 
 def test_span_model_synchronises_no_more_often_than_plain():
     """fairseq's Trainer.train_step of a tiny span model against plain RoBERTa, counted
-    by the torch profiler: no nonzero / item() of the plugin's own per update."""
-    out = bench("host_work.py", "--quick")
-    rows = {m: (float(ops), float(kernels), float(syncs), detail) for m, ops, kernels, syncs, detail in
-            re.findall(r"^\s+tiny\s+(span|plain)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*(.*)$", out, re.M)}
-    assert set(rows) == {"span", "plain"}, out
-    assert rows["span"][2] <= rows["plain"][2], out
-    assert "nonzero" not in rows["span"][3], out
-    assert "span / plain per update: tiny: operators x" in out
+    by the torch profiler: no nonzero / item() of the plugin's own per update; with
+    --optimizer torch_adamw fewer operators than with fairseq's adam, no more syncs."""
+    out = bench("host_work.py", "--quick", "--optimizers", "adam", "torch_adamw")
+    rows = {(m, o): (float(ops), float(kernels), float(syncs), detail) for m, o, ops, kernels, syncs, detail in
+            re.findall(r"^\s+tiny\s+(span|plain)\s+(\w+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*(.*)$", out, re.M)}
+    assert set(rows) == {(m, o) for m in ("span", "plain") for o in ("adam", "torch_adamw")}, out
+    for o in ("adam", "torch_adamw"):
+        assert rows["span", o][2] <= rows["plain", o][2], out
+        assert "nonzero" not in rows["span", o][3], out
+        assert f"span / plain per update ({o}): tiny: operators x" in out
+    for m in ("span", "plain"):
+        assert rows[m, "torch_adamw"][0] < rows[m, "adam"][0], out
+        assert rows[m, "torch_adamw"][2] <= rows[m, "adam"][2], out
 
 
 def test_gpu_throughput_without_a_gpu_says_so_and_exits_0():
@@ -43,10 +48,12 @@ def test_gpu_compile_check_quick_compiled_equals_eager(tmp_path):
 @pytest.mark.slow
 def test_gpu_throughput_quick_trains_every_variant(tmp_path):
     """Builds its long-pair folder from the shared Wikipedia text, then fairseq-train of
-    the span and plain tiny models through its own launch code."""
+    the span and plain tiny models, and the span model with --amp and torch_adamw,
+    through its own launch code."""
     out = bench("gpu_throughput.py", "--quick", "--data", tmp_path / "pairs")
     assert "quick check: every run trained" in out, out[-3000:]
-    assert re.search(r"\| tiny \| span \| 1 \| [\d,]+ \|", out), out[-3000:]
+    for variant in ("span", "plain", "span\\+amp"):
+        assert re.search(rf"\| tiny \| {variant} \| 1 \| [\d,]+ \|", out), out[-3000:]
 
 
 def test_gpu_profile_quick_reports_each_phase():
@@ -115,6 +122,11 @@ def test_gpu_profile_interleaves_variants_and_pairs_them_by_round():
     median, low, high = paired_ratios(timings)[("span", "plain")]
     assert (median, low, high) == (0.95, 0.9, 1.0)
     assert ("span+compile", "plain+compile") not in paired_ratios(timings)
+    # --amp variants are paired with their plain twins and with themselves without --amp
+    timings.update({"span+compile+amp": {"round_ms": [4.0]}, "plain+compile+amp": {"round_ms": [3.8]}})
+    assert set(paired_ratios(timings)) == {("span", "plain"), ("span+compile+amp", "plain+compile+amp"),
+                                           ("span+compile+amp", "span+compile")}
+    assert paired_ratios(timings)[("span+compile+amp", "span+compile")] == (1.25, 1.25, 1.25)
 
 
 def test_gpu_results_keep_earlier_runs_notes(tmp_path):
