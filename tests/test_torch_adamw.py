@@ -155,6 +155,11 @@ def test_betas_are_read_as_two_literal_numbers(betas):
         make([torch.nn.Parameter(torch.zeros(2))], betas=betas)
 
 
+def test_bmuf_is_refused_not_left_unaveraged():
+    with pytest.raises(NotImplementedError, match="--use-bmuf: use --optimizer adam"):
+        make([torch.nn.Parameter(torch.zeros(2))]).average_params()
+
+
 def test_betas_from_a_hydra_list():
     opt = make([torch.nn.Parameter(torch.zeros(2))], betas=OmegaConf.create([0.9, 0.98]))
     assert opt.param_groups[0]["betas"] == (0.9, 0.98)

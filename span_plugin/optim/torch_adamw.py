@@ -87,6 +87,12 @@ class TorchAdamW(FairseqOptimizer):
             if torch.is_tensor(state.get("step")) and "exp_avg" in state:
                 state["step"] = state["step"].to(device=state["exp_avg"].device, dtype=torch.float32)
 
+    def average_params(self):
+        # fairseq's adam averages its moments over workers at BMUF's syncs; refuse rather
+        # than let workers' moments drift apart unnoticed.
+        raise NotImplementedError("--optimizer torch_adamw does not average its moments under "
+                                  "--use-bmuf: use --optimizer adam")
+
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
         """fairseq's ``utils.clip_grad_norm_`` with one ``_foreach_norm`` for every
         gradient instead of one norm a tensor: the total 2-norm (float32) of the
