@@ -322,9 +322,9 @@ def report(a, pretraining, runs, figure=None):
         have = [runs[c][s] for s in seeds if s in runs[c]]
         em = mean_sd([qa_grid.exact_of(r) for r in have]) if have else None
         f1 = mean_sd([r["f1"] for r in have]) if have else None
+        spread = (lambda m: f"{m[0]:.2f} +- {m[1]:.2f}") if len(have) > 1 else (lambda m: f"{m[0]:.2f} (one run)")
         lines.append(f"| {c} | " + " | ".join(_cell(runs[c].get(s)) for s in seeds) + " | "
-                     + (f"{em[0]:.2f} +- {em[1]:.2f} | {f1[0]:.2f} +- {f1[1]:.2f} |" if have
-                        else "missing | missing |"))
+                     + (f"{spread(em)} | {spread(f1)} |" if have else "missing | missing |"))
     lines += ["", "Paired by fine-tuning seed (the same head initialisation and batch order); "
               "mean +- sd of the differences, the seeds won, a 95% t interval and the paired "
               "t-test's p (two-sided):"]

@@ -187,7 +187,7 @@ def test_report_pairs_by_seed_and_shows_missing_runs_as_missing(tmp_path):
     assert {c: sorted(v) for c, v in runs.items()} == {"none": [1], "token": [1, 2, 3], "span": [1, 2],
                                                        "span+sbo": []}
     text = spanbert_qa.report(a, pretraining, runs)
-    assert "| none | 42.00 / 58.00 | missing | missing | 42.00 +- 0.00 | 58.00 +- 0.00 |" in text
+    assert "| none | 42.00 / 58.00 | missing | missing | 42.00 (one run) | 58.00 (one run) |" in text
     assert "| token | 41.00 / 57.00 | 42.00 / 58.00 | 43.00 / 59.00 | 42.00 +- 1.00 | 58.00 +- 1.00 |" in text
     assert "| span | 43.00 / 58.50 | 42.50 / 60.00 | missing |" in text
     assert "| span+sbo | missing | missing | missing | missing | missing |" in text
