@@ -194,3 +194,42 @@ def test_fairseq_train_torch_adamw_matches_adam_and_resumes(tmp_path):
     assert "Loaded checkpoint" in log and re.search(r"num_updates 8\b", log), log[-3000:]
     resumed = train_losses(log)
     assert len(resumed) == 2 and all(x == x for x in resumed)  # updates 7 and 8, finite
+
+
+def test_bf16_trainer_steps_fp32_master_weights():
+    """Under --bf16 fairseq's FP16Optimizer keeps an fp32 master copy of each weight
+    (not flattened under bf16: fairseq's choice for TPUs) and torch_adamw steps them all at
+    once; the bf16 model takes the updates."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.logging import metrics
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+    from fairseq.trainer import Trainer
+
+    from conftest import TINY_ROBERTA, USER_DIR
+    from span_plugin.optim.torch_adamw import TorchAdamW
+    from span_plugin.runtime.compat import bf16_off_tpu
+
+    metrics.reset()
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(glue_folder("MRPC")), "--user-dir", str(USER_DIR), *TINY_ROBERTA,
+        "--task", "span_classification", "--criterion", "span_classification",
+        "--arch", "roberta_span_base", "--num-classes", "2", "--init-token", "0",
+        "--separator-token", "2", "--shorten-method", "truncate", "--optimizer", "torch_adamw",
+        "--lr", "1e-3", "--batch-size", "8", "--cpu", "--seed", "1", "--bf16", "--clip-norm", "0.5"])
+    cfg = convert_namespace_to_omegaconf(args)
+    bf16_off_tpu(cfg)
+    task = tasks.setup_task(cfg.task)
+    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    assert isinstance(trainer.optimizer, FP16Optimizer)
+    inner = trainer.optimizer.fp32_optimizer
+    assert isinstance(inner, TorchAdamW)
+    masters = list(inner.params)
+    assert len(masters) == len(list(trainer.model.parameters())) and {m.dtype for m in masters} == {torch.float32}
+    head = trainer.model.classification_heads["sentence_classification_head"]
+    before = head.out_proj.weight.detach().clone()
+    for sample in list(trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=False))[:3]:
+        log = trainer.train_step([sample])
+        assert torch.isfinite(torch.tensor(float(log["loss"])))
+    assert head.out_proj.weight.dtype == torch.bfloat16 and not torch.equal(head.out_proj.weight, before)
+    assert {int(state["step"]) for state in inner.optimizer.state.values()} == {3}
