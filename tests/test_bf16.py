@@ -32,11 +32,12 @@ def scaled(log):
 # -- in process: what the Trainer holds ------------------------------------------------
 
 
-def test_bf16_trainer_has_a_bf16_model_and_no_loss_scaler():
+def bf16_span_trainer(*extra):
+    """fairseq's Trainer of a tiny span model on real MRPC rows with --bf16 on the CPU,
+    set up as fairseq-train sets it up (``extra``: more flags, last)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.logging import metrics
-    from fairseq.optim.fp16_optimizer import FP16Optimizer
     from fairseq.trainer import Trainer
 
     from span_plugin.runtime.compat import bf16_off_tpu
@@ -47,13 +48,19 @@ def test_bf16_trainer_has_a_bf16_model_and_no_loss_scaler():
         "--task", "span_classification", "--criterion", "span_classification",
         "--arch", "roberta_span_base", "--num-classes", "2", "--init-token", "0",
         "--separator-token", "2", "--shorten-method", "truncate", "--optimizer", "adam",
-        "--lr", "1e-3", "--batch-size", "8", "--cpu", "--seed", "1", "--bf16"])
+        "--lr", "1e-3", "--batch-size", "8", "--cpu", "--seed", "1", "--bf16", *extra])
     cfg = convert_namespace_to_omegaconf(args)
     assert cfg.common.tpu  # fairseq's parser: --bf16 implies --tpu
     assert bf16_off_tpu(cfg)  # fairseq-train does this in call_main
-    assert not (cfg.common.tpu or cfg.distributed_training.tpu or cfg.optimizer.tpu)
+    assert not (cfg.common.tpu or cfg.distributed_training.tpu or getattr(cfg.optimizer, "tpu", False))
     task = tasks.setup_task(cfg.task)
-    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    return Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+
+
+def test_bf16_trainer_has_a_bf16_model_and_no_loss_scaler():
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    trainer = bf16_span_trainer()
     head = trainer.model.classification_heads["sentence_classification_head"]
     assert {p.dtype for p in trainer.model.parameters()} == {torch.bfloat16}
     assert head.span_encoder.within_span.conv.weight.dtype == torch.bfloat16

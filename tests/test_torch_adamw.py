@@ -200,27 +200,12 @@ def test_bf16_trainer_steps_fp32_master_weights():
     """Under --bf16 fairseq's FP16Optimizer keeps an fp32 master copy of each weight
     (not flattened under bf16: fairseq's choice for TPUs) and torch_adamw steps them all at
     once; the bf16 model takes the updates."""
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.logging import metrics
     from fairseq.optim.fp16_optimizer import FP16Optimizer
-    from fairseq.trainer import Trainer
 
-    from conftest import TINY_ROBERTA, USER_DIR
     from span_plugin.optim.torch_adamw import TorchAdamW
-    from span_plugin.runtime.compat import bf16_off_tpu
+    from test_bf16 import bf16_span_trainer
 
-    metrics.reset()
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(glue_folder("MRPC")), "--user-dir", str(USER_DIR), *TINY_ROBERTA,
-        "--task", "span_classification", "--criterion", "span_classification",
-        "--arch", "roberta_span_base", "--num-classes", "2", "--init-token", "0",
-        "--separator-token", "2", "--shorten-method", "truncate", "--optimizer", "torch_adamw",
-        "--lr", "1e-3", "--batch-size", "8", "--cpu", "--seed", "1", "--bf16", "--clip-norm", "0.5"])
-    cfg = convert_namespace_to_omegaconf(args)
-    bf16_off_tpu(cfg)
-    task = tasks.setup_task(cfg.task)
-    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    trainer = bf16_span_trainer("--optimizer", "torch_adamw", "--clip-norm", "0.5")
     assert isinstance(trainer.optimizer, FP16Optimizer)
     inner = trainer.optimizer.fp32_optimizer
     assert isinstance(inner, TorchAdamW)
