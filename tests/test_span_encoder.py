@@ -405,3 +405,52 @@ def test_modules_do_not_import_fairseq():
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_segment_max_with_one_segment_equals_a_loop_and_the_scatter_path(dtype):
+    """The one-segment fast path (a masked amax) against a per-row loop and against the
+    general scatter path (two segments, the second unused): values with ties (small
+    integers), rows without members, padding at the dtype's extremes; forward and
+    gradient exact."""
+    generator = torch.Generator().manual_seed(3)
+    values = torch.randint(-3, 4, (4, 9, 5), generator=generator).to(dtype)
+    values[:, -2:] = torch.finfo(dtype).max  # padding that must never win
+    ids = torch.randint(-1, 1, (4, 9), generator=generator)
+    ids[:, -2:] = -1
+    ids[2] = -1  # a row without members
+    upstream = torch.randn(4, 1, 5, generator=generator).to(dtype)
+
+    def pooled_and_grad(fn):
+        x = values.clone().requires_grad_(True)
+        out = fn(x)
+        out.backward(upstream)
+        return out.detach(), x.grad
+
+    fast, fast_grad = pooled_and_grad(lambda x: segment_max(x, ids, 1))
+    scatter, scatter_grad = pooled_and_grad(lambda x: segment_max(x, ids, 2)[:, :1])
+    assert torch.equal(fast, scatter) and torch.equal(fast_grad, scatter_grad)
+    for b in range(4):
+        members = (ids[b] >= 0).nonzero().flatten()
+        if len(members) == 0:
+            assert torch.equal(fast[b, 0], torch.zeros(5, dtype=dtype))
+            assert not fast_grad[b].any()
+            continue
+        top = values[b, members].amax(0)
+        assert torch.equal(fast[b, 0], top)
+        for h in range(5):
+            winners = [int(i) for i in members if values[b, i, h] == top[h]]
+            for i in range(9):
+                share = upstream[b, 0, h].float() / len(winners) if i in winners else 0.0
+                assert float(fast_grad[b, i, h]) == pytest.approx(float(share), rel=1e-2, abs=1e-6)
+
+
+def test_segment_max_of_zero_gives_its_member_the_whole_gradient():
+    """torch's scatter_reduce backward counts the initial value among the tied maxima
+    even with include_self=False: a segment whose max was exactly 0 (the zeros it
+    started from) gave its arg-max half the gradient. Regression test."""
+    values = torch.tensor([[[-1.0], [0.0], [2.0], [5.0]]], requires_grad=True)
+    pooled = segment_max(values, torch.tensor([[0, 0, 1, -1]]), 2)
+    pooled.sum().backward()
+    assert pooled.flatten().tolist() == [0.0, 2.0]
+    assert values.grad.flatten().tolist() == [0.0, 1.0, 1.0, 0.0]
