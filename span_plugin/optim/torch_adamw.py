@@ -5,10 +5,10 @@ fairseq's ``adam`` steps each parameter tensor in a Python loop (about ten opera
 tensor) unless NVIDIA's apex is installed, and its ``clip_grad_norm`` takes one norm a
 tensor without apex: where the optimizer sees a tensor a weight (fp32 on the CPU,
 ``--amp``, ``--bf16``'s master copies; ``--fp16`` flattens them) that is about a
-thousand operators an update at base size, each a kernel launch on a GPU (issue 40). This one takes
-the same options (``--adam-betas``, ``--adam-eps``, ``--weight-decay``) and steps every
-tensor at once with ``torch.optim.AdamW(fused=True)``; gradient norms are one
-``_foreach_norm``.
+thousand operators an update at base size, each a kernel launch on a GPU (issue 40).
+This one takes the same options (``--adam-betas``, ``--adam-eps``, ``--weight-decay``)
+and steps every tensor at once with ``torch.optim.AdamW(fused=True)``; gradient norms
+are one ``_foreach_norm``.
 
 One difference of formula, not of method: torch adds ``eps`` to ``sqrt(v / (1 - b2^t))``
 (the Adam paper's Algorithm 1), fairseq to ``sqrt(v)`` before the bias correction (the
@@ -78,7 +78,7 @@ class TorchAdamW(FairseqOptimizer):
 
     @property
     def supports_flat_params(self):
-        return True  # --fp16/--bf16 hand it one flat fp32 tensor
+        return True  # --fp16 hands it one flat fp32 tensor (--bf16 one a weight)
 
     def load_state_dict(self, state_dict, optimizer_overrides=None):
         super().load_state_dict(state_dict, optimizer_overrides)
