@@ -101,7 +101,7 @@ class TorchAdamW(FairseqOptimizer):
         grads = [p.grad.detach() for p in self.params if p.grad is not None]
         if not grads:
             return next(self.params).new_tensor(0.0)
-        norms = torch._foreach_norm([g.float() if g.dtype != torch.float32 else g for g in grads])
+        norms = torch._foreach_norm([g.float() for g in grads])  # float() of fp32 is the tensor itself
         total = torch.linalg.vector_norm(torch.stack(norms))
         if aggregate_norm_fn is not None:
             total = aggregate_norm_fn(total)
