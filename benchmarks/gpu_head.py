@@ -15,7 +15,7 @@ eager and compiled (``torch.compile``, inductor). Timings are CUDA-event medians
 interleaved rounds; then the packed head's largest kernels under the profiler, which
 say what a cheaper head has to remove.
 
-    python benchmarks/gpu_head.py [--batch 32] [--seq-len 384] [--rounds 5] [--steps 20]
+    python benchmarks/gpu_head.py [--batch 32] [--seq-len 384] [--rounds 5] [--steps 20] [--top 12]
     python benchmarks/gpu_head.py --quick     # CPU, tiny shapes: checks the script, no figures
 
 Without a GPU (and without ``--quick``) it says so and exits 0.
@@ -118,6 +118,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="forward + backward passes timed per round")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--top", type=int, default=12, help="operators listed per head")
     parser.add_argument("--quick", action="store_true", help="CPU, tiny shapes: checks the script")
     args = parser.parse_args()
     if not args.quick and not torch.cuda.is_available():
@@ -146,7 +147,7 @@ def main():
     for name in ("packed", "packed, compiled"):
         if name in modules:
             print(f"\n{name}: largest {'kernels' if device == 'cuda' else 'operators'} per forward + backward")
-            for kernel, value in top_kernels(modules[name], features, device):
+            for kernel, value in top_kernels(modules[name], features, device, args.top):
                 print(f"   {value:7.3f} ms  {kernel[:110]}")
 
 

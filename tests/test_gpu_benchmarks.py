@@ -73,7 +73,9 @@ def test_gpu_head_quick_times_each_formulation():
     """The head-only benchmark on the CPU: the packed and dense heads compute the same
     function on segmenter-like spans, each is timed against a transformer layer, and the
     packed head's largest operators are listed."""
-    out = bench("gpu_head.py", "--quick")
+    # Every operator listed (the ranking of tiny CPU operators is noise): the packed
+    # head's within-span max is among them.
+    out = bench("gpu_head.py", "--quick", "--top", "200")
     gap = float(re.search(r"packed against dense output: max \|difference\| (\S+)", out).group(1))
     assert gap < 1e-5, out[-3000:]
     for name in ("transformer layer", "packed", "dense"):
