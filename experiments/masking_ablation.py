@@ -224,9 +224,33 @@ def settings_of(name, a, work):
     return settings
 
 
+OPEN_LAUNCH = "launch_open.json"  # a launch under way; left behind by one killed from outside
+LOG_TIME = re.compile(rb"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \| ", re.M)
+
+
+def record_interrupted(out):
+    """A launch killed from outside (a session's end kills its process group, so
+    :func:`launch` never wrote its line) left OUT_DIR/launch_open.json: append its line
+    to OUT_DIR/launches.jsonl now, its wall time that of the train.log lines it wrote (from
+    the log's size when it started; fairseq stamps every line), its CPU time unknown
+    (``cpu_s`` None), ``interrupted`` true."""
+    pending = out / OPEN_LAUNCH
+    if not pending.exists():
+        return
+    entry = json.loads(pending.read_text(encoding="utf-8"))
+    log = out / "train.log"
+    stamps = LOG_TIME.findall(log.read_bytes()[entry.pop("log_offset"):] if log.exists() else b"")
+    seconds = [time.mktime(time.strptime(x.decode(), "%Y-%m-%d %H:%M:%S")) for x in stamps[:1] + stamps[-1:]]
+    entry.update(wall_s=round(seconds[-1] - seconds[0], 1) if seconds else 0.0, cpu_s=None,
+                 returncode=None, interrupted=True)
+    append_result(out / "launches.jsonl", entry)
+    pending.unlink()
+
+
 def launch(name, a, work, extra=()):
     """One launch of recipes/pretrain/spanbert.sh for condition ``name``, its output
-    appended to OUT_DIR/recipe.log and its wall and CPU time to OUT_DIR/launches.jsonl.
+    appended to OUT_DIR/recipe.log and its wall and CPU time to OUT_DIR/launches.jsonl
+    (an earlier launch killed from outside is recorded first: :func:`record_interrupted`).
     Without ``a.resume`` an existing folder (an unfinished run) is deleted first; with it,
     the folder's run goes on from its checkpoint_last.pt (the recipe resumes it) when it
     was started with the same settings (OUT_DIR/settings.json), and checkpoints keep the
@@ -259,8 +283,12 @@ def launch(name, a, work, extra=()):
     if reached >= a.updates:  # trained, not yet recorded: fairseq would take one more step
         print(f"    {name}: {last} is at {reached} updates already", flush=True)
         return
+    record_interrupted(out)
     entry = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "from_update": reached,
              "load_avg_at_start": round(os.getloadavg()[0], 2)}  # a shared machine: wall time depends on it
+    log = out / "train.log"
+    (out / OPEN_LAUNCH).write_text(json.dumps({**entry, "log_offset": log.stat().st_size if log.exists() else 0}),
+                                   encoding="utf-8")
     start, cpu0 = time.time(), children_cpu()
     with open(out / "recipe.log", "a", encoding="utf-8") as log:
         proc = subprocess.run(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), *args],
@@ -268,6 +296,7 @@ def launch(name, a, work, extra=()):
     entry.update(wall_s=round(time.time() - start, 1), cpu_s=round(children_cpu() - cpu0, 1),
                  returncode=proc.returncode)
     append_result(out / "launches.jsonl", entry)
+    (out / OPEN_LAUNCH).unlink()
     if proc.returncode != 0:
         raise SystemExit(f"{name}: recipes/pretrain/spanbert.sh failed; see {out / 'recipe.log'}")
 
@@ -284,6 +313,7 @@ def finish(name, a, work, text_info, fixed):
     reached = read_updates(last)[0] if last.exists() else None
     if reached != a.updates:
         raise SystemExit(f"{name}: {last} is at {reached} updates, not {a.updates}: the run did not finish")
+    record_interrupted(out)
     launches = read_results(out / "launches.jsonl")
     train, valid = parse_log((out / "train.log").read_text(encoding="utf-8"))
 
@@ -311,7 +341,9 @@ def finish(name, a, work, text_info, fixed):
         "tokens_seen": round(sum(wpb) / len(wpb) * a.updates) if wpb else None,
         "train_curve": train, "valid_curve": valid, "fixed_curve": fixed_curve,
         "train_wall_min": round(sum(x["wall_s"] for x in launches) / 60, 2),
-        "train_cpu_min": round(sum(x["cpu_s"] for x in launches) / 60, 2),
+        # None when a launch was killed from outside: its CPU time is unknown
+        "train_cpu_min": None if any(x["cpu_s"] is None for x in launches)
+        else round(sum(x["cpu_s"] for x in launches) / 60, 2),
         "update_wall_min": round(sum(x.get("train_wall", 0) for x in train) / 60, 2),
         "eval_wall_min": round(eval_wall / 60, 2), "eval_cpu_min": round(eval_cpu / 60, 2),
         "load_avg_at_start": launches[0]["load_avg_at_start"] if launches else None,

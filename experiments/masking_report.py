@@ -77,8 +77,9 @@ def table(runs):
         v, f = r["valid_curve"][-1], r["fixed_curve"][-1]
         fixed = [f"**{f[s]:.3f}**" if f[s] == best[s] else f"{f[s]:.3f}" for s in schemes]
         sbo = f"{v['sbo_loss']:.3f}" if "sbo_loss" in v else "-"
+        cpu = "unknown" if r["train_cpu_min"] is None else r["train_cpu_min"]  # a launch killed from outside
         cells = [r["condition"], r["masking"], r["sbo_weight"], f"{v['mlm_loss']:.3f}", sbo, *fixed,
-                 f"{r['train_wall_min']} / {r['train_cpu_min']}", f"{r['eval_wall_min']} / {r['eval_cpu_min']}"]
+                 f"{r['train_wall_min']} / {cpu}", f"{r['eval_wall_min']} / {r['eval_cpu_min']}"]
         rows.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(rows), schemes
 

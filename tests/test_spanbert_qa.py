@@ -253,3 +253,29 @@ def test_one_chain_at_a_time(tmp_path):
         spanbert_qa.lock(tmp_path)
     held.close()
     spanbert_qa.lock(tmp_path).close()
+
+
+@pytest.mark.slow
+def test_a_launch_killed_from_outside_is_recorded_from_its_log(chain, tmp_path):
+    """A launch leaves OPEN_LAUNCH while it runs and removes it when it records its line;
+    one killed from outside (no line written) is recorded on the next launch or finish,
+    its wall time from the first to the last stamp of the train.log lines it wrote."""
+    import datetime
+
+    assert not (chain["run"] / masking_ablation.OPEN_LAUNCH).exists()
+    log = (chain["run"] / "train.log").read_text()
+    earlier, killed = log[:len(log) // 2], log[len(log) // 2:]
+    (tmp_path / "train.log").write_text(earlier + killed)
+    (tmp_path / masking_ablation.OPEN_LAUNCH).write_text(json.dumps(
+        {"started": "2026-01-01 00:00:00", "from_update": 2, "load_avg_at_start": 1.0,
+         "log_offset": len(earlier.encode())}))
+    masking_ablation.record_interrupted(tmp_path)
+    [entry] = [json.loads(x) for x in (tmp_path / "launches.jsonl").read_text().splitlines()]
+    stamps = [datetime.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+              for line in killed.splitlines() if line[:2] == "20" and line[19:22] == " | "]
+    assert entry == {"started": "2026-01-01 00:00:00", "from_update": 2, "load_avg_at_start": 1.0,
+                     "wall_s": (stamps[-1] - stamps[0]).total_seconds(), "cpu_s": None,
+                     "returncode": None, "interrupted": True}
+    assert not (tmp_path / masking_ablation.OPEN_LAUNCH).exists()
+    masking_ablation.record_interrupted(tmp_path)  # recorded once
+    assert len((tmp_path / "launches.jsonl").read_text().splitlines()) == 1
