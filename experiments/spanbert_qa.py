@@ -11,7 +11,8 @@ The chain, one condition at a time, in the order token, span, span+sbo:
 2. its checkpoint_last.pt exported as a span-convert folder (:func:`export`: model.pt
    without the SBO head and optimizer state, dict.txt and tokenizer files of the starting
    folder; WORK/encoders/<condition>-u<updates>/, with encoder.json: path, sha256,
-   objective, budget);
+   objective, budget), and how far it moved from the start model, layer by layer
+   (:func:`drift`; experiments/results/spanbert_qa_drift.jsonl);
 3. QA fine-tuning of that encoder with experiments/qa_grid.py: boundary head, word
    answers, seeds 1-3, every other setting qa_grid's defaults, i.e. those of the boundary
    runs of experiments/results/qa_minilm.jsonl, which serve as the "none" condition (no
@@ -65,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import masking_ablation  # noqa: E402
 import masking_report  # noqa: E402
 import qa_grid  # noqa: E402
-from grid_lib import ROOT, mean_sd, paired_line, read_results, write_report  # noqa: E402
+from grid_lib import ROOT, append_result, mean_sd, paired_line, read_results, write_report  # noqa: E402
 
 CONDITIONS = ("token", "span", "span+sbo")
 NONE = "none"  # the converted model fine-tuned without continued pre-training
@@ -94,6 +95,10 @@ def parser():
     p.add_argument("--squad-dev", default=qa_grid.parser().get_default("squad_dev"))
     p.add_argument("--qa-device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--report", action="store_true", help="only write the report")
+    p.add_argument("--drift", action="store_true",
+                   help="only record the drift of the exported encoders (the chain does it after "
+                   "each export), then write the report")
+    p.add_argument("--drift-results", default=str(ROOT / "experiments" / "results" / "spanbert_qa_drift.jsonl"))
     p.add_argument("--report-file", default=str(ROOT / "experiments" / "RESULTS_SPANBERT_QA_MINILM.md"))
     p.add_argument("--figure", default=str(ROOT / "docs" / "figures" / "spanbert_qa_pretraining.png"))
     p.add_argument("--qa-extra", nargs=argparse.REMAINDER, default=[],
@@ -167,6 +172,34 @@ def export(record, a, work):
     return provenance
 
 
+def drift(provenance, a):
+    """How far continued pre-training moved an exported encoder from its start model
+    (encoder.json's ``start_model``): ||W - W0|| / ||W0|| over the embeddings' weights and
+    over each transformer layer's, the masked-LM head left out (the QA model does not use
+    it). Appended once per encoder sha256 to ``a.drift_results``. Why: every condition
+    fine-tunes below "none", so how far an objective moves the encoder is a rival
+    explanation of the differences between objectives."""
+    from span_plugin.runtime.checkpoints import load_state
+
+    entry = json.loads(Path(provenance).read_text(encoding="utf-8"))
+    if any(r["sha256"] == entry["sha256"] for r in read_results(a.drift_results)):
+        return
+    trained, start = (load_state(x)["model"] for x in (entry["path"], entry["start_model"]["path"]))
+    prefix = "encoder.sentence_encoder."
+    groups = {}
+    for key, w0 in start.items():
+        if key.startswith(prefix) and w0.is_floating_point():
+            part = key[len(prefix):].split(".")
+            group = f"layer {part[1]}" if part[0] == "layers" else "embeddings"
+            num, den = groups.get(group, (0.0, 0.0))
+            groups[group] = (num + float(((trained[key].double() - w0.double()) ** 2).sum()),
+                             den + float((w0.double() ** 2).sum()))
+    append_result(a.drift_results, {
+        "objective": entry["objective"], "path": entry["path"], "sha256": entry["sha256"],
+        "source_sha256": entry["source_sha256"], "start_sha256": entry["start_model"]["sha256"], "updates": entry["budget"]["updates"],
+        "relative_change": {g: round((n / d) ** 0.5, 5) for g, (n, d) in groups.items()}})
+
+
 # ---- 1 and 3: the chain ------------------------------------------------------------------
 
 
@@ -228,6 +261,7 @@ def chain(a):
             made += 1
             left = None if left is None else left - 1
         provenance = export(record, a, work)
+        drift(provenance, a)
         if left != 0:
             made += qa_grid.run(qa_grid.parser().parse_args(
                 qa_argv(a, provenance.parent, provenance, left)))
@@ -309,6 +343,18 @@ def report(a, pretraining, runs, figure=None):
             lines.append(f"| {c} | {r['updates']} | {r.get('tokens_seen') or '-'} | "
                          f"{f'{per:.2f}' if per else '-'} | {len(r.get('launches') or [])} | "
                          f"{', '.join(sorted(sha)) or 'no QA run yet'} |")
+        moved = {c: r for r in read_results(a.drift_results) for c in order
+                 if r["source_sha256"] == pretraining[c].get("checkpoint_sha256")}
+        if moved:
+            groups = ["embeddings", *sorted((g for g in next(iter(moved.values()))["relative_change"]
+                                             if g != "embeddings"), key=lambda g: int(g.split()[1]))]
+            lines += ["", "How far each objective moved the encoder from the start model: "
+                      "||W - W0|| / ||W0|| of the exported encoder's weights (the token embeddings are "
+                      "also the output layer of the masked LM and of the SBO; `--drift`; "
+                      f"{os.path.relpath(a.drift_results, ROOT)}):", "",
+                      "| condition | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+            lines += [f"| {c} | " + " | ".join(f"{moved[c]['relative_change'][g]:.4f}" for g in groups) + " |"
+                      for c in order if c in moved]
         if figure:
             masking_report.plot(recs, Path(figure), title="issue 41's objectives")
             lines += ["", f"![pre-training curves]({os.path.relpath(figure, Path(a.report_file).parent)})"]
@@ -387,7 +433,13 @@ def main(argv=None):
     bad = [c for c in a.conditions if c not in CONDITIONS]
     if bad:
         p.error(f"--conditions {' '.join(bad)}: this experiment compares {', '.join(CONDITIONS)}")
-    if not a.report:
+    if a.drift:
+        work = Path(a.work_dir).expanduser().resolve()
+        for c in a.conditions:
+            provenance = work / "encoders" / f"{slug(c)}-u{a.updates}" / "encoder.json"
+            if provenance.is_file():
+                drift(provenance, a)
+    elif not a.report:
         chain(a)
     write(a)
     return 0

@@ -38,7 +38,7 @@ def chain_argv(tmp, model_dir):
     return ["--work-dir", str(tmp / "work"), "--model-dir", str(model_dir),
             "--results", str(tmp / "pretrain.jsonl"), "--qa-results", str(tmp / "qa.jsonl"),
             "--baseline-results", str(tmp / "baseline.jsonl"),
-            "--report-file", str(tmp / "report.md"), "--figure", str(tmp / "curves.png"),
+            "--report-file", str(tmp / "report.md"), "--drift-results", str(tmp / "drift.jsonl"), "--figure", str(tmp / "curves.png"),
             "--updates", "4", "--warmup", "1", "--interval", "2", "--log-interval", "1",
             "--batch", "4", "--tokens", "64", "--train-lines", "40", "--valid-lines", "20",
             "--conditions", "span+sbo", "--qa-seeds", "1", "--squad-dev", str(tiny_squad(tmp / "dev.json")),
@@ -279,3 +279,27 @@ def test_a_launch_killed_from_outside_is_recorded_from_its_log(chain, tmp_path):
     assert not (tmp_path / masking_ablation.OPEN_LAUNCH).exists()
     masking_ablation.record_interrupted(tmp_path)  # recorded once
     assert len((tmp_path / "launches.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_drift_is_recorded_once_per_encoder_and_reported(chain):
+    """The chain records how far the export moved from its start model, layer by layer,
+    once (the relaunch adds nothing); the figures match a plain computation over the two
+    state dicts, and the report prints them."""
+    import torch
+
+    from span_plugin.runtime.checkpoints import load_state
+
+    [record] = [json.loads(x) for x in (chain["tmp"] / "drift.jsonl").read_text().splitlines()]
+    entry = json.loads((chain["work"] / "encoders" / "span-sbo-u4" / "encoder.json").read_text())
+    assert (record["objective"], record["sha256"]) == ("span+sbo", entry["sha256"])
+    trained = load_state(entry["path"])["model"]
+    start = load_state(entry["start_model"]["path"])["model"]
+    for group, value in record["relative_change"].items():
+        tag = "embed" if group == "embeddings" else f"layers.{group.split()[1]}."
+        keys = [k for k in start if k.startswith("encoder.sentence_encoder.") and tag in k]
+        change = torch.cat([(trained[k] - start[k]).flatten() for k in keys]).double().norm()
+        scale = torch.cat([start[k].flatten() for k in keys]).double().norm()
+        assert value == pytest.approx(float(change / scale), abs=1e-5) and value > 0, group
+    assert sorted(record["relative_change"]) == ["embeddings", *(f"layer {i}" for i in range(6))]
+    assert f"| span+sbo | {record['relative_change']['embeddings']:.4f} |" in (chain["tmp"] / "report.md").read_text()
