@@ -286,9 +286,9 @@ def launch(name, a, work, extra=()):
     record_interrupted(out)
     entry = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "from_update": reached,
              "load_avg_at_start": round(os.getloadavg()[0], 2)}  # a shared machine: wall time depends on it
-    log = out / "train.log"
-    (out / OPEN_LAUNCH).write_text(json.dumps({**entry, "log_offset": log.stat().st_size if log.exists() else 0}),
-                                   encoding="utf-8")
+    train_log = out / "train.log"
+    offset = train_log.stat().st_size if train_log.exists() else 0  # where this launch's lines begin
+    (out / OPEN_LAUNCH).write_text(json.dumps({**entry, "log_offset": offset}), encoding="utf-8")
     start, cpu0 = time.time(), children_cpu()
     with open(out / "recipe.log", "a", encoding="utf-8") as log:
         proc = subprocess.run(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), *args],

@@ -196,7 +196,8 @@ def drift(provenance, a):
                              den + float((w0.double() ** 2).sum()))
     append_result(a.drift_results, {
         "objective": entry["objective"], "path": entry["path"], "sha256": entry["sha256"],
-        "source_sha256": entry["source_sha256"], "start_sha256": entry["start_model"]["sha256"], "updates": entry["budget"]["updates"],
+        "source_sha256": entry["source_sha256"], "start_sha256": entry["start_model"]["sha256"],
+        "updates": entry["budget"]["updates"],
         "relative_change": {g: round((n / d) ** 0.5, 5) for g, (n, d) in groups.items()}})
 
 
