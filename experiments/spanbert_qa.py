@@ -110,8 +110,10 @@ def parser():
 # ---- 2. export ---------------------------------------------------------------------------
 
 
-def slug(condition):
-    return condition.replace("+", "-")
+def encoder_folder(work, condition, updates):
+    """Where condition's encoder of ``updates`` pre-training updates is exported
+    (span+sbo -> WORK/encoders/span-sbo-u3000)."""
+    return work / "encoders" / f"{condition.replace('+', '-')}-u{updates}"
 
 
 def export(record, a, work):
@@ -132,7 +134,7 @@ def export(record, a, work):
 
     name = record["condition"]
     checkpoint = Path(record["checkpoint"])
-    folder = work / "encoders" / f"{slug(name)}-u{record['updates']}"
+    folder = encoder_folder(work, name, record["updates"])
     provenance = folder / "encoder.json"
     if not checkpoint.is_file():
         raise SystemExit(f"{name}: {checkpoint}, the final weights of its recorded pre-training, is "
@@ -437,7 +439,7 @@ def main(argv=None):
     if a.drift:
         work = Path(a.work_dir).expanduser().resolve()
         for c in a.conditions:
-            provenance = work / "encoders" / f"{slug(c)}-u{a.updates}" / "encoder.json"
+            provenance = encoder_folder(work, c, a.updates) / "encoder.json"
             if provenance.is_file():
                 drift(provenance, a)
     elif not a.report:
