@@ -16,9 +16,12 @@ of three errors, each naming the file:
   (the refused global is named).
 """
 
+import _compat_pickle
 import argparse
 import errno
+import io
 import pickle
+import pickletools
 import re
 import zipfile
 import zlib
@@ -186,6 +189,58 @@ def load_error(path, err):
     return None
 
 
+def _python3_name(module, name):
+    """``module.name`` as Python 3 (and torch's reader) resolves a protocol-2 pickle's
+    names (``__builtin__.set`` is ``builtins.set``)."""
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    return f"{_compat_pickle.IMPORT_MAPPING.get(module, module)}.{name}"
+
+
+def _globals_of(stream):
+    """The globals one pickle in ``stream`` names (``module.name``), read from its
+    opcodes without building anything: GLOBAL and INST name theirs; STACK_GLOBAL takes
+    the two strings pushed before it (or memoized and fetched), else it is computed."""
+    memo, pushed = {}, []
+    for op, arg, _ in pickletools.genops(stream):
+        if op.name in ("GLOBAL", "INST"):
+            yield _python3_name(*arg.split(" ", 1))
+        elif op.name == "STACK_GLOBAL":
+            names = pushed[-2:]
+            yield (".".join(names) if len(names) == 2 and all(isinstance(n, str) for n in names)
+                   else "a global computed while unpickling")
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            memo[len(memo) if arg is None else arg] = pushed[-1] if pushed else None
+        elif op.name in ("GET", "BINGET", "LONG_BINGET"):
+            pushed.append(memo.get(arg))
+        elif op.name != "FRAME":
+            pushed.append(arg if isinstance(arg, str) else None)
+        if op.name == "STOP":
+            return
+
+
+def refused_global(path, kind):
+    """The first global of the file's pickles outside the allow-list (torch's tensor
+    types and :data:`CHECKPOINT_SAFE_GLOBALS`), or None. Whatever the global (``eval``,
+    ``os.system``, a module torch blocks, a class of the user's), it is unsafe, in both
+    formats. Pickles that do not parse are left to torch's reader (damaged)."""
+    from torch import _weights_only_unpickler as weights_only
+
+    allowed = set(weights_only._get_allowed_globals()) | set(weights_only._get_user_allowed_globals())
+    try:
+        if kind == "zip":
+            with zipfile.ZipFile(path) as z:
+                name = next(n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl"))
+                names = list(_globals_of(io.BytesIO(z.read(name))))
+        else:  # five pickles: magic number, protocol, system info, the object, storage keys
+            with open(path, "rb") as f:
+                names = [n for _ in range(5) for n in _globals_of(f)]
+        return next((n for n in names if n not in allowed), None)
+    except (ValueError, EOFError, KeyError, IndexError, zipfile.BadZipFile, zlib.error,
+            UnicodeDecodeError, StopIteration):
+        return None
+
+
 def load_torch_file(path, mmap=False):
     """``torch.load(path)`` on the CPU with ``weights_only=True`` and fairseq's checkpoint
     types allowed, never anything more. ``mmap``: tensors are memory-mapped, not read
@@ -194,6 +249,9 @@ def load_torch_file(path, mmap=False):
     the file."""
     kind = check_file(path)
     allow_checkpoint_types()
+    refused = refused_global(path, kind)
+    if refused:
+        raise UnsafeCheckpointError(path, f"Unsupported global: GLOBAL {refused}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True,
                           mmap=mmap and kind == "zip")

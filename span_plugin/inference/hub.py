@@ -43,16 +43,25 @@ span_plugin.register()  # the stack fixes, and every task and model a checkpoint
 ADAPTERS = {}  # task name -> the SpanHubInterface subclass that serves it
 
 
-def register_adapter(*task_names):
+def register_adapter(*task_names, output=None):
     """Class decorator: ``from_pretrained`` returns this class for checkpoints trained
-    with any of ``task_names``."""
+    with any of ``task_names``; ``output``, its ``span-predict`` options and writer
+    (:class:`span_plugin.inference.outputs.Output`; None: not served by the command)."""
     def register(cls):
         for name in task_names:
             if name in ADAPTERS:
                 raise ValueError(f"task {name!r} already served by {ADAPTERS[name].__name__}")
             ADAPTERS[name] = cls
+        cls.output = output
         return cls
     return register
+
+
+def adapter_outputs():
+    """The ``span-predict`` output of every registered adapter, each once, in
+    registration order."""
+    return list({id(cls.output): cls.output for cls in ADAPTERS.values()
+                 if cls.output is not None}.values())
 
 
 # Span items LongTensor [n_i, 2] -> [B, S, 2], padded with (0, 0) rows (empty spans).
@@ -95,6 +104,7 @@ class SpanHubInterface(nn.Module):
     adapters) add the predictions of their task."""
 
     head_from_task = False  # True: the head is the one the task's config names, not ``head``
+    output = None  # what span-predict writes for it (set by register_adapter)
 
     def __init__(self, task, model, encoder, head="sentence_classification_head"):
         super().__init__()
@@ -255,6 +265,7 @@ def _data_folder(data, stored, record, checkpoint, task=None):
     data = str(data)
     check_folder_kind(data, task, checkpoint)
     if record is not None:
+        provenance.check_same_labels(data, record, checkpoint)
         provenance.verify_files(data, record, only=provenance.is_dictionary,
                                 where=f"the data record in {checkpoint}")
     return data

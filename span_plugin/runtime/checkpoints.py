@@ -130,9 +130,10 @@ def prepare_resume(save_dir, log=print):
     ``checkpoint_last.pt`` (cut short, a zip CRC that does not match, entries fairseq
 cannot use: :func:`structure_problem`; or one that is no checkpoint) is moved to
     ``checkpoint_last.pt.damaged``. Returns the path fairseq will resume from, or None
-    (nothing to resume: a first launch). A ``checkpoint_last.pt`` holding an object
-    outside the allow-list raises :class:`UnsafeCheckpointError`: it is neither moved
-    nor resumed past.
+    (nothing to resume: a first launch). A checkpoint holding an object outside the
+    allow-list (any global: ``os.system`` as ``eval``) raises
+    :class:`UnsafeCheckpointError` before anything is moved: no file is set aside and no
+    run resumes while it is there.
     """
     if not os.path.isdir(save_dir):
         return None
@@ -141,13 +142,11 @@ cannot use: :func:`structure_problem`; or one that is no checkpoint) is moved to
         log(f"removed {tmp}, left by a run stopped while writing it")
     last = os.path.join(save_dir, LAST)
     best, best_updates = None, -1
-    for path in checkpoint_files(save_dir):
-        updates, err = read_updates(path)
+    read = [(path, *read_updates(path)) for path in checkpoint_files(save_dir)]
+    for _, _, err in read:  # before anything moves: the user must look at it
         if isinstance(err, UnsafeCheckpointError):
-            if path == last:  # never set aside or resumed past: the user must look at it
-                raise err
-            log(f"{path} is not resumed from: {err}")
-            continue
+            raise err
+    for path, updates, err in read:
         if err is not None:  # damaged, or not a checkpoint at all
             why = (f"{path} is damaged ({err.detail})" if isinstance(err, DamagedCheckpointError)
                    else str(err))

@@ -162,21 +162,54 @@ def verify_files(folder, record, only=None, where=None):
     """Check the files of ``folder`` against the record's hashes (``only``: a
     predicate on relative paths; ``where``: what holds the record, for messages).
     Raises ProvenanceError at the first difference."""
+    own = where is None  # the folder's own record, not a checkpoint's copy
     where = where or os.path.join(folder, RECORD_NAME)
     for rel, digest in record["files"].items():
         if only is not None and not only(rel):
             continue
         path = os.path.join(folder, rel)
         if not os.path.exists(path):
-            raise ProvenanceError(f"{path}: missing, but {where} lists it; the folder is "
-                                  f"incomplete: rebuild it with span-preprocess")
+            raise ProvenanceError(
+                f"{path}: missing, but {where} lists it; " + (
+                    "the folder is incomplete: rebuild it with span-preprocess" if own else
+                    f"{folder} is not the folder it was trained on: give that folder (or a copy)"))
         actual = sha256(path)
         if actual != digest:
             raise ProvenanceError(
                 f"{path}: its content (sha256 {short(actual)}) is not what {where} "
-                f"records (sha256 {short(digest)}): the file changed after span-preprocess "
-                f"made the folder. Rebuild the folder (or give the one the record "
-                f"describes), or remove {RECORD_NAME} to use it unchecked")
+                f"records (sha256 {short(digest)}): " + (
+                    f"the file changed after span-preprocess made the folder. Rebuild the "
+                    f"folder (or give the one the record describes), or remove "
+                    f"{RECORD_NAME} to use it unchecked" if own else
+                    f"{folder} is not the folder it was trained on, or was rebuilt since "
+                    f"with other settings: give that folder (or a copy)"))
+
+
+def labels_summary(record):
+    """A record's task and labels in a few words: ``MRPC, 2 classes (1, 0)``."""
+    labels = record.get("labels") or {}
+    kind, names = labels.get("kind"), labels.get("names") or []
+    listed = ", ".join(map(str, names[:8])) + (", ..." if len(names) > 8 else "")
+    what = {"classes": f"{len(names)} classes ({listed})",
+            "tags": f"{len(names)} tags ({listed})",
+            "regression": "regression (one value per row)",
+            "qa": "extractive QA answers", "none": "no labels"}.get(kind, f"labels {kind!r}")
+    return f"task {record.get('task')!r}, {what}"
+
+
+def check_same_labels(folder, record, where):
+    """Raise :class:`ProvenanceError` when ``folder``'s own record holds another label
+    kind or label list (names, order) than ``record`` (what ``where``, a checkpoint, was
+    trained on), naming both, before its files are compared one by one."""
+    own = read_record(folder)
+    if own is None or record is None:
+        return
+    mine, theirs = own.get("labels") or {}, record.get("labels") or {}
+    if (mine.get("kind"), mine.get("names")) == (theirs.get("kind"), theirs.get("names")):
+        return
+    raise ProvenanceError(
+        f"{folder} holds {labels_summary(own)}, but {where} was trained on a folder of "
+        f"{labels_summary(record)}: give the folder it was trained on (or a copy)")
 
 
 def is_dictionary(rel):
