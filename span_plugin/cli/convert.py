@@ -109,10 +109,14 @@ def main(argv=None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from span_plugin.convert.hf_source import ConversionError
     from span_plugin.convert.safe_load import CheckpointFileError
+    from span_plugin.formats.lines import BadInputError
+    from span_plugin.formats.outputs import writing
 
     try:
-        {"bert": _bert, "roberta": _roberta, "flags": _flags, "hydra-overrides": _hydra}[args.cmd](args)
-    except (ConversionError, CheckpointFileError, FileNotFoundError) as err:
+        # The output folder is never the Hugging Face folder read, and has one writer.
+        with writing({"--out": getattr(args, "out", None)}, {"--hf-dir": getattr(args, "hf_dir", None)}):
+            {"bert": _bert, "roberta": _roberta, "flags": _flags, "hydra-overrides": _hydra}[args.cmd](args)
+    except (ConversionError, CheckpointFileError, FileNotFoundError, BadInputError) as err:
         # Bad input (a file that is not a checkpoint, is damaged or holds an object
         # outside the allow-list; a folder of another model): one line, exit 2 as the
         # other commands.

@@ -9,6 +9,8 @@ import os
 import shlex
 import sys
 
+from span_plugin.formats.flag_values import (at_least_zero, count, finite, one_character, positive,
+                                             whole_number)
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
 from span_plugin.preprocess.segmentation.segmentations import segmentation_options
 from span_plugin.tokenizers import TOKENIZERS, file_options, tokenizer_kind
@@ -16,6 +18,10 @@ from span_plugin.tokenizers.options import add_arguments
 from span_plugin.tokenizers.words import WORD_SCHEMES
 
 logger = logging.getLogger("span-preprocess")
+
+# The shortest QA window: 4 special tokens, a question of one token, and two passage
+# tokens with --doc-stride 1 (the next window must start past the last one's start).
+MIN_WINDOW = 7
 
 
 def _add_encoder_args(p):
@@ -25,12 +31,12 @@ def _add_encoder_args(p):
     g.add_argument("--srcdict",
                    help="fairseq dict.txt of the BPE symbols (GPT-2: gpt2_bpe/dict.txt)")
     g.add_argument("--ngrams", help="n-gram dictionary (default: the packaged one)")
-    g.add_argument("--ngrams-top-k", type=int, help="use only the K most frequent n-grams")
+    g.add_argument("--ngrams-top-k", type=count, help="use only the K most frequent n-grams")
     g.add_argument("--segmentation", choices=SEGMENTATIONS, default="greedy",
                    help="; ".join(f"{name}: {kind.help}" for name, kind in SEGMENTATIONS.items()))
     g.add_argument("--seed", type=int, default=0, help="seed of --segmentation random")
     add_arguments(g, segmentation_options().values())  # each segmentation's (--nltk-data)
-    g.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    g.add_argument("--workers", type=positive, default=os.cpu_count() or 1)
     g.add_argument("--bad-utf8", choices=("error", "replace"), default="error",
                    help="invalid UTF-8: stop naming file and line, or use U+FFFD")
 
@@ -151,9 +157,8 @@ def cmd_table(a):
 
     spec = _spec(a)
     files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
-    delimiter = "\t" if a.delimiter in ("\\t", "tab", "TAB") else a.delimiter
     counts = prepare_table(a.out, files, a.text_columns, a.label_column, spec, a.srcdict,
-                           name=a.name, fmt=a.format, delimiter=delimiter,
+                           name=a.name, fmt=a.format, delimiter=a.delimiter,
                            regression=a.regression, positive=a.positive_label,
                            drop_labels=a.drop_labels or (), bad_rows=a.bad_rows,
                            bad_utf8=a.bad_utf8, unknown_labels=a.unknown_labels,
@@ -269,6 +274,35 @@ def _command():
     return " ".join(["span-preprocess"] + [shlex.quote(x) for x in sys.argv[1:]])
 
 
+# The flags whose files the subcommands read, and those they write: an output is never
+# one of the inputs, and has one writer at a time (span_plugin.formats.outputs).
+INPUT_FLAGS = ("train", "valid", "test", "input", "text", "wikitext", "from_dictionary",
+               "task_rows", "exclude_sentences_of", "srcdict", "ngrams")
+OUTPUT_FLAGS = ("out", "out_first", "out_rest", "holdout_out", "bpe_text")
+
+
+def _flag_paths(a, names):
+    return {"--" + n.replace("_", "-"): getattr(a, n) for n in names if getattr(a, n, None)}
+
+
+def _outputs_and_inputs(a):
+    """``({flag: paths written}, {flag: paths read})`` of the subcommand."""
+    from span_plugin.formats.glue import TASKS
+
+    inputs = _flag_paths(a, INPUT_FLAGS)
+    for field, option in {**file_options(), **segmentation_options()}.items():
+        if getattr(a, field, None):
+            inputs[option.flags[0]] = getattr(a, field)
+    outputs = _flag_paths(a, OUTPUT_FLAGS)
+    if a.cmd == "glue":
+        inputs["--glue-dir"] = [os.path.join(a.glue_dir, t)
+                                for t in (TASKS if a.task == "ALL" else [a.task])]
+    if a.cmd == "binarize":
+        outputs["output_prefix"] = [a.output_prefix + ext
+                                    for ext in (".bin", ".idx", ".spans.bin", ".spans.idx")]
+    return outputs, inputs
+
+
 def cmd_binarize(a):
     from span_plugin.preprocess.binary.binarize import binarize_whole
 
@@ -342,20 +376,20 @@ def build_parser():
                    help="corpus lines that are --task-rows sentences: stop before counting "
                    "(error), leave them out of the count (drop; recorded in the header) or "
                    "count them with a warning (count)")
-    q.add_argument("--min-n", type=int, default=2)
-    q.add_argument("--max-n", type=int, default=5)
-    q.add_argument("--min-count", type=int, default=11,
+    q.add_argument("--min-n", type=positive, default=2)
+    q.add_argument("--max-n", type=positive, default=5)
+    q.add_argument("--min-count", type=positive, default=11,
                    help="keep n-grams seen at least this often (paper: more than 10)")
-    q.add_argument("--top-k", type=int, help="keep only the K most frequent")
+    q.add_argument("--top-k", type=count, help="keep only the K most frequent")
     q.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
                    help="word scheme of the encoder that will use it: "
                    + "; ".join(f"{scheme} (--bpe {' or '.join(kinds)})"
                                for scheme, kinds in _bpe_by_word_scheme().items()))
     q.add_argument("--keep-edge-punct", action="store_true",
                    help="keep n-grams that start or end with punctuation (', and')")
-    q.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    q.add_argument("--workers", type=positive, default=os.cpu_count() or 1)
     q.add_argument("--tmp-dir", help="where the spill files go (default: system temp)")
-    q.add_argument("--partitions", type=int, default=8,
+    q.add_argument("--partitions", type=positive, default=8,
                    help="hash partitions of the spill files: more = less memory per merge")
     q.set_defaults(func=cmd_ngrams)
 
@@ -385,7 +419,7 @@ def build_parser():
                    "exports)")
     q.add_argument("--format", choices=("auto", "tsv", "csv", "jsonl"), default="auto",
                    help="auto: from the file name (.tsv .csv .jsonl)")
-    q.add_argument("--delimiter", default=",", help="CSV field separator ('\\t' or tab "
+    q.add_argument("--delimiter", type=one_character, default=",", help="CSV field separator ('\\t' or tab "
                    "for quoted TSV)")
     q.add_argument("--bad-rows", choices=("error", "skip"), default="error",
                    help="rows that do not fit (wrong field count, bad JSON, missing or "
@@ -419,16 +453,16 @@ def build_parser():
                                for scheme, kinds in _bpe_by_word_scheme().items())
                    + "; phrases start and end at its word boundaries")
     q.add_argument("--ngrams", help="n-gram dictionary of that word scheme (default: packaged)")
-    q.add_argument("--random-sentence-ratio", type=float, default=0.5,
+    q.add_argument("--random-sentence-ratio", type=at_least_zero, default=0.5,
                    help="random partners (sentence label 0; the random phrase pairs) per paraphrase pair")
-    q.add_argument("--min-score", type=float, default=4.0, help="STS-B: lowest score kept")
+    q.add_argument("--min-score", type=finite, default=4.0, help="STS-B: lowest score kept")
     q.add_argument("--require-overlap", action="store_true",
                    help="in-paraphrase negatives must share a word with the source phrase")
     q.add_argument("--keep-identical", action="store_true",
                    help="also keep identical segments of the anchors as paraphrase pairs "
                    "(aligner version 1's positives; the identity rule then nearly solves "
                    "the phrasal task)")
-    q.add_argument("--holdout-rows", type=int, default=0, metavar="N",
+    q.add_argument("--holdout-rows", type=count, default=0, metavar="N",
                    help="write the last N paraphrase rows left (with their own random "
                    "partners) to --holdout-out instead: a validation file when the "
                    "source's own dev split is excluded")
@@ -452,7 +486,7 @@ def build_parser():
                    help="an I- (or E-) tag that continues no entity, or (bioes) an entity "
                    "that no E- ends: read it as conlleval does (counted), or stop naming "
                    "file and line")
-    q.add_argument("--max-tokens", type=int, default=510,
+    q.add_argument("--max-tokens", type=positive, default=510,
                    help="most tokens per item (model positions minus <s> and </s>); longer "
                    "sentences are cut between words into several items")
     q.add_argument("--unknown-labels", choices=("map-to-o", "error", "skip"),
@@ -470,9 +504,9 @@ def build_parser():
     q.add_argument("--train", help="training file")
     q.add_argument("--valid", help="validation file")
     q.add_argument("--test", help="test file")
-    q.add_argument("--max-positions", type=int, default=384,
+    q.add_argument("--max-positions", type=whole_number(MIN_WINDOW), default=384,
                    help="tokens per window: <s> question </s> </s> passage </s>")
-    q.add_argument("--doc-stride", type=int, default=128,
+    q.add_argument("--doc-stride", type=positive, default=128,
                    help="tokens two consecutive windows of a long passage share")
     q.add_argument("--on-bad", choices=("error", "skip"), default="skip",
                    help="an answer that cannot be placed (its offsets do not read its text, "
@@ -487,7 +521,7 @@ def build_parser():
     q = sub.add_parser("qa-split", help="split a SQuAD JSON file by article (e.g. dev-v1.1: "
                        "the first 38 articles to train, the last 10 to evaluate)")
     q.add_argument("input")
-    q.add_argument("--first", type=int, required=True, help="articles in the first file")
+    q.add_argument("--first", type=positive, required=True, help="articles in the first file")
     q.add_argument("--out-first", required=True)
     q.add_argument("--out-rest", required=True)
     q.set_defaults(func=cmd_qa_split)
@@ -498,8 +532,8 @@ def build_parser():
     q.add_argument("input")
     q.add_argument("--out", required=True)
     size = q.add_mutually_exclusive_group(required=True)
-    size.add_argument("--questions", type=int, help="questions to take")
-    size.add_argument("--articles", type=int, help="articles to take (all their questions)")
+    size.add_argument("--questions", type=positive, help="questions to take")
+    size.add_argument("--articles", type=positive, help="articles to take (all their questions)")
     q.add_argument("--seed", type=int, default=1)
     q.set_defaults(func=cmd_qa_sample)
 
@@ -524,7 +558,7 @@ def build_parser():
     q.add_argument("--sizes", default="1000,5000,20000,all",
                    help="comma-separated dictionary sizes (top-K entries; 'all')")
     q.add_argument("--plot", help="write the figure here (PNG)")
-    q.add_argument("--max-lines", type=int, help="read at most this many lines per file")
+    q.add_argument("--max-lines", type=positive, help="read at most this many lines per file")
     q.set_defaults(func=cmd_stats)
 
     q = sub.add_parser("encode", help="show tokens and spans of sentences")
@@ -535,8 +569,15 @@ def build_parser():
 
 
 def main(argv=None):
-    a = build_parser().parse_args(argv)
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.cmd == "qa" and a.doc_stride > a.max_positions - MIN_WINDOW + 1:
+        p.error(f"argument --doc-stride: {a.doc_stride} is too large for --max-positions "
+                f"{a.max_positions}; expected from 1 to {a.max_positions - MIN_WINDOW + 1} (a window "
+                f"holds <s> question </s> </s> passage </s>: a question of one token and "
+                f"more passage tokens than the windows share)")
     from span_plugin.formats.lines import BadInputError
+    from span_plugin.formats.outputs import writing
     from span_plugin.preprocess.segmentation.ngrams import NgramFormatError
 
     level = os.environ.get("LOGLEVEL", "WARNING").upper()
@@ -546,7 +587,9 @@ def main(argv=None):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
     try:
-        return a.func(a) or 0
+        outputs, inputs = _outputs_and_inputs(a)
+        with writing(outputs, inputs, command=_command()):
+            return a.func(a) or 0
     except (BadInputError, NgramFormatError, OSError, ValueError) as err:
         # ValueError covers provenance.ProvenanceError (a file that differs from its record);
         # OSError a path that is a folder, unreadable or not writable: bad input, exit 2.

@@ -33,6 +33,7 @@ import shutil
 import sys
 
 from span_plugin.formats.files import commit_folder
+from span_plugin.formats.outputs import locked
 from span_plugin.formats.lines import BadInputError
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
@@ -76,9 +77,18 @@ def whole_folder(out_dir):
 
     An existing ``OUT`` is replaced only when it is empty or holds a data record (a
     folder span-preprocess made); any other folder or file is refused before anything
-    is written, since its files would be lost.
+    is written, since its files would be lost. ``OUT`` is locked meanwhile: a second
+    build of it stops, naming this one (:func:`span_plugin.formats.outputs.locked`).
     """
     out_dir = os.path.normpath(str(out_dir))
+    with locked(out_dir):  # one writer at a time (span_plugin.formats.outputs)
+        with _replacing(out_dir) as tmp:
+            yield tmp
+
+
+@contextlib.contextmanager
+def _replacing(out_dir):
+    """:func:`whole_folder` under its lock."""
     if os.path.lexists(out_dir):
         if not os.path.isdir(out_dir) or os.path.islink(out_dir):
             raise BadInputError(f"{out_dir}: exists and is not a folder; give another --out")
