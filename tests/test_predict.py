@@ -1,5 +1,6 @@
 """span-predict serves the task a checkpoint records: span pairs (JSON Lines in, JSON
-Lines out), and a clear error for a task no adapter serves or a flag of another task."""
+Lines out), a clear error for a task no adapter serves or a flag of another task, and a
+new adapter served by what it declares where it is registered."""
 
 import json
 
@@ -7,6 +8,11 @@ import pytest
 import torch
 from conftest import run_cli
 from test_span_pair_train import pair_args, pair_folders  # noqa: F401  (fixture)
+
+from span_plugin.cli import predict
+from span_plugin.inference.hub import ADAPTERS, SpanHubInterface, register_adapter
+from span_plugin.inference.outputs import Flag, Output
+from span_plugin.inference.pairs import PairHubInterface
 
 
 @pytest.fixture(scope="module")
@@ -18,8 +24,6 @@ def pair_ckpt(pair_folders, tmp_path_factory):  # noqa: F811
 
 @pytest.mark.slow
 def test_span_predict_writes_span_pair_predictions(pair_folders, pair_ckpt, tmp_path):  # noqa: F811
-    from span_plugin.inference.hub import SpanHubInterface
-
     rows_file = pair_folders["labelled"].parent / "valid.jsonl"
     out = tmp_path / "out" / "pairs.jsonl"
     run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output", out)
@@ -63,3 +67,49 @@ def test_span_predict_refuses_a_task_without_adapter(pair_ckpt, tmp_path):
     for served in ("span_classification", "sentence_prediction", "span_tagging",
                    "span_labeling", "span_pair_classification"):
         assert served in proc.stdout, proc.stdout
+
+
+class BestPhraseAdapter(PairHubInterface):
+    """A new adapter: each phrase pair's best label, one TSV row per pair."""
+
+    def best_labels(self, row):
+        got = self.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])
+        return [p["label"] for p in got["phrases"]]
+
+
+def write_best_labels(hub, args):
+    """Its writer: reads --input and its own --labels-tsv."""
+    rows = [json.loads(line) for line in open(args.input, encoding="utf-8")]
+    with open(args.labels_tsv, "w", encoding="utf-8") as out:
+        for n, row in enumerate(rows, 1):
+            out.writelines(f"{n}\t{k}\t{label}\n" for k, label in enumerate(hub.best_labels(row)))
+
+
+BEST_LABELS = Output(title="best phrase labels", usage="one TSV row per phrase pair",
+                     common=("input",), flags=(Flag("--labels-tsv", help="the TSV file"),),
+                     write=write_best_labels)
+
+
+@pytest.mark.slow
+def test_a_new_adapter_is_served_by_its_declaration_alone(pair_folders, pair_ckpt, tmp_path,
+                                                          monkeypatch, capsys):  # noqa: F811
+    # The adapter, its registration and its writer: nothing of span-predict changes.
+    monkeypatch.delitem(ADAPTERS, "span_pair_classification")
+    register_adapter("span_pair_classification", output=BEST_LABELS)(BestPhraseAdapter)
+    assert "best phrase labels" in predict.build_parser().format_help()
+    rows_file = pair_folders["labelled"].parent / "valid.jsonl"
+    out = tmp_path / "best.tsv"
+    assert predict.main(["--checkpoint", str(pair_ckpt), "--input", str(rows_file),
+                         "--labels-tsv", str(out)]) == 0
+    rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines()]
+    hub = SpanHubInterface.from_pretrained(pair_ckpt)
+    assert type(hub) is BestPhraseAdapter
+    want = [f"{n}\t{k}\t{p['label']}" for n, row in enumerate(rows, 1) for k, p in enumerate(
+        hub.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])["phrases"])]
+    assert out.read_text(encoding="utf-8").splitlines() == want and len(want) > len(rows)
+    # The options of the outputs it replaced are another task's now.
+    capsys.readouterr()
+    assert predict.main(["--checkpoint", str(pair_ckpt), "--input", str(rows_file),
+                         "--output", str(tmp_path / "x.jsonl")]) == 2
+    assert ("--output does not apply to a span_pair_classification checkpoint "
+            f"({pair_ckpt}); it takes --input, --labels-tsv") in capsys.readouterr().err

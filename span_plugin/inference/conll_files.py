@@ -30,6 +30,7 @@ import os
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import DOCSTART
 from span_plugin.formats.lines import read_lines
+from span_plugin.inference.outputs import Flag, Output
 from span_plugin.modules import entities as ner
 
 
@@ -161,3 +162,49 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
         with open(results, "w", encoding="utf-8") as f:
             json.dump({"checkpoint": os.path.abspath(checkpoint), "metric_mode": mode,
                        "decoding": settings, "dev": found}, f, indent=1)
+
+
+def write_output(hub, args):
+    """``span-predict`` on a tagging checkpoint: scores, CoNLL and JSON Lines files per split."""
+    splits = args.split or ["valid"]
+    for flag, files in (("--conll-out", args.conll_out), ("--spans-out", args.spans_out)):
+        if files and len(files) != len(splits):
+            raise ValueError(f"{len(splits)} --split but {len(files)} {flag}; give "
+                             f"one {flag} per --split")
+    write_conll_predictions(hub, splits, args.conll_out or (), args.results, args.checkpoint,
+                            args.batch_size or 32, args.spans_out or (),
+                            token_decoding=args.token_decoding, overlap=args.overlap,
+                            span_threshold=args.span_threshold)
+
+
+OUTPUT = Output(
+    title="tagging (CoNLL): span_tagging, span_labeling",
+    usage="""\
+    span-predict --checkpoint runs/ner/checkpoints/checkpoint_best.pt \\
+        --split valid test --conll-out dev.conll test.conll --results results.json
+
+The tagging folder's splits (default valid) against its gold tags; --conll-out writes the
+CoNLL source file with a predicted tag appended to every word line (conlleval's input);
+--spans-out the entities as JSON Lines; --results {split: {precision, recall, f1,
+by_type}}. --token-decoding (tagging heads) and --overlap nested --span-threshold (span
+labeling; JSON Lines output only) choose the decoding.""",
+    common=("split", "results", "batch_size"),
+    flags=(
+        Flag("--conll-out", nargs="+", help="one CoNLL prediction file per --split"),
+        Flag("--spans-out", nargs="+", help="one JSON Lines file per --split: each "
+             "item's words, predicted and gold entities (word offsets); the only "
+             "output of --overlap nested"),
+        Flag("--token-decoding", choices=("argmax", "viterbi"),
+             help="tagging checkpoints: viterbi, the best well-formed IOB2 tags; "
+             "argmax, each word's best tag (default: the checkpoint's --token-decoding)"),
+        Flag("--overlap", choices=("flat", "nested"),
+             help="span-labeling checkpoints: flat, the best non-overlapping entities "
+             "(default; CoNLL's); nested, every span whose best type has probability "
+             ">= --span-threshold, nested ones kept, crossing ones dropped for the "
+             "more probable"),
+        Flag("--span-threshold", type=float,
+             help="with --overlap nested: the least probability of a kept span's type "
+             "(default 0.5)"),
+    ),
+    write=write_output,
+)

@@ -10,6 +10,8 @@ from a GLUE TSV ``DIR/TASK/{split}.tsv`` read with the column rules of
 import os
 import sys
 
+from span_plugin.inference.outputs import Flag, Output
+
 
 def read_test_rows(glue_dir, task_name, split):
     """The input columns of a GLUE TSV: list of str (single) or tuples (pairs)."""
@@ -158,3 +160,67 @@ def write_validation_predictions(checkpoint, data, output, task=None, regression
         return why
     write_predictions(output, predictions, *regression_output(record, task, regression_scale))
     return None
+
+
+def write_output(hub, args):
+    """``span-predict`` on a sentence checkpoint: one submission file per split."""
+    splits = args.split or ["test"]
+    if not args.output or len(args.output) != len(splits):
+        raise ValueError(f"{len(splits)} --split but {len(args.output or [])} --output; give "
+                         f"one output file per split")
+    if args.glue_dir and not args.task:
+        raise ValueError("--glue-dir needs --task")
+    write_submissions(hub, splits, args.output, args.glue_dir, args.task, args.regression_scale,
+                      args.batch_size or 32)
+
+
+def validation_first(args):
+    """``--from-validation``: write split valid of the folder from the checkpoint's stored
+    validation predictions, before any model is loaded. Removes what it wrote from
+    ``args.split`` / ``args.output``; returns whether splits remain to predict."""
+    if not args.from_validation:
+        return True
+    splits, outputs = args.split or ["test"], args.output or []
+    if args.glue_dir or "valid" not in splits or len(outputs) != len(splits):
+        return True  # nothing it can stand in for; the usual checks follow
+    k = splits.index("valid")
+    why = write_validation_predictions(args.checkpoint, args.data, outputs[k], args.task,
+                                       args.regression_scale)
+    if why is not None:
+        print(f"span-predict: split valid is predicted: {why}", file=sys.stderr)
+        return True
+    args.split, args.output = splits[:k] + splits[k + 1:], outputs[:k] + outputs[k + 1:]
+    return bool(args.split)
+
+
+OUTPUT = Output(
+    title="sentence tasks (GLUE): span_classification, sentence_prediction",
+    usage="""\
+    span-predict --checkpoint runs/RTE/checkpoints/checkpoint_best.pt \\
+        --split valid test --output dev/RTE.tsv submission/RTE.tsv
+
+Rows come from the data folder's raw/{split}.input* text (the folder the checkpoint was
+trained on, or --data; default split test): valid, test, MNLI's valid1 and test1, or any
+split of a span-preprocess table folder. With --glue-dir DIR --task TASK they come from
+DIR/TASK/{split}.tsv instead (MNLI test_matched), read with the column rules of
+span-preprocess glue. Classification writes label names as the data spells them;
+regression writes the value times the folder's label scale (STS-B: 5,
+--regression-scale), clipped to its range; --output: one submission file per --split.""",
+    common=("split", "output", "batch_size"),
+    flags=(
+        Flag("--glue-dir", help="read the rows from DIR/TASK/SPLIT.tsv (GLUE layout)"),
+        Flag("--task", help="GLUE task name, with --glue-dir (CoLA, SST-2, MRPC, ...)"),
+        Flag("--regression-scale", type=float,
+             help="multiply regression outputs by this (default: the folder's label "
+             "scale: 5 for STS-B, else 1)"),
+        Flag("--from-validation", action="store_true",
+             help="split valid: write what fairseq-train's own validation predicted "
+             "with these weights (the span_classification criterion keeps it in "
+             "the checkpoint), without loading the model or a pass over the rows; "
+             "when the checkpoint cannot give every row (no stored pass, "
+             "several validation subsets, a multi-process run), it says why and "
+             "predicts as usual"),
+    ),
+    write=write_output,
+    before_load=validation_first,
+)

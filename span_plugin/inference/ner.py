@@ -27,6 +27,7 @@ import regex
 import torch
 
 from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.inference import conll_files
 from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.inference.inputs import check_text
 from span_plugin.modules import entities as ner
@@ -56,7 +57,7 @@ def words_of(text):
     return [(m.group(), m.start(), m.end()) for m in WORD_RE.finditer(text)]
 
 
-@register_adapter("span_tagging", "span_labeling")
+@register_adapter("span_tagging", "span_labeling", output=conll_files.OUTPUT)
 class NerHubInterface(SpanHubInterface):
     head_from_task = True
 

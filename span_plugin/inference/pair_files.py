@@ -11,9 +11,11 @@ sentence labels, when present, are not read), one JSON object a line::
 
 import json
 import os
+import sys
 
 from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.table import _BadRow, _jsonl_rows
+from span_plugin.inference.outputs import Output
 
 
 def write_pair_predictions(hub, input_path, output_path, text_columns=("sentence1", "sentence2"),
@@ -41,3 +43,25 @@ def write_pair_predictions(hub, input_path, output_path, text_columns=("sentence
             got["phrases"] = [{"source": s, "target": t, **p} for (s, t), p in zip(ranges, got["phrases"])]
             out.write(json.dumps({"line": lineno, **got}) + "\n")
     return len(rows)
+
+
+def write_output(hub, args):
+    """``span-predict`` on a span-pair checkpoint: the predictions of ``--input``."""
+    if not args.input or not args.output or len(args.output) != 1:
+        raise ValueError("give --input PAIRS.jsonl and one --output file")
+    rows = write_pair_predictions(hub, args.input, args.output[0])
+    print(f"{args.output[0]}: {rows} predictions", file=sys.stderr)
+
+
+OUTPUT = Output(
+    title="span pairs: span_pair_classification",
+    usage="""\
+    span-predict --checkpoint runs/transfer-MRPC/checkpoints/checkpoint_best.pt \\
+        --input pairs.jsonl --output predictions.jsonl
+
+--input: sentence pairs with phrase pairs, JSON Lines in the format of
+docs/SPAN_PAIRS.md; --output: one JSON object a line, the phrase-pair (and sentence-pair)
+labels and scores.""",
+    common=("input", "output"),
+    write=write_output,
+)

@@ -19,12 +19,13 @@ import torch
 import torch.nn.functional as F
 
 from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.inference import pair_files
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
 from span_plugin.inference.inputs import check_text, warn_cut
 from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
 
 
-@register_adapter("span_pair_classification")
+@register_adapter("span_pair_classification", output=pair_files.OUTPUT)
 class PairHubInterface(SpanHubInterface):
     head_from_task = True
 

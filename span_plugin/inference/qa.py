@@ -21,13 +21,14 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.formats.squad import QAExample
+from span_plugin.inference import qa_files
 from span_plugin.inference.hub import SpanHubInterface, flat_offsets, register_adapter
 from span_plugin.inference.inputs import question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
 from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
 
 
-@register_adapter("span_qa")
+@register_adapter("span_qa", output=qa_files.OUTPUT)
 class QAHubInterface(SpanHubInterface):
     head_from_task = True
 

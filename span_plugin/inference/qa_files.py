@@ -30,6 +30,7 @@ import sys
 from span_plugin.formats.files import atomic_write
 from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
+from span_plugin.inference.outputs import Flag, Output
 from span_plugin.preprocess.folders.qa import read_records
 
 SHOWN = 20  # notes printed per kind; the results file holds every one
@@ -130,3 +131,55 @@ def _write_json(path, value):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     text = json.dumps(value, ensure_ascii=False, indent=1) + "\n"
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_output(hub, args):
+    """``span-predict`` on a QA checkpoint: predictions.json, n-best and scores."""
+    if not args.output or len(args.output) != 1:
+        raise ValueError("give one --output file (the official predictions.json)")
+    if args.input and args.split:
+        raise ValueError("give --input FILE or --split of the folder, not both")
+    splits = args.split or ["valid"]
+    if len(splits) != 1:
+        raise ValueError(f"one --split at a time, got {splits}")
+    threshold = "default"
+    if args.null_threshold is not None:
+        threshold = (args.null_threshold if args.null_threshold == "tune"
+                     else float(args.null_threshold))
+    examples, version, notes = read_questions(hub, args.input, splits[0])
+    report_notes(notes, args.input)
+    scores = write_qa_predictions(hub, examples, version, args.output[0], args.nbest,
+                                  args.results, threshold, args.n_best or 20,
+                                  args.batch_size or 16, notes, args.answer_boundaries)
+    summary = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in scores.items())
+    ids = len(first_occurrences(examples))
+    questions = "" if ids == len(examples) else f" for {len(examples)} questions"
+    print(f"{args.output[0]}: {ids} answers{questions}" + (f"; {summary}" if summary else ""),
+          file=sys.stderr)
+
+
+OUTPUT = Output(
+    title="question answering (SQuAD, MRQA): span_qa",
+    usage="""\
+    span-predict --checkpoint runs/squad/checkpoints/checkpoint_best.pt \\
+        --input dev-v1.1.json --output predictions.json --nbest nbest.json --results scores.json
+
+Questions of --input (SQuAD 1.1/2.0 JSON, MRQA JSON Lines) or of the folder's --split
+(default valid); --output the official predictions.json, --nbest the n-best answers,
+--results EM/F1 when the questions have answers.""",
+    common=("input", "split", "output", "results", "batch_size"),
+    flags=(
+        Flag("--nbest", help="write the n-best answers of every question here (JSON)"),
+        Flag("--n-best", type=int, help="answers kept per question (default 20)"),
+        Flag("--null-threshold",
+             help="SQuAD 2.0: answer '' when the no-answer score beats the best answer "
+             "by more than this; 'tune': the F1-best threshold on these questions; "
+             "default: the model's (--null-threshold of training)"),
+        Flag("--answer-boundaries", choices=("word", "token"),
+             help="word: answers start and end on word boundaries of the context; "
+             "token: any token span; default: the checkpoint's (--answer-boundaries "
+             "of training; token for checkpoints made before the option)"),
+    ),
+    write=write_output,
+)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.inference import glue_files
 from span_plugin.inference.hub import (SpanHubInterface, collate_spans, flat_offsets,
                                        register_adapter)
 from span_plugin.inference.inputs import text_examples, warn_cut
@@ -17,7 +18,7 @@ from span_plugin.inference.inputs import text_examples, warn_cut
 KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
 
 
-@register_adapter("span_classification", "sentence_prediction")
+@register_adapter("span_classification", "sentence_prediction", output=glue_files.OUTPUT)
 class SentenceHubInterface(SpanHubInterface):
     """``roberta_span`` (span heads), or fairseq's plain ``roberta`` fine-tuned with
     sentence_prediction (the baseline; it gets the same tokens, and no spans)."""

@@ -1,0 +1,58 @@
+"""What ``span-predict`` writes for a task. Each adapter names its :class:`Output` where it
+is registered (``@register_adapter(..., output=...)``): the command's options it reads,
+its own options and the function that writes its files. ``span-predict`` builds its
+parser and refuses another task's options from these declarations alone.
+
+Pure Python: the writers import what they need when they run.
+"""
+
+from dataclasses import dataclass
+
+
+class Flag:
+    """One ``span-predict`` option: its flag and argparse's keywords. It defaults to None,
+    so that an option given is told from one left out."""
+
+    def __init__(self, flag, **argparse_kwargs):
+        self.flag, self.kwargs = flag, argparse_kwargs
+
+    @property
+    def dest(self):
+        return self.flag[2:].replace("-", "_")
+
+    def add_to(self, group):
+        group.add_argument(self.flag, default=None, **self.kwargs)
+
+
+# Options every task's output may read; each output says which of them it takes.
+COMMON = (
+    Flag("--split", nargs="+", help="splits of the data folder to predict (valid, test, "
+         "MNLI's valid1 and test1, ...); the task's default below"),
+    Flag("--output", nargs="+", help="where the predictions go (the task's format below)"),
+    Flag("--input", help="a file of examples to predict instead of a split (the task's "
+         "format below)"),
+    Flag("--results", help="write the scores against the gold labels here (JSON)"),
+    Flag("--batch-size", type=int, help="examples per forward pass (default 32; QA 16)"),
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Output:
+    """``title`` and ``usage``: its section of ``span-predict --help``. ``common``: the
+    dests of :data:`COMMON` it reads; ``flags``: its own :class:`Flag` s. ``write(hub,
+    args)`` writes the predictions of the loaded hub (a user's mistake: ValueError).
+    ``before_load(args)``, when set, runs before the checkpoint's model is loaded and
+    returns whether predictions are still to be made."""
+
+    title: str
+    usage: str
+    common: tuple
+    write: object
+    flags: tuple = ()
+    before_load: object = None
+
+    @property
+    def takes(self):
+        """The dests of every option it reads, common ones first."""
+        return (*self.common, *(f.dest for f in self.flags))
+
