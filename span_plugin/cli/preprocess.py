@@ -11,6 +11,8 @@ import sys
 
 from span_plugin.formats.flag_values import (at_least_zero, count, finite, one_character, positive,
                                              whole_number)
+from span_plugin.formats.flag_values import (at_least_zero, count, finite, one_character, positive,
+                                             whole_number)
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
 from span_plugin.preprocess.segmentation.segmentations import segmentation_options
 from span_plugin.tokenizers import TOKENIZERS, file_options, tokenizer_kind
@@ -18,6 +20,10 @@ from span_plugin.tokenizers.options import add_arguments
 from span_plugin.tokenizers.words import WORD_SCHEMES
 
 logger = logging.getLogger("span-preprocess")
+
+# The shortest QA window: 4 special tokens, a question of one token, and two passage
+# tokens with --doc-stride 1 (the next window must start past the last one's start).
+MIN_WINDOW = 7
 
 # The shortest QA window: 4 special tokens, a question of one token, and two passage
 # tokens with --doc-stride 1 (the next window must start past the last one's start).
@@ -419,8 +425,8 @@ def build_parser():
                    "exports)")
     q.add_argument("--format", choices=("auto", "tsv", "csv", "jsonl"), default="auto",
                    help="auto: from the file name (.tsv .csv .jsonl)")
-    q.add_argument("--delimiter", type=one_character, default=",", help="CSV field separator ('\\t' or tab "
-                   "for quoted TSV)")
+    q.add_argument("--delimiter", type=one_character, default=",",
+                   help="CSV field separator ('\\t' or tab for quoted TSV)")
     q.add_argument("--bad-rows", choices=("error", "skip"), default="error",
                    help="rows that do not fit (wrong field count, bad JSON, missing or "
                    "empty value): stop naming file and line, or leave them out")

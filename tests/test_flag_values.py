@@ -1,0 +1,54 @@
+"""Values that make no sense are refused while the command line is parsed: exit 2, one
+``argument --FLAG: ...`` line naming the range, nothing written, nothing read."""
+
+import pytest
+
+from span_plugin.cli.preprocess import main as preprocess
+
+TABLE = ["table", "--train", "rows.tsv", "--text-columns", "sentence", "--label-column",
+         "label"]
+QA = ["qa", "--train", "train.json"]
+
+CASES = [  # (argv, the flag, what the error must say)
+    (TABLE + ["--delimiter", "ab"], "--delimiter", "'ab' is 2 characters; expected exactly one"),
+    (TABLE + ["--delimiter", ""], "--delimiter", "'' is 0 characters; expected exactly one"),
+    (TABLE + ["--ngrams-top-k", "-3"], "--ngrams-top-k", "-3 is out of range; expected 0 or more"),
+    (TABLE + ["--workers", "0"], "--workers", "0 is out of range; expected 1 or more"),
+    (TABLE + ["--workers", "two"], "--workers", "'two' is not a whole number"),
+    (QA + ["--doc-stride", "0"], "--doc-stride", "0 is out of range; expected 1 or more"),
+    (QA + ["--doc-stride", "-5"], "--doc-stride", "-5 is out of range; expected 1 or more"),
+    (QA + ["--max-positions", "4"], "--max-positions", "4 is out of range; expected 7 or more"),
+    (QA + ["--max-positions", "100"], "--doc-stride",
+     "128 is too large for --max-positions 100; expected from 1 to 94"),
+    (QA + ["--max-positions", "64", "--doc-stride", "59"], "--doc-stride",
+     "59 is too large for --max-positions 64; expected from 1 to 58"),
+    (["conll", "--train", "t.txt", "--max-tokens", "0"], "--max-tokens", "expected 1 or more"),
+    (["ngrams", "--text", "t.txt", "--top-k", "-1"], "--top-k", "expected 0 or more"),
+    (["ngrams", "--text", "t.txt", "--partitions", "0"], "--partitions", "expected 1 or more"),
+    (["align-pairs", "--input", "t.tsv", "--random-sentence-ratio", "nan"],
+     "--random-sentence-ratio", "'nan' is not a finite number"),
+    (["align-pairs", "--input", "t.tsv", "--holdout-rows", "-2"], "--holdout-rows", "expected 0 or more"),
+    (["qa-sample", "in.json", "--questions", "0"], "--questions", "expected 1 or more"),
+]
+
+
+@pytest.mark.parametrize("argv,flag,said", CASES, ids=[" ".join(c[0][-2:]) for c in CASES])
+def test_a_value_out_of_range_is_refused_at_parse_time(argv, flag, said, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        preprocess([*argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert f"error: argument {flag}: " in last and said in last, last
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_values_in_range_still_parse():
+    from span_plugin.cli.preprocess import build_parser
+
+    a = build_parser().parse_args([*TABLE, "--out", "o", "--delimiter", "tab", "--ngrams-top-k",
+                                   "0", "--workers", "1"])
+    assert (a.delimiter, a.ngrams_top_k, a.workers) == ("\t", 0, 1)
+    a = build_parser().parse_args([*QA, "--out", "o", "--max-positions", "64", "--doc-stride", "58"])
+    assert (a.max_positions, a.doc_stride) == (64, 58)
