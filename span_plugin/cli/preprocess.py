@@ -11,8 +11,6 @@ import sys
 
 from span_plugin.formats.flag_values import (at_least_zero, count, finite, one_character, positive,
                                              whole_number)
-from span_plugin.formats.flag_values import (at_least_zero, count, finite, one_character, positive,
-                                             whole_number)
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
 from span_plugin.preprocess.segmentation.segmentations import segmentation_options
 from span_plugin.tokenizers import TOKENIZERS, file_options, tokenizer_kind
@@ -20,10 +18,6 @@ from span_plugin.tokenizers.options import add_arguments
 from span_plugin.tokenizers.words import WORD_SCHEMES
 
 logger = logging.getLogger("span-preprocess")
-
-# The shortest QA window: 4 special tokens, a question of one token, and two passage
-# tokens with --doc-stride 1 (the next window must start past the last one's start).
-MIN_WINDOW = 7
 
 # The shortest QA window: 4 special tokens, a question of one token, and two passage
 # tokens with --doc-stride 1 (the next window must start past the last one's start).
