@@ -167,6 +167,7 @@ def test_the_scan_finds_what_it_looks_for():
 # (b) The planted payload, through every entry point
 
 
+@pytest.mark.smoke
 def test_library_loaders_refuse_the_payload(planted):
     from fairseq import checkpoint_utils
 

@@ -219,6 +219,7 @@ def test_minilm_dictionary_and_special_ids(minilm_out):
     assert torch.equal(model.encoder.sentence_encoder.embed_tokens.weight[to_fs], word)
 
 
+@pytest.mark.smoke
 def test_minilm_features_match_transformers(minilm_out, minilm_ids):
     hf = transformers.BertModel.from_pretrained(minilm_dir()).eval()
     model, _, cfg = load_fairseq(minilm_out)
@@ -544,6 +545,7 @@ def test_interrupted_write_leaves_no_model(hf_copy, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_fairseq_train_finetunes_from_converted_minilm(minilm_out, tmp_path):
     """fairseq-train on real MRPC pairs in BERT's layout, from the converted folder with
     the flags span-convert prints (sizes, segment B, pooler) and the plain head (BERT's

@@ -11,6 +11,7 @@ import torch
 
 from conftest import TINY_ROBERTA, USER_DIR, num_updates, run_cli, train_args
 
+@pytest.mark.smoke
 def test_plugin_imports_and_allows_fairseq_checkpoint_types():
     import span_plugin  # noqa: F401  (applies the compat fixes)
 

@@ -24,6 +24,7 @@ def hub(mrpc_ckpt):
     return SpanHubInterface.from_pretrained(mrpc_ckpt, data=glue_folder("MRPC"), **BPE)
 
 
+@pytest.mark.smoke
 def test_encode_matches_the_prepared_folder(hub):
     """On-the-fly BPE + segmentation give the same tokens and spans as the folder
     span-preprocess built (and the task's layout)."""
@@ -66,6 +67,7 @@ def test_regression_hub_scores(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_predict_command_writes_glue_submission(mrpc_ckpt, tmp_path):
     out = tmp_path / "MRPC.tsv"
     run_cli(

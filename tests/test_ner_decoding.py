@@ -355,6 +355,7 @@ def predict(*args):
 
 
 @pytest.mark.slow
+@pytest.mark.smoke
 def test_token_head_viterbi_through_criterion_hub_and_span_predict(conll_folder, tmp_path,
                                                                     monkeypatch, caplog, capsys):
     from span_plugin.inference.conll_files import read_items

@@ -411,7 +411,7 @@ def test_batches_point_at_the_gold_answers(qa_folder):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("head", ["boundary", "sf", "span"])
+@pytest.mark.parametrize("head", ["boundary", pytest.param("sf", marks=pytest.mark.smoke), "span"])
 def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     """fairseq-train's validation EM/F1 (criterion) equal the official scores of the
     predictions.json span-predict writes from the saved checkpoint."""
