@@ -52,3 +52,37 @@ def test_values_in_range_still_parse():
     assert (a.delimiter, a.ngrams_top_k, a.workers) == ("\t", 0, 1)
     a = build_parser().parse_args([*QA, "--out", "o", "--max-positions", "64", "--doc-stride", "58"])
     assert (a.max_positions, a.doc_stride) == (64, 58)
+
+
+PREDICT = ["--checkpoint", "model.pt", "--input", "rows.tsv", "--output", "out.tsv"]
+PREDICT_CASES = [
+    (["--batch-size", "-1"], "--batch-size", "-1 is out of range; expected 1 or more"),
+    (["--batch-size", "0"], "--batch-size", "0 is out of range; expected 1 or more"),
+    (["--n-best", "-1"], "--n-best", "-1 is out of range; expected 1 or more"),
+    (["--null-threshold", "abc"], "--null-threshold",
+     "'abc' is neither a finite number nor 'tune'"),
+    (["--null-threshold", "inf"], "--null-threshold", "neither a finite number nor 'tune'"),
+    (["--span-threshold", "-0.5"], "--span-threshold", "expected 0 or more"),
+    (["--regression-scale", "nan"], "--regression-scale", "'nan' is not a finite number"),
+    (["--ngrams-top-k", "-1"], "--ngrams-top-k", "expected 0 or more"),
+]
+
+
+@pytest.mark.parametrize("extra,flag,said", PREDICT_CASES, ids=[" ".join(c[0]) for c in PREDICT_CASES])
+def test_span_predict_refuses_them_before_loading_anything(extra, flag, said, tmp_path, capsys):
+    """The checkpoint named does not exist: parsing stops first."""
+    from span_plugin.cli.predict import main as predict
+
+    with pytest.raises(SystemExit) as stop:
+        predict([*PREDICT, *extra])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert f"span-predict: error: argument {flag}: " in last and said in last, last
+
+
+def test_span_predict_still_takes_tune_and_numbers():
+    from span_plugin.cli.predict import build_parser
+
+    for given, parsed in (("tune", "tune"), ("-1.5", -1.5), ("0", 0.0)):
+        assert build_parser().parse_args([*PREDICT, "--null-threshold", given]).null_threshold == parsed

@@ -15,6 +15,7 @@ import sys
 
 def build_parser():
     from span_plugin.inference.hub import adapter_outputs  # the package registers the adapters
+    from span_plugin.formats.flag_values import count
     from span_plugin.inference.outputs import COMMON
     from span_plugin.tokenizers import TOKENIZERS, file_options
     from span_plugin.tokenizers.options import add_arguments
@@ -35,7 +36,7 @@ def build_parser():
     g.add_argument("--bpe", choices=TOKENIZERS.keys())
     add_arguments(g, file_options().values())  # each tokenizer's files (--gpt2-encoder-json, ...)
     g.add_argument("--ngrams", help="n-gram dictionary")
-    g.add_argument("--ngrams-top-k", type=int)
+    g.add_argument("--ngrams-top-k", type=count)
     g.add_argument("--segmentation")
     g.add_argument("--seed", type=int, help="seed of segmentation random")
     return p

@@ -29,6 +29,7 @@ import os
 
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import DOCSTART
+from span_plugin.formats.flag_values import at_least_zero
 from span_plugin.formats.lines import read_lines
 from span_plugin.inference.outputs import Flag, Output
 from span_plugin.modules import entities as ner
@@ -202,7 +203,7 @@ labeling; JSON Lines output only) choose the decoding.""",
              "(default; CoNLL's); nested, every span whose best type has probability "
              ">= --span-threshold, nested ones kept, crossing ones dropped for the "
              "more probable"),
-        Flag("--span-threshold", type=float,
+        Flag("--span-threshold", type=at_least_zero,
              help="with --overlap nested: the least probability of a kept span's type "
              "(default 0.5)"),
     ),

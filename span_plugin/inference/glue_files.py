@@ -10,6 +10,7 @@ from a GLUE TSV ``DIR/TASK/{split}.tsv`` read with the column rules of
 import os
 import sys
 
+from span_plugin.formats.flag_values import finite
 from span_plugin.inference.outputs import Flag, Output
 
 
@@ -210,7 +211,7 @@ regression writes the value times the folder's label scale (STS-B: 5,
     flags=(
         Flag("--glue-dir", help="read the rows from DIR/TASK/SPLIT.tsv (GLUE layout)"),
         Flag("--task", help="GLUE task name, with --glue-dir (CoLA, SST-2, MRPC, ...)"),
-        Flag("--regression-scale", type=float,
+        Flag("--regression-scale", type=finite,
              help="multiply regression outputs by this (default: the folder's label "
              "scale: 5 for STS-B, else 1)"),
         Flag("--from-validation", action="store_true",

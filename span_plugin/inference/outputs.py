@@ -8,6 +8,8 @@ Pure Python: the writers import what they need when they run.
 
 from dataclasses import dataclass
 
+from span_plugin.formats.flag_values import positive
+
 
 class Flag:
     """One ``span-predict`` option: its flag and argparse's keywords. It defaults to None,
@@ -32,7 +34,7 @@ COMMON = (
     Flag("--input", help="a file of examples to predict instead of a split (the task's "
          "format below)"),
     Flag("--results", help="write the scores against the gold labels here (JSON)"),
-    Flag("--batch-size", type=int, help="examples per forward pass (default 32; QA 16)"),
+    Flag("--batch-size", type=positive, help="examples per forward pass (default 32; QA 16)"),
 )
 
 

@@ -28,6 +28,7 @@ import os
 import sys
 
 from span_plugin.formats.files import atomic_write
+from span_plugin.formats.flag_values import number_or, positive
 from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
 from span_plugin.inference.outputs import Flag, Output
@@ -171,8 +172,8 @@ Questions of --input (SQuAD 1.1/2.0 JSON, MRQA JSON Lines) or of the folder's --
     common=("input", "split", "output", "results", "batch_size"),
     flags=(
         Flag("--nbest", help="write the n-best answers of every question here (JSON)"),
-        Flag("--n-best", type=int, help="answers kept per question (default 20)"),
-        Flag("--null-threshold",
+        Flag("--n-best", type=positive, help="answers kept per question (default 20)"),
+        Flag("--null-threshold", type=number_or("tune"),
              help="SQuAD 2.0: answer '' when the no-answer score beats the best answer "
              "by more than this; 'tune': the F1-best threshold on these questions; "
              "default: the model's (--null-threshold of training)"),
