@@ -41,22 +41,33 @@ def _add_encoder_args(p):
                    help="invalid UTF-8: stop naming file and line, or use U+FFFD")
 
 
-def _bpe_by_word_scheme():
-    """``{word scheme: [tokenizer kinds whose words it is]}`` (for --words' help)."""
-    out = {scheme: [] for scheme in WORD_SCHEMES}
+def _add_word_scheme(p, what):
+    """--words, its help naming the tokenizer kinds of each scheme: ``what`` the encoder
+    that will read the file does with it."""
+    kinds = {scheme: [] for scheme in WORD_SCHEMES}
     for name, cls in TOKENIZERS.items():
-        out.setdefault(cls.word_scheme, []).append(name)
-    return {scheme: kinds for scheme, kinds in out.items() if kinds}
+        kinds.setdefault(cls.word_scheme, []).append(name)
+    p.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
+                   help=f"word scheme of the encoder that will {what}: "
+                   + "; ".join(f"{scheme} (--bpe {' or '.join(names)})"
+                               for scheme, names in kinds.items() if names))
 
 
-def _add_split_files(p, kind):
-    """The task folder to write, its name and the split files of the table and pairs
-    subcommands."""
+def _add_split_files(p, kind="", test="test file (its labels, if any, are not read)",
+                     name=None):
+    """The task folder to write, its name in the record (default ``name``, else the
+    folder's) and the split files (``kind``: their format, said in the help)."""
     p.add_argument("--out", required=True, help="task folder to write")
-    p.add_argument("--name", help="task name in the record (default: the --out folder's name)")
+    p.add_argument("--name", default=name, help="task name in the record (default: "
+                   + (name or "the --out folder's name") + ")")
     p.add_argument("--train", help="training file" + kind)
     p.add_argument("--valid", help="validation file (labelled)" + kind)
-    p.add_argument("--test", help="test file (its labels, if any, are not read)" + kind)
+    p.add_argument("--test", help=test + kind)
+
+
+def _split_files(args):
+    """``{split: file}`` of the --train/--valid/--test given."""
+    return {k: getattr(args, k) for k in ("train", "valid", "test") if getattr(args, k)}
 
 
 def _add_unknown_labels(p):
@@ -73,139 +84,140 @@ def _print_dropped(out):
         print(summary)
 
 
-def _spec(a, need_dict=True):
+def _spec(args, need_dict=True):
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     options = {**file_options(), **segmentation_options()}
-    given = {field: getattr(a, field) for field in options if getattr(a, field) is not None}
-    tokenizer = tokenizer_kind(a.bpe)
+    given = {field: getattr(args, field) for field in options if getattr(args, field) is not None}
+    tokenizer = tokenizer_kind(args.bpe)
     for field in sorted(given.keys() & file_options().keys()):
         if options[field] not in tokenizer.options:  # a file it would ignore: say so
-            raise SystemExit(f"span-preprocess {a.cmd}: {options[field].flags[0]} is not read "
-                             f"by --bpe {a.bpe}, which reads "
+            raise SystemExit(f"span-preprocess {args.cmd}: {options[field].flags[0]} is not read "
+                             f"by --bpe {args.bpe}, which reads "
                              f"{', '.join(o.flags[0] for o in tokenizer.options) or 'no file'}")
-    reads = SEGMENTATIONS[a.segmentation].options
+    reads = SEGMENTATIONS[args.segmentation].options
     for field in given.keys() & segmentation_options().keys():
         if options[field] not in reads:
             kinds = [name for name, kind in SEGMENTATIONS.items() if options[field] in kind.options]
-            raise SystemExit(f"span-preprocess {a.cmd}: {options[field].flags[0]} is read only "
+            raise SystemExit(f"span-preprocess {args.cmd}: {options[field].flags[0]} is read only "
                              f"by --segmentation {' or '.join(kinds)} (got --segmentation "
-                             f"{a.segmentation})")
-    if need_dict and not a.srcdict:
-        raise SystemExit(f"span-preprocess {a.cmd}: --srcdict (fairseq dict.txt) is required")
-    spec = EncoderSpec(bpe=a.bpe, ngrams=a.ngrams, ngrams_top_k=a.ngrams_top_k,
-                       segmentation=a.segmentation, seed=a.seed, **given)
+                             f"{args.segmentation})")
+    if need_dict and not args.srcdict:
+        raise SystemExit(f"span-preprocess {args.cmd}: --srcdict (fairseq dict.txt) is required")
+    spec = EncoderSpec(bpe=args.bpe, ngrams=args.ngrams, ngrams_top_k=args.ngrams_top_k,
+                       segmentation=args.segmentation, seed=args.seed, **given)
     from span_plugin.preprocess.binary.binarize import _get_encoder
 
     _get_encoder(spec)  # fail early on a bad path or dictionary line (built once, kept)
     return spec
 
 
-def cmd_ngrams(a):
+def cmd_ngrams(args):
     from span_plugin.preprocess.segmentation.ngrams import TaskRowsInCorpus, build_dictionary, cut_dictionary
 
-    if a.glue_dir:
+    if args.glue_dir:
         raise SystemExit(
             "span-preprocess ngrams: --glue-dir was removed: a dictionary counted on a "
             "task's training rows segments those rows unlike unseen text. Count a general "
             "corpus (--text), and pass the task folders to --task-rows to check it")
-    paths = list(a.text or []) + list(a.wikitext or [])
-    if a.from_dictionary:
-        if paths or not a.top_k:
+    paths = list(args.text or []) + list(args.wikitext or [])
+    if args.from_dictionary:
+        if paths or not args.top_k:
             raise SystemExit("span-preprocess ngrams: --from-dictionary takes --top-k and "
                              "no --text/--wikitext")
-        n = cut_dictionary(a.from_dictionary, a.out, a.top_k)
-        print(f"{a.out}: the {n} most frequent n-grams of {a.from_dictionary}")
+        n = cut_dictionary(args.from_dictionary, args.out, args.top_k)
+        print(f"{args.out}: the {n} most frequent n-grams of {args.from_dictionary}")
         return
     if not paths:
         raise SystemExit("span-preprocess ngrams: give --text or --wikitext")
     try:
-        res = build_dictionary(paths, a.out, min_n=a.min_n, max_n=a.max_n,
-                               min_count=a.min_count, workers=a.workers,
-                               wikitext=list(a.wikitext or []), top_k=a.top_k,
-                               edge_punct=a.keep_edge_punct, partitions=a.partitions,
-                               tmp_dir=a.tmp_dir, words=a.words, task_rows=a.task_rows or (),
-                               on_task_rows=a.on_task_rows)
+        res = build_dictionary(paths, args.out, min_n=args.min_n, max_n=args.max_n,
+                               min_count=args.min_count, workers=args.workers,
+                               wikitext=list(args.wikitext or []), top_k=args.top_k,
+                               edge_punct=args.keep_edge_punct, partitions=args.partitions,
+                               tmp_dir=args.tmp_dir, words=args.words,
+                               task_rows=args.task_rows or (), on_task_rows=args.on_task_rows)
     except TaskRowsInCorpus as e:
         raise SystemExit(f"span-preprocess ngrams: {e}")
-    print(f"{a.out}: {len(res.items)} n-grams over {a.words} words "
-          f"(n={a.min_n}..{a.max_n}, count >= "
-          f"{a.min_count}) from {res.corpus_tokens} words")
+    print(f"{args.out}: {len(res.items)} n-grams over {args.words} words "
+          f"(n={args.min_n}..{args.max_n}, count >= "
+          f"{args.min_count}) from {res.corpus_tokens} words")
 
 
-def cmd_glue(a):
+def cmd_glue(args):
     from span_plugin.formats.glue import TASKS
     from span_plugin.preprocess.folders.glue import prepare_task
 
-    if a.task != "ALL" and a.task not in TASKS:
-        raise SystemExit(f"span-preprocess glue: unknown task {a.task!r}; expected one of "
+    if args.task != "ALL" and args.task not in TASKS:
+        raise SystemExit(f"span-preprocess glue: unknown task {args.task!r}; expected one of "
                          f"{', '.join(TASKS)} or ALL")
-    spec = _spec(a)
-    names = [t for t in TASKS if os.path.isdir(os.path.join(a.glue_dir, t))] \
-        if a.task == "ALL" else [a.task]
+    spec = _spec(args)
+    names = [t for t in TASKS if os.path.isdir(os.path.join(args.glue_dir, t))] \
+        if args.task == "ALL" else [args.task]
     for name in names:
-        out = os.path.join(a.out, f"{name}-bin") if a.task == "ALL" else a.out
-        counts = prepare_task(name, a.glue_dir, out, spec, a.srcdict, workers=a.workers,
-                              bad_rows=a.bad_rows, bad_utf8=a.bad_utf8,
-                              unknown_labels=a.unknown_labels, command=_command())
+        out = os.path.join(args.out, f"{name}-bin") if args.task == "ALL" else args.out
+        counts = prepare_task(name, args.glue_dir, out, spec, args.srcdict, workers=args.workers,
+                              bad_rows=args.bad_rows, bad_utf8=args.bad_utf8,
+                              unknown_labels=args.unknown_labels, command=_command())
         print(f"{name}: {out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
         _print_dropped(out)
 
 
-def cmd_table(a):
+def cmd_table(args):
     from span_plugin.preprocess.folders.table import prepare_table
 
-    spec = _spec(a)
-    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
-    counts = prepare_table(a.out, files, a.text_columns, a.label_column, spec, a.srcdict,
-                           name=a.name, fmt=a.format, delimiter=a.delimiter,
-                           regression=a.regression, positive=a.positive_label,
-                           drop_labels=a.drop_labels or (), bad_rows=a.bad_rows,
-                           bad_utf8=a.bad_utf8, unknown_labels=a.unknown_labels,
-                           workers=a.workers, command=_command())
-    print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
-    _print_dropped(a.out)
+    spec = _spec(args)
+    files = _split_files(args)
+    counts = prepare_table(args.out, files, args.text_columns, args.label_column, spec,
+                           args.srcdict, name=args.name, fmt=args.format, delimiter=args.delimiter,
+                           regression=args.regression, positive=args.positive_label,
+                           drop_labels=args.drop_labels or (), bad_rows=args.bad_rows,
+                           bad_utf8=args.bad_utf8, unknown_labels=args.unknown_labels,
+                           workers=args.workers, command=_command())
+    print(f"{args.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+    _print_dropped(args.out)
 
 
-def cmd_pairs(a):
+def cmd_pairs(args):
     from span_plugin.preprocess.folders.pairs import prepare_pairs
 
-    spec = _spec(a)
-    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
-    counts, pairs = prepare_pairs(a.out, files, spec, a.srcdict, text_columns=a.text_columns,
-                                  label_column=a.label_column, phrases_key=a.phrases_key,
-                                  phrase_labels=a.phrase_labels, name=a.name,
-                                  positive=a.positive_label, bad_utf8=a.bad_utf8,
-                                  unknown_labels=a.unknown_labels, workers=a.workers,
+    spec = _spec(args)
+    files = _split_files(args)
+    counts, pairs = prepare_pairs(args.out, files, spec, args.srcdict,
+                                  text_columns=args.text_columns,
+                                  label_column=args.label_column, phrases_key=args.phrases_key,
+                                  phrase_labels=args.phrase_labels, name=args.name,
+                                  positive=args.positive_label, bad_utf8=args.bad_utf8,
+                                  unknown_labels=args.unknown_labels, workers=args.workers,
                                   command=_command())
-    print(f"{a.out}: " + ", ".join(f"{s} {n} rows, {pairs[s]} phrase pairs"
-                                   for s, n in counts.items()))
-    _print_dropped(a.out)
+    print(f"{args.out}: " + ", ".join(f"{s} {n} rows, {pairs[s]} phrase pairs"
+                                      for s, n in counts.items()))
+    _print_dropped(args.out)
 
 
-def cmd_align_pairs(a):
+def cmd_align_pairs(args):
     from span_plugin.preprocess.folders.align import align_file
 
-    if bool(a.holdout_rows) != bool(a.holdout_out):
+    if bool(args.holdout_rows) != bool(args.holdout_out):
         raise SystemExit("span-preprocess align-pairs: give --holdout-rows and --holdout-out together")
-    stats = align_file(a.input, a.out, source=a.source, ngrams=a.ngrams,
-                       random_ratio=a.random_sentence_ratio, seed=a.seed,
-                       require_overlap=a.require_overlap, min_score=a.min_score,
-                       exclude=a.exclude_sentences_of, words=a.words,
-                       keep_identical=a.keep_identical, holdout=a.holdout_rows,
-                       holdout_path=a.holdout_out)
+    stats = align_file(args.input, args.out, source=args.source, ngrams=args.ngrams,
+                       random_ratio=args.random_sentence_ratio, seed=args.seed,
+                       require_overlap=args.require_overlap, min_score=args.min_score,
+                       exclude=args.exclude_sentences_of, words=args.words,
+                       keep_identical=args.keep_identical, holdout=args.holdout_rows,
+                       holdout_path=args.holdout_out)
     print(stats.report())
 
 
-def cmd_conll(a):
+def cmd_conll(args):
     from span_plugin.preprocess.folders.conll import prepare_conll
 
-    spec = _spec(a)
-    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
-    counts, stats = prepare_conll(a.out, files, spec, a.srcdict, scheme=a.tag_scheme,
-                                  bad_tags=a.bad_tags, max_tokens=a.max_tokens,
-                                  workers=a.workers, bad_utf8=a.bad_utf8, name=a.name,
-                                  unknown_labels=a.unknown_labels, command=_command())
+    spec = _spec(args)
+    files = _split_files(args)
+    counts, stats = prepare_conll(args.out, files, spec, args.srcdict, scheme=args.tag_scheme,
+                                  bad_tags=args.bad_tags, max_tokens=args.max_tokens,
+                                  workers=args.workers, bad_utf8=args.bad_utf8, name=args.name,
+                                  unknown_labels=args.unknown_labels, command=_command())
     for split, s in stats.items():
         unseen = "".join(f", {n} {t} entities not in train" for t, n in s["unseen_types"].items())
         dropped = (f", {s['dropped_sentences']} sentences left out"
@@ -219,25 +231,26 @@ def cmd_conll(a):
         # The types as read, so that a wrong tag column (NP, VP, ...) shows at once.
         print(f"  entity types ({s['columns']} columns): "
               + (", ".join(f"{t} {n}" for t, n in s["entity_types"].items()) or "none"))
-    if any(s["unseen_types"] for s in stats.values()) and a.unknown_labels == "map-to-o":
+    if any(s["unseen_types"] for s in stats.values()) and args.unknown_labels == "map-to-o":
         print("entity types not in the training split were read as O (provenance.json: "
               "labels.stats.<split>.unseen_types)")
-    print(f"{a.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
-    _print_dropped(a.out)
+    print(f"{args.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+    _print_dropped(args.out)
 
 
-def cmd_qa(a):
+def cmd_qa(args):
     from span_plugin.preprocess.folders.qa import prepare_qa
 
-    files = {k: getattr(a, k) for k in ("train", "valid", "test") if getattr(a, k)}
+    files = _split_files(args)
     if not files:
         raise ValueError("give at least one of --train, --valid, --test")
     for split, path in files.items():
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path}: no such file (--{split})")
-    summaries = prepare_qa(a.out, files, _spec(a), a.srcdict, max_positions=a.max_positions,
-                           doc_stride=a.doc_stride, on_bad=a.on_bad, name=a.name,
-                           command=_command(), workers=a.workers)
+    summaries = prepare_qa(args.out, files, _spec(args), args.srcdict,
+                           max_positions=args.max_positions, doc_stride=args.doc_stride,
+                           on_bad=args.on_bad, name=args.name, command=_command(),
+                           workers=args.workers)
     for split, s in summaries.items():
         print(f"{split}: {s.questions} questions in {s.windows} windows ({s.impossible} "
               f"impossible, {s.dropped} dropped: see dropped_rows.tsv), {s.inexact_answers} "
@@ -250,23 +263,23 @@ def cmd_qa(a):
                  if n]
         if noted:
             print(f"{split}: {', '.join(noted)}: each listed by id in "
-                  f"{os.path.join(a.out, 'input_notes.tsv')}")
+                  f"{os.path.join(args.out, 'input_notes.tsv')}")
 
 
-def cmd_qa_split(a):
+def cmd_qa_split(args):
     from span_plugin.formats.squad import split_squad_articles
 
-    first, rest = split_squad_articles(a.input, a.first, a.out_first, a.out_rest)
-    print(f"{a.out_first}: {first} questions; {a.out_rest}: {rest} questions")
+    first, rest = split_squad_articles(args.input, args.first, args.out_first, args.out_rest)
+    print(f"{args.out_first}: {first} questions; {args.out_rest}: {rest} questions")
 
 
-def cmd_qa_sample(a):
+def cmd_qa_sample(args):
     from span_plugin.formats.squad import sample_squad
 
-    unit, size = ("articles", a.articles) if a.articles else ("questions", a.questions)
-    r = sample_squad(a.input, a.out, size, unit, a.seed)
-    print(f"{a.out}: {r['questions']} of {r['of_questions']} questions, {r['articles']} of "
-          f"{r['of_articles']} articles of {a.input} ({size} {unit} asked, seed {a.seed})")
+    unit, size = ("articles", args.articles) if args.articles else ("questions", args.questions)
+    r = sample_squad(args.input, args.out, size, unit, args.seed)
+    print(f"{args.out}: {r['questions']} of {r['of_questions']} questions, {r['articles']} of "
+          f"{r['of_articles']} articles of {args.input} ({size} {unit} asked, seed {args.seed})")
 
 
 def _command():
@@ -281,50 +294,50 @@ INPUT_FLAGS = ("train", "valid", "test", "input", "text", "wikitext", "from_dict
 OUTPUT_FLAGS = ("out", "out_first", "out_rest", "holdout_out", "bpe_text")
 
 
-def _flag_paths(a, names):
-    return {"--" + n.replace("_", "-"): getattr(a, n) for n in names if getattr(a, n, None)}
+def _flag_paths(args, names):
+    return {"--" + n.replace("_", "-"): getattr(args, n) for n in names if getattr(args, n, None)}
 
 
-def _outputs_and_inputs(a):
+def _outputs_and_inputs(args):
     """``({flag: paths written}, {flag: paths read})`` of the subcommand."""
     from span_plugin.formats.glue import TASKS
 
-    inputs = _flag_paths(a, INPUT_FLAGS)
+    inputs = _flag_paths(args, INPUT_FLAGS)
     for field, option in {**file_options(), **segmentation_options()}.items():
-        if getattr(a, field, None):
-            inputs[option.flags[0]] = getattr(a, field)
-    outputs = _flag_paths(a, OUTPUT_FLAGS)
-    if a.cmd == "glue":
-        inputs["--glue-dir"] = [os.path.join(a.glue_dir, t)
-                                for t in (TASKS if a.task == "ALL" else [a.task])]
-    if a.cmd == "binarize":
-        outputs["output_prefix"] = [a.output_prefix + ext
+        if getattr(args, field, None):
+            inputs[option.flags[0]] = getattr(args, field)
+    outputs = _flag_paths(args, OUTPUT_FLAGS)
+    if args.cmd == "glue":
+        inputs["--glue-dir"] = [os.path.join(args.glue_dir, t)
+                                for t in (TASKS if args.task == "ALL" else [args.task])]
+    if args.cmd == "binarize":
+        outputs["output_prefix"] = [args.output_prefix + ext
                                     for ext in (".bin", ".idx", ".spans.bin", ".spans.idx")]
     return outputs, inputs
 
 
-def cmd_binarize(a):
+def cmd_binarize(args):
     from span_plugin.preprocess.binary.binarize import binarize_whole
 
-    spec = _spec(a)
-    if not os.path.isfile(a.input):
-        raise FileNotFoundError(f"{a.input}: no such file")
-    s = binarize_whole(a.input, a.output_prefix, spec, a.srcdict, workers=a.workers,
-                       text_out=a.bpe_text, bad_utf8=a.bad_utf8)
-    print(f"{a.output_prefix}: {s.lines} lines, {s.tokens} tokens, {s.spans} spans, "
+    spec = _spec(args)
+    if not os.path.isfile(args.input):
+        raise FileNotFoundError(f"{args.input}: no such file")
+    s = binarize_whole(args.input, args.output_prefix, spec, args.srcdict, workers=args.workers,
+                       text_out=args.bpe_text, bad_utf8=args.bad_utf8)
+    print(f"{args.output_prefix}: {s.lines} lines, {s.tokens} tokens, {s.spans} spans, "
           f"{s.empty} empty, {s.unknown} <unk>")
 
 
-def cmd_check(a):
+def cmd_check(args):
     from span_plugin.preprocess.folders.check import CheckError, check_folder
 
     built_from = {}
-    for item in a.built_from or ():
+    for item in args.built_from or ():
         split, _, path = item.partition("=")
         if not split or not path:
             raise SystemExit(f"span-preprocess check: --built-from {item!r}: expected SPLIT=FILE")
         built_from[split] = path
-    for folder in a.folders:
+    for folder in args.folders:
         try:
             if built_from:
                 from span_plugin.preprocess.folders.pairs import check_built_from
@@ -339,18 +352,18 @@ def cmd_check(a):
     return 0
 
 
-def cmd_stats(a):
+def cmd_stats(args):
     from span_plugin.preprocess.segmentation.stats import run_stats
 
-    run_stats(texts=a.text, folders=a.folder, ngrams_path=a.ngrams, sizes=a.sizes,
-              plot=a.plot, max_lines=a.max_lines)
+    run_stats(texts=args.text, folders=args.folder, ngrams_path=args.ngrams, sizes=args.sizes,
+              plot=args.plot, max_lines=args.max_lines)
 
 
-def cmd_encode(a):
+def cmd_encode(args):
     from span_plugin.preprocess.binary.binarize import _get_encoder
 
-    enc = _get_encoder(_spec(a, need_dict=False))
-    for line in (a.sentences or sys.stdin):
+    enc = _get_encoder(_spec(args, need_dict=False))
+    for line in (args.sentences or sys.stdin):
         tokens, spans = enc.encode(line)
         print(" | ".join(" ".join(w) for w in enc.encode_words(line)))
         print(" ".join(tokens))
@@ -381,10 +394,7 @@ def build_parser():
     q.add_argument("--min-count", type=positive, default=11,
                    help="keep n-grams seen at least this often (paper: more than 10)")
     q.add_argument("--top-k", type=count, help="keep only the K most frequent")
-    q.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
-                   help="word scheme of the encoder that will use it: "
-                   + "; ".join(f"{scheme} (--bpe {' or '.join(kinds)})"
-                               for scheme, kinds in _bpe_by_word_scheme().items()))
+    _add_word_scheme(q, "use it")
     q.add_argument("--keep-edge-punct", action="store_true",
                    help="keep n-grams that start or end with punctuation (', and')")
     q.add_argument("--workers", type=positive, default=os.cpu_count() or 1)
@@ -447,11 +457,7 @@ def build_parser():
     q.add_argument("--input", required=True, help="GLUE MRPC or STS-B train.tsv")
     q.add_argument("--source", choices=("auto", "mrpc", "stsb"), default="auto")
     q.add_argument("--out", required=True, help="JSON Lines file to write")
-    q.add_argument("--words", choices=WORD_SCHEMES, default="gpt2",
-                   help="word scheme of the encoder that will read the pairs: "
-                   + "; ".join(f"{scheme} (--bpe {' or '.join(kinds)})"
-                               for scheme, kinds in _bpe_by_word_scheme().items())
-                   + "; phrases start and end at its word boundaries")
+    _add_word_scheme(q, "read the pairs (phrases start and end at its word boundaries)")
     q.add_argument("--ngrams", help="n-gram dictionary of that word scheme (default: packaged)")
     q.add_argument("--random-sentence-ratio", type=at_least_zero, default=0.5,
                    help="random partners (sentence label 0; the random phrase pairs) per paraphrase pair")
@@ -476,10 +482,7 @@ def build_parser():
 
     q = sub.add_parser("conll", help="build a tagging folder (span_tagging, span_labeling) "
                        "from CoNLL files: word ... tag columns, blank lines between sentences")
-    q.add_argument("--out", required=True, help="task folder to write")
-    q.add_argument("--train", help="training file")
-    q.add_argument("--valid", help="validation file")
-    q.add_argument("--test", help="test file")
+    _add_split_files(q, test="test file (labelled: span-predict scores it)")
     q.add_argument("--tag-scheme", choices=("iob1", "iob2", "bioes"), default="iob2",
                    help="scheme of the files' tags; the folder stores IOB2")
     q.add_argument("--bad-tags", choices=("repair", "error"), default="repair",
@@ -494,16 +497,13 @@ def build_parser():
                    "split does not have: read its tags as O (a warning, counted in the "
                    "record), stop naming type, file and line, or leave the sentence out "
                    "(listed in dropped_rows.tsv)")
-    q.add_argument("--name", help="task name in the record (default: the --out folder's name)")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_conll)
 
     q = sub.add_parser("qa", help="build an extractive QA folder (span_qa) from SQuAD 1.1/2.0 "
                        "JSON or MRQA JSON Lines (.jsonl, .jsonl.gz)")
-    q.add_argument("--out", required=True, help="task folder to write")
-    q.add_argument("--train", help="training file")
-    q.add_argument("--valid", help="validation file")
-    q.add_argument("--test", help="test file")
+    _add_split_files(q, test="test file (questions without answers are predicted, not "
+                     "scored)", name="qa")
     q.add_argument("--max-positions", type=whole_number(MIN_WINDOW), default=384,
                    help="tokens per window: <s> question </s> </s> passage </s>")
     q.add_argument("--doc-stride", type=positive, default=128,
@@ -514,7 +514,6 @@ def build_parser():
                    "long for a window, ...): skip (default) leaves it out of training and "
                    "lists it (input_notes.tsv for answers, dropped_rows.tsv for "
                    "questions), error stops naming it. Answers are never shifted")
-    q.add_argument("--name", default="qa", help="task name in the record")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_qa)
 
@@ -570,12 +569,13 @@ def build_parser():
 
 def main(argv=None):
     p = build_parser()
-    a = p.parse_args(argv)
-    if a.cmd == "qa" and a.doc_stride > a.max_positions - MIN_WINDOW + 1:
-        p.error(f"argument --doc-stride: {a.doc_stride} is too large for --max-positions "
-                f"{a.max_positions}; expected from 1 to {a.max_positions - MIN_WINDOW + 1} (a window "
-                f"holds <s> question </s> </s> passage </s>: a question of one token and "
-                f"more passage tokens than the windows share)")
+    args = p.parse_args(argv)
+    if args.cmd == "qa" and args.doc_stride > args.max_positions - MIN_WINDOW + 1:
+        p.error(f"argument --doc-stride: {args.doc_stride} is too large for --max-positions "
+                f"{args.max_positions}; expected from 1 to "
+                f"{args.max_positions - MIN_WINDOW + 1} (a window holds <s> question </s> "
+                f"</s> passage </s>: a question of one token and more passage tokens than "
+                f"the windows share)")
     from span_plugin.formats.lines import BadInputError
     from span_plugin.formats.outputs import writing
     from span_plugin.preprocess.segmentation.ngrams import NgramFormatError
@@ -587,13 +587,13 @@ def main(argv=None):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
     try:
-        outputs, inputs = _outputs_and_inputs(a)
+        outputs, inputs = _outputs_and_inputs(args)
         with writing(outputs, inputs, command=_command()):
-            return a.func(a) or 0
+            return args.func(args) or 0
     except (BadInputError, NgramFormatError, OSError, ValueError) as err:
         # ValueError covers provenance.ProvenanceError (a file that differs from its record);
         # OSError a path that is a folder, unreadable or not writable: bad input, exit 2.
-        print(f"span-preprocess {a.cmd}: error: {err}", file=sys.stderr)
+        print(f"span-preprocess {args.cmd}: error: {err}", file=sys.stderr)
         return 2
 
 
