@@ -183,26 +183,26 @@ def main(argv=None):
     q = sub.add_parser("check", help="CHECKPOINT loads with the allow-list (else its error, "
                        "exit 2); prints its model-size flags when it records them")
     q.add_argument("checkpoint")
-    a = p.parse_args(argv)
-    if a.cmd == "check":
+    args = p.parse_args(argv)
+    if args.cmd == "check":
         try:
-            print(" ".join(size_flags(load_state(a.checkpoint, mmap=True))))
+            print(" ".join(size_flags(load_state(args.checkpoint, mmap=True))))
         except (OSError, CheckpointFileError) as err:
             print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
             return 2
         return 0
-    if a.cmd == "same-dictionary":
+    if args.cmd == "same-dictionary":
         from span_plugin.preprocess.records.provenance import ProvenanceError
         from span_plugin.runtime.data_record import check_checkpoint_dictionary
 
         try:
-            check_checkpoint_dictionary(a.checkpoint, a.srcdict, load_state(a.checkpoint, mmap=True))
+            check_checkpoint_dictionary(args.checkpoint, args.srcdict, load_state(args.checkpoint, mmap=True))
         except (OSError, ProvenanceError, CheckpointFileError) as err:
             print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
             return 2
         return 0
     try:
-        prepare_resume(a.save_dir, log=lambda m: print(f"span_plugin.runtime.checkpoints: {m}",
+        prepare_resume(args.save_dir, log=lambda m: print(f"span_plugin.runtime.checkpoints: {m}",
                                                        file=sys.stderr))
     except (OSError, CheckpointFileError) as err:
         print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)

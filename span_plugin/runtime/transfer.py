@@ -79,13 +79,13 @@ def main(argv=None):
     q.add_argument("checkpoint")
     q.add_argument("out", help="the file to write, or with --model-dir the folder")
     q.add_argument("--model-dir", help="the span-convert folder the run started from")
-    a = p.parse_args(argv)
+    args = p.parse_args(argv)
     try:
-        target, heads = write_stripped(a.checkpoint, a.out, a.model_dir)
+        target, heads = write_stripped(args.checkpoint, args.out, args.model_dir)
     except (OSError, ValueError) as err:
         print(f"span_plugin.runtime.transfer: {err}", file=sys.stderr)
         return 2
-    print(f"span_plugin.runtime.transfer: wrote {target} (encoder of {a.checkpoint}; heads removed: "
+    print(f"span_plugin.runtime.transfer: wrote {target} (encoder of {args.checkpoint}; heads removed: "
           f"{', '.join(heads) or 'none'})")
     return 0
 
