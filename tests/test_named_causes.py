@@ -63,3 +63,57 @@ def test_without_its_record_the_folder_is_not_called_incomplete(tmp_path):
     text = str(info.value)
     assert "label/dict.txt: missing" in text and "is not the folder it was trained on" in text, text
     assert "incomplete" not in text and "remove provenance.json" not in text, text
+
+
+def run_preprocess(argv, capsys):
+    code = preprocess([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def test_lone_cr_line_ends_are_named(tmp_path, capsys):
+    """Real MRPC rows saved with classic Mac OS line ends: the GLUE and table readers name
+    the line ends (they said "no rows" and "no label column" before)."""
+    rows = (GLUE / "MRPC" / "train.tsv").read_text(encoding="utf-8-sig").splitlines()[:12]
+    glue = tmp_path / "glue" / "MRPC"
+    glue.mkdir(parents=True)
+    for split in ("train", "dev"):
+        (glue / f"{split}.tsv").write_bytes("\r".join(rows).encode() + b"\r")
+    table = tmp_path / "rows.tsv"
+    table.write_bytes("\r".join(["sentence\tlabel"] + [f"{r.split(chr(9))[3]}\t{r[0]}"
+                                                      for r in rows[1:]]).encode() + b"\r")
+    for argv, path in (
+            (["glue", "--task", "MRPC", "--glue-dir", tmp_path / "glue"], glue / "train.tsv"),
+            (["table", "--train", table, "--text-columns", "sentence", "--label-column",
+              "label"], table)):
+        code, err = run_preprocess([*argv, "--out", tmp_path / "out", *ENC], capsys)
+        assert code == 2, err
+        assert f"{path}:1: lines end in a lone carriage return" in err, err
+        assert "12 of them, 0 LF line ends" in err and "Traceback" not in err, err
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_encoder_json_is_named(tmp_path, capsys):
+    bad = tmp_path / "encoder.json"
+    bad.write_text('{"hello": 1,\n')
+    table = tmp_path / "rows.tsv"
+    table.write_text("sentence\tlabel\nA man.\t1\n")
+    argv = [*ENC]
+    argv[1] = bad
+    code, err = run_preprocess(["table", "--train", table, "--text-columns", "sentence",
+                                "--label-column", "label", "--out", tmp_path / "out", *argv], capsys)
+    assert code == 2 and f"{bad}: not valid JSON (" in err and "--gpt2-encoder-json" in err, err
+
+
+def test_a_lone_surrogate_in_hub_text_names_the_example():
+    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.inference.inputs import question_pairs
+
+    hub = SpanHubInterface.from_pretrained(CHECKPOINT, data=FIXTURE / "data",
+                                           ngrams=FIXTURE / "ngrams.v0_2.txt.gz")
+    with pytest.raises(ValueError, match=r"^example 1 holds a lone surrogate U\+DC80 at "
+                                         r"character 4, which is not text"):
+        hub.predict([("A man.", "A dog."), "bad \udc80 text"])
+    with pytest.raises(ValueError, match=r"^example 0, text 1 holds a lone surrogate U\+D800"):
+        hub.predict([("A man.", "x\ud800")])
+    with pytest.raises(ValueError, match=r"^pair 2: the context holds a lone surrogate"):
+        question_pairs([("Who?", "Me."), ("Who?", "Me."), ("Who?", "\udfff")])

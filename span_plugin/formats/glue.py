@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.formats.rows import SplitRows, read_decimal
+from span_plugin.formats.unicode_text import class_label, label_problem
 from span_plugin.formats.tsv import split_rows
 
 
@@ -98,7 +99,8 @@ def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
             raise BadInputError(f"{path}:{lineno}: {reason}; {fix}, or pass --bad-rows "
                                 f"skip to leave such rows out")
         if with_label:
-            label = fields[label_col - 1 if label_col > 0 else -1].strip()
+            raw = fields[label_col - 1 if label_col > 0 else -1]
+            label = raw.strip() if task.regression else class_label(raw)
             if label in task.drop_labels:
                 out.dropped.append((lineno, f"label {label!r}"))
                 continue
@@ -106,17 +108,21 @@ def read_split(task, path, raw_split, bad_rows="error", bad_utf8="error"):
                 value = read_decimal(label)
                 if value is None:
                     raise BadInputError(f"{path}:{lineno}: label {label!r} is not a number "
-                                        f"in ASCII decimal notation (STS-B scores are 0..5)")
+                                        f"in ASCII decimal notation, finite in float32 (STS-B "
+                                        f"scores are 0..5)")
                 label = "%.6g" % (value / 5.0)  # awk '{print $1 / 5.0}'
             elif not label:
                 raise BadInputError(f"{path}:{lineno}: empty label in column {label_col}")
-            elif any(c.isspace() for c in label):
+            elif label_problem(label):
                 # A class label is one token of label/dict.txt: '1\xa00' would become two
                 # labels of one row, and a '\r' inside one would split label/train.label
                 # into an extra row (read with universal newlines), shifting every label.
                 raise BadInputError(f"{path}:{lineno}: label {label!r} in column {label_col} "
-                                    f"holds whitespace; class labels are single tokens")
-            out.labels.append(label)
+                                    f"{label_problem(label)}")
+            if task.regression:
+                out.labels.append(label)
+            else:
+                out.add_label(raw, label)
         for k, c in enumerate(cols):
             # Newline-free by construction (lines are split on \n); a lone \r would
             # split the line when fairseq reads text, so it becomes a space.

@@ -11,6 +11,7 @@ for each bad byte sequence, and the returned :class:`Lines` count them, for the 
 import gzip
 import io
 import os
+import re
 
 BOM = b"\xef\xbb\xbf"
 
@@ -73,6 +74,7 @@ def read_lines(path, start, end, bad_utf8="error", first_line=None):
         data = f.read(end - start)
     if start == 0 and data.startswith(BOM):
         data = data[len(BOM):]
+    _refuse_lone_cr_line_ends(path, start, data, first_line)
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the newline that ends the last line starts no new line
@@ -96,6 +98,23 @@ def read_lines(path, start, end, bad_utf8="error", first_line=None):
                 f"({err.reason}); fix the file or pass --bad-utf8 replace"
             ) from None
     return out
+
+
+def _refuse_lone_cr_line_ends(path, start, data, first_line):
+    """A file whose lines end in a lone CR (classic Mac OS) reads as one long line, whose
+    errors would name a missing column or an empty split: name the line ends instead.
+    A CR or two inside fields of an LF file are left to the readers (odd whitespace)."""
+    lone = data.count(b"\r") - data.count(b"\r\n")
+    if not lone or lone < data.count(b"\n"):
+        return
+    at = re.search(rb"\r(?!\n)", data).start()
+    line = (first_line if first_line is not None else count_lines(path, start) + 1)
+    line += data.count(b"\n", 0, at)
+    lf = data.count(b"\n")
+    raise BadInputError(
+        f"{path}:{line}: lines end in a lone carriage return (CR without LF, classic Mac OS "
+        f"line ends: {lone} of them, {lf} LF line ends); convert the file to LF line ends, "
+        f"e.g. tr '\\r' '\\n' < FILE > NEW")
 
 
 def read_file_lines(path, bad_utf8="error"):

@@ -24,7 +24,9 @@ import json
 from dataclasses import dataclass
 
 from span_plugin.formats.lines import BadInputError, read_file_lines
-from span_plugin.formats.table import LabelKinds, _BadRow, _check_label, _jsonl_rows, _value
+from span_plugin.formats.table import (LabelKinds, _BadRow, _check_label, _jsonl_rows, _value,
+                                       check_columns)
+from span_plugin.formats.unicode_text import class_label
 
 DEFAULT_PHRASE_LABELS = ("paraphrase", "random", "in-paraphrase")
 
@@ -76,6 +78,7 @@ def read_pair_rows(path, text_columns=("sentence1", "sentence2"), label_column=N
     a :class:`PairRows` list."""
     if len(text_columns) != 2:
         raise ValueError(f"give two text columns, got {list(text_columns)}")
+    check_columns(text_columns, label_column)
     label_id = {name: i for i, name in enumerate(phrase_labels)}
     lines = read_file_lines(path, bad_utf8)
     out = PairRows()
@@ -92,7 +95,7 @@ def read_pair_rows(path, text_columns=("sentence1", "sentence2"), label_column=N
             raw = [_value(row, c, "text", row) for c in text_columns]
             label = None
             if label_column is not None:
-                label = _check_label(_value(row, label_column, "label", row).strip(),
+                label = _check_label(class_label(_value(row, label_column, "label", row)),
                                      label_column, False)
             texts, shift = [], []
             for t in raw:

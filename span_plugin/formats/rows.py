@@ -1,8 +1,8 @@
 """The rows of one split of a user's file, as the readers return them, and the one
 reading of numbers (regression labels) the readers share."""
 
-import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 
@@ -18,6 +18,15 @@ class SplitRows:
     lines: list = field(default_factory=list)  # [num_rows] source line of each row
     extra: tuple = ()  # names of further per-row lists a reader attached (pairs: phrases)
     replacements: int = 0  # invalid UTF-8 sequences read as U+FFFD (bad_utf8="replace")
+    # (label as written, label as read) -> rows: class labels that NFC and stripping
+    # white space changed (formats.unicode_text.class_label), for the summary and record
+    label_variants: Counter = field(default_factory=Counter)
+
+    def add_label(self, raw, label):
+        """Append the class ``label`` read from ``raw``, counting it when they differ."""
+        if raw != label:
+            self.label_variants[(raw, label)] += 1
+        self.labels.append(label)
 
     def leave_out(self, reasons):
         """Remove the rows ``{row index: reason}`` from every input, the labels, the
@@ -45,10 +54,14 @@ class SplitRows:
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
+# Labels are trained on as float32: a larger value becomes inf there, and the loss NaN.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def read_decimal(text):
-    """The finite number ``text`` writes in ASCII decimal notation (``3``, ``-0.25``,
-    ``2.5e-3``), or None when it is anything else."""
+    """The number ``text`` writes in ASCII decimal notation (``3``, ``-0.25``,
+    ``2.5e-3``), finite in float32, or None when it is anything else."""
     if not _DECIMAL.fullmatch(text):
         return None
     value = float(text)
-    return value if math.isfinite(value) else None  # "1e999" overflows to inf
+    return value if abs(value) <= FLOAT32_MAX else None  # "1e999" is inf, "1e308" inf in float32

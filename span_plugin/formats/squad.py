@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 from span_plugin.formats.files import atomic_write
 from span_plugin.formats.lines import BOM, TOO_DEEP, BadInputError
+from span_plugin.formats.unicode_text import is_blank
 
 ON_BAD = ("error", "skip")
 
@@ -219,7 +220,7 @@ def _check_answer(context, text, start, end, label):
 
 def _question(qa):
     question = _get(qa, "question", str, "the question")
-    if not question.strip():
+    if is_blank(question):  # white space, zero-width and other invisible characters only
         raise _Bad("empty question, expected the question's text")
     return question
 
@@ -269,7 +270,7 @@ class _Reading:
                 self.first_seen[qid] = here
         try:
             qid = _get(qa, id_key, str, "the question")
-            if not context.strip():
+            if is_blank(context):
                 raise _Bad(f"empty context, expected the {passage}'s text")
             question = _question(qa)
             if unlabelled(qa):

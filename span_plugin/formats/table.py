@@ -39,6 +39,7 @@ import os
 
 from span_plugin.formats.lines import TOO_DEEP, BadInputError, read_file_lines
 from span_plugin.formats.rows import SplitRows, read_decimal
+from span_plugin.formats.unicode_text import class_label, label_problem
 from span_plugin.formats.tsv import split_rows
 
 FORMATS = ("tsv", "csv", "jsonl")
@@ -213,9 +214,22 @@ def _value(row, column, what, columns):
     return json.dumps(v)  # JSON numbers and booleans as written: 1 -> "1", true -> "true"
 
 
+def check_columns(text_columns, label_column):
+    """A ValueError when a text column is named twice or is the label column: the model
+    would read one field as two inputs, or read the label as input."""
+    twice = next((c for i, c in enumerate(text_columns) if c in text_columns[:i]), None)
+    if twice is not None:
+        raise ValueError(f"--text-columns names {twice!r} twice ({list(text_columns)}): "
+                         f"expected one or two different columns")
+    if label_column is not None and label_column in text_columns:
+        raise ValueError(f"--label-column {label_column!r} is also one of --text-columns "
+                         f"{list(text_columns)}: the model would read its label as input")
+
+
 def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
                regression=False, drop_labels=(), bad_rows="error", bad_utf8="error"):
     """Read one file into :class:`SplitRows`; ``label_column=None`` reads no labels."""
+    check_columns(text_columns, label_column)
     fmt = detect_format(path, fmt)
     lines = read_file_lines(path, bad_utf8)
     rows = _jsonl_rows(path, lines) if fmt == "jsonl" else _delimited_rows(path, lines, fmt, delimiter)
@@ -243,7 +257,8 @@ def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
             texts = [_value(row, c, "text", row) for c in text_columns]
             label = None
             if label_column is not None:
-                label = _value(row, label_column, "label", row).strip()
+                raw = _value(row, label_column, "label", row)
+                label = raw.strip() if regression else class_label(raw)
                 if label in drop_labels:
                     out.dropped.append((lineno, f"label {label!r}"))
                     continue
@@ -256,8 +271,10 @@ def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
                                 f"skip to leave such rows out") from None
         for k, text in enumerate(texts):
             out.inputs[k].append(text.replace("\r", " ").replace("\n", " ").strip())
-        if label is not None:
+        if label is not None and regression:
             out.labels.append(label)
+        elif label is not None:
+            out.add_label(raw, label)
         out.lines.append(lineno)
         out.rows += 1
     return out
@@ -267,11 +284,12 @@ def _check_label(label, column, regression):
     if not regression:
         if not label:
             raise _BadRow(f"empty label in column {column!r}")
-        if any(c.isspace() for c in label):
-            raise _BadRow(f"label {label!r} holds whitespace; class labels are single tokens")
+        if label_problem(label):
+            raise _BadRow(f"label {label!r} {label_problem(label)}")
         return label
     value = read_decimal(label)
     if value is None:
-        raise _BadRow(f"label {label!r} is not a number (regression): a finite number in "
-                      f"ASCII decimal notation is expected (3, -0.25, 2.5e-3)")
+        raise _BadRow(f"label {label!r} is not a number (regression): a number in ASCII "
+                      f"decimal notation, finite in float32 (|x| <= 3.4e38), is expected "
+                      f"(3, -0.25, 2.5e-3)")
     return format(value, ".9g")

@@ -7,6 +7,8 @@ Pure Python: no torch, no fairseq.
 
 import warnings
 
+from span_plugin.formats.unicode_text import is_blank
+
 
 class InputCutWarning(UserWarning):
     """Inputs longer than the model's positions were cut (as the checkpoint records)."""
@@ -24,9 +26,18 @@ def _not_text(value, what):
 
 
 def check_text(value, what):
-    """``value`` when it is a str, else a TypeError naming ``what`` and its type."""
+    """``value`` when it is a str of valid Unicode, else a TypeError naming ``what`` and
+    its type, or a ValueError naming ``what`` and the place of a lone surrogate (which
+    no tokenizer can encode: text decoded with ``errors="surrogateescape"``, or cut
+    inside a UTF-16 pair)."""
     if not isinstance(value, str):
         raise _not_text(value, what)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{what} holds a lone surrogate U+{ord(value[err.start]):04X} at "
+                         f"character {err.start}, which is not text: expected a string that "
+                         f"encodes as UTF-8") from None
     return value
 
 
@@ -53,7 +64,7 @@ def text_examples(examples):
     out = []
     for i, e in enumerate(as_list(examples, "examples", expected)):
         if isinstance(e, str):
-            out.append((e,))
+            out.append((check_text(e, f"example {i}"),))
             continue
         if not isinstance(e, (tuple, list)):
             raise _not_text(e, f"example {i}") if isinstance(e, (bytes, bytearray)) else \
@@ -76,9 +87,9 @@ def question_pairs(pairs):
                             f"(question, context) pair of strings")
         question = check_text(pair[0], f"pair {i}: the question")
         context = check_text(pair[1], f"pair {i}: the context")
-        if not question.strip():
+        if is_blank(question):  # as span-preprocess qa: invisible characters are nothing
             raise ValueError(f"pair {i}: empty question, expected the question's text")
-        if not context.strip():
+        if is_blank(context):
             raise ValueError(f"pair {i}: empty context, expected the passage's text")
         out.append((question, context))
     return out

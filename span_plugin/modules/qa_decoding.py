@@ -38,6 +38,8 @@ import unicodedata
 import torch
 import torch.nn.functional as F
 
+from span_plugin.formats.unicode_text import trim_invisible
+
 ANSWER_BOUNDARIES = ("word", "token")
 
 # CJK ideographs: each is a word (as BERT's BasicTokenizer splits them), since the text
@@ -141,7 +143,9 @@ def decode_answers(scores, null, question, offsets, contexts, n_best=20, null_th
     for w, q in enumerate(question.tolist()):
         null_score[q] = min(null_score[q], nulls[w])
         for score, i, j in windows[w]:
-            key = (offsets[w][i][0], offsets[w][j][1])
+            # a token's characters may begin with a zero-width space or a control: an
+            # answer never does (nor ends with one)
+            key = trim_invisible(contexts[q], offsets[w][i][0], offsets[w][j][1])
             if score > found[q].get(key, -math.inf):
                 found[q][key] = score
     out = []

@@ -39,7 +39,15 @@ class GPT2Tokenizer(Tokenizer):
 
     def __init__(self, encoder_json, vocab_bpe):
         with open(encoder_json, encoding="utf-8") as f:
-            self.encoder = json.load(f)
+            try:
+                self.encoder = json.load(f)
+            except (ValueError, RecursionError) as err:  # UnicodeDecodeError is one
+                raise ValueError(f"{encoder_json}: not valid JSON ({err}); expected GPT-2's "
+                                 f"encoder.json (--gpt2-encoder-json)") from None
+        if not isinstance(self.encoder, dict) or not all(
+                isinstance(v, int) for v in self.encoder.values()):
+            raise ValueError(f"{encoder_json}: expected GPT-2's encoder.json, a JSON object "
+                             f"of token -> id (--gpt2-encoder-json)")
         with open(vocab_bpe, encoding="utf-8") as f:
             lines = f.read().split("\n")
         # First line is a version header, the last is empty.

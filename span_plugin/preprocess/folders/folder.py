@@ -277,7 +277,9 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
             raise BadInputError(
                 f"{task}: positive label {positive!r} is not a label of the labelled "
                 f"splits (labels: {names})")
-        labels = {"kind": "classes", "names": names, "positive": positive}
+        merged = _merged_label_variants(splits)
+        labels = {"kind": "classes", "names": names, "positive": positive,
+                  **({"merged_variants": merged} if merged else {})}
     else:
         labels = {"kind": "none"}
     provenance.write_record(
@@ -288,6 +290,24 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
         bad_utf8=provenance.utf8_entry(bad_utf8, {split: rows.replacements
                                                   for split, _, rows in splits}))
     return counts
+
+
+def _merged_label_variants(splits):
+    """The class labels that NFC and stripping white space changed, per split, for the
+    record (``[{"split", "written", "read_as", "rows"}]``), each file's logged once."""
+    merged = []
+    for split, path, rows in splits:
+        variants = sorted(rows.label_variants.items())
+        if not variants:
+            continue
+        merged += [{"split": split, "written": raw, "read_as": label, "rows": n}
+                   for (raw, label), n in variants]
+        logger.warning("%s: %d class label%s written otherwise than read (Unicode NFC, "
+                       "surrounding white space stripped): %s", path,
+                       sum(n for _, n in variants), "s" * (sum(n for _, n in variants) != 1),
+                       ", ".join(f"{ascii(raw)} as {ascii(label)} ({n} row{'s' * (n != 1)})"
+                                 for (raw, label), n in variants))
+    return merged
 
 
 def _binarize_labels(task, raw_dir, label_dir, labelled):
