@@ -1327,8 +1327,9 @@ class Payload:
         return (open, (self.marker, "w"))
 
 
-def train_tiny(data, save):
-    """fairseq-train's entry point in this process: 1 update of a 1-layer model."""
+def train_tiny(data, save, *extra, max_update=1):
+    """fairseq-train's entry point in this process: 1 update (``max_update``) of a
+    1-layer model, with the ``extra`` arguments."""
     import fairseq_cli.train
 
     argv = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), "--task",
@@ -1338,9 +1339,9 @@ def train_tiny(data, save):
             "--max-positions", "128", "--num-classes", "2", "--init-token", "0",
             "--separator-token", "2", "--shorten-method", "truncate", "--max-spans", "64",
             "--max-span-tokens", "16", "--optimizer", "adam", "--lr", "1e-3",
-            "--batch-size", "8", "--max-update", "1", "--save-dir", str(save), "--cpu",
-            "--seed", "1", "--num-workers", "0", "--no-progress-bar", "--disable-validation",
-            "--no-epoch-checkpoints"]
+            "--batch-size", "8", "--max-update", str(max_update), "--save-dir", str(save),
+            "--cpu", "--seed", "1", "--num-workers", "0", "--no-progress-bar",
+            "--disable-validation", "--no-epoch-checkpoints", *extra]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "argv", argv)
         fairseq_cli.train.cli_main()

@@ -19,6 +19,7 @@ shell script on a descriptor the script opened, so that it lasts as long as the 
 """
 
 import argparse
+import atexit
 import contextlib
 import fcntl
 import os
@@ -123,39 +124,49 @@ def _command():
 _HELD = {}  # lock file -> [fd, depth]: this process's locks
 
 
+def _acquire(path, command):
+    """Take (or enter again) the lock of ``path``; returns its lock file."""
+    lock = lock_path(path)
+    if lock in _HELD:
+        _HELD[lock][1] += 1
+        return lock
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if _take(fd, path, lock, os.getpid(), command or _command()):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    _HELD[lock] = [fd, 1]
+    return lock
+
+
+def _release(lock):
+    _HELD[lock][1] -= 1
+    if not _HELD[lock][1]:
+        fd = _HELD.pop(lock)[0]
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock)  # before unlocking: a waiter then opens a new file
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def locked(path, command=None):
     """Hold the lock of the output ``path`` (a file or a folder, which need not exist)
     for the block; :class:`OutputBusyError` when another process holds it."""
-    lock = lock_path(path)
-    if lock in _HELD:
-        _HELD[lock][1] += 1
-    else:
-        os.makedirs(os.path.dirname(lock), exist_ok=True)
-        while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                if _take(fd, path, lock, os.getpid(), command or _command()):
-                    break
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)
-        _HELD[lock] = [fd, 1]
+    lock = _acquire(path, command)
     try:
         yield
     finally:
-        _HELD[lock][1] -= 1
-        if not _HELD[lock][1]:
-            fd = _HELD.pop(lock)[0]
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(lock)  # before unlocking: a waiter then opens a new file
-            os.close(fd)
+        _release(lock)
 
 
 def hold(path, command=None):
     """Lock the output ``path`` until this process ends (fairseq-train's --save-dir)."""
-    locked(path, command).__enter__()
+    atexit.register(_release, _acquire(path, command))
 
 
 @contextlib.contextmanager
