@@ -17,6 +17,8 @@ import types
 import torch
 import torch.nn.functional as F
 
+from span_plugin.runtime.padded_encoder import forward_with_padding_mask
+
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 # Graphs one run may build per compiled module before falling back to eager: a few
 # lengths x (full, last batch) x (training, evaluation), with room to spare.
@@ -46,37 +48,12 @@ def compile_encoder_in_place(encoder: torch.nn.Module, mode: str = "default",
 
     fairseq's ``forward_scriptable`` branches on ``padding_mask.any()``: a data-dependent
     branch that breaks the graph (dynamo then compiles every layer on its own, and on a
-    GPU the branch waits for the device on every forward). The encoder gets a forward of
-    its own here that always passes the padding mask: an all-False mask changes nothing
-    (it adds 0 to the attention logits and multiplies the embeddings by 1), so the
-    outputs are fairseq's. Parameters and state-dict keys are untouched.
+    GPU the branch waits for the device on every forward). The encoder gets the forward
+    of ``runtime/padded_encoder.py``, which always passes the padding mask (the same
+    outputs). Parameters and state-dict keys are untouched.
     """
-    encoder.forward_scriptable = types.MethodType(_forward_with_padding_mask, encoder)
+    encoder.forward_scriptable = types.MethodType(forward_with_padding_mask, encoder)
     return compile_in_place(encoder, mode, backend)
-
-
-def _forward_with_padding_mask(self, src_tokens, src_lengths=None, return_all_hiddens=False,
-                               token_embeddings=None):
-    """fairseq's ``TransformerEncoderBase.forward_scriptable`` without the branch on
-    ``has_pads``: ``src_tokens [B, T]`` -> the same dict (``encoder_out``: ``[T, B, C]``)."""
-    padding_mask = src_tokens.eq(self.padding_idx)  # [B, T]
-    x, embedding = self.forward_embedding(src_tokens, token_embeddings)
-    x = (x * (1 - padding_mask.unsqueeze(-1).type_as(x))).transpose(0, 1)  # [T, B, C]
-    states, fc_results = ([x] if return_all_hiddens else []), []
-    for layer in self.layers:
-        out = layer(x, encoder_padding_mask=padding_mask)
-        x, fc_result = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
-        if return_all_hiddens:
-            states.append(x)
-            fc_results.append(fc_result)
-    if self.layer_norm is not None:
-        x = self.layer_norm(x)
-    lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
-    return {
-        "encoder_out": [x], "encoder_padding_mask": [padding_mask],
-        "encoder_embedding": [embedding], "encoder_states": states,
-        "fc_results": fc_results, "src_tokens": [], "src_lengths": [lengths.contiguous()],
-    }
 
 
 def pad_spans_to_length(spans: torch.Tensor, length: int) -> torch.Tensor:
