@@ -86,3 +86,31 @@ def test_span_predict_still_takes_tune_and_numbers():
 
     for given, parsed in (("tune", "tune"), ("-1.5", -1.5), ("0", 0.0)):
         assert build_parser().parse_args([*PREDICT, "--null-threshold", given]).null_threshold == parsed
+
+
+def test_max_positions_too_small_for_every_question_is_an_error(tmp_path, capsys):
+    """Real SQuAD dev questions (all of 5 tokens or more) with --max-positions 8: no
+    window fits; the build stops naming the flags instead of writing 0 windows that
+    `check` would pass."""
+    import json
+
+    from conftest import DATA, GPT2_BPE, ROOT
+
+    squad = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    article = squad["data"][0]
+    article["paragraphs"] = article["paragraphs"][:1]
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [article]}), encoding="utf-8")
+    out = tmp_path / "out"
+    code = preprocess([str(a) for a in (
+        "qa", "--train", path, "--out", out, "--max-positions", "8", "--doc-stride", "1",
+        "--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
+        GPT2_BPE / "vocab.bpe", "--srcdict", ROOT / "tests" / "fixtures" / "checkpoint_v0_2" /
+        "data" / "input0" / "dict.txt", "--workers", "1")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert (f"{path}: no question of split train fits a window of --max-positions 8 "
+            f"(--doc-stride 1): all 30 were left out") in err, err
+    assert not out.exists()
+    assert preprocess(["check", str(out)]) == 1
+    assert f"{out}: no such folder" in capsys.readouterr().err

@@ -65,6 +65,9 @@ def _require(prefix, what):
 
 
 def _record(folder):
+    if not os.path.isdir(folder):
+        raise CheckError(f"{folder}: no such folder" if not os.path.lexists(folder) else
+                         f"{folder}: not a folder; give the task folder span-preprocess wrote")
     try:
         record = provenance.read_record(folder)
     except provenance.ProvenanceError as err:

@@ -40,6 +40,7 @@ import json
 import multiprocessing as mp
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -377,6 +378,12 @@ def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride
                                     max_positions, doc_stride, on_bad, skipped, notes,
                                     spec=spec, workers=workers)
         dropped += [(split, path, where, qid, why) for where, qid, why in skipped]
+        if not kept and skipped:  # 0 windows would pass `check` and train on nothing
+            why = Counter(why for _, _, why in skipped).most_common(1)[0][0]
+            raise BadInputError(
+                f"{path}: no question of split {split} fits a window of --max-positions "
+                f"{max_positions} (--doc-stride {doc_stride}): all {len(skipped)} were left "
+                f"out, e.g. {why}")
         noted += [(split, path, n.kind, n.where, n.id, n.message) for n in notes]
         summary.dropped += len(data.dropped)
         counts = data.note_counts()
