@@ -55,18 +55,18 @@ def main():
     p.add_argument("--quick", action="store_true",
                    help=f"a check in seconds: the cached model (trained only when there is "
                    f"none), {QUICK_SENTENCES} sentences, 1 worker, 1 repeat")
-    a = p.parse_args()
-    if a.quick:
-        a.workers, a.repeats = [1], 1
-    limit = QUICK_SENTENCES if a.quick else None
+    args = p.parse_args()
+    if args.quick:
+        args.workers, args.repeats = [1], 1
+    limit = QUICK_SENTENCES if args.quick else None
 
     from span_plugin.preprocess.segmentation import chunker as C
     from span_plugin.preprocess import make_encoder
 
-    root = C.find_data(a.nltk_data)
+    root = C.find_data(args.nltk_data)
     start = time.perf_counter()
-    model = C.build(root, use_cache=a.quick)  # trains (and scores on test.txt)
-    if a.quick:
+    model = C.build(root, use_cache=args.quick)  # trains (and scores on test.txt)
+    if args.quick:
         print(f"training: not timed (--quick: the cached model, {time.perf_counter() - start:.1f} s)")
     else:
         print(f"training: {model.train_seconds:.1f} s (tagging train.txt + {C.PASSES} passes); "
@@ -95,9 +95,9 @@ def main():
         tmp = Path(tmp)
         src = tmp / "cola.train.txt"
         src.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-        for workers in a.workers:
+        for workers in args.workers:
             times = {"greedy": [], "chunker": []}
-            for _ in range(a.repeats):
+            for _ in range(args.repeats):
                 for segmentation in times:
                     times[segmentation].append(binarize(src, tmp, segmentation, workers, root))
             med = {k: statistics.median(v) for k, v in times.items()}

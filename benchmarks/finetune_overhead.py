@@ -196,7 +196,7 @@ def save_checkpoint(path, state):
     atomic_write(path, lambda f: torch.save(state, f))
 
 
-def plain_main(a):
+def plain_main(args):
     """Fine-tune, evaluate every epoch, keep the best epoch's dev predictions; resumes
     from ``OUT/checkpoint_last.pt``. Prints one JSON line of phase times."""
     t = {"start": time.perf_counter()}
@@ -204,26 +204,26 @@ def plain_main(a):
     import torch.nn.functional as F
 
     times = {"train": 0.0, "valid": 0.0, "save": 0.0}
-    os.makedirs(a.out, exist_ok=True)
-    train_rows, train_y, names = read_split(a.data, "train")
-    dev_rows, dev_y, _ = read_split(a.data, "valid")
-    if a.model_dir:
+    os.makedirs(args.out, exist_ok=True)
+    train_rows, train_y, names = read_split(args.data, "train")
+    dev_rows, dev_y, _ = read_split(args.data, "valid")
+    if args.model_dir:
         from span_plugin.convert.flags import checkpoint_train_flags
 
-        size_flags = checkpoint_train_flags(a.model_dir)
+        size_flags = checkpoint_train_flags(args.model_dir)
     else:  # a random model of the sizes given (tests)
-        size_flags = a.sizes.split()
-    model, pad = build_model(a.data, len(names), a.seed, size_flags)
-    batches = make_batches([len(r) for r in train_rows], a.seed, a.batch_size)
-    dev_batches = make_batches([len(r) for r in dev_rows], a.seed, a.batch_size)
-    total = len(batches) * a.epochs
-    warmup = int(round(a.warmup * total))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), eps=1e-6,
+        size_flags = args.sizes.split()
+    model, pad = build_model(args.data, len(names), args.seed, size_flags)
+    batches = make_batches([len(r) for r in train_rows], args.seed, args.batch_size)
+    dev_batches = make_batches([len(r) for r in dev_rows], args.seed, args.batch_size)
+    total = len(batches) * args.epochs
+    warmup = int(round(args.warmup * total))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-6,
                                   weight_decay=0.1)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, polynomial_decay(warmup, total))
-    positive = names.index(a.positive_label)
+    positive = names.index(args.positive_label)
     state = {"epoch": 0, "updates": 0, "best": None}
-    path = os.path.join(a.out, CHECKPOINT)
+    path = os.path.join(args.out, CHECKPOINT)
     if os.path.exists(path):  # a relaunch resumes the run
         from span_plugin.convert.safe_load import load_torch_file
 
@@ -234,19 +234,19 @@ def plain_main(a):
         torch.set_rng_state(state.pop("rng"))
         print(f"resuming {path} after epoch {state['epoch']} ({state['updates']} updates)",
               file=sys.stderr)
-    elif a.model_dir:
+    elif args.model_dir:
         from span_plugin.runtime.checkpoints import load_state
 
-        pretrained = load_state(os.path.join(a.model_dir, "model.pt"))
+        pretrained = load_state(os.path.join(args.model_dir, "model.pt"))
         # fairseq's own load: the fresh head is kept, every encoder weight must fit.
         model.load_state_dict(pretrained["model"])
         del pretrained
     t["loaded"] = time.perf_counter()
 
-    for epoch in range(state["epoch"] + 1, a.epochs + 1):
+    for epoch in range(state["epoch"] + 1, args.epochs + 1):
         start = time.perf_counter()
         model.train()
-        for index in epoch_order(batches, a.seed, epoch):
+        for index in epoch_order(batches, args.seed, epoch):
             tokens = collate(train_rows, index, pad)
             target = torch.from_numpy(train_y[index])
             logits, _ = model(tokens, features_only=True, classification_head_name=HEAD)
@@ -281,11 +281,11 @@ def plain_main(a):
         times["save"] += time.perf_counter() - start
 
     best = state["best"]
-    with open(os.path.join(a.out, "results.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
         json.dump({"task": TASK, "metric": "f1", "epoch": best["epoch"],
                    "dev": {"dev": {"f1": best["f1"], "accuracy": best["accuracy"]}}}, f, indent=2)
-    os.makedirs(os.path.join(a.out, "dev_predictions"), exist_ok=True)
-    with open(os.path.join(a.out, "dev_predictions", f"{TASK}.tsv"), "w", encoding="utf-8") as f:
+    os.makedirs(os.path.join(args.out, "dev_predictions"), exist_ok=True)
+    with open(os.path.join(args.out, "dev_predictions", f"{TASK}.tsv"), "w", encoding="utf-8") as f:
         f.write("index\tprediction\n" + "".join(f"{i}\t{p}\n" for i, p in enumerate(best["predictions"])))
     times["load"] = t["loaded"] - t["start"]
     times["loop"] = time.perf_counter() - t["start"]
@@ -379,7 +379,7 @@ def log_figures(log):
 REMOVED = "(not run any more: fairseq-validate of checkpoint_best.pt)"
 
 
-def run_recipe_side(a, data, glue_dir, out, hp):
+def run_recipe_side(args, data, glue_dir, out, hp):
     """One recipe run as the grid launches it; (wall s, CPU s, phases, dev f1)."""
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
     from glue_grid import VARIANTS, run_glue
@@ -393,8 +393,8 @@ def run_recipe_side(a, data, glue_dir, out, hp):
     try:
         cpu0, start = children_cpu(), time.perf_counter()
         # The checkpoints stay, as the plain loop's does (the grid deletes them after).
-        record = run_glue(TASK, VARIANTS["plain"], a.seed, hp, a.model_dir, glue_dir, data, out,
-                          a.workers, "cpu", keep_checkpoints=True)
+        record = run_glue(TASK, VARIANTS["plain"], args.seed, hp, args.model_dir, glue_dir, data, out,
+                          args.workers, "cpu", keep_checkpoints=True)
         wall, cpu = time.perf_counter() - start, children_cpu() - cpu0
     finally:
         os.environ.pop("BASH_ENV")
@@ -414,10 +414,10 @@ def run_recipe_side(a, data, glue_dir, out, hp):
     return wall, cpu, phases, record["value"]
 
 
-def run_plain_side(a, data, out):
+def run_plain_side(args, data, out):
     cmd = [sys.executable, os.path.abspath(__file__), "plain", "--data", data, "--out", out,
-           "--model-dir", a.model_dir, "--epochs", str(a.epochs), "--batch-size",
-           str(a.batch_size), "--lr", str(a.lr), "--seed", str(a.seed), "--warmup", str(a.warmup)]
+           "--model-dir", args.model_dir, "--epochs", str(args.epochs), "--batch-size",
+           str(args.batch_size), "--lr", str(args.lr), "--seed", str(args.seed), "--warmup", str(args.warmup)]
     cpu0, start = children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wall, cpu = time.perf_counter() - start, children_cpu() - cpu0
@@ -429,49 +429,49 @@ def run_plain_side(a, data, out):
     return wall, cpu, report["times"], report["f1"]
 
 
-def side_by_side(a):
+def side_by_side(args):
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
     from glue_grid import hparams, train_rows
 
-    work = tempfile.mkdtemp(prefix="finetune_overhead.", dir=a.work_dir)
+    work = tempfile.mkdtemp(prefix="finetune_overhead.", dir=args.work_dir)
     try:
-        glue_dir = cut_glue(os.path.join(work, "glue"), a.rows, a.dev_rows) if a.rows else GLUE
+        glue_dir = cut_glue(os.path.join(work, "glue"), args.rows, args.dev_rows) if args.rows else GLUE
         data = os.path.join(work, "data", f"{TASK}-greedy")
-        prep = prepare(glue_dir, data, a.model_dir, a.workers)
+        prep = prepare(glue_dir, data, args.model_dir, args.workers)
         rows = train_rows(glue_dir, TASK)
-        hp = hparams(a.lr, a.batch_size, a.epochs, a.warmup, rows)
-        print(f"{TASK}: {rows} train rows, {a.epochs} epochs of batch {a.batch_size}, "
-              f"{hp['updates']} updates, lr {a.lr:g}, seed {a.seed}, torch threads "
+        hp = hparams(args.lr, args.batch_size, args.epochs, args.warmup, rows)
+        print(f"{TASK}: {rows} train rows, {args.epochs} epochs of batch {args.batch_size}, "
+              f"{hp['updates']} updates, lr {args.lr:g}, seed {args.seed}, torch threads "
               f"{os.environ.get('OMP_NUM_THREADS', 'default')}; folder prepared in "
               f"{prep:.1f} s (span-preprocess glue, once, not in the times below); "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
         runs = {"recipe": [], "plain": []}
-        for r in range(a.repeats):
+        for r in range(args.repeats):
             order = ("recipe", "plain") if r % 2 == 0 else ("plain", "recipe")
             for side in order:
                 out = os.path.join(work, "runs", f"{side}{r}")
                 load = os.getloadavg()[0]
                 if side == "recipe":
-                    wall, cpu, phases, f1 = run_recipe_side(a, data, glue_dir, out, hp)
+                    wall, cpu, phases, f1 = run_recipe_side(args, data, glue_dir, out, hp)
                 else:
-                    wall, cpu, phases, f1 = run_plain_side(a, data, out)
+                    wall, cpu, phases, f1 = run_plain_side(args, data, out)
                 runs[side].append({"wall": wall, "cpu": cpu, "f1": f1, "phases": phases,
                                    "load_before": load, "load_after": os.getloadavg()[0]})
                 shown = ", ".join(f"{k} {v:.1f}" for k, v in phases.items() if v)
                 print(f"  [{r}] {side:6s} wall {wall:7.1f} s  cpu {cpu:7.1f} s  f1 {f1:.2f}  "
                       f"load {load:.2f}->{os.getloadavg()[0]:.2f}  ({shown})", flush=True)
-                if a.logs:
-                    os.makedirs(a.logs, exist_ok=True)
+                if args.logs:
+                    os.makedirs(args.logs, exist_ok=True)
                     for name in ("recipe.log", "plain.log"):
                         if os.path.exists(os.path.join(out, name)):
-                            shutil.copy(os.path.join(out, name), os.path.join(a.logs, f"{side}{r}.log"))
+                            shutil.copy(os.path.join(out, name), os.path.join(args.logs, f"{side}{r}.log"))
                     if os.path.exists(out + ".trace"):
-                        shutil.copy(out + ".trace", os.path.join(a.logs, f"{side}{r}.trace"))
+                        shutil.copy(out + ".trace", os.path.join(args.logs, f"{side}{r}.trace"))
                 shutil.rmtree(out, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"rows": rows, "epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr,
-            "seed": a.seed, "updates": hp["updates"], "prepare_s": prep, "runs": runs}
+    return {"rows": rows, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
+            "seed": args.seed, "updates": hp["updates"], "prepare_s": prep, "runs": runs}
 
 
 def summary(result):
@@ -541,16 +541,16 @@ def main(argv=None):
                    "from swinging with thread contention")
     p.add_argument("--json", help="also write every figure here")
     p.add_argument("--logs", help="keep every run's log (and the recipe's bash trace) here")
-    a = p.parse_args(argv)
-    if a.quick:
-        a.rows, a.dev_rows, a.epochs = a.rows or 200, 100, 1
-    if a.threads:  # inherited by the recipe's processes and the plain loop's
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(a.threads)
-    result = summary(side_by_side(a))
-    result["machine"] = {"cpus": os.cpu_count(), "threads": a.threads or "torch default",
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows, args.dev_rows, args.epochs = args.rows or 200, 100, 1
+    if args.threads:  # inherited by the recipe's processes and the plain loop's
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
+    result = summary(side_by_side(args))
+    result["machine"] = {"cpus": os.cpu_count(), "threads": args.threads or "torch default",
                          "load_end": os.getloadavg()}
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as f:
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
     return 0
 

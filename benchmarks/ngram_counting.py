@@ -104,24 +104,24 @@ def main():
     ap.add_argument("--tmp-dir")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="seconds: 20k tokens, 1 worker")
-    a = ap.parse_args()
-    if a.quick:
-        a.sizes, a.workers, a.min_count = "2e4", 1, 2
-    if a.one:
-        print(json.dumps(count_once(a.one, a.workers, a.min_count)))
+    args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.workers, args.min_count = "2e4", 1, 2
+    if args.one:
+        print(json.dumps(count_once(args.one, args.workers, args.min_count)))
         return
-    print(f"machine: {os.cpu_count()} cores, workers={a.workers}, python {sys.version.split()[0]}")
+    print(f"machine: {os.cpu_count()} cores, workers={args.workers}, python {sys.version.split()[0]}")
     print("| corpus tokens | min count | seconds | tokens/s | CPU seconds | tokens per CPU-second | "
           "n-grams kept | main peak above base (MB) | worker peak RSS (MB) | file size (MB) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     last = None
-    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
-        for size in [int(float(s)) for s in a.sizes.split(",")]:
+    with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
+        for size in [int(float(s)) for s in args.sizes.split(",")]:
             path = os.path.join(tmp, f"zipf{size}.txt")
             make_corpus(path, size)
-            mc = max(1, round(a.min_count * size / 5e6)) if a.scale_min_count else a.min_count
+            mc = max(1, round(args.min_count * size / 5e6)) if args.scale_min_count else args.min_count
             out = subprocess.run([sys.executable, __file__, "--one", path, "--workers",
-                                  str(a.workers), "--min-count", str(mc)],
+                                  str(args.workers), "--min-count", str(mc)],
                                  capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             mb = os.path.getsize(path) / 2**20
@@ -132,7 +132,7 @@ def main():
                   f"{r['worker_peak_mb']:.0f} | {mb:.0f} |", flush=True)
             last = r
     print(f"ngram counting throughput: {last['tokens'] / last['seconds']:,.0f} tokens/s "
-          f"at {last['tokens']:,} tokens ({a.workers} workers)")
+          f"at {last['tokens']:,} tokens ({args.workers} workers)")
 
 
 if __name__ == "__main__":

@@ -106,34 +106,34 @@ def main():
     ap.add_argument("--tmp-dir")
     ap.add_argument("--quick", action="store_true",
                     help=f"seconds: {QUICK_LINES} lines of the second corpus, 1 worker, 1 repeat")
-    a = ap.parse_args()
-    quick_lines = QUICK_LINES if a.quick else None
-    if a.quick:
-        a.workers, a.repeats = 1, 1
-    print(f"machine: {os.cpu_count()} cores, workers={a.workers}, repeats={a.repeats} "
+    args = ap.parse_args()
+    quick_lines = QUICK_LINES if args.quick else None
+    if args.quick:
+        args.workers, args.repeats = 1, 1
+    print(f"machine: {os.cpu_count()} cores, workers={args.workers}, repeats={args.repeats} "
           f"(median), python {sys.version.split()[0]}")
     print("| corpus | lines | BPE tokens | fairseq BPE (s) | fairseq-preprocess (s) | "
           "fairseq total (s) | ours: BPE+spans+binarize (s) | ours, no spans (s) | "
           "ours / fairseq | spans cost (greedy / none) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     ratio = None
-    with tempfile.TemporaryDirectory(dir=a.tmp_dir) as tmp:
+    with tempfile.TemporaryDirectory(dir=args.tmp_dir) as tmp:
         # --quick: the large corpus's recipe only (the one that reads the GLUE files)
-        for name in ("SST-2 train", "WikiText-2+GLUE x N")[a.quick:]:
+        for name in ("SST-2 train", "WikiText-2+GLUE x N")[args.quick:]:
             work = Path(tmp) / name.split()[0]
             work.mkdir()
             src = work / "input.txt"
             if name.startswith("SST"):
                 sst2(src, quick_lines)
             else:
-                big(src, int(a.min_tokens), quick_lines, QUICK_GLUE if a.quick else None)
+                big(src, int(args.min_tokens), quick_lines, QUICK_GLUE if args.quick else None)
             runs = {"bpe": [], "pre": [], "ours": [], "none": []}
-            for _ in range(a.repeats):
-                t1, t2 = fairseq_pipeline(src, work, a.workers)
+            for _ in range(args.repeats):
+                t1, t2 = fairseq_pipeline(src, work, args.workers)
                 runs["bpe"].append(t1)
                 runs["pre"].append(t2)
-                runs["ours"].append(ours(src, work, a.workers))
-                runs["none"].append(ours(src, work, a.workers, "none"))
+                runs["ours"].append(ours(src, work, args.workers))
+                runs["none"].append(ours(src, work, args.workers, "none"))
             med = {k: statistics.median(v) for k, v in runs.items()}
             fs = statistics.median(b + p for b, p in zip(runs["bpe"], runs["pre"]))
             ntok, nlines = tokens_in(work)
@@ -142,7 +142,7 @@ def main():
                   f"{fs:.1f} | {med['ours']:.1f} | {med['none']:.1f} | {ratio:.2f} | "
                   f"{med['ours'] / med['none']:.2f} |", flush=True)
     print(f"span preprocessing time / fairseq BPE+preprocess time: {ratio:.2f} "
-          f"({ntok / 1e6:.1f}M tokens, {a.workers} workers)")
+          f"({ntok / 1e6:.1f}M tokens, {args.workers} workers)")
 
 
 if __name__ == "__main__":

@@ -125,15 +125,15 @@ def main():
     p.add_argument("--quick", action="store_true",
                    help=f"a check in seconds: {QUICK_PARAGRAPHS} paragraphs, a tiny encoder, 1 step "
                    "of 4 questions")
-    a = p.parse_args()
-    if a.quick:
-        a.steps, a.questions = 1, 4
+    args = p.parse_args()
+    if args.quick:
+        args.steps, args.questions = 1, 4
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory() as tmp:
-        squad = first_paragraphs(tmp, QUICK_PARAGRAPHS) if a.quick else SQUAD_DEV
-        folder = preprocess(tmp, a.max_positions, a.doc_stride, squad)
-        step_costs(folder, a.steps, a.max_positions, TINY_SIZES if a.quick else MINILM_SIZES,
-                   a.questions)
+        squad = first_paragraphs(tmp, QUICK_PARAGRAPHS) if args.quick else SQUAD_DEV
+        folder = preprocess(tmp, args.max_positions, args.doc_stride, squad)
+        step_costs(folder, args.steps, args.max_positions, TINY_SIZES if args.quick else MINILM_SIZES,
+                   args.questions)
 
 
 if __name__ == "__main__":

@@ -154,32 +154,32 @@ def main(argv=None):
     p.add_argument("--head-repeats", type=int, default=30)
     p.add_argument("--quick", action="store_true",
                    help="a check in seconds: a tiny encoder, B=2, T=32, 1 repeat")
-    a = p.parse_args(argv)
-    if a.quick:
-        a.batch, a.seq_len, a.repeats, a.head_repeats = 2, 32, 1, 2
+    args = p.parse_args(argv)
+    if args.quick:
+        args.batch, args.seq_len, args.repeats, args.head_repeats = 2, 32, 1, 2
     torch.manual_seed(0)
-    batches, _ = real_batches(a.batch, a.seq_len, a.repeats + a.warmup)
-    model = build_model(os.path.join(SHARED, "gpt2_bpe", "dict.txt"), a.max_words,
-                        TINY if a.quick else None)
+    batches, _ = real_batches(args.batch, args.seq_len, args.repeats + args.warmup)
+    model = build_model(os.path.join(SHARED, "gpt2_bpe", "dict.txt"), args.max_words,
+                        TINY if args.quick else None)
     dim = model.args.encoder_embed_dim
     words = [int((b[1][..., 0] < b[1][..., 1]).sum(-1).float().mean()) for b in batches]
-    print(f"B={a.batch} T={a.seq_len} L={a.max_words}, words per item (mean): "
-          f"{statistics.mean(words):.1f}, candidates per item ~{statistics.mean(words) * a.max_words:.0f}; "
+    print(f"B={args.batch} T={args.seq_len} L={args.max_words}, words per item (mean): "
+          f"{statistics.mean(words):.1f}, candidates per item ~{statistics.mean(words) * args.max_words:.0f}; "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     times = {"token": [], "span": []}
     for k, batch in enumerate(batches):
         for name, step in (("token", token_step), ("span", span_step)):
             model.zero_grad(set_to_none=True)
             t = timed(step, model, *batch)
-            if k >= a.warmup:
+            if k >= args.warmup:
                 times[name].append(t)
     # The heads alone, on encoder-shaped features: many repeats, so a steady figure for
     # the difference, which the full steps (few, long, noisy) only bound.
     alone = {"token": [], "span": []}
-    for k in range(a.head_repeats):
+    for k in range(args.head_repeats):
         batch = batches[k % len(batches)]
         for name in alone:
-            features = torch.randn(a.batch, a.seq_len, dim, requires_grad=True)
+            features = torch.randn(args.batch, args.seq_len, dim, requires_grad=True)
             model.zero_grad(set_to_none=True)
             alone[name].append(timed(head_alone, model, name, features, *batch))
     med = {n: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))

