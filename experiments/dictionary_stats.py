@@ -104,17 +104,17 @@ def main(argv=None):
                                                       "shared", "data", "glue"))
     p.add_argument("--out", help="markdown table (default: print)")
     p.add_argument("--plot", help="PNG")
-    a = p.parse_args(argv)
-    dicts = dict(d.split("=", 1) for d in a.dict)
-    results = measure(dicts, a.glue_dir)
+    args = p.parse_args(argv)
+    dicts = dict(d.split("=", 1) for d in args.dict)
+    results = measure(dicts, args.glue_dir)
     text = table(results, dicts)
-    if a.out:
-        with open(a.out, "w", encoding="utf-8") as f:
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
             f.write(text)
     else:
         print(text)
-    if a.plot:
-        plot(results, dicts, a.plot)
+    if args.plot:
+        plot(results, dicts, args.plot)
 
 
 if __name__ == "__main__":

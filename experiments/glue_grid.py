@@ -112,16 +112,16 @@ def run_glue(task, settings, seed, hp, model_dir, glue_dir, data_dir, out_dir, w
             "settings": settings, **({"flags": flags} if flags else {}), **facts}
 
 
-def run_cell(a, task, variant, seed, device):
+def run_cell(args, task, variant, seed, device):
     """One cell of the grid: the task's data folder is shared by the variants that
     segment alike."""
     settings = VARIANTS[variant]
-    work = Path(a.work_dir).resolve()
-    hp = hparams(a.lr, a.batch_size, a.epochs, a.warmup, train_rows(a.glue_dir, task))
-    record = run_glue(task, settings, seed, hp, a.model_dir, a.glue_dir,
+    work = Path(args.work_dir).resolve()
+    hp = hparams(args.lr, args.batch_size, args.epochs, args.warmup, train_rows(args.glue_dir, task))
+    record = run_glue(task, settings, seed, hp, args.model_dir, args.glue_dir,
                       work / "data" / f"{task}-{settings['SEGMENTATION']}",
-                      work / "runs" / f"{task}-{variant}-lr{a.lr:g}-s{seed}",
-                      a.workers, device, a.keep_checkpoints)
+                      work / "runs" / f"{task}-{variant}-lr{args.lr:g}-s{seed}",
+                      args.workers, device, args.keep_checkpoints)
     return {"variant": variant, **record}
 
 
@@ -145,16 +145,16 @@ def main(argv=None):
                    "comparison grows seed by seed); task: one task at a time")
     p.add_argument("--max-runs", type=int, help="stop after this many new runs")
     p.add_argument("--keep-checkpoints", action="store_true")
-    a = p.parse_args(argv)
-    device = resolve_device(a.device)
-    cells = [(t, v, s) for s in a.seeds for t in a.tasks for v in a.variants]
-    if a.order == "task":
-        cells.sort(key=lambda c: (a.tasks.index(c[0]), c[2], a.variants.index(c[1])))
-    run_grid({(t, v, s, a.lr): (t, v, s) for t, v, s in cells},
-             {run_key(r) for r in read_results(a.results)},
-             lambda c: run_cell(a, *c, device), a.results, a.max_runs,
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    cells = [(t, v, s) for s in args.seeds for t in args.tasks for v in args.variants]
+    if args.order == "task":
+        cells.sort(key=lambda c: (args.tasks.index(c[0]), c[2], args.variants.index(c[1])))
+    run_grid({(t, v, s, args.lr): (t, v, s) for t, v, s in cells},
+             {run_key(r) for r in read_results(args.results)},
+             lambda c: run_cell(args, *c, device), args.results, args.max_runs,
              name=lambda c: f"{c[0]} {c[1]} seed {c[2]}",
-             show=lambda r: f"{r['metric']} {r['value']:.2f}", flags=model_flags(a.model_dir))
+             show=lambda r: f"{r['metric']} {r['value']:.2f}", flags=model_flags(args.model_dir))
     return 0
 
 

@@ -184,16 +184,16 @@ def main(argv=None):
     p.add_argument("--plot", help="write the figure here (PNG)")
     p.add_argument("--lr", type=float, help="the grid's learning rate (runs at other "
                    "rates are the selection runs; default: the only one present)")
-    a = p.parse_args(argv)
-    runs = load(a.results)
+    args = p.parse_args(argv)
+    runs = load(args.results)
     lrs = sorted({r["hparams"]["lr"] for r in runs})
-    lr = a.lr if a.lr is not None else (lrs[0] if len(lrs) == 1 else None)
+    lr = args.lr if args.lr is not None else (lrs[0] if len(lrs) == 1 else None)
     if lr is None:
-        raise SystemExit(f"{a.results} holds runs at learning rates {lrs}: pick the grid's with --lr")
-    text = report([r for r in runs if r["hparams"]["lr"] == lr], plot=a.plot)
+        raise SystemExit(f"{args.results} holds runs at learning rates {lrs}: pick the grid's with --lr")
+    text = report([r for r in runs if r["hparams"]["lr"] == lr], plot=args.plot)
     text += "\n" + "\n".join(selection(runs))
-    if a.out:
-        write_report(a.out, text)
+    if args.out:
+        write_report(args.out, text)
     print(text)
 
 

@@ -77,12 +77,12 @@ def article_slice(path, min_lines):
     return out
 
 
-def prepare_text(work, a, write=True):
+def prepare_text(work, args, write=True):
     """work/text/{train,valid}.txt (written once; not with ``write=False``) and their
     line / article counts."""
     info = {}
-    for split, name, n in (("train", "wiki.AB.txt.gz", a.train_lines),
-                           ("valid", "wiki.AD.txt.gz", a.valid_lines)):
+    for split, name, n in (("train", "wiki.AB.txt.gz", args.train_lines),
+                           ("valid", "wiki.AD.txt.gz", args.valid_lines)):
         path = work / "text" / f"{split}.txt"
         lines = article_slice(WIKI / name, n)
         if write and not path.exists():
@@ -188,14 +188,14 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def model_dir_of(a):
+def model_dir_of(args):
     """The starting model folder given (absolute), or None: the recipe's default model."""
-    return str(Path(a.model_dir).expanduser().resolve()) if a.model_dir else None
+    return str(Path(args.model_dir).expanduser().resolve()) if args.model_dir else None
 
 
-def model_sha256(a):
+def model_sha256(args):
     """The sha256 of the starting model.pt given (--model-dir), or None (the default)."""
-    return _file_sha256(str(Path(model_dir_of(a)) / "model.pt")) if a.model_dir else None
+    return _file_sha256(str(Path(model_dir_of(args)) / "model.pt")) if args.model_dir else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,17 +210,17 @@ def run_dir(name, work):
     return Path(work) / "runs" / name
 
 
-def settings_of(name, a, work):
+def settings_of(name, args, work):
     """The recipe's environment for condition ``name``: every setting of the run (the
     thread count, which does not change what is trained, is left out)."""
     settings = {**CONDITIONS[name], **{
         "TRAIN_TEXT": str(work / "text" / "train.txt"), "VALID_TEXT": str(work / "text" / "valid.txt"),
-        "DATA_DIR": str(work / "data"), "OUT_DIR": str(run_dir(name, work)), "TOKENS_PER_SAMPLE": str(a.tokens),
-        "BREAK_MODE": "complete_doc", "BATCH_SIZE": str(a.batch), "LR": str(a.lr),
-        "TOTAL_UPDATES": str(a.updates), "WARMUP_UPDATES": str(a.warmup),
-        "SAVE_INTERVAL": str(a.interval), "SEED": str(a.seed), "WORKERS": "1"}}
-    if a.model_dir:
-        settings["MODEL_DIR"] = model_dir_of(a)
+        "DATA_DIR": str(work / "data"), "OUT_DIR": str(run_dir(name, work)), "TOKENS_PER_SAMPLE": str(args.tokens),
+        "BREAK_MODE": "complete_doc", "BATCH_SIZE": str(args.batch), "LR": str(args.lr),
+        "TOTAL_UPDATES": str(args.updates), "WARMUP_UPDATES": str(args.warmup),
+        "SAVE_INTERVAL": str(args.interval), "SEED": str(args.seed), "WORKERS": "1"}}
+    if args.model_dir:
+        settings["MODEL_DIR"] = model_dir_of(args)
     return settings
 
 
@@ -247,21 +247,21 @@ def record_interrupted(out):
     pending.unlink()
 
 
-def launch(name, a, work, extra=()):
+def launch(name, args, work, extra=()):
     """One launch of recipes/pretrain/spanbert.sh for condition ``name``, its output
     appended to OUT_DIR/recipe.log and its wall and CPU time to OUT_DIR/launches.jsonl
     (an earlier launch killed from outside is recorded first: :func:`record_interrupted`).
-    Without ``a.resume`` an existing folder (an unfinished run) is deleted first; with it,
+    Without ``args.resume`` an existing folder (an unfinished run) is deleted first; with it,
     the folder's run goes on from its checkpoint_last.pt (the recipe resumes it) when it
     was started with the same settings (OUT_DIR/settings.json), and checkpoints keep the
-    optimizer state that resuming needs; a run already at ``a.updates`` is not launched
+    optimizer state that resuming needs; a run already at ``args.updates`` is not launched
     (fairseq would take one more step on resuming). ``extra``: fairseq-train arguments,
     last."""
     from span_plugin.runtime.checkpoints import read_updates
 
     out = run_dir(name, work)
-    settings = settings_of(name, a, work)
-    if out.exists() and not a.resume:  # an unfinished run of an earlier launch: start it again
+    settings = settings_of(name, args, work)
+    if out.exists() and not args.resume:  # an unfinished run of an earlier launch: start it again
         shutil.rmtree(out)
     saved = out / "settings.json"
     if out.exists():
@@ -274,13 +274,13 @@ def launch(name, a, work, extra=()):
 
         out.mkdir(parents=True)
         atomic_write(saved, lambda f: f.write((json.dumps(settings, indent=1) + "\n").encode()))
-    env = dict(os.environ, **settings, OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
-    args = ["--cpu", "--num-workers", "0", "--log-interval", str(a.log_interval),
-            "--keep-interval-updates", "-1",
-            *([] if a.resume else ["--no-save-optimizer-state"]), *map(str, extra)]
+    env = dict(os.environ, **settings, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    recipe_args = ["--cpu", "--num-workers", "0", "--log-interval", str(args.log_interval),
+                   "--keep-interval-updates", "-1",
+                   *([] if args.resume else ["--no-save-optimizer-state"]), *map(str, extra)]
     last = out / "checkpoints" / "checkpoint_last.pt"
     reached = (read_updates(last)[0] or 0) if last.exists() else 0
-    if reached >= a.updates:  # trained, not yet recorded: fairseq would take one more step
+    if reached >= args.updates:  # trained, not yet recorded: fairseq would take one more step
         print(f"    {name}: {last} is at {reached} updates already", flush=True)
         return
     record_interrupted(out)
@@ -291,7 +291,7 @@ def launch(name, a, work, extra=()):
     (out / OPEN_LAUNCH).write_text(json.dumps({**entry, "log_offset": offset}), encoding="utf-8")
     start, cpu0 = time.time(), children_cpu()
     with open(out / "recipe.log", "a", encoding="utf-8") as log:
-        proc = subprocess.run(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), *args],
+        proc = subprocess.run(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), *recipe_args],
                               env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     entry.update(wall_s=round(time.time() - start, 1), cpu_s=round(children_cpu() - cpu0, 1),
                  returncode=proc.returncode)
@@ -301,7 +301,7 @@ def launch(name, a, work, extra=()):
         raise SystemExit(f"{name}: recipes/pretrain/spanbert.sh failed; see {out / 'recipe.log'}")
 
 
-def finish(name, a, work, text_info, fixed):
+def finish(name, args, work, text_info, fixed):
     """The record of condition ``name``'s finished run: its curves, the fixed held-out
     maskings at every checkpoint, its launches' times, its final checkpoint (path and
     sha256). Nothing is deleted (:func:`clean`)."""
@@ -311,8 +311,8 @@ def finish(name, a, work, text_info, fixed):
     out = run_dir(name, work)
     last = out / "checkpoints" / "checkpoint_last.pt"
     reached = read_updates(last)[0] if last.exists() else None
-    if reached != a.updates:
-        raise SystemExit(f"{name}: {last} is at {reached} updates, not {a.updates}: the run did not finish")
+    if reached != args.updates:
+        raise SystemExit(f"{name}: {last} is at {reached} updates, not {args.updates}: the run did not finish")
     record_interrupted(out)
     launches = read_results(out / "launches.jsonl")
     train, valid = parse_log((out / "train.log").read_text(encoding="utf-8"))
@@ -326,19 +326,19 @@ def finish(name, a, work, text_info, fixed):
     for update in sorted(ckpts):
         fixed_curve.append({"num_updates": update, **fixed(ckpts[update])})
         print(f"    {name} update {update}: {fixed_curve[-1]}", flush=True)
-    if a.updates not in ckpts:
-        fixed_curve.append({"num_updates": a.updates, **fixed(last)})
+    if args.updates not in ckpts:
+        fixed_curve.append({"num_updates": args.updates, **fixed(last)})
     eval_wall, eval_cpu = time.time() - start, time.process_time() - cpu0
     wpb = [x["wpb"] for x in train if "wpb" in x]
     return {
         "condition": name, **{k.lower(): v for k, v in CONDITIONS[name].items()},
-        "model": f"{model_dir_of(a)} (span-convert folder)" if a.model_dir else DEFAULT_MODEL,
-        "model_dir": model_dir_of(a), "model_sha256": model_sha256(a),
-        "arch": "roberta_spanbert", "updates": a.updates, "warmup": a.warmup, "lr": a.lr,
-        "batch": a.batch, "tokens_per_sample": a.tokens, "break_mode": "complete_doc",
-        "seed": a.seed, "interval": a.interval, "eval_seed": a.eval_seed, "threads": a.threads,
+        "model": f"{model_dir_of(args)} (span-convert folder)" if args.model_dir else DEFAULT_MODEL,
+        "model_dir": model_dir_of(args), "model_sha256": model_sha256(args),
+        "arch": "roberta_spanbert", "updates": args.updates, "warmup": args.warmup, "lr": args.lr,
+        "batch": args.batch, "tokens_per_sample": args.tokens, "break_mode": "complete_doc",
+        "seed": args.seed, "interval": args.interval, "eval_seed": args.eval_seed, "threads": args.threads,
         "data": text_info, "eval_masked_tokens": fixed.masked,
-        "tokens_seen": round(sum(wpb) / len(wpb) * a.updates) if wpb else None,
+        "tokens_seen": round(sum(wpb) / len(wpb) * args.updates) if wpb else None,
         "train_curve": train, "valid_curve": valid, "fixed_curve": fixed_curve,
         "train_wall_min": round(sum(x["wall_s"] for x in launches) / 60, 2),
         # None when a launch was killed from outside: its CPU time is unknown
@@ -347,7 +347,7 @@ def finish(name, a, work, text_info, fixed):
         "update_wall_min": round(sum(x.get("train_wall", 0) for x in train) / 60, 2),
         "eval_wall_min": round(eval_wall / 60, 2), "eval_cpu_min": round(eval_cpu / 60, 2),
         "load_avg_at_start": launches[0]["load_avg_at_start"] if launches else None,
-        "resume": a.resume, "launches": launches, "checkpoint": str(last),
+        "resume": args.resume, "launches": launches, "checkpoint": str(last),
         "checkpoint_sha256": sha256(last),
         "finished": time.strftime("%Y-%m-%d %H:%M"), **trained_on(work / "data", last),
     }
@@ -361,26 +361,26 @@ def clean(name, work):
         p.unlink()
 
 
-def pretrain(name, a, work, text_info, fixed):
-    """Condition ``name`` from its start (or, with ``a.resume``, from where an earlier
-    launch stopped) to its record, appended to ``a.results``; then :func:`clean`."""
-    launch(name, a, work)
-    record = finish(name, a, work, text_info, fixed)
-    append_result(a.results, record)
+def pretrain(name, args, work, text_info, fixed):
+    """Condition ``name`` from its start (or, with ``args.resume``, from where an earlier
+    launch stopped) to its record, appended to ``args.results``; then :func:`clean`."""
+    launch(name, args, work)
+    record = finish(name, args, work, text_info, fixed)
+    append_result(args.results, record)
     clean(name, work)
     return record
 
 
-def matches(record, a, text_info):
+def matches(record, args, text_info):
     """Whether a record is a run of these options: budget, schedule, seed, data and
     starting model (by its model.pt's sha256, not its path; records from before
     ``model_sha256`` was kept: the default model)."""
     def budget(x):
         return tuple(x.get(k) for k in ("updates", "warmup", "lr", "batch", "tokens_per_sample", "seed"))
 
-    return (budget(record) == budget({"updates": a.updates, "warmup": a.warmup, "lr": a.lr, "batch": a.batch,
-                                      "tokens_per_sample": a.tokens, "seed": a.seed})
-            and record.get("data") == text_info and record.get("model_sha256") == model_sha256(a))
+    return (budget(record) == budget({"updates": args.updates, "warmup": args.warmup, "lr": args.lr, "batch": args.batch,
+                                      "tokens_per_sample": args.tokens, "seed": args.seed})
+            and record.get("data") == text_info and record.get("model_sha256") == model_sha256(args))
 
 
 def parser():
@@ -412,30 +412,30 @@ def parser():
     return p
 
 
-def prepare(a):
+def prepare(args):
     """Plugin registered, torch threads set; ``(work dir, text info, fixed evaluation)``."""
     import torch
 
     import span_plugin
 
     span_plugin.register()
-    torch.set_num_threads(a.threads)
-    work = Path(a.work_dir).expanduser().resolve()
-    text_info = prepare_text(work, a)
-    return work, text_info, FixedEval(work / "data", a.tokens, a.eval_seed, a.eval_schemes)
+    torch.set_num_threads(args.threads)
+    work = Path(args.work_dir).expanduser().resolve()
+    text_info = prepare_text(work, args)
+    return work, text_info, FixedEval(work / "data", args.tokens, args.eval_seed, args.eval_schemes)
 
 
 def main(argv=None):
-    a = parser().parse_args(argv)
-    work, text_info, fixed = prepare(a)
-    done = {r["condition"] for r in read_results(a.results) if matches(r, a, text_info)}
-    todo = [c for c in a.conditions if c not in done]
-    print(f"{len(a.conditions) - len(todo)} of {len(a.conditions)} conditions already in {a.results}", flush=True)
+    args = parser().parse_args(argv)
+    work, text_info, fixed = prepare(args)
+    done = {r["condition"] for r in read_results(args.results) if matches(r, args, text_info)}
+    todo = [c for c in args.conditions if c not in done]
+    print(f"{len(args.conditions) - len(todo)} of {len(args.conditions)} conditions already in {args.results}", flush=True)
     for n, name in enumerate(todo):
-        if a.max_runs is not None and n >= a.max_runs:
+        if args.max_runs is not None and n >= args.max_runs:
             break
         print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-        record = pretrain(name, a, work, text_info, fixed)
+        record = pretrain(name, args, work, text_info, fixed)
         last = record["valid_curve"][-1] if record["valid_curve"] else {}
         print(f"    {name}: valid {last}, fixed {record['fixed_curve'][-1]}; train "
               f"{record['train_wall_min']} min wall / {record['train_cpu_min']} CPU, eval "

@@ -51,23 +51,23 @@ def run_key(r):
     return (r["variant"], r["seed"], r["hparams"]["lr"], r["hparams"]["epochs"])
 
 
-def run_one(a, variant, seed, device):
+def run_one(args, variant, seed, device):
     """Run the recipe for one cell; returns its result record."""
-    work = Path(a.work_dir).resolve()
-    model = os.path.basename(os.path.normpath(a.model_dir)) if a.model_dir else "scratch"
-    out_dir = work / "runs" / f"{model}-{variant}-lr{a.lr:g}-e{a.epochs}-s{seed}"
-    data_dir = Path(a.data_dir).resolve() if a.data_dir else work / "data" / model
-    env = dict(CONLL_DIR=Path(a.conll_dir).resolve(), SEED=seed, DATA_DIR=data_dir,
-               OUT_DIR=out_dir, WORKERS=a.workers, LR=f"{a.lr:g}", BATCH_SIZE=a.batch_size,
-               EPOCHS=a.epochs, **VARIANTS[variant])
-    if a.model_dir:
-        env["MODEL_DIR"] = Path(a.model_dir).resolve()
+    work = Path(args.work_dir).resolve()
+    model = os.path.basename(os.path.normpath(args.model_dir)) if args.model_dir else "scratch"
+    out_dir = work / "runs" / f"{model}-{variant}-lr{args.lr:g}-e{args.epochs}-s{seed}"
+    data_dir = Path(args.data_dir).resolve() if args.data_dir else work / "data" / model
+    env = dict(CONLL_DIR=Path(args.conll_dir).resolve(), SEED=seed, DATA_DIR=data_dir,
+               OUT_DIR=out_dir, WORKERS=args.workers, LR=f"{args.lr:g}", BATCH_SIZE=args.batch_size,
+               EPOCHS=args.epochs, **VARIANTS[variant])
+    if args.model_dir:
+        env["MODEL_DIR"] = Path(args.model_dir).resolve()
     else:  # the recipe's default would be the packaged MiniLM
-        env["BPE_DIR"] = Path(a.bpe_dir).resolve()
+        env["BPE_DIR"] = Path(args.bpe_dir).resolve()
         env["FROM_SCRATCH"] = 1
     decoding = (["--token-decoding", TOKEN_DECODING[variant]] if variant in TOKEN_DECODING
                 else [])
-    extra = ["--log-interval", "50", "--num-workers", "0", *decoding, *a.extra]
+    extra = ["--log-interval", "50", "--num-workers", "0", *decoding, *args.extra]
     if device == "cpu":
         extra.append("--cpu")
     minutes = run_recipe("recipes/ner/conll2003.sh", env, extra, out_dir,
@@ -81,12 +81,12 @@ def run_one(a, variant, seed, device):
     record = {
         "variant": variant, "seed": seed, "dev": results["valid"], "test": results["test"],
         "dev_f1": results["valid"]["f1"], "test_f1": results["test"]["f1"], "decoding": used,
-        "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
-                    "extra": a.extra},
+        "hparams": {"lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
+                    "extra": args.extra},
         "encoder": model, "device": device, "settings": VARIANTS[variant],
         "minutes": minutes, **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt"),
     }
-    if not a.keep_checkpoints:
+    if not args.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return record
 
@@ -127,15 +127,15 @@ def main(argv=None):
     p.add_argument("--keep-checkpoints", action="store_true")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                    help="arguments for fairseq-train, last (smoke runs: --max-update 2 ...)")
-    a = p.parse_args(argv)
-    device = resolve_device(a.device)
-    cells = {(v, s, a.lr, a.epochs): (v, s) for s in a.seeds for v in a.variants}
-    run_grid(cells, {run_key(r) for r in read_results(a.results)},
-             lambda c: run_one(a, *c, device), a.results, a.max_runs,
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    cells = {(v, s, args.lr, args.epochs): (v, s) for s in args.seeds for v in args.variants}
+    run_grid(cells, {run_key(r) for r in read_results(args.results)},
+             lambda c: run_one(args, *c, device), args.results, args.max_runs,
              name=lambda c: f"{c[0]} seed {c[1]}",
              show=lambda r: f"dev F1 {r['dev_f1']:.2f}, test F1 {r['test_f1']:.2f}",
-             flags=model_flags(a.model_dir))
-    for line in summary(read_results(a.results)):
+             flags=model_flags(args.model_dir))
+    for line in summary(read_results(args.results)):
         print(line)
     return 0
 

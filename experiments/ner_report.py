@@ -121,18 +121,18 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--plot")
     p.add_argument("--lr", type=float, help="only the runs with this learning rate")
-    a = p.parse_args(argv)
-    records = [r for r in read_results(a.results)
-               if a.lr is None or r["hparams"]["lr"] == a.lr]
+    args = p.parse_args(argv)
+    records = [r for r in read_results(args.results)
+               if args.lr is None or r["hparams"]["lr"] == args.lr]
     settings = {settings_text(r["hparams"]) for r in records}
     if len(settings) != 1:
-        raise SystemExit(f"{a.results}: expected the runs of one setting (choose with --lr), "
+        raise SystemExit(f"{args.results}: expected the runs of one setting (choose with --lr), "
                          f"found {len(settings)}: {sorted(settings)}")
     text, by, variants = report(records)
-    write_report(a.out, text)
+    write_report(args.out, text)
     print(text)
-    if a.plot:
-        draw(by, variants, a.plot)
+    if args.plot:
+        draw(by, variants, args.plot)
     return 0
 
 

@@ -75,10 +75,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--valid", required=True, help="the held-out SQuAD file the runs predicted")
     p.add_argument("--runs", nargs="+", required=True, help="predictions.json of grid runs")
-    a = p.parse_args(argv)
-    examples = read_qa(a.valid).examples
+    args = p.parse_args(argv)
+    examples = read_qa(args.valid).examples
     runs = {}
-    for path in a.runs:
+    for path in args.runs:
         m = RUN_NAME.search(Path(path).parent.name)
         if not m:
             p.error(f"{path}: folder name does not end in -<head>-...-s<seed>")

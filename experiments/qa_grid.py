@@ -123,52 +123,52 @@ def scored(results, nbest, valid_file):
             "inside_word": cut, "answers": answers}
 
 
-def split_files(a):
+def split_files(args):
     """``(train, valid)``: the SQuAD dev file split by article into the work folder, once
     (the same bytes as the recipe's own split)."""
     from span_plugin.formats.squad import split_squad_articles
 
-    folder = Path(a.work_dir).resolve() / "data" / f"squad-dev-split{a.split_articles}"
+    folder = Path(args.work_dir).resolve() / "data" / f"squad-dev-split{args.split_articles}"
     train, valid = folder / "train.json", folder / "valid.json"
     if not valid.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        split_squad_articles(a.squad_dev, a.split_articles, train, valid)
+        split_squad_articles(args.squad_dev, args.split_articles, train, valid)
     return train, valid
 
 
-def run_one(a, head, seed, boundaries, device):
-    work = Path(a.work_dir).resolve()
-    model = os.path.basename(os.path.normpath(a.model_dir))
-    train_file, valid_file = split_files(a)
+def run_one(args, head, seed, boundaries, device):
+    work = Path(args.work_dir).resolve()
+    model = os.path.basename(os.path.normpath(args.model_dir))
+    train_file, valid_file = split_files(args)
     # (runs from before word decoding were token-decoded and had no boundaries in the name)
-    out_dir = work / "runs" / (f"{model}-{head}-lr{a.lr:g}-e{a.epochs}-p{a.max_positions}"
+    out_dir = work / "runs" / (f"{model}-{head}-lr{args.lr:g}-e{args.epochs}-p{args.max_positions}"
                                f"{'' if boundaries == LEGACY_BOUNDARIES else '-' + boundaries}"
                                f"-s{seed}")
-    data_dir = work / "data" / f"{model}-{a.max_positions}-{a.doc_stride}"
-    env = dict(MODEL_DIR=Path(a.model_dir).resolve(), HEAD=head, SEED=seed,
-               TRAIN_FILE=train_file, VALID_FILE=valid_file, MAX_POSITIONS=a.max_positions, DOC_STRIDE=a.doc_stride, LR=f"{a.lr:g}",
-               BATCH_SIZE=a.batch_size, EPOCHS=a.epochs, OUT_DIR=out_dir, DATA_DIR=data_dir,
+    data_dir = work / "data" / f"{model}-{args.max_positions}-{args.doc_stride}"
+    env = dict(MODEL_DIR=Path(args.model_dir).resolve(), HEAD=head, SEED=seed,
+               TRAIN_FILE=train_file, VALID_FILE=valid_file, MAX_POSITIONS=args.max_positions, DOC_STRIDE=args.doc_stride, LR=f"{args.lr:g}",
+               BATCH_SIZE=args.batch_size, EPOCHS=args.epochs, OUT_DIR=out_dir, DATA_DIR=data_dir,
                ANSWER_BOUNDARIES=boundaries)
-    extra = ["--log-interval", "50", "--num-workers", "0", *a.extra]
+    extra = ["--log-interval", "50", "--num-workers", "0", *args.extra]
     if device == "cpu":
         extra.append("--cpu")
     minutes = run_recipe("recipes/qa/squad.sh", env, extra, out_dir, f"{head} seed {seed}")
     scores = json.loads((out_dir / "results.json").read_text())
     decoded = {boundaries: scored(out_dir / "results.json", out_dir / "nbest.json", valid_file)}
-    for other in a.decode:
+    for other in args.decode:
         if other not in decoded:
             decoded[other] = decode(out_dir / "checkpoints" / "checkpoint_best.pt", data_dir,
                                     valid_file, out_dir / f"decoded-{other}", other)
     record = {"head": head, "seed": seed, "exact_match": scores["exact_match"],
               "f1": scores["f1"], "questions": scores["total"], "decoded": decoded,
-              "hparams": {"lr": a.lr, "batch_size": a.batch_size, "epochs": a.epochs,
-                          "max_positions": a.max_positions, "doc_stride": a.doc_stride,
-                          "split_articles": a.split_articles, "answer_boundaries": boundaries,
-                          "extra": a.extra},
+              "hparams": {"lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
+                          "max_positions": args.max_positions, "doc_stride": args.doc_stride,
+                          "split_articles": args.split_articles, "answer_boundaries": boundaries,
+                          "extra": args.extra},
               "encoder": model, "device": device, "minutes": minutes,
-              **({"pretraining": a.encoder} if a.encoder else {}),
+              **({"pretraining": args.encoder} if args.encoder else {}),
               **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt")}
-    if not a.keep_checkpoints:
+    if not args.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return record
 
@@ -259,32 +259,32 @@ def parser():
     return p
 
 
-def run(a):
-    """Every cell of the options ``a`` not yet in ``a.results`` (at most ``a.max_runs``);
+def run(args):
+    """Every cell of the options ``args`` not yet in ``args.results`` (at most ``args.max_runs``);
     returns how many runs it made."""
-    a.encoder = read_encoder_record(a.encoder_record, a.model_dir) if a.encoder_record else None
-    device = resolve_device(a.device)
-    sha = encoder_sha256({"pretraining": a.encoder})
+    args.encoder = read_encoder_record(args.encoder_record, args.model_dir) if args.encoder_record else None
+    device = resolve_device(args.device)
+    sha = encoder_sha256({"pretraining": args.encoder})
     # seed-major: every head of a seed finishes before the next seed starts
-    cells = {(h, s, a.lr, a.epochs, a.max_positions, a.doc_stride, b, sha): (h, s, b)
-             for s in a.seeds for b in a.answer_boundaries for h in a.heads}
-    return run_grid(cells, {run_key(r) for r in read_results(a.results)},
-                    lambda c: run_one(a, *c, device), a.results, a.max_runs,
+    cells = {(h, s, args.lr, args.epochs, args.max_positions, args.doc_stride, b, sha): (h, s, b)
+             for s in args.seeds for b in args.answer_boundaries for h in args.heads}
+    return run_grid(cells, {run_key(r) for r in read_results(args.results)},
+                    lambda c: run_one(args, *c, device), args.results, args.max_runs,
                     name=lambda c: f"{c[0]} seed {c[1]} ({c[2]} answers)",
                     show=lambda r: f"EM {exact_of(r):.2f}, F1 {r['f1']:.2f}",
-                    flags=model_flags(a.model_dir))
+                    flags=model_flags(args.model_dir))
 
 
 def main(argv=None):
     p = parser()
-    a = p.parse_args(argv)
-    if not a.report:
-        if not a.model_dir:
+    args = p.parse_args(argv)
+    if not args.report:
+        if not args.model_dir:
             p.error("--model-dir is required to run (the converted all-MiniLM-L6-v2)")
-        run(a)
-    records = read_results(a.results)
+        run(args)
+    records = read_results(args.results)
     if records:
-        write_report(a.report_file,
+        write_report(args.report_file,
                      "## Table (generated by experiments/qa_grid.py --report)\n\n" + report(records))
         print(report(records))
     return 0

@@ -117,16 +117,16 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "qa_length_prior.jsonl"))
-    a = p.parse_args(argv)
+    args = p.parse_args(argv)
     from span_plugin.formats.squad import read_qa
     from span_plugin.formats.squad_metrics import gold_texts, squad_scores
     from span_plugin.preprocess.file_records import sha256
 
     started = time.time()
-    hub = load(a.checkpoint)
-    train = [e for e in read_qa(a.train).examples if e.answers]
-    sample = random.Random(a.seed).sample(train, min(a.sample, len(train)))
-    predicted, gold = widths_on(hub, sample, a.batch_size)
+    hub = load(args.checkpoint)
+    train = [e for e in read_qa(args.train).examples if e.answers]
+    sample = random.Random(args.seed).sample(train, min(args.sample, len(train)))
+    predicted, gold = widths_on(hub, sample, args.batch_size)
     span = hub.model.classification_heads[hub.head].max_answer_tokens
     bias = torch.tensor([math.log(gold[w] + 1) - math.log(predicted[w] + 1) for w in range(span)])
     mean = lambda c: sum(w * k for w, k in c.items()) / max(sum(c.values()), 1)  # noqa: E731
@@ -134,10 +134,10 @@ def main(argv=None):
           f"{mean(predicted):.2f}, gold {mean(gold):.2f}")
     print("prior b(w), w = 0..9: " + " ".join(f"{x:+.2f}" for x in bias[:10].tolist()))
 
-    split = read_qa(a.valid, official=True)
+    split = read_qa(args.valid, official=True)
     examples = split.examples
-    plain = decode(hub, examples, a.batch_size)
-    prior = decode(hub, examples, a.batch_size, bias)
+    plain = decode(hub, examples, args.batch_size)
+    prior = decode(hub, examples, args.batch_size, bias)
     scores = {name: squad_scores(answers, examples, split.version) for name, answers in
               (("without prior", plain), ("with prior", prior))}
     changed = sum(plain[k] != prior[k] for k in plain)
@@ -148,8 +148,8 @@ def main(argv=None):
               f"(gold {gold_words:.2f})")
     print(f"questions whose answer changed: {changed} of {len(plain)}")
     record = {
-        "checkpoint": str(Path(a.checkpoint).resolve()), "checkpoint_sha256": sha256(a.checkpoint),
-        "train": str(a.train), "valid": str(a.valid), "sample": len(sample), "seed": a.seed,
+        "checkpoint": str(Path(args.checkpoint).resolve()), "checkpoint_sha256": sha256(args.checkpoint),
+        "train": str(args.train), "valid": str(args.valid), "sample": len(sample), "seed": args.seed,
         "predicted_widths": dict(sorted(predicted.items())), "gold_widths": dict(sorted(gold.items())),
         "prior": [round(x, 4) for x in bias.tolist()],
         "without_prior": {"exact_match": scores["without prior"]["exact_match"],
@@ -159,9 +159,9 @@ def main(argv=None):
         "gold_words": gold_words, "changed": changed, "questions": len(plain),
         "minutes": round((time.time() - started) / 60, 1),
     }
-    with open(a.results, "a", encoding="utf-8") as f:
+    with open(args.results, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
-    print(f"appended to {a.results}")
+    print(f"appended to {args.results}")
 
 
 if __name__ == "__main__":

@@ -105,16 +105,16 @@ def dictionary_for(variant, dictionaries, work):
     return str(out)
 
 
-def run_cell(a, task, variant, seed, lr, device):
-    work = Path(a.work_dir).resolve()
-    ngrams = dictionary_for(variant, a.dictionaries, work)
+def run_cell(args, task, variant, seed, lr, device):
+    work = Path(args.work_dir).resolve()
+    ngrams = dictionary_for(variant, args.dictionaries, work)
     settings = dict(VARIANTS[variant], NGRAMS=ngrams)
     seg = settings["SEGMENTATION"] + (f"-{variant}" if ngrams else "")
-    hp = hparams(lr, a.batch_size, a.epochs, a.warmup, train_rows(a.glue_dir, task))
-    record = run_glue(task, settings, seed, hp, a.model_dir, a.glue_dir,
+    hp = hparams(lr, args.batch_size, args.epochs, args.warmup, train_rows(args.glue_dir, task))
+    record = run_glue(task, settings, seed, hp, args.model_dir, args.glue_dir,
                       work / "data" / f"{task}-{seg}",
                       work / "runs" / f"{task}-{variant}-lr{lr:g}-s{seed}",
-                      a.workers, device, extra=EXTRA.get(variant, []))
+                      args.workers, device, extra=EXTRA.get(variant, []))
     return {"variant": variant, **record}
 
 
@@ -138,35 +138,35 @@ def main(argv=None):
     p.add_argument("--lrs", nargs="+", type=float, default=list(LRS),
                    help="the rates tried on seed 0")
     p.add_argument("--max-seed", type=int, help="reported seeds 1..N only (smoke runs)")
-    a = p.parse_args(argv)
-    missing = {LR_OF[v] for v in a.variants if v in LR_OF} - set(a.variants)
+    args = p.parse_args(argv)
+    missing = {LR_OF[v] for v in args.variants if v in LR_OF} - set(args.variants)
     if missing:
         raise SystemExit(f"--variants: {', '.join(sorted(missing))} is needed for the "
-                         f"learning rate of {', '.join(v for v in a.variants if v in LR_OF)}")
-    os.environ.setdefault("NLTK_DATA", a.nltk_data)
-    device = resolve_device(a.device)
+                         f"learning rate of {', '.join(v for v in args.variants if v in LR_OF)}")
+    os.environ.setdefault("NLTK_DATA", args.nltk_data)
+    device = resolve_device(args.device)
     name = lambda c: f"{c[0]} {c[1]} seed {c[2]} lr {c[3]:g}"  # noqa: E731
     show = lambda r: f"{r['metric']} {r['value']:.2f}"  # noqa: E731
-    run = lambda c: run_cell(a, *c, device)  # noqa: E731
-    flags = model_flags(a.model_dir)
+    run = lambda c: run_cell(args, *c, device)  # noqa: E731
+    flags = model_flags(args.model_dir)
 
     # 1. learning-rate selection on seed 0
     select = {("CoLA", v, LR_SEED, lr): ("CoLA", v, LR_SEED, lr)
-              for v in LR_VARIANTS if v in a.variants for lr in a.lrs}
-    done = {run_key(r) for r in read_results(a.results)}
-    run_grid(select, done, run, a.results, a.max_runs, name=name, show=show, flags=flags)
+              for v in LR_VARIANTS if v in args.variants for lr in args.lrs}
+    done = {run_key(r) for r in read_results(args.results)}
+    run_grid(select, done, run, args.results, args.max_runs, name=name, show=show, flags=flags)
     new = len([k for k in select if k not in done])
-    left = None if a.max_runs is None else a.max_runs - min(new, a.max_runs)
-    lrs = chosen_lrs(read_results(a.results), a.lrs)
-    if any(lrs[v] is None for v in a.variants) or left == 0:
+    left = None if args.max_runs is None else args.max_runs - min(new, args.max_runs)
+    lrs = chosen_lrs(read_results(args.results), args.lrs)
+    if any(lrs[v] is None for v in args.variants) or left == 0:
         return 0
     print("learning rates (CoLA dev MCC, seed 0): "
-          + ", ".join(f"{v} {lrs[v]:g}" for v in a.variants), flush=True)
+          + ", ".join(f"{v} {lrs[v]:g}" for v in args.variants), flush=True)
 
     # 2. the reported runs
     cells = {(t, v, s, lrs[v]): (t, v, s, lrs[v])
-             for t, v, s in reported_cells(a.variants, a.max_seed)}
-    run_grid(cells, {run_key(r) for r in read_results(a.results)}, run, a.results, left,
+             for t, v, s in reported_cells(args.variants, args.max_seed)}
+    run_grid(cells, {run_key(r) for r in read_results(args.results)}, run, args.results, left,
              name=name, show=show, flags=flags)
     return 0
 

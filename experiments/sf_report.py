@@ -255,10 +255,10 @@ def main(argv=None):
                    default=str(ROOT / "experiments" / "results" / "glue_minilm.jsonl"))
     p.add_argument("--out", help="markdown (default: print)")
     p.add_argument("--plot", help="PNG")
-    a = p.parse_args(argv)
-    text = report(read_results(a.results), a.old_results, a.plot)
-    if a.out:
-        write_report(a.out, text)
+    args = p.parse_args(argv)
+    text = report(read_results(args.results), args.old_results, args.plot)
+    if args.out:
+        write_report(args.out, text)
     else:
         print(text)
 

@@ -116,7 +116,7 @@ def encoder_folder(work, condition, updates):
     return work / "encoders" / f"{condition.replace('+', '-')}-u{updates}"
 
 
-def export(record, a, work):
+def export(record, args, work):
     """Condition ``record``'s final weights (its checkpoint_last.pt) as a span-convert
     folder that ``qa_grid.py --model-dir`` and recipes/qa/squad.sh take: model.pt without
     the SBO head (``classification_heads.sbo``) and without optimizer state
@@ -138,7 +138,7 @@ def export(record, a, work):
     provenance = folder / "encoder.json"
     if not checkpoint.is_file():
         raise SystemExit(f"{name}: {checkpoint}, the final weights of its recorded pre-training, is "
-                         f"gone: delete the condition's line of {a.results} (and {checkpoint.parent.parent}) "
+                         f"gone: delete the condition's line of {args.results} (and {checkpoint.parent.parent}) "
                          "to train it again")
     source_sha = sha256(checkpoint)
     if source_sha != record["checkpoint_sha256"]:
@@ -148,17 +148,17 @@ def export(record, a, work):
         old = json.loads(provenance.read_text(encoding="utf-8"))
         if old["source_sha256"] == source_sha and sha256(folder / "model.pt") == old["sha256"]:
             return provenance
-    target, heads = write_stripped(str(checkpoint), str(folder), model_dir=a.model_dir)
+    target, heads = write_stripped(str(checkpoint), str(folder), model_dir=args.model_dir)
     state = load_mapped(target)
     left = sorted({k.split(".")[1] for k in state["model"] if k.startswith("classification_heads.")})
     if left or not any(k.startswith("encoder.sentence_encoder.") for k in state["model"]):
         raise SystemExit(f"{target}: heads {left} left, or no encoder: not a RoBERTa-family "
                          "checkpoint the QA model can start from with fresh heads")
-    if checkpoint_train_flags(target) != checkpoint_train_flags(a.model_dir):
+    if checkpoint_train_flags(target) != checkpoint_train_flags(args.model_dir):
         raise SystemExit(f"{target} has the sizes {checkpoint_train_flags(target)}, its starting "
-                         f"model {a.model_dir} {checkpoint_train_flags(a.model_dir)}: the QA runs "
+                         f"model {args.model_dir} {checkpoint_train_flags(args.model_dir)}: the QA runs "
                          "would not compare with the converted model's")
-    start = Path(a.model_dir).resolve() / "model.pt"
+    start = Path(args.model_dir).resolve() / "model.pt"
     entry = {
         "objective": name, "masking": record["masking"], "sbo_weight": record["sbo_weight"],
         "path": str(Path(target).resolve()), "sha256": sha256(target), "heads_removed": heads,
@@ -166,7 +166,7 @@ def export(record, a, work):
         "start_model": {"path": str(start), "sha256": sha256(start)},
         "budget": {**{k: record[k] for k in BUDGET}, "tokens_seen": record.get("tokens_seen"),
                    "data": record["data"], "finished": record["finished"],
-                   "results": os.path.relpath(a.results, ROOT)},
+                   "results": os.path.relpath(args.results, ROOT)},
     }
     atomic_write(provenance, lambda f: f.write((json.dumps(entry, indent=1) + "\n").encode()))
     print(f"    {name}: exported {target} (sha256 {entry['sha256'][:12]}; removed: "
@@ -174,17 +174,17 @@ def export(record, a, work):
     return provenance
 
 
-def drift(provenance, a):
+def drift(provenance, args):
     """How far continued pre-training moved an exported encoder from its start model
     (encoder.json's ``start_model``): ||W - W0|| / ||W0|| over the embeddings' weights and
     over each transformer layer's, the masked-LM head left out (the QA model does not use
-    it). Appended once per encoder sha256 to ``a.drift_results``. Why: every condition
+    it). Appended once per encoder sha256 to ``args.drift_results``. Why: every condition
     fine-tunes below "none", so how far an objective moves the encoder is a rival
     explanation of the differences between objectives."""
     from span_plugin.runtime.checkpoints import load_state
 
     entry = json.loads(Path(provenance).read_text(encoding="utf-8"))
-    if any(r["sha256"] == entry["sha256"] for r in read_results(a.drift_results)):
+    if any(r["sha256"] == entry["sha256"] for r in read_results(args.drift_results)):
         return
     trained, start = (load_state(x)["model"] for x in (entry["path"], entry["start_model"]["path"]))
     prefix = "encoder.sentence_encoder."
@@ -196,7 +196,7 @@ def drift(provenance, a):
             num, den = groups.get(group, (0.0, 0.0))
             groups[group] = (num + float(((trained[key].double() - w0.double()) ** 2).sum()),
                              den + float((w0.double() ** 2).sum()))
-    append_result(a.drift_results, {
+    append_result(args.drift_results, {
         "objective": entry["objective"], "path": entry["path"], "sha256": entry["sha256"],
         "source_sha256": entry["source_sha256"], "start_sha256": entry["start_model"]["sha256"],
         "updates": entry["budget"]["updates"],
@@ -206,22 +206,22 @@ def drift(provenance, a):
 # ---- 1 and 3: the chain ------------------------------------------------------------------
 
 
-def qa_argv(a, folder, provenance, max_runs):
+def qa_argv(args, folder, provenance, max_runs):
     """qa_grid's options for an encoder folder: the boundary head at word answers, every
     other setting qa_grid's default (those of the converted model's runs)."""
     return ["--model-dir", str(folder), "--encoder-record", str(provenance),
-            "--squad-dev", a.squad_dev, "--heads", "boundary", "--answer-boundaries", "word",
-            "--decode", "word", "--seeds", *map(str, a.qa_seeds), "--results", a.qa_results,
-            "--work-dir", str(Path(a.work_dir).expanduser().resolve() / "qa"),
-            "--device", a.qa_device,
+            "--squad-dev", args.squad_dev, "--heads", "boundary", "--answer-boundaries", "word",
+            "--decode", "word", "--seeds", *map(str, args.qa_seeds), "--results", args.qa_results,
+            "--work-dir", str(Path(args.work_dir).expanduser().resolve() / "qa"),
+            "--device", args.qa_device,
             *(["--max-runs", str(max_runs)] if max_runs is not None else []),
-            *(["--extra", *a.qa_extra] if a.qa_extra else [])]
+            *(["--extra", *args.qa_extra] if args.qa_extra else [])]
 
 
-def recorded(name, a, text_info):
+def recorded(name, args, text_info):
     """The latest pre-training record of condition ``name`` made with these options."""
-    found = [r for r in read_results(a.results)
-             if r["condition"] == name and masking_ablation.matches(r, a, text_info)]
+    found = [r for r in read_results(args.results)
+             if r["condition"] == name and masking_ablation.matches(r, args, text_info)]
     return found[-1] if found else None
 
 
@@ -241,33 +241,33 @@ def lock(work):
     return f
 
 
-def chain(a):
-    """Pre-train, export, fine-tune, one condition after another; at most ``a.max_runs``
+def chain(args):
+    """Pre-train, export, fine-tune, one condition after another; at most ``args.max_runs``
     new runs (a pre-training, a fine-tuning seed). Returns how many it made."""
-    if not (Path(a.model_dir) / "model.pt").is_file():
-        raise SystemExit(f"{a.model_dir}/model.pt not found: convert the packaged model first "
+    if not (Path(args.model_dir) / "model.pt").is_file():
+        raise SystemExit(f"{args.model_dir}/model.pt not found: convert the packaged model first "
                          "(span-convert bert --roberta-only --out ... --hf-dir ..., "
                          "experiments/RESULTS_QA_MINILM.md)")
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the fine-tunings' threads too
-        os.environ[var] = str(a.threads)
-    held = lock(Path(a.work_dir).expanduser().resolve())
-    work, text_info, fixed = masking_ablation.prepare(a)
+        os.environ[var] = str(args.threads)
+    held = lock(Path(args.work_dir).expanduser().resolve())
+    work, text_info, fixed = masking_ablation.prepare(args)
     made = 0
-    for name in a.conditions:
-        left = None if a.max_runs is None else a.max_runs - made
+    for name in args.conditions:
+        left = None if args.max_runs is None else args.max_runs - made
         if left == 0:
             break
-        record = recorded(name, a, text_info)
+        record = recorded(name, args, text_info)
         if record is None:
-            print(f"pre-training {name} ({a.updates} updates) ...", flush=True)
-            record = masking_ablation.pretrain(name, a, work, text_info, fixed)
+            print(f"pre-training {name} ({args.updates} updates) ...", flush=True)
+            record = masking_ablation.pretrain(name, args, work, text_info, fixed)
             made += 1
             left = None if left is None else left - 1
-        provenance = export(record, a, work)
-        drift(provenance, a)
+        provenance = export(record, args, work)
+        drift(provenance, args)
         if left != 0:
             made += qa_grid.run(qa_grid.parser().parse_args(
-                qa_argv(a, provenance.parent, provenance, left)))
+                qa_argv(args, provenance.parent, provenance, left)))
     held.close()
     return made
 
@@ -275,34 +275,34 @@ def chain(a):
 # ---- 4. the report -----------------------------------------------------------------------
 
 
-def qa_hparams(a):
+def qa_hparams(args):
     """The hparams of a record qa_argv's runs make (qa_grid's defaults): a "none" record
     must hold exactly these."""
     d = qa_grid.parser().parse_args([])
     return {"lr": d.lr, "batch_size": d.batch_size, "epochs": d.epochs,
             "max_positions": d.max_positions, "doc_stride": d.doc_stride,
-            "split_articles": d.split_articles, "answer_boundaries": "word", "extra": a.qa_extra}
+            "split_articles": d.split_articles, "answer_boundaries": "word", "extra": args.qa_extra}
 
 
-def qa_runs(a, pretraining):
+def qa_runs(args, pretraining):
     """condition -> {seed: record}: each condition's fine-tunings of the settings of
     :func:`qa_hparams`, of the encoder of its pre-training record (``pretraining``:
     condition -> record; an encoder of an earlier record of the condition is left out)
-    and, for "none", the converted model's boundary runs in ``a.baseline_results`` of the
+    and, for "none", the converted model's boundary runs in ``args.baseline_results`` of the
     same settings, model and device."""
-    want = qa_hparams(a)
+    want = qa_hparams(args)
     runs = {c: {} for c in (NONE, *CONDITIONS)}
-    cpt = [r for r in read_results(a.qa_results) if r.get("pretraining") and r["hparams"] == want]
+    cpt = [r for r in read_results(args.qa_results) if r.get("pretraining") and r["hparams"] == want]
     for r in cpt:
         p = r["pretraining"]
         source = pretraining.get(p["objective"])
         if source is not None and p["source_sha256"] == source.get("checkpoint_sha256"):
             runs[p["objective"]][r["seed"]] = r
     flags = {r.get("model_flags") for r in cpt} or None
-    model = Path(a.model_dir).name
-    for r in read_results(a.baseline_results):
+    model = Path(args.model_dir).name
+    for r in read_results(args.baseline_results):
         if (r["head"] == "boundary" and not r.get("pretraining") and r["hparams"] == want
-                and r.get("encoder") == model and r.get("device") == a.qa_device
+                and r.get("encoder") == model and r.get("device") == args.qa_device
                 and (flags is None or r.get("model_flags") in flags)):
             runs[NONE][r["seed"]] = r
     return runs
@@ -312,11 +312,11 @@ def _cell(r):
     return f"{qa_grid.exact_of(r):.2f} / {r['f1']:.2f}" if r else "missing"
 
 
-def report(a, pretraining, runs, figure=None):
+def report(args, pretraining, runs, figure=None):
     """The generated part of the report: progress, pre-training, SQuAD per condition and
     seed, paired differences, what the design can say. ``pretraining``: condition ->
     record (missing conditions absent); ``runs``: :func:`qa_runs`."""
-    seeds = a.qa_seeds
+    seeds = args.qa_seeds
     order = [c for c in CONDITIONS if c in pretraining]
     lines = ["## Progress (generated)", ""]
     lines.append(f"- Pre-training: {len(order)} of {len(CONDITIONS)} conditions recorded"
@@ -325,12 +325,12 @@ def report(a, pretraining, runs, figure=None):
                     if len(order) < len(CONDITIONS) else "") + ".")
     done = sum(s in runs[c] for c in CONDITIONS for s in seeds)
     lines.append(f"- SQuAD fine-tunings: {done} of {len(CONDITIONS) * len(seeds)} runs; "
-                 f"'none' (no continued pre-training, {os.path.relpath(a.baseline_results, ROOT)}): "
+                 f"'none' (no continued pre-training, {os.path.relpath(args.baseline_results, ROOT)}): "
                  f"{sum(s in runs[NONE] for s in seeds)} of {len(seeds)} seeds with exactly these "
                  "settings.")
 
-    lines += ["", f"## Continued pre-training ({a.updates} updates of {a.batch} blocks of at most "
-              f"{a.tokens} tokens, lr {a.lr:g})", ""]
+    lines += ["", f"## Continued pre-training ({args.updates} updates of {args.batch} blocks of at most "
+              f"{args.tokens} tokens, lr {args.lr:g})", ""]
     if order:
         recs = [pretraining[c] for c in order]
         table, schemes = masking_report.table(recs)
@@ -346,7 +346,7 @@ def report(a, pretraining, runs, figure=None):
             lines.append(f"| {c} | {r['updates']} | {r.get('tokens_seen') or '-'} | "
                          f"{f'{per:.2f}' if per else '-'} | {len(r.get('launches') or [])} | "
                          f"{', '.join(sorted(sha)) or 'no QA run yet'} |")
-        moved = {c: r for r in read_results(a.drift_results) for c in order
+        moved = {c: r for r in read_results(args.drift_results) for c in order
                  if r["source_sha256"] == pretraining[c].get("checkpoint_sha256")}
         if moved:
             groups = ["embeddings", *sorted((g for g in next(iter(moved.values()))["relative_change"]
@@ -354,13 +354,13 @@ def report(a, pretraining, runs, figure=None):
             lines += ["", "How far each objective moved the encoder from the start model: "
                       "||W - W0|| / ||W0|| of the exported encoder's weights (the token embeddings are "
                       "also the output layer of the masked LM and of the SBO; `--drift`; "
-                      f"{os.path.relpath(a.drift_results, ROOT)}):", "",
+                      f"{os.path.relpath(args.drift_results, ROOT)}):", "",
                       "| condition | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
             lines += [f"| {c} | " + " | ".join(f"{moved[c]['relative_change'][g]:.4f}" for g in groups) + " |"
                       for c in order if c in moved]
         if figure:
             masking_report.plot(recs, Path(figure), title="issue 41's objectives")
-            lines += ["", f"![pre-training curves]({os.path.relpath(figure, Path(a.report_file).parent)})"]
+            lines += ["", f"![pre-training curves]({os.path.relpath(figure, Path(args.report_file).parent)})"]
     else:
         lines.append("No condition recorded yet.")
 
@@ -385,11 +385,11 @@ def report(a, pretraining, runs, figure=None):
         for key, get in (("EM", qa_grid.exact_of), ("F1", lambda r: r["f1"])):
             diffs = [get(runs[x][s]) - get(runs[y][s]) for s in common]
             lines.append(paired_line(f"{x} - {y}, {key}", diffs))
-    lines += ["", *can_say(a, pretraining)]
+    lines += ["", *can_say(args, pretraining)]
     return "\n".join(lines) + "\n"
 
 
-def can_say(a, pretraining):
+def can_say(args, pretraining):
     """What the compute-matched design can and cannot say (figures from the records)."""
     tokens = [r["tokens_seen"] for r in pretraining.values() if r.get("tokens_seen")]
     spanbert = 2_400_000 * 256 * 512  # SpanBERT: 2.4M steps of 256 blocks of 512 tokens
@@ -398,7 +398,7 @@ def can_say(a, pretraining):
             f"{spanbert / 1e9:.0f}B)" if tokens else "the same tokens (none recorded yet)")
     return [
         "## What this design can and cannot say", "",
-        f"- Can: whether, from the same starting encoder, {a.updates} updates of span masking "
+        f"- Can: whether, from the same starting encoder, {args.updates} updates of span masking "
         f"(with or without the SBO) leave an encoder that fine-tunes to better SQuAD EM/F1 "
         f"than the same updates of token masking: same text, blocks, batch order, learning "
         f"rate schedule and seed; only the objective differs. Each run sees {seen}. "
@@ -422,29 +422,29 @@ def can_say(a, pretraining):
     ]
 
 
-def write(a):
-    text_info = masking_ablation.prepare_text(Path(a.work_dir).expanduser().resolve(), a, write=False)
-    pretraining = {c: r for c in CONDITIONS if (r := recorded(c, a, text_info))}
-    text = report(a, pretraining, qa_runs(a, pretraining), figure=a.figure if pretraining else None)
-    write_report(a.report_file, text)
+def write(args):
+    text_info = masking_ablation.prepare_text(Path(args.work_dir).expanduser().resolve(), args, write=False)
+    pretraining = {c: r for c in CONDITIONS if (r := recorded(c, args, text_info))}
+    text = report(args, pretraining, qa_runs(args, pretraining), figure=args.figure if pretraining else None)
+    write_report(args.report_file, text)
     print(text)
 
 
 def main(argv=None):
     p = parser()
-    a = p.parse_args(argv)
-    bad = [c for c in a.conditions if c not in CONDITIONS]
+    args = p.parse_args(argv)
+    bad = [c for c in args.conditions if c not in CONDITIONS]
     if bad:
         p.error(f"--conditions {' '.join(bad)}: this experiment compares {', '.join(CONDITIONS)}")
-    if a.drift:
-        work = Path(a.work_dir).expanduser().resolve()
-        for c in a.conditions:
-            provenance = encoder_folder(work, c, a.updates) / "encoder.json"
+    if args.drift:
+        work = Path(args.work_dir).expanduser().resolve()
+        for c in args.conditions:
+            provenance = encoder_folder(work, c, args.updates) / "encoder.json"
             if provenance.is_file():
-                drift(provenance, a)
-    elif not a.report:
-        chain(a)
-    write(a)
+                drift(provenance, args)
+    elif not args.report:
+        chain(args)
+    write(args)
     return 0
 
 

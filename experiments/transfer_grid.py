@@ -112,17 +112,17 @@ def subset_rows(subsets_path, glue_dir, task, share, seed):
     return subsets[key]
 
 
-def subset_glue_dir(a, task, share, seed):
+def subset_glue_dir(args, task, share, seed):
     """A GLUE folder for ``task`` whose train.tsv holds only the subset's rows (header
     kept; dev and test copied)."""
     if share == 100:
-        return Path(a.glue_dir)
-    out = Path(a.work_dir).resolve() / "glue" / f"{task}-p{share}-s{seed}"
+        return Path(args.glue_dir)
+    out = Path(args.work_dir).resolve() / "glue" / f"{task}-p{share}-s{seed}"
     if not (out / task / "train.tsv").exists():
-        keep = subset_rows(a.subsets, a.glue_dir, task, share, seed)
-        src = Path(a.glue_dir) / task
+        keep = subset_rows(args.subsets, args.glue_dir, task, share, seed)
+        src = Path(args.glue_dir) / task
         lines = (src / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-        rows = train_rows(a.glue_dir, task)
+        rows = train_rows(args.glue_dir, task)
         if len(lines) - 1 != rows:
             raise SystemExit(f"{src / 'train.tsv'}: {len(lines) - 1} lines after the header "
                              f"but {rows} rows; a subset of lines would not be a subset of rows")
@@ -136,15 +136,15 @@ def subset_glue_dir(a, task, share, seed):
     return out
 
 
-def transfer_data(a, target, seed):
+def transfer_data(args, target, seed):
     """The aligned transfer pairs of (target, seed): (folder with train.jsonl and
     dev.jsonl, statistics per split). Made on every call (a second or two), the same
     files each time (the aligner is seeded)."""
     from span_plugin.preprocess.folders.align import align_file
 
-    source, glue = SOURCE[target], Path(a.glue_dir)
+    source, glue = SOURCE[target], Path(args.glue_dir)
     exclude = [glue / target / f for f in ("dev.tsv", "test.tsv") if (glue / target / f).exists()]
-    pairs = Path(a.work_dir).resolve() / "transfer" / "pairs" / f"{target}-s{seed}-a{ALIGNER_VERSION}"
+    pairs = Path(args.work_dir).resolve() / "transfer" / "pairs" / f"{target}-s{seed}-a{ALIGNER_VERSION}"
     pairs.mkdir(parents=True, exist_ok=True)
     stats = {}
     for split in ("train", "dev"):
@@ -156,33 +156,33 @@ def transfer_data(a, target, seed):
     return pairs, stats
 
 
-def transfer_updates(a, stats):
+def transfer_updates(args, stats):
     """Updates of a transfer run on these pairs: the recipe's count (one row a line of
     the train file, batches of --transfer-batch-size, --transfer-epochs passes)."""
     rows = stats["train"]["paraphrase_rows"] + stats["train"]["random_rows"]
-    return math.ceil(rows / a.transfer_batch_size) * a.transfer_epochs
+    return math.ceil(rows / args.transfer_batch_size) * args.transfer_epochs
 
 
-def transferred_model(a, target, condition, seed, device, done):
+def transferred_model(args, target, condition, seed, device, done):
     """The MODEL_DIR folder of the transfer run of (target, condition, seed), run first
     when missing; its record goes to the results file once (a model recorded by an
     earlier session on another machine is rebuilt, its validation figures printed to
     compare with the record's)."""
-    work = Path(a.work_dir).resolve() / "transfer" / f"{target}-{condition}-s{seed}-a{ALIGNER_VERSION}"
+    work = Path(args.work_dir).resolve() / "transfer" / f"{target}-{condition}-s{seed}-a{ALIGNER_VERSION}"
     model = work / "out" / "transferred"
     key = ("transfer", target, condition, seed, ALIGNER_VERSION)
     if key in done and (model / "model.pt").exists():
         return model
-    pairs, stats = transfer_data(a, target, seed)
+    pairs, stats = transfer_data(args, target, seed)
     for split, st in stats.items():
         print(f"    transfer data from {SOURCE[target]} {split}: {st['paraphrase_rows']} paraphrase "
               f"rows ({st['excluded_rows']} dropped for the overlap), phrase pairs "
               f"{st['phrase_pairs']}, identity rule {st['identity_rule']['accuracy']:.1f}%",
               flush=True)
-    env = dict(MODEL_DIR=Path(a.model_dir).resolve(), PAIRS=pairs / "train.jsonl",
-               PAIRS_VALID=pairs / "dev.jsonl", SEED=seed, LR=f"{a.transfer_lr:g}",
-               EPOCHS=a.transfer_epochs, BATCH_SIZE=a.transfer_batch_size,
-               DATA_DIR=work / "data", OUT_DIR=work / "out", WORKERS=a.workers,
+    env = dict(MODEL_DIR=Path(args.model_dir).resolve(), PAIRS=pairs / "train.jsonl",
+               PAIRS_VALID=pairs / "dev.jsonl", SEED=seed, LR=f"{args.transfer_lr:g}",
+               EPOCHS=args.transfer_epochs, BATCH_SIZE=args.transfer_batch_size,
+               DATA_DIR=work / "data", OUT_DIR=work / "out", WORKERS=args.workers,
                **CONDITIONS[condition])
     extra = ["--log-interval", "50", "--num-workers", "0"] + (["--cpu"] if device == "cpu" else [])
     minutes = run_recipe("recipes/transfer/paraphrase.sh", env, extra, work / "out",
@@ -193,13 +193,13 @@ def transferred_model(a, target, condition, seed, device, done):
         print(f"    rebuilt the transferred model (already recorded): {model}; valid "
               f"{last_validation(work / 'out' / 'recipe.log')}", flush=True)
         return model
-    append_result(a.results, {
+    append_result(args.results, {
         "kind": "transfer", "target": target, "source": SOURCE[target], "condition": condition,
         "seed": seed, "aligner": ALIGNER_VERSION, "data": stats, "weights": CONDITIONS[condition],
         "valid": last_validation(work / "out" / "recipe.log"),  # of the transfer objectives
-        "hparams": {"lr": a.transfer_lr, "epochs": a.transfer_epochs,
-                    "batch_size": a.transfer_batch_size, "updates": transfer_updates(a, stats)},
-        "minutes": minutes, "device": device, "model_flags": a.flags, **facts})
+        "hparams": {"lr": args.transfer_lr, "epochs": args.transfer_epochs,
+                    "batch_size": args.transfer_batch_size, "updates": transfer_updates(args, stats)},
+        "minutes": minutes, "device": device, "model_flags": args.flags, **facts})
     done.add(key)
     return model
 
@@ -224,40 +224,40 @@ def reusable(glue_results, task, seed, hp):
     return None
 
 
-def run_cell(a, target, share, condition, seed, device, done):
-    glue_dir = subset_glue_dir(a, target, share, seed)
-    epochs = a.epochs if share == 100 else a.small_epochs
+def run_cell(args, target, share, condition, seed, device, done):
+    glue_dir = subset_glue_dir(args, target, share, seed)
+    epochs = args.epochs if share == 100 else args.small_epochs
     rows = train_rows(glue_dir, target)
-    hp = hparams(a.lr, a.batch_size, epochs, a.warmup, rows)
+    hp = hparams(args.lr, args.batch_size, epochs, args.warmup, rows)
     tag = {"kind": "finetune", "share": share, "condition": condition}
     if condition in USES_TRANSFER_DATA:
         tag["aligner"] = ALIGNER_VERSION
     # Fine-tuning the encoder itself on all rows is the GLUE grid's plain run: share it.
     baseline = condition == "none" and share == 100
     if baseline:
-        tag["reused_from"] = Path(a.glue_results).name
-        if r := reusable(a.glue_results, target, seed, hp):
+        tag["reused_from"] = Path(args.glue_results).name
+        if r := reusable(args.glue_results, target, seed, hp):
             return {**r, **tag}
     run_hp = hp
     if condition == "matched":
         # The transfer run's updates, spent on the target instead; --max-epoch allows them.
-        extra_updates = transfer_updates(a, transfer_data(a, target, seed)[1])
+        extra_updates = transfer_updates(args, transfer_data(args, target, seed)[1])
         updates = hp["updates"] + extra_updates
-        run_hp = dict(hp, epochs=math.ceil(updates / math.ceil(rows / a.batch_size)),
+        run_hp = dict(hp, epochs=math.ceil(updates / math.ceil(rows / args.batch_size)),
                       updates=updates)
-    model = Path(a.model_dir) if CONDITIONS[condition] is None else transferred_model(
-        a, target, condition, seed, device, done)
-    work = Path(a.work_dir).resolve()
+    model = Path(args.model_dir) if CONDITIONS[condition] is None else transferred_model(
+        args, target, condition, seed, device, done)
+    work = Path(args.work_dir).resolve()
     data = work / "data" / (f"{target}-p{share}" + (f"-s{seed}" if share != 100 else ""))
     out = work / "runs" / (f"{target}-p{share}-{condition}-s{seed}"
                            + (f"-a{ALIGNER_VERSION}" if condition in USES_TRANSFER_DATA else ""))
     record = {**run_glue(target, VARIANTS["plain"], seed, run_hp, model, glue_dir, data, out,
-                         a.workers, device), "variant": "plain"}
+                         args.workers, device), "variant": "plain"}
     if condition == "matched":  # keyed by the nominal epochs, as the other conditions
         record["hparams"] = dict(hp, updates=run_hp["updates"], max_epoch=run_hp["epochs"],
                                  extra_updates=extra_updates)
     if baseline:
-        append_result(a.glue_results, {**record, "model_flags": a.flags})
+        append_result(args.glue_results, {**record, "model_flags": args.flags})
     return {**record, **tag}
 
 
@@ -289,23 +289,23 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--max-runs", type=int, help="stop after this many new fine-tuning runs")
-    a = p.parse_args(argv)
-    device = resolve_device(a.device)
-    a.flags = model_flags(a.model_dir)
-    check_model(a.glue_results, a.flags)  # its plain runs are this grid's 100% baselines
-    done = {record_key(r) for r in read_results(a.results)}
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    args.flags = model_flags(args.model_dir)
+    check_model(args.glue_results, args.flags)  # its plain runs are this grid's 100% baselines
+    done = {record_key(r) for r in read_results(args.results)}
     cells = {}
-    for share in a.shares:  # the small-data comparison, where the effect should show, first
-        for seed in a.seeds:
-            for target in a.targets:
-                for condition in a.conditions:
-                    epochs = a.epochs if share == 100 else a.small_epochs
-                    key = cell_key(target, share, condition, seed, {"lr": a.lr, "epochs": epochs},
+    for share in args.shares:  # the small-data comparison, where the effect should show, first
+        for seed in args.seeds:
+            for target in args.targets:
+                for condition in args.conditions:
+                    epochs = args.epochs if share == 100 else args.small_epochs
+                    key = cell_key(target, share, condition, seed, {"lr": args.lr, "epochs": epochs},
                                    aligner_of(condition))
                     cells[key] = (target, share, condition, seed)
-    run_grid(cells, done, lambda c: run_cell(a, *c, device, done), a.results, a.max_runs,
+    run_grid(cells, done, lambda c: run_cell(args, *c, device, done), args.results, args.max_runs,
              name=lambda c: f"{c[0]} {c[1]}% {c[2]} seed {c[3]}",
-             show=lambda r: f"{r['metric']} {r['value']:.2f}", flags=a.flags)
+             show=lambda r: f"{r['metric']} {r['value']:.2f}", flags=args.flags)
     return 0
 
 

@@ -201,12 +201,12 @@ def main(argv=None):
     p.add_argument("--results", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--plot")
-    a = p.parse_args(argv)
-    text, plots = report(read_results(a.results))
-    write_report(a.out, text)
+    args = p.parse_args(argv)
+    text, plots = report(read_results(args.results))
+    write_report(args.out, text)
     print(text)
-    if a.plot and any(by for _, by, _ in plots):
-        draw(plots, a.plot)
+    if args.plot and any(by for _, by, _ in plots):
+        draw(plots, args.plot)
     return 0
 
 
