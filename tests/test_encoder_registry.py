@@ -93,16 +93,16 @@ def vocab(tmp_path):
 def test_a_new_tokenizer_file_reaches_every_command_the_hub_and_the_record(
         toy_tokenizer, vocab, capsys):
     # span-preprocess: --bpe choice and the file flag (each of its names)
-    a = preprocess_parser().parse_args(["encode", "--bpe", toy_tokenizer, "--toy-word-list",
+    args = preprocess_parser().parse_args(["encode", "--bpe", toy_tokenizer, "--toy-word-list",
                                         str(vocab), "x"])
-    assert (a.bpe, a.toy_vocab) == (toy_tokenizer, str(vocab))
+    assert (args.bpe, args.toy_vocab) == (toy_tokenizer, str(vocab))
     assert preprocess_main(["encode", "--bpe", toy_tokenizer, "--toy-vocab", str(vocab),
                             "New York was big"]) == 0
     assert "New York <unk> big" in capsys.readouterr().out
     # span-predict: the same flags, handed to the hub by field
-    a = predict.build_parser().parse_args(["--checkpoint", "c.pt", "--bpe", toy_tokenizer,
+    args = predict.build_parser().parse_args(["--checkpoint", "c.pt", "--bpe", toy_tokenizer,
                                            "--toy-vocab", str(vocab)])
-    assert predict.encoder_files(a) == {"toy_vocab": str(vocab)}
+    assert predict.encoder_files(args) == {"toy_vocab": str(vocab)}
     # the hub's keywords: any of its names, or the field
     assert given_files({"toy_word_list": vocab}) == {"toy_vocab": vocab}
     with pytest.raises(TypeError, match="unknown argument 'toy_vocabs'"):

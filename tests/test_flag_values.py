@@ -47,11 +47,11 @@ def test_a_value_out_of_range_is_refused_at_parse_time(argv, flag, said, tmp_pat
 def test_values_in_range_still_parse():
     from span_plugin.cli.preprocess import build_parser
 
-    a = build_parser().parse_args([*TABLE, "--out", "o", "--delimiter", "tab", "--ngrams-top-k",
+    args = build_parser().parse_args([*TABLE, "--out", "o", "--delimiter", "tab", "--ngrams-top-k",
                                    "0", "--workers", "1"])
-    assert (a.delimiter, a.ngrams_top_k, a.workers) == ("\t", 0, 1)
-    a = build_parser().parse_args([*QA, "--out", "o", "--max-positions", "64", "--doc-stride", "58"])
-    assert (a.max_positions, a.doc_stride) == (64, 58)
+    assert (args.delimiter, args.ngrams_top_k, args.workers) == ("\t", 0, 1)
+    args = build_parser().parse_args([*QA, "--out", "o", "--max-positions", "64", "--doc-stride", "58"])
+    assert (args.max_positions, args.doc_stride) == (64, 58)
 
 
 PREDICT = ["--checkpoint", "model.pt", "--input", "rows.tsv", "--output", "out.tsv"]

@@ -54,13 +54,13 @@ def chain(tmp_path_factory, converted_minilm):
 
     tmp = tmp_path_factory.mktemp("chain")
     argv = chain_argv(tmp, converted_minilm)
-    a = spanbert_qa.parser().parse_args(argv)
+    args = spanbert_qa.parser().parse_args(argv)
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp:  # the chain sets its thread count for its children
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             mp.setenv(var, "1")
-        work, _, _ = masking_ablation.prepare(a)
-        masking_ablation.launch("span+sbo", a, work, extra=["--max-update", "2"])
+        work, _, _ = masking_ablation.prepare(args)
+        masking_ablation.launch("span+sbo", args, work, extra=["--max-update", "2"])
         run = work / "runs" / "span+sbo"
         assert spanbert_qa.main(argv) == 0
         lines = {f: (tmp / f).read_text().splitlines() for f in ("pretrain.jsonl", "qa.jsonl")}
