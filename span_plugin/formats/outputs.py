@@ -196,17 +196,17 @@ def _hold_for_shell(argv=None):
     q.add_argument("--pid", type=int, required=True)
     q.add_argument("--command", required=True)
     q.add_argument("--input", nargs="*", default=[], metavar="NAME=PATH")
-    a = p.parse_args(argv)
+    args = p.parse_args(argv)
     inputs = {}
-    for item in a.input:
+    for item in args.input:
         name, _, path = item.partition("=")
         inputs.setdefault(name, []).append(path)
     try:
-        refuse_inputs({a.name: a.output}, inputs)
-        if not _take(a.fd, a.output, lock_path(a.output), a.pid, a.command):
+        refuse_inputs({args.name: args.output}, inputs)
+        if not _take(args.fd, args.output, lock_path(args.output), args.pid, args.command):
             return 3
     except BadInputError as err:
-        print(f"{a.command.split(' ')[0]}: error: {err}", file=sys.stderr)
+        print(f"{args.command.split(' ')[0]}: error: {err}", file=sys.stderr)
         return 2
     return 0
 
