@@ -1,4 +1,4 @@
-"""Compiled (``--compile``) against eager fine-tuning step time on the CPU (issue 40).
+"""Compiled (``--compile``) against eager fine-tuning step time on the CPU.
 
 One full training step (fairseq's ``Trainer.train_step``: forward, backward, Adam) of
 ``roberta_span_base`` with the paper's head (task span_classification, cnn-cnn), built

@@ -1,4 +1,4 @@
-"""What the GLUE recipe costs over a hand-written torch loop (issue 26, part F).
+"""What the GLUE recipe costs over a hand-written torch loop.
 
 Side by side, in one run, on the same binarized folder (``span-preprocess glue`` of
 MRPC with the converted all-MiniLM-L6-v2 WordPiece; prepared once, timed apart, since

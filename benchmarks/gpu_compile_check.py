@@ -1,4 +1,4 @@
-"""Compiled against eager on a GPU: the check the CPU suite cannot make (issue 40).
+"""Compiled against eager on a GPU: the check the CPU suite cannot make.
 
 ``tests/test_compile.py`` proves the compiled fine-tuning path equal to the eager one on
 the CPU, with ``aot_eager`` (inductor needs minutes per graph there). This runs inductor

@@ -1,4 +1,4 @@
-"""The span head alone on a GPU: where its ~6% of an update's kernel time goes (issue 40).
+"""The span head alone on a GPU: where its ~6% of an update's kernel time goes.
 
 Under fairseq-train the compiled span model runs at 0.91x plain RoBERTa's updates/s and
 its extra time is the head's own GPU work (benchmarks/RESULTS.md, "Fourth run"). This

@@ -1,4 +1,4 @@
-"""Where a fine-tuning update's time goes on a GPU: the torch profiler on CUDA (issue 40).
+"""Where a fine-tuning update's time goes on a GPU: the torch profiler on CUDA.
 
 ``gpu_throughput.py`` measures what ``fairseq-train`` achieves; this says why. For each
 variant it builds fairseq's own task, model, criterion and ``Trainer`` (fp16 with the

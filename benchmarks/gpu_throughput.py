@@ -1,4 +1,4 @@
-"""Fine-tuning throughput on a GPU: the span model against plain RoBERTa (issue 40).
+"""Fine-tuning throughput on a GPU: the span model against plain RoBERTa.
 
 One command on a GPU machine, a few minutes, no downloads. ``fairseq-train`` in fp16
 (the recipes' fp16 flags) from random weights, batches of 32 long sentence pairs

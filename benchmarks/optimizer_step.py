@@ -1,4 +1,4 @@
-"""fairseq's ``adam`` against the plugin's ``torch_adamw`` (issue 40), per update on the CPU.
+"""fairseq's ``adam`` against the plugin's ``torch_adamw``, per update on the CPU.
 
 fairseq's ``Trainer.train_step`` of the span model (``span_classification``, cnn-cnn
 head) in fp32, as CPU fine-tuning and ``--amp`` run it: the same model, weights and

@@ -1,4 +1,4 @@
-"""Cost of the phrasal head in a transfer fine-tuning step (issue 13's speed target).
+"""Cost of the phrasal head in a transfer fine-tuning step (its speed target: at most 10%).
 
 One base-size ``roberta_span_pair_base`` (12 layers, H = 768, GPT-2 vocabulary) with two
 head sets: the sentential head alone, and sentential + phrasal (``--features``, max4 by

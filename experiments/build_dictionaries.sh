@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The n-gram dictionaries of issue 26, from general text only: every n-gram of 2..5
+# The n-gram dictionaries of the Span Fine-tuning grid, from general text only: every n-gram of 2..5
 # words seen more than 10 times (the paper's rule) in the 65M words of Wikipedia in
 # ../shared/data/wikipedia, in both word schemes (bert: WordPiece encoders; gpt2: GPT-2
 # BPE, sentencepiece, fastBPE), checked against every GLUE task file so no task row is

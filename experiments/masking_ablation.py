@@ -34,7 +34,7 @@ the record is written; checkpoint_last.pt (the final weights) is kept.
     .venv/bin/python experiments/masking_ablation.py [--max-runs N]
     .venv/bin/python experiments/masking_report.py
 
-experiments/spanbert_qa.py runs the same code at issue 41's budget (--resume), then
+experiments/spanbert_qa.py runs the same code at a larger budget (--resume), then
 fine-tunes each encoder on SQuAD.
 """
 

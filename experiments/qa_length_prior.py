@@ -1,4 +1,4 @@
-"""Is the span QA head's short answers a length bias a prior would fix? (issue 41, part 2)
+"""Is the span QA head's short answers a length bias a prior would fix?
 
 The span head answers with 1.9-2.0 words where the gold has 2.9 (RESULTS_QA_MINILM.md).
 One explanation: its candidate scores favour short widths beyond what the data holds,

@@ -1,4 +1,4 @@
-"""Does Span Fine-tuning help? The powered grid of issue 26, resumable.
+"""Does Span Fine-tuning help? The powered grid, resumable.
 
 Every run goes through the GLUE recipe (``experiments/glue_grid.py: run_glue``) on the
 converted all-MiniLM-L6-v2 and is appended, when finished, to the results file

@@ -1,4 +1,4 @@
-"""SpanBERT's claim on this stack (issue 41, part 3): does continued pre-training with span
+"""SpanBERT's claim on this stack: does continued pre-training with span
 masking, with or without the span boundary objective (SBO), make a better extractive-QA
 encoder than BERT's token masking at the same compute?
 
@@ -359,7 +359,7 @@ def report(args, pretraining, runs, figure=None):
             lines += [f"| {c} | " + " | ".join(f"{moved[c]['relative_change'][g]:.4f}" for g in groups) + " |"
                       for c in order if c in moved]
         if figure:
-            masking_report.plot(recs, Path(figure), title="issue 41's objectives")
+            masking_report.plot(recs, Path(figure), title="the pre-training objectives")
             lines += ["", f"![pre-training curves]({os.path.relpath(figure, Path(args.report_file).parent)})"]
     else:
         lines.append("No condition recorded yet.")

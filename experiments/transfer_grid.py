@@ -1,4 +1,4 @@
-"""Resumable transfer fine-tuning grid (issues 13 and 28): does transfer fine-tuning with
+"""Resumable transfer fine-tuning grid: does transfer fine-tuning with
 phrasal and sentential paraphrases (recipes/transfer/paraphrase.sh) help the target task,
 with little or with all of its training data, and which part of it helps?
 

@@ -1,4 +1,4 @@
-"""The weak aligner (version 2, issue 28): positives are the differing spans between
+"""The weak aligner (version 2): positives are the differing spans between
 two anchors, never identical strings; the three classes on real MRPC and STS-B training
 pairs; the identity rule ("identical -> paraphrase; random partner -> random; else
 in-paraphrase") recomputed here from the files; hold-out and exclusion errors."""

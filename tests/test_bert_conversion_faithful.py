@@ -1,4 +1,4 @@
-"""Issue 26: a converted BERT encodes pairs and reads ``[CLS]`` as BERT does.
+"""A converted BERT encodes pairs and reads ``[CLS]`` as BERT does.
 
 ``span-convert bert`` keeps BERT's segment-B embedding and its pooler; the plugin's
 model gives the tokens after the first ``</s>`` segment B, and its sentence heads read
@@ -144,7 +144,7 @@ def minilm_roberta_only(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def minilm_old(minilm_roberta_only, tmp_path_factory):
-    """What span-convert wrote before issue 26: the --roberta-only checkpoint without
+    """What span-convert wrote before its faithful conversion: the --roberta-only checkpoint without
     the record entries the new converter adds."""
     out = tmp_path_factory.mktemp("faithful") / "old"
     shutil.copytree(minilm_roberta_only, out)
@@ -428,7 +428,7 @@ def test_roberta_checkpoint_computes_as_before(caplog):
 
 def test_old_conversion_loads_with_a_clear_log_line(minilm_old, minilm_data, glue_encodings,
                                                     caplog):
-    """A folder converted before issue 26: span-convert flags says so (the recipes show
+    """A folder converted before the faithful conversion: span-convert flags says so (the recipes show
     it) and prints the size flags only; the plugin's model built from them computes what
     fairseq's own roberta computes on it; with BERT's options given by hand it loads
     too, says what starts fresh, and still computes the same."""
@@ -462,7 +462,7 @@ def test_new_conversion_without_the_options_runs_as_the_roberta_only_one(
         minilm, minilm_roberta_only, minilm_data, glue_encodings, caplog):
     """--bert-token-types / --bert-pooler off on a checkpoint that has the parts: they
     are dropped, with a warning, and the model computes what fairseq's roberta computes
-    on the --roberta-only conversion (the behaviour before issue 26)."""
+    on the --roberta-only conversion (the behaviour before the faithful conversion)."""
     _, fs = glue_encodings
     flags = strip_bert_flags(checkpoint_train_flags(minilm))
     cfg, _, model = build(minilm_data, "roberta_span", *flags)

@@ -1,4 +1,4 @@
-"""bfloat16 fine-tuning (``--bf16``, issue 40) on the CPU, and the recipes' precision flags.
+"""bfloat16 fine-tuning (``--bf16``) on the CPU, and the recipes' precision flags.
 
 fairseq 0.12's parser turns ``--tpu`` on with ``--bf16``; the plugin turns it off again
 where torch_xla is missing (``span_plugin.runtime.compat.bf16_off_tpu``), so the run is

@@ -1,4 +1,4 @@
-"""No code runs from a checkpoint (issue 39, part 1).
+"""No code runs from a checkpoint.
 
 - The source holds no loader that can run code from a file (``weights_only=False``,
   pickle, ``np.load(allow_pickle=True)``, unsafe YAML, eval/exec).

@@ -1,4 +1,4 @@
-"""The compiled fine-tuning path (``--compile``, issue 40) against the eager one.
+"""The compiled fine-tuning path (``--compile``) against the eager one.
 
 Built through fairseq's own setup (task, model, criterion, Trainer, as fairseq-train) on
 task folders made from real rows (GLUE MRPC, CoNLL-2003, SQuAD), tiny RoBERTa, fp32 on

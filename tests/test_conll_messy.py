@@ -1,4 +1,4 @@
-"""Messy CoNLL input (issue 39, part 3), built from real CoNLL-2003 rows: a file without
+"""Messy CoNLL input, built from real CoNLL-2003 rows: a file without
 its tag column, ragged columns, files of different layouts, ill-formed BIOES, the line
 named for a bad word, invalid UTF-8 replaced and recorded. Each is an error naming the
 file and line, or shows in the summary and the record; never a silent change."""

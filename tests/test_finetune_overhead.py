@@ -1,4 +1,4 @@
-"""Issue 26 F: the plain torch loop of benchmarks/finetune_overhead.py (the same rows and
+"""The plain torch loop of benchmarks/finetune_overhead.py (the same rows and
 batches as fairseq-train, a resumable run), and the GLUE recipe's dev result read from
 fairseq-train's own log instead of a second pass (fairseq-validate), through kills and
 relaunches."""

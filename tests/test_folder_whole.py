@@ -1,4 +1,4 @@
-"""A folder is whole or absent (issue 39, part 4): every builder (glue, table, pairs,
+"""A folder is whole or absent: every builder (glue, table, pairs,
 conll, qa, binarize) writes into a temporary folder and renames it into place at the
 end, so a failure leaves no half folder (and an earlier folder intact); `check`
 validates every folder kind, compares the raw text with the binaries and refuses a

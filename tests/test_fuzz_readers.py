@@ -1,4 +1,4 @@
-"""Fuzz harness (issue 39, part 5): malformed variants of real rows through every reader
+"""Fuzz harness: malformed variants of real rows through every reader
 of users' files, with fixed seeds, on every run of the suite.
 
 Inputs are real rows of ../shared/data: GLUE MRPC, STS-B and CoLA (``span-preprocess
@@ -1306,7 +1306,7 @@ def test_a_glue_class_label_holding_whitespace_is_refused(tmp_path, label):
 BYTE_LEVEL = ("empty file", "truncation", "byte flips", "byte flips in data.pkl",
               "byte flips in tensor data", "trailing junk (4 MB)", "text", "random bytes",
               "reordered zip entries", "duplicated zip entry")
-# Problems of checkpoint loading once reported here and fixed since (issue 39 follow-up):
+# Problems of checkpoint loading once reported here and fixed since:
 # torch.load verifies no CRC-32, so a flipped byte in a tensor's data loaded as a changed
 # weight (the safe loader now checks the zip's CRCs), and span-predict printed a
 # traceback for a checkpoint saved with a field dropped or of another type, a model

@@ -1,4 +1,4 @@
-"""The GPU work of issue 40, as far as a CPU shows it: the benchmarks run (their quick
+"""The GPU benchmarks and options, as far as a CPU shows it: the benchmarks run (their quick
 modes, so a refactoring cannot silently break them), and the span model's host work per
 update stays within plain RoBERTa's synchronisations."""
 

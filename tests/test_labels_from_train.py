@@ -1,4 +1,4 @@
-"""The label set of every folder comes from the training split (issue 28): GLUE, users'
+"""The label set of every folder comes from the training split: GLUE, users'
 tables, sentence pairs and CoNLL files through the real ``span-preprocess`` command, on
 real rows from ../shared laid out as each format publishes them. A valid/test label that
 train lacks is an error naming file, line and label, or (``--unknown-labels skip``) a row

@@ -1,4 +1,4 @@
-"""Messy tables (issue 39, part 3), built from real GLUE rows: quoted TSV fields, a
+"""Messy tables, built from real GLUE rows: quoted TSV fields, a
 header name given twice, JSON objects with a key given twice, JSON Lines labels of
 mixed types, scores outside ASCII decimal notation, a phrase-pair row without its
 phrases key, invalid UTF-8 counted. Each is an error naming the file and line (or read

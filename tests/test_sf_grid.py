@@ -1,4 +1,4 @@
-"""The powered grid of issue 26 (experiments/sf_grid.py, sf_report.py): its plan, the
+"""The powered Span Fine-tuning grid (experiments/sf_grid.py, sf_report.py): its plan, the
 learning-rate choice on the unreported seed, the paired statistics against scipy, and
 a smoke run of the variants that change one setting of SF (no <s>, a dictionary cut)
 through the real recipe and report."""

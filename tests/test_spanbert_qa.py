@@ -1,4 +1,4 @@
-"""Issue 41, part 3 (experiments/spanbert_qa.py): continued pre-training under an objective,
+"""experiments/spanbert_qa.py: continued pre-training under an objective,
 its export as a span-convert folder, QA fine-tuning of the export, the report. The chain
 runs for real on the converted all-MiniLM-L6-v2, real Wikipedia articles and real SQuAD
 questions at a tiny budget: an interrupted pre-training resumes from its

@@ -1,4 +1,4 @@
-"""``--optimizer torch_adamw`` (span_plugin/optim/torch_adamw.py, issue 40): fairseq's
+"""``--optimizer torch_adamw`` (span_plugin/optim/torch_adamw.py): fairseq's
 ``adam`` options stepped by torch's fused AdamW. Against a written-out AdamW, against
 fairseq's own ``adam`` as eps vanishes (the one difference of formula), fairseq's
 gradient clipping, a state that resumes, and real fairseq-train runs."""

@@ -1,4 +1,4 @@
-"""The README's transfer example, run as written (issue 28): recipes/transfer/paraphrase.sh
+"""The README's transfer example, run as written: recipes/transfer/paraphrase.sh
 with ALIGN_FROM=MRPC and EXCLUDE naming STS-B's dev and test files, then
 recipes/glue/STS-B.sh from the transferred encoder, on small files of real GLUE rows
 (a tiny model from random weights instead of roberta.base, which is not on this

@@ -1,4 +1,4 @@
-"""Transfer, then fine-tune (issue 13 part 4): recipes/transfer/paraphrase.sh on real
+"""Transfer, then fine-tune: recipes/transfer/paraphrase.sh on real
 MRPC pairs, its hydra twin, recipes/glue/MRPC.sh started from the transferred encoder
 (fresh heads, same encoder weights), and the hub's predict_pairs."""
 

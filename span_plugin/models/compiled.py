@@ -1,7 +1,7 @@
 """Opt-in compilation of the span model for fine-tuning (``--compile``).
 
 At the batch sizes of fine-tuning a GPU step is bound by the host (Python, one launch
-per operator: issue 40); ``torch.compile`` fuses the encoder's and the head's operators
+per operator: benchmarks/RESULTS.md); ``torch.compile`` fuses the encoder's and the head's operators
 into few kernels, and ``--compile-mode reduce-overhead`` also replays them as CUDA
 graphs. Compiled graphs are specialised to shapes: with ``--length-multiple`` (the
 tasks' option) every batch's token axis is one of a few lengths, and the sentence

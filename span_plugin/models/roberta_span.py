@@ -70,8 +70,8 @@ class RobertaSpanModel(RobertaModel):
                             help="dropout before the tagging or span-labeling output (0.1)")
         parser.add_argument("--span-dropout", type=float, metavar="P",
                             help="the span head's dropout, as the paper's code: on the span "
-                            "vectors and on the classifier input (0.1; 0: the head before "
-                            "issue 26, dropout only where --pooler-dropout puts it)")
+                            "vectors and on the classifier input (0.1; 0: as the head was before "
+                            "this option, dropout only where --pooler-dropout puts it)")
         parser.add_argument("--sentence-head", choices=head_choices("--sentence-head"),
                             help="the head register_classification_head builds (the "
                             "span_classification and sentence_prediction tasks): span, the "

@@ -5,7 +5,7 @@ fairseq's ``adam`` steps each parameter tensor in a Python loop (about ten opera
 tensor) unless NVIDIA's apex is installed, and its ``clip_grad_norm`` takes one norm a
 tensor without apex: where the optimizer sees a tensor a weight (fp32 on the CPU,
 ``--amp``, ``--bf16``'s master copies; ``--fp16`` flattens them) that is about a
-thousand operators an update at base size, each a kernel launch on a GPU (issue 40).
+thousand operators an update at base size, each a kernel launch on a GPU (benchmarks/RESULTS.md).
 This one takes the same options (``--adam-betas``, ``--adam-eps``, ``--weight-decay``)
 and steps every tensor at once with ``torch.optim.AdamW(fused=True)``; gradient norms
 are one ``_foreach_norm``.
