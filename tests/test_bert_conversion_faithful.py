@@ -37,13 +37,13 @@ from test_convert import (
 from test_task_data import glue_folder
 
 from span_plugin.convert import checkpoint_train_flags, convert_bert, read_vocab, vocab_mapping
-from span_plugin.modules.bert_parts import segment_ids
+from span_plugin.modules.bert_segment_pooler import segment_ids
 
 transformers = pytest.importorskip("transformers")
 
 TOL = 1e-5
 HEAD = "sentence_classification_head"
-PARTS_LOG = "span_plugin.models.bert_parts"
+PARTS_LOG = "span_plugin.models.bert_attach"
 
 
 # ------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def bert_reference(hf, encodings, cls=None):
 
 
 def parts_log(caplog):
-    """What span_plugin.models.bert_parts logged."""
+    """What span_plugin.models.bert_attach logged."""
     return " ".join(r.getMessage() for r in caplog.records if r.name == PARTS_LOG)
 
 

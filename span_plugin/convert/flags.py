@@ -20,7 +20,7 @@ TRAIN_FLAGS = (
     ("--encoder-attention-heads", "encoder_attention_heads"),
     ("--max-positions", "max_positions"),
 )
-# cfg.model switches of the plugin's models a converted BERT sets (span_plugin.models.bert_parts)
+# cfg.model switches of the plugin's models a converted BERT sets (span_plugin.models.bert_attach)
 BERT_PART_FLAGS = (("--bert-token-types", "bert_token_types"), ("--bert-pooler", "bert_pooler"))
 
 

@@ -3,7 +3,7 @@
 by name and kind (:mod:`span_plugin.models.heads`): the paper's sentence head (Bao,
 Zhang, Zhao: Span Fine-tuning), its plain baseline, token tagging, span labeling and
 span-pair heads. For a converted BERT it also holds what fairseq's RoBERTa has no place
-for (:mod:`span_plugin.models.bert_parts`): the segment-B embedding and the pooler.
+for (:mod:`span_plugin.models.bert_attach`): the segment-B embedding and the pooler.
 
 One class, registered under the fairseq model names the tasks document:
 ``roberta_span`` (span_classification), ``roberta_tagging`` (span_tagging,
@@ -19,7 +19,7 @@ from fairseq.models.roberta import RobertaModel, roberta_base_architecture, robe
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from span_plugin.models.bert_parts import (
+from span_plugin.models.bert_attach import (
     add_bert_args,
     attach_bert_parts,
     bert_defaults,
@@ -185,7 +185,7 @@ class RobertaSpanModel(RobertaModel):
         fairseq's size mismatch); keep a checkpoint head only where it fits a head of
         this model (same keys and shapes: resume, hub), else drop it so the head starts
         fresh (a plain RoBERTa head, another task's head, other span settings). BERT's
-        segment-B embedding and pooler: see :func:`~span_plugin.models.bert_parts.fit_bert_parts`."""
+        segment-B embedding and pooler: see :func:`~span_plugin.models.bert_attach.fit_bert_parts`."""
         prefix = name + "." if name != "" else ""
         check_encoder_fits(self, state_dict, prefix, "set --max-positions {n}")
         fit_bert_parts(self, state_dict, prefix)

@@ -23,7 +23,7 @@ from fairseq.models.roberta import (
 from fairseq.utils import safe_getattr
 from omegaconf import OmegaConf
 
-from span_plugin.models.bert_parts import add_bert_args, attach_bert_parts, bert_defaults, fit_bert_parts
+from span_plugin.models.bert_attach import add_bert_args, attach_bert_parts, bert_defaults, fit_bert_parts
 from span_plugin.models.checkpoint_fit import check_encoder_fits
 from span_plugin.models.heads import build_head
 

@@ -5,7 +5,7 @@ Two model options, both off by default, so that a fairseq RoBERTa checkpoint and
 conversion made before these parts were kept build and compute exactly as before:
 
     --bert-token-types   add BERT's segment-B embedding to the tokens after the first
-                         </s> (:mod:`span_plugin.modules.bert_parts`)
+                         </s> (:mod:`span_plugin.modules.bert_segment_pooler`)
     --bert-pooler        the sentence heads read BERT's pooled <s> (dense + tanh)
 
 ``span-convert bert`` writes both parts into its checkpoint and records them in
@@ -22,7 +22,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.utils import safe_getattr
 
 from span_plugin.models.checkpoint_fit import CheckpointMismatchError
-from span_plugin.modules.bert_parts import Pooler, SegmentEmbedding
+from span_plugin.modules.bert_segment_pooler import Pooler, SegmentEmbedding
 
 logger = logging.getLogger(__name__)
 
