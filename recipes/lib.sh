@@ -41,6 +41,13 @@
 #   train_resumably ARGS...  fairseq-train HALF ARGS (every GPU through torchrun),
 #                            after putting the newest intact checkpoint of
 #                            $OUT_DIR/checkpoints in place, so a relaunch resumes
+#   hold_output DIR NAME [INPUT=PATH ...]
+#                            refuse DIR (named NAME in messages) when it is, or holds, one
+#                            of the inputs, then lock it until the recipe ends: a second
+#                            recipe writing DIR stops, naming this one's PID and command
+#                            (span_plugin/formats/outputs.py)
+# and answers -h/--help among the recipe's arguments with the header comments of the
+# recipe and of the recipe files it sources (its variables), before any work.
 
 RECIPES_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Use the project's environment when it is not already active.
@@ -49,6 +56,63 @@ if ! command -v fairseq-train >/dev/null && [ -x "$RECIPES_ROOT/.venv/bin/fairse
 fi
 
 die() { echo "$RECIPE_NAME: $*" >&2; exit 2; }
+
+recipe_help() {  # the header comments of the files given: the recipe's variables
+    local f
+    for f in "$@"; do
+        awk 'NR == 1 && /^#!/ { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$f"
+        echo
+    done
+    echo "Other arguments go to fairseq-train, last (fairseq-train --help lists them)."
+}
+for arg in "$@"; do
+    case "$arg" in
+        -h|--help)
+            help_files=()  # the recipe first, then the files it sourced (lib.sh apart)
+            for ((i = ${#BASH_SOURCE[@]} - 1; i >= 1; i--)); do help_files+=("${BASH_SOURCE[$i]}"); done
+            recipe_help "${help_files[@]}" ${RECIPE_HELP_ALSO:+"$RECIPE_HELP_ALSO"}
+            exit 0 ;;
+    esac
+done
+
+RECIPE_COMMAND=$RECIPE_NAME${*:+ $*}  # for the lock's holder message
+HELD_LOCKS=() MADE_FOR_LOCKS=()
+release_outputs() {  # on exit: the lock files; after a failure, the empty folders made for them
+    local status=$? d
+    rm -f "${HELD_LOCKS[@]}"
+    if [ "$status" != 0 ]; then
+        for d in "${MADE_FOR_LOCKS[@]}"; do find "$d" -depth -type d -empty -delete 2>/dev/null || true; done
+    fi
+}
+hold_output() {
+    local out=${1%/} name=$2 fd rc try
+    shift 2
+    python -m span_plugin.formats.outputs refuse "$out" --name "$name" \
+        --command "$RECIPE_COMMAND" --input "$@" || exit 2
+    # Folders made for the lock go again when the recipe fails: a refused recipe leaves
+    # nothing behind.
+    local missing= parent
+    parent=$(dirname "$out")
+    while [ ! -d "$parent" ]; do missing=$parent; parent=$(dirname "$parent"); done
+    mkdir -p "$(dirname "$out")"
+    [ -z "$missing" ] || MADE_FOR_LOCKS+=("$missing")
+    for try in 1 2 3; do
+        # The descriptor stays open in the recipe (and its children): the lock lasts as
+        # long as they run and goes with them, however they end.
+        exec {fd}<>"$out.lock" || die "cannot create $out.lock"
+        rc=0
+        python -m span_plugin.formats.outputs hold "$out" --fd "$fd" --pid $$ \
+            --command "$RECIPE_COMMAND" || rc=$?
+        case $rc in
+            0) HELD_LOCKS+=("$out.lock")
+               trap release_outputs EXIT
+               return 0 ;;
+            3) exec {fd}>&- ;;  # its last holder removed it meanwhile: open the new one
+            *) exit 2 ;;
+        esac
+    done
+    die "could not lock $out"
+}
 
 count_gpus() {
     case " $* " in

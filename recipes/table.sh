@@ -28,6 +28,9 @@
 
 set -euo pipefail
 RECIPE_NAME=recipes/table.sh
+# --help is answered before the checks below (recipes/lib.sh), with common.sh's inputs too
+RECIPE_HELP_ALSO=$(dirname "${BASH_SOURCE[0]}")/glue/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for v in TASK TRAIN VALID TEXT_COLUMNS LABEL_COLUMN NUM_CLASSES METRIC; do
     [ -n "${!v:-}" ] || { echo "$RECIPE_NAME: set $v (see the top of this file)" >&2; exit 2; }
 done

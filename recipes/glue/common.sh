@@ -107,6 +107,10 @@ if [ "$HEAD" = plain ]; then run_suffix=-plain
 elif [ "$SPAN_ENCODER" != cnn-cnn ]; then run_suffix=-$SPAN_ENCODER$run_suffix; fi
 [ "$SEED" = 1 ] || run_suffix=$run_suffix-seed$SEED
 OUT_DIR=${OUT_DIR:-runs/$prefix$TASK$run_suffix}
+# One recipe per OUT_DIR, never one that is or holds an input.
+hold_output "$OUT_DIR" OUT_DIR "DATA_DIR=$DATA_DIR" "GLUE_DIR=$GLUE_DIR/$TASK" \
+    "TRAIN=${TRAIN:-}" "VALID=${VALID:-}" "TEST=${TEST:-}" "MODEL_DIR=$MODEL_DIR" \
+    "ROBERTA_PATH=$ROBERTA_PATH" "BPE_DIR=$([ -n "$MODEL_DIR" ] || echo "$BPE_DIR")" "NGRAMS=$NGRAMS"
 
 # ---- prepare the binarized folder with span files when it is missing -----------------
 if ! declare -F prepare_data >/dev/null; then
@@ -121,9 +125,7 @@ if ! declare -F prepare_data >/dev/null; then
 fi
 if [ ! -d "$DATA_DIR" ]; then
     need_gpt2_files
-    rm -rf "$DATA_DIR.tmp"
-    prepare_data "$DATA_DIR.tmp"
-    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+    prepare_data "$DATA_DIR"  # span-preprocess writes it whole or not at all, one build at a time
 else
     # A folder made earlier (or by hand): spans, row counts and its record's hashes.
     span-preprocess check "$DATA_DIR" \

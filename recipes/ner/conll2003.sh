@@ -71,6 +71,9 @@ prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 seg_suffix=$([ "$SEGMENTATION" = greedy ] || echo "-$SEGMENTATION")
 DATA_DIR=${DATA_DIR:-data-bin/${prefix}conll2003$seg_suffix}
 OUT_DIR=${OUT_DIR:-runs/${prefix}conll2003-$HEAD$seg_suffix$([ "$SEED" = 1 ] || echo "-seed$SEED")}
+# One recipe per OUT_DIR, never one that is or holds an input.
+hold_output "$OUT_DIR" OUT_DIR "DATA_DIR=$DATA_DIR" "CONLL_DIR=$CONLL_DIR" "MODEL_DIR=$MODEL_DIR" \
+    "ROBERTA_PATH=$ROBERTA_PATH" "BPE_DIR=$([ -n "$MODEL_DIR" ] || echo "$BPE_DIR")" "NGRAMS=$NGRAMS"
 
 # ---- the tagging folder --------------------------------------------------------------
 if [ ! -d "$DATA_DIR" ]; then
@@ -78,13 +81,12 @@ if [ ! -d "$DATA_DIR" ]; then
         [ -f "$CONLL_DIR/$s.txt" ] || die "$CONLL_DIR/$s.txt not found: set CONLL_DIR to the folder with train.txt, valid.txt, test.txt"
     done
     need_gpt2_files
-    rm -rf "$DATA_DIR.tmp"
     echo "preparing $DATA_DIR from $CONLL_DIR"
-    span-preprocess conll --out "$DATA_DIR.tmp" --name conll2003 --train "$CONLL_DIR/train.txt" \
+    # written whole or not at all, one build at a time (span-preprocess)
+    span-preprocess conll --out "$DATA_DIR" --name conll2003 --train "$CONLL_DIR/train.txt" \
         --valid "$CONLL_DIR/valid.txt" --test "$CONLL_DIR/test.txt" --tag-scheme "$TAG_SCHEME" \
         "${encoder_args[@]}" --srcdict "$SRCDICT" ${NGRAMS:+--ngrams "$NGRAMS"} \
         --segmentation "$SEGMENTATION" --workers "$WORKERS"
-    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 fi
 # An existing folder is checked by the task when it loads it (alignment of tokens, spans,
 # words and tags; every file against provenance.json), before any training.

@@ -85,6 +85,10 @@ name=$(basename "$TRAIN_TEXT"); name=${name%.*}
 prefix=${MODEL_DIR:+$(basename "$MODEL_DIR")/}
 DATA_DIR=${DATA_DIR:-data-bin/pretrain/$prefix$name}
 OUT_DIR=${OUT_DIR:-runs/pretrain/$prefix$name-$([ "$MASKING" = span ] && echo "$SPAN_MASKING" || echo "$MASKING")}
+# One recipe per OUT_DIR, never one that is or holds an input.
+hold_output "$OUT_DIR" OUT_DIR "DATA_DIR=$DATA_DIR" "TRAIN_TEXT=$TRAIN_TEXT" "VALID_TEXT=$VALID_TEXT" \
+    "MODEL_DIR=$MODEL_DIR" "ROBERTA_PATH=$ROBERTA_PATH" "BPE_DIR=$([ -n "$MODEL_DIR" ] || echo "$BPE_DIR")" \
+    "NGRAMS=$NGRAMS"
 
 # ---- raw text -> binarized folder (tokens and n-gram spans in one pass) ---------------
 # Geometric, whole-word and token masking read only the tokens: their span files hold
@@ -97,18 +101,24 @@ if [ -d "$DATA_DIR" ] && [ "$ngram" = 1 ] && [ -f "$DATA_DIR/segmentation" ] \
     die "$DATA_DIR was prepared without n-gram spans (for SPAN_MASKING=geometric, or MASKING whole-word or token): delete it or set DATA_DIR"
 fi
 if [ ! -d "$DATA_DIR" ]; then
-    rm -rf "$DATA_DIR.tmp"
+    # Built in a folder of this process's own, renamed into place at the end; one build
+    # of DATA_DIR at a time (a second recipe stops, naming this one), so the folders of
+    # killed builds can go.
+    hold_output "$DATA_DIR" DATA_DIR "TRAIN_TEXT=$TRAIN_TEXT" "VALID_TEXT=$VALID_TEXT" \
+        "MODEL_DIR=$MODEL_DIR" "BPE_DIR=$([ -n "$MODEL_DIR" ] || echo "$BPE_DIR")" "NGRAMS=$NGRAMS"
+    rm -rf "$DATA_DIR".tmp.*
+    tmp=$DATA_DIR.tmp.$$
     for split in train valid; do
         text=$([ "$split" = train ] && echo "$TRAIN_TEXT" || echo "$VALID_TEXT")
         echo "preparing $DATA_DIR/$split from $text"
-        span-preprocess binarize "$text" "$DATA_DIR.tmp/$split" "${encoder_args[@]}" \
+        span-preprocess binarize "$text" "$tmp/$split" "${encoder_args[@]}" \
             --srcdict "$SRCDICT" ${NGRAMS:+--ngrams "$NGRAMS"} --segmentation "$segmentation" \
             --workers "$WORKERS"
     done
     # GPT-2 word boundaries are read from the byte strings of the ids (docs/PRETRAIN.md).
-    if [ -z "$MODEL_DIR" ]; then cp "$BPE_DIR/encoder.json" "$DATA_DIR.tmp/encoder.json"; fi
-    echo "$segmentation" > "$DATA_DIR.tmp/segmentation"
-    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
+    if [ -z "$MODEL_DIR" ]; then cp "$BPE_DIR/encoder.json" "$tmp/encoder.json"; fi
+    echo "$segmentation" > "$tmp/segmentation"
+    mv -T "$tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 fi
 same_vocabulary "$DATA_DIR/dict.txt"
 

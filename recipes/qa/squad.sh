@@ -108,6 +108,9 @@ elif [ -n "$VALID_ARTICLES" ]; then sample=-valid${VALID_ARTICLES}a-seed$VALID_S
 DATA_DIR=${DATA_DIR:-data-bin/${prefix}qa-$(basename "$(dirname "$TRAIN_FILE")")-$name-$MAX_POSITIONS-$DOC_STRIDE$sample}
 run_suffix=$([ "$ANSWER_BOUNDARIES" = word ] || echo "-$ANSWER_BOUNDARIES")$([ "$SEED" = 1 ] || echo "-seed$SEED")
 OUT_DIR=${OUT_DIR:-runs/${prefix}qa-$HEAD$run_suffix}
+# One recipe per OUT_DIR, never one that is or holds an input.
+hold_output "$OUT_DIR" OUT_DIR "DATA_DIR=$DATA_DIR" "TRAIN_FILE=$TRAIN_FILE" "VALID_FILE=$VALID_FILE" \
+    "MODEL_DIR=$MODEL_DIR" "ROBERTA_PATH=$ROBERTA_PATH" "BPE_DIR=$([ -n "$MODEL_DIR" ] || echo "$BPE_DIR")"
 
 # ---- the questions validation reads: all of VALID_FILE, or a sample fixed by VALID_SEED --
 # (written on every launch: the same inputs give the same bytes)
@@ -122,12 +125,11 @@ if [ -n "$sample" ]; then
 fi
 
 if [ ! -d "$DATA_DIR" ]; then
-    rm -rf "$DATA_DIR.tmp"
     echo "preparing $DATA_DIR from $TRAIN_FILE and $VALID_SET"
-    span-preprocess qa --out "$DATA_DIR.tmp" --train "$TRAIN_FILE" --valid "$VALID_SET" \
+    # written whole or not at all, one build at a time (span-preprocess)
+    span-preprocess qa --out "$DATA_DIR" --train "$TRAIN_FILE" --valid "$VALID_SET" \
         --max-positions "$MAX_POSITIONS" --doc-stride "$DOC_STRIDE" --name squad \
         "${encoder_args[@]}" --srcdict "$SRCDICT" --workers "$WORKERS"
-    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 else
     # A folder made earlier (or by hand) must hold these questions: its record's hashes
     # of the files it was built from.

@@ -132,6 +132,10 @@ words=$([ -n "$MODEL_DIR" ] && echo bert || echo gpt2)  # the aligner's words: t
 key=$(printf '%s words %s' "$key_text" "$words" | sha256sum | cut -c1-8)
 DATA_DIR=${DATA_DIR:-data-bin/${prefix}transfer-$tag-$key}
 OUT_DIR=${OUT_DIR:-runs/${prefix}transfer-$source_name$([ "$SEED" = 1 ] || echo "-seed$SEED")}
+# One recipe per OUT_DIR, never one that is or holds an input.
+hold_output "$OUT_DIR" OUT_DIR "DATA_DIR=$DATA_DIR" "PAIRS=$PAIRS" "PAIRS_VALID=$PAIRS_VALID" \
+    "GLUE_DIR=$([ -n "$PAIRS" ] || echo "$GLUE_DIR/$ALIGN_FROM")" "${exclude[@]/#/EXCLUDE=}" \
+    "MODEL_DIR=$MODEL_DIR" "ROBERTA_PATH=$ROBERTA_PATH" "BPE_DIR=$([ -n "$MODEL_DIR" ] || echo "$BPE_DIR")"
 
 # A run directory trains on one folder: resuming its checkpoints on other phrase pairs
 # (another EXCLUDE or SEED) would mix two data sets.
@@ -181,12 +185,11 @@ if [ -d "$DATA_DIR" ]; then
     echo "using $DATA_DIR (built from these phrase pairs)"
 else
     need_gpt2_files
-    rm -rf "$DATA_DIR.tmp"
     echo "preparing $DATA_DIR"
-    span-preprocess pairs --out "$DATA_DIR.tmp" --name "transfer-$source_name" \
+    # written whole or not at all, one build at a time (span-preprocess)
+    span-preprocess pairs --out "$DATA_DIR" --name "transfer-$source_name" \
         --train "$train" --valid "$valid" --label-column label --positive-label 1 \
         "${encoder_args[@]}" --srcdict "$SRCDICT" --workers "$WORKERS"
-    mv "$DATA_DIR.tmp" "$DATA_DIR"  # a half-written folder is never taken for a prepared one
 fi
 if [ "$PREPARE_ONLY" = 1 ]; then
     echo "transfer data: $DATA_DIR"

@@ -14,8 +14,9 @@ the recipes' ``OUT_DIR`` and data folders) enters :func:`writing` before it writ
   simply taken. The file is removed when its holder is done.
 
 Locks are re-entrant within a process (a command that locks ``--out`` calls a builder
-that locks it again). ``python -m span_plugin.formats.outputs hold`` takes a lock for a
-shell script on a descriptor the script opened, so that it lasts as long as the script.
+that locks it again). ``python -m span_plugin.formats.outputs`` does both for a shell
+script, the lock on a descriptor the script opened, so that it lasts as long as the
+script.
 """
 
 import argparse
@@ -76,7 +77,7 @@ def refuse_inputs(outputs, inputs):
                 continue
             how = "is" if real_in == real_out else "holds"
             raise OutputError(
-                f"{out_flag} {out} {how} the input {in_flag} {given}: writing {out} would "
+                f"{out_flag} {out} {how} the input {in_flag} {given}: writing {out} could "
                 f"destroy it. Give {out_flag} a path that is neither an input nor a folder "
                 f"holding one")
 
@@ -181,35 +182,44 @@ def writing(outputs, inputs=None, command=None):
         yield
 
 
-def _hold_for_shell(argv=None):
-    """``hold --fd N --pid PID --command TEXT OUTPUT [--input NAME=PATH ...]``: refuse
-    OUTPUT when it is or holds an input, then flock descriptor N, which the calling
-    script opened on ``OUTPUT.lock`` (``exec N<>"$OUTPUT.lock"``) and keeps until it
-    ends. Exit 0 held; 2 refused or busy (one line); 3 the lock file was replaced
-    meanwhile (open it again)."""
+def _for_shell(argv=None):
+    """For the recipes (recipes/lib.sh ``hold_output``), in two steps, so that nothing
+    is created for an output refused:
+
+    - ``refuse OUTPUT --name NAME --input NAME=PATH ...``: exit 2 (one line) when
+      OUTPUT is or holds one of the inputs;
+    - ``hold OUTPUT --fd N --pid PID --command TEXT``: flock descriptor N, which the
+      calling script opened on ``OUTPUT.lock`` (``exec N<>"$OUTPUT.lock"``) and keeps
+      until it ends. Exit 0 held; 2 busy (one line naming the holder); 3 the lock file
+      was replaced meanwhile (open it again).
+    """
     p = argparse.ArgumentParser(prog="python -m span_plugin.formats.outputs")
     sub = p.add_subparsers(dest="cmd", required=True)
-    q = sub.add_parser("hold")
+    q = sub.add_parser("refuse")
     q.add_argument("output")
     q.add_argument("--name", default="OUT_DIR", help="the output's name in messages")
+    q.add_argument("--input", nargs="*", default=[], metavar="NAME=PATH")
+    q.add_argument("--command", required=True)
+    q = sub.add_parser("hold")
+    q.add_argument("output")
     q.add_argument("--fd", type=int, required=True)
     q.add_argument("--pid", type=int, required=True)
     q.add_argument("--command", required=True)
-    q.add_argument("--input", nargs="*", default=[], metavar="NAME=PATH")
-    args = p.parse_args(argv)
-    inputs = {}
-    for item in args.input:
-        name, _, path = item.partition("=")
-        inputs.setdefault(name, []).append(path)
+    a = p.parse_args(argv)
     try:
-        refuse_inputs({args.name: args.output}, inputs)
-        if not _take(args.fd, args.output, lock_path(args.output), args.pid, args.command):
+        if a.cmd == "refuse":
+            inputs = {}
+            for item in a.input:
+                name, _, path = item.partition("=")
+                inputs.setdefault(name, []).append(path)
+            refuse_inputs({a.name: a.output}, inputs)
+        elif not _take(a.fd, a.output, lock_path(a.output), a.pid, a.command):
             return 3
     except BadInputError as err:
-        print(f"{args.command.split(' ')[0]}: error: {err}", file=sys.stderr)
+        print(f"{a.command.split(' ')[0]}: error: {err}", file=sys.stderr)
         return 2
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_hold_for_shell())
+    sys.exit(_for_shell())
