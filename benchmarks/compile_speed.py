@@ -23,7 +23,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import torch
 
@@ -31,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from head_overhead import TINY, build_trainer, make_batch, time_interleaved_cpu  # noqa: E402
+from timing import timed  # noqa: E402
 
 MINILM = ["--encoder-layers", "6", "--encoder-embed-dim", "384",
           "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12"]
@@ -47,13 +47,6 @@ def make_dicts(folder, vocab):
     with open(os.path.join(folder, "label", "dict.txt"), "w") as h:
         h.write("0 1\n1 1\n")
     return folder
-
-
-def timed(fn):
-    """Wall seconds of one call."""
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def main():
@@ -98,8 +91,8 @@ def main():
           f"{sum(p.numel() for p in eager_model.parameters()):,} parameters; B={args.batch} "
           f"T={args.length}; compiled: backend {args.backend}, mode {args.mode}")
 
-    first = timed(lambda: compiled.train_step([sample]))
-    second = timed(lambda: compiled.train_step([sample]))
+    first = timed(compiled.train_step, [sample])[0]  # wall seconds
+    second = timed(compiled.train_step, [sample])[0]
     print(f"compiled: first step {first:.1f} s (graph built), second {second:.2f} s")
     step = time_interleaved_cpu({
         "eager": lambda: eager.train_step([sample]),

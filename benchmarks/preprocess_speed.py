@@ -22,11 +22,11 @@ import argparse
 import importlib.util
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import timed_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -64,25 +64,18 @@ def big(path, min_tokens, max_lines=None, glue_tasks=None):
     path.write_text(("\n".join(text) + "\n") * reps, encoding="utf-8")
 
 
-def timed(cmd):
-    t = time.perf_counter()
-    subprocess.run([str(c) for c in cmd], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
-
-
 def fairseq_pipeline(src, work, workers):
     bpe = work / "fs.bpe"
-    t1 = timed([sys.executable, MP_BPE, "--encoder-json", BPE / "encoder.json",
+    t1 = timed_command([sys.executable, MP_BPE, "--encoder-json", BPE / "encoder.json",
                 "--vocab-bpe", BPE / "vocab.bpe", "--inputs", src, "--outputs", bpe,
                 "--workers", workers, "--keep-empty"])
-    t2 = timed([BIN / "fairseq-preprocess", "--only-source", "--trainpref", bpe, "--destdir",
+    t2 = timed_command([BIN / "fairseq-preprocess", "--only-source", "--trainpref", bpe, "--destdir",
                 work / "fs", "--srcdict", BPE / "dict.txt", "--workers", workers])
     return t1, t2
 
 
 def ours(src, work, workers, segmentation="greedy"):
-    return timed([BIN / "span-preprocess", "binarize", src, work / f"ours_{segmentation}" / "train",
+    return timed_command([BIN / "span-preprocess", "binarize", src, work / f"ours_{segmentation}" / "train",
                   "--gpt2-encoder-json", BPE / "encoder.json", "--gpt2-vocab-bpe",
                   BPE / "vocab.bpe", "--srcdict", BPE / "dict.txt", "--workers", workers,
                   "--segmentation", segmentation])

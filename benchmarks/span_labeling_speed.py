@@ -24,11 +24,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from argparse import Namespace
 
 import torch
 import torch.nn.functional as F
+
+from timing import timed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -136,12 +137,6 @@ def head_alone(model, name, features, tokens, words, tags, entities):
         target, _ = labeling_targets(entities, valid)
         loss = F.cross_entropy(logits[valid], target[valid], reduction="sum")
     loss.backward()
-
-
-def timed(fn, *args):
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn(*args)
-    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def main(argv=None):

@@ -20,11 +20,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from argparse import Namespace
 
 import torch
 import torch.nn.functional as F
+
+from timing import timed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -86,12 +87,6 @@ def head_alone(model, name, features, tokens, phrases, phrase_target, sentence_t
     loss_of(out, phrase_target, sentence_target).backward()
 
 
-def cpu_time(fn, *args):
-    start = time.process_time()
-    fn(*args)
-    return time.process_time() - start
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=8)
@@ -116,7 +111,7 @@ def main(argv=None):
     for k, batch in enumerate(data):
         for name in times:
             model.zero_grad(set_to_none=True)
-            t = cpu_time(step, model, name, *batch)
+            t = timed(step, model, name, *batch)[1]  # CPU seconds
             if k >= args.warmup:
                 times[name].append(t)
     alone = {"sentential": [], "both": []}
@@ -124,7 +119,7 @@ def main(argv=None):
         for name in alone:
             features = torch.randn(args.batch, args.seq_len, dim, requires_grad=True)
             model.zero_grad(set_to_none=True)
-            alone[name].append(cpu_time(head_alone, model, name, features, *data[k % len(data)]))
+            alone[name].append(timed(head_alone, model, name, features, *data[k % len(data)])[1])
     med = {n: statistics.median(v) for n, v in times.items()}
     med_alone = {n: statistics.median(v) for n, v in alone.items()}
     for n in times:

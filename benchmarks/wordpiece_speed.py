@@ -19,8 +19,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from timing import timed_command
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -48,13 +49,6 @@ def corpus(path, kind, min_lines, quick=False):
         lines = lines[:QUICK_LINES // 2] + lines[-(QUICK_LINES // 2):]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return len(lines)
-
-
-def timed(cmd):
-    t = time.perf_counter()
-    subprocess.run([str(c) for c in cmd], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
 
 
 def main():
@@ -90,7 +84,7 @@ def main():
             runs = {k: [] for k in commands}
             for _ in range(args.repeats):
                 for k, flags in commands.items():
-                    runs[k].append(timed([BIN / "span-preprocess", "binarize", src,
+                    runs[k].append(timed_command([BIN / "span-preprocess", "binarize", src,
                                           tmp / k / "train", "--workers", args.workers, *flags]))
             from span_plugin.preprocess.binary.indexed import IndexedReader
 
