@@ -496,6 +496,15 @@ BAD_INPUTS = {
             "type": "WordPiece", "vocab": {t: i for i, t in enumerate(UNCASED[::-1])}}})),
         r"tokenizer\.json: its vocabulary differs from .*vocab\.txt \(e\.g\. '\[PAD\]' is "
         r"id 0 in .* but 29 in tokenizer\.json\)"),
+    "tokenizer.json of another model": (
+        lambda f: (f / "tokenizer.json").write_text(json.dumps({"model": {
+            "type": "BPE", "vocab": {t: i for i, t in enumerate(UNCASED)}, "merges": []}})),
+        r"tokenizer\.json: a BPE tokenizer, not a WordPiece one"),
+    "unknown token not in the vocabulary": (
+        lambda f: (f / "tokenizer.json").write_text(json.dumps({"model": {
+            "type": "WordPiece", "unk_token": "<unk>",
+            "vocab": {t: i for i, t in enumerate(UNCASED)}}})),
+        r"tokenizer\.json: its unknown token '<unk>' is not in .*vocab\.txt"),
     "vocab too long": (lambda f: edit_vocab(f, lambda v: v + ["extra"]),
                        r"vocab\.txt has 31 tokens but .*model\.safetensors has 30 word "
                        r"embedding rows"),

@@ -399,6 +399,21 @@ def test_refuses_folders_it_cannot_convert(family, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "vocab.json: '<unk>' has id" in err and "expected <s> <pad> </s> <unk> at ids 0-3" in err
     assert not (tmp_path / "o" / "model.pt").exists()
+    # merges.txt empty, or of another vocabulary; a tokenizer.json of another model type
+    shutil.copy(hf / "vocab.json", bad / "vocab.json")
+    merges = (hf / "merges.txt").read_text(encoding="utf-8")
+    for text, said in (("#version: 0.2\n", "merges.txt: no merges"),
+                       (merges.replace("\n", "\nq z\n", 1), "the merge 'q z' makes 'qz', which "
+                        "vocab.json does not hold")):
+        (bad / "merges.txt").write_text(text, encoding="utf-8")
+        assert cli_main(["roberta", "--hf-dir", str(bad), "--out", str(tmp_path / "o")]) == 2
+        assert said in capsys.readouterr().err
+    for name in ("vocab.json", "merges.txt"):
+        (bad / name).unlink()
+    (bad / "tokenizer.json").write_text(json.dumps({"model": {"type": "Unigram", "vocab": []}}))
+    assert cli_main(["roberta", "--hf-dir", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "its tokenizer.json is a Unigram tokenizer" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "model.pt").exists()
 
 
 def test_recipes_take_the_folder_as_model_dir(family):

@@ -117,3 +117,114 @@ def test_a_lone_surrogate_in_hub_text_names_the_example():
         hub.predict([("A man.", "x\ud800")])
     with pytest.raises(ValueError, match=r"^pair 2: the context holds a lone surrogate"):
         question_pairs([("Who?", "Me."), ("Who?", "Me."), ("Who?", "\udfff")])
+
+
+def test_the_hub_opens_only_plausible_files(tmp_path):
+    """A file given or recorded for the encoder is hashed only when it is a regular file
+    of a tokenizer's size: a 2 GiB sparse file is refused by its size (not read for
+    seconds), a device by its kind."""
+    import time
+
+    import torch
+
+    from span_plugin.convert.safe_load import load_checkpoint
+    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.runtime.data_record import STATE_KEY
+
+    sparse = tmp_path / "encoder.json"
+    with open(sparse, "wb") as f:
+        f.truncate(2 << 30)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=rf"ngrams={sparse}: 2,147,483,648 bytes, more than any "):
+        SpanHubInterface.from_pretrained(CHECKPOINT, data=FIXTURE / "data", ngrams=sparse)
+    with pytest.raises(ValueError, match=r"gpt2_encoder_json=/dev/zero: not a regular file"):
+        SpanHubInterface.from_pretrained(CHECKPOINT, data=FIXTURE / "data",
+                                         gpt2_encoder_json="/dev/zero")
+    state = load_checkpoint(CHECKPOINT)  # its record names the sparse file
+    state["task_state"][STATE_KEY]["encoder"]["files"]["encoder_json"]["path"] = str(sparse)
+    torch.save(state, tmp_path / "model.pt")
+    with pytest.raises(ValueError, match=rf"encoder.json={sparse}: 2,147,483,648 bytes"):
+        SpanHubInterface.from_pretrained(tmp_path / "model.pt", data=FIXTURE / "data",
+                                         ngrams=FIXTURE / "ngrams.v0_2.txt.gz")
+    assert time.monotonic() - started < 30
+
+
+def test_a_sentencepiece_model_that_is_text_is_named(tmp_path, capsys):
+    text = tmp_path / "vocab.txt"
+    text.write_text("[PAD]\n[UNK]\nhello\n")
+    for bpe in ("sentencepiece", "sentencepiece-line"):
+        code, err = run_preprocess(["encode", "A man.", "--bpe", bpe, "--sentencepiece-model",
+                                    text, "--segmentation", "none", "--srcdict",
+                                    FIXTURE / "data" / "input0" / "dict.txt"],
+                                   capsys)
+        assert code == 2, err
+        assert f"{text}: not a sentencepiece model" in err and "Traceback" not in err, err
+
+
+def test_readers_bound_a_line(tmp_path, capsys):
+    """``--ngrams /dev/zero`` and a 2 GiB line without a line end: a clear error naming
+    the file and line, with little memory (the line is read no further than the bound)."""
+    import tracemalloc
+
+    table = tmp_path / "rows.tsv"
+    table.write_text("sentence\tlabel\nA man.\t1\n")
+    huge = tmp_path / "huge.tsv"
+    with open(huge, "wb") as f:
+        f.write(b"sentence\tlabel\n")
+        f.truncate(2 << 30)  # sparse: no line end after the header
+    tracemalloc.start()
+    try:
+        for train, extra, where in ((table, ["--ngrams", "/dev/zero"], "/dev/zero:1"),
+                                    (huge, [], f"{huge}:2")):
+            code, err = run_preprocess(["table", "--train", train, "--text-columns", "sentence",
+                                        "--label-column", "label", "--out", tmp_path / "out",
+                                        *extra, *ENC], capsys)
+            assert code == 2, err
+            assert f"{where}: a line longer than 67,108,864 bytes (no line end within it)" in err, err
+        assert tracemalloc.get_traced_memory()[1] < 1 << 30
+    finally:
+        tracemalloc.stop()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("block", [7, 1 << 24])
+def test_the_line_bound_finds_the_first_long_line(block, tmp_path, monkeypatch):
+    """With the bound lowered to 10 bytes (and reading blocks of 7 bytes or whole), the
+    first line over it is named by its number; lines up to it read as they are."""
+    from span_plugin.formats import lines
+
+    monkeypatch.setattr(lines, "MAX_LINE", 10)
+    monkeypatch.setattr(lines, "BLOCK", block)
+    path = tmp_path / "rows.txt"
+    good = ["a", "", "0123456789", "bb" * 4, "c"]
+    path.write_text("\n".join(good) + "\n", encoding="utf-8")
+    assert lines.read_file_lines(path) == good
+    path.write_text("\n".join(good + ["0123456789x", "d"]) + "\n", encoding="utf-8")
+    with pytest.raises(lines.BadInputError, match=rf"^{path}:6: a line longer than 10 bytes"):
+        lines.read_file_lines(path)
+
+
+def test_the_line_bound_agrees_with_a_plain_reading(tmp_path, monkeypatch):
+    """Seeded random files of lines 0-13 bytes long, bound 10, blocks of 1-23 bytes:
+    an error exactly when a line is longer, naming the first such line."""
+    import random
+
+    from span_plugin.formats import lines
+
+    rng = random.Random(5)
+    monkeypatch.setattr(lines, "MAX_LINE", 10)
+    path = tmp_path / "rows.txt"
+    for _ in range(300):
+        monkeypatch.setattr(lines, "BLOCK", rng.randint(1, 23))
+        text = ["x" * rng.choice([0, 1, 5, 9, 10, 10, 11, 13]) for _ in range(rng.randint(1, 8))]
+        content = "\n".join(text) + rng.choice(["", "\n"])
+        path.write_text(content, encoding="utf-8")
+        text = content.split("\n")
+        if text[-1] == "":  # the line end of the last line starts no line
+            text.pop()
+        long = next((i for i, t in enumerate(text, 1) if len(t) > 10), None)
+        if long is None:
+            assert lines.read_file_lines(path) == text
+        else:
+            with pytest.raises(lines.BadInputError, match=rf"^{path}:{long}: a line longer"):
+                lines.read_file_lines(path)

@@ -180,6 +180,15 @@ def check_tokenizer_json(path, vocab: Sequence[str], vocab_source="vocab.txt") -
         model = json.loads(Path(path).read_text(encoding="utf-8")).get("model") or {}
     except (ValueError, UnicodeDecodeError, AttributeError) as err:
         raise ConversionError(f"{path}: not a valid tokenizer.json ({err})") from err
+    if model.get("type") not in ("WordPiece", None):  # None: files older than the key
+        raise ConversionError(
+            f"{path}: a {model.get('type')} tokenizer, not a WordPiece one: it is not the "
+            f"tokenizer of this BERT folder's {vocab_source}; remove it or give the folder's own")
+    unknown = model.get("unk_token")
+    if unknown is not None and unknown not in vocab:
+        raise ConversionError(
+            f"{path}: its unknown token {unknown!r} is not in {vocab_source}: a word it "
+            f"cannot split would have no id")
     table = model.get("vocab")
     if not isinstance(table, dict):
         return  # not a table we can compare (nothing to contradict vocab.txt)

@@ -184,8 +184,19 @@ def read_bpe_vocab(hf_dir, v: int) -> RobertaVocab:
             f"{source}: expected a JSON object of BPE token -> id, every id below the {v} "
             f"embedding rows")
     _check_ends({**_added_tokens(hf_dir), **table}, v, source)
-    if any(len(m.split(" ")) != 2 for m in merges):
-        raise ConversionError(f"{source}: every merge must be two symbols split by one space")
+    merges_source = merges_path if source == vocab_path else source
+    if not merges:  # the tokenizer would encode every word as single bytes
+        raise ConversionError(f"{merges_source}: no merges; a byte-level BPE tokenizer has "
+                              f"the merges its vocabulary was learned with")
+    odd = next((m for m in merges if len(m.split(" ")) != 2), None)
+    if odd is not None:
+        raise ConversionError(f"{merges_source}: every merge must be two symbols split by one "
+                              f"space, not {odd[:60]!r}")
+    unknown = next((m for m in merges if m.replace(" ", "") not in table), None)
+    if unknown is not None:
+        raise ConversionError(
+            f"{merges_source}: the merge {unknown!r} makes {unknown.replace(' ', '')!r}, which "
+            f"{source.name} does not hold: the merges and the vocabulary are of two tokenizers")
     encoder = json.dumps(table, ensure_ascii=False).encode("utf-8")
     bpe = "\n".join([GPT2_HEADER, *merges, ""]).encode("utf-8")
     copied = tuple((hf_dir / n, n) for n in ("vocab.json", "merges.txt", *COPIED_FILES))
@@ -259,13 +270,25 @@ def read_roberta_vocab(hf_dir, shape: EncoderShape) -> RobertaVocab:
     hf_dir = Path(hf_dir)
     if (hf_dir / SPM_FILE).is_file():
         return read_spm_vocab(hf_dir, shape.vocab_size, shape.raw.get("model_type"))
-    bpe_json = (hf_dir / "tokenizer.json").is_file() and (
-        (_load_json(hf_dir / "tokenizer.json").get("model") or {}).get("type") == "BPE")
-    if ((hf_dir / "vocab.json").is_file() and (hf_dir / "merges.txt").is_file()) or bpe_json:
+    if (hf_dir / "vocab.json").is_file() and (hf_dir / "merges.txt").is_file():
+        return read_bpe_vocab(hf_dir, shape.vocab_size)
+    kind = _tokenizer_json_type(hf_dir / "tokenizer.json")
+    if kind == "BPE":
         return read_bpe_vocab(hf_dir, shape.vocab_size)
     raise ConversionError(
         f"{hf_dir}: no vocabulary (expected {SPM_FILE}, or vocab.json and merges.txt, or a "
-        f"byte-level BPE tokenizer.json)")
+        f"byte-level BPE tokenizer.json" + (f"; its tokenizer.json is a {kind} tokenizer)"
+                                            if kind else ")"))
+
+
+def _tokenizer_json_type(path):
+    """The model type a ``tokenizer.json`` declares (``BPE``, ``WordPiece``, ``Unigram``),
+    or None when there is no such file."""
+    if not path.is_file():
+        return None
+    raw = _load_json(path)
+    model = raw.get("model") if isinstance(raw, dict) else None
+    return str(model.get("type")) if isinstance(model, dict) else "model-less"
 
 
 # --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ for each bad byte sequence, and the returned :class:`Lines` count them, for the 
 
 import gzip
 import io
+import itertools
 import os
 import re
 
@@ -27,6 +28,57 @@ def open_text(path, mode, errors="strict"):
 
 class BadInputError(ValueError):
     """Input that cannot be processed without losing alignment; names file and line."""
+
+
+# No line of the users' formats comes near this (a JSON Lines row holds one passage);
+# a longer one is a binary file or a device (/dev/zero), read no further.
+MAX_LINE = 1 << 26
+BLOCK = 1 << 24  # bytes read at a time
+
+
+def too_long(path, line):
+    return BadInputError(f"{path}:{line}: a line longer than {MAX_LINE:,} bytes (no line end "
+                         f"within it): not a text file of this format (a binary file, a "
+                         f"device such as /dev/zero?)")
+
+
+def bounded_lines(f, path):
+    """The lines of the open text file ``f`` (with their line ends), each read no further
+    than :data:`MAX_LINE` characters: a longer one raises :func:`too_long`."""
+    for lineno in itertools.count(1):
+        line = f.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE:
+            raise too_long(path, lineno)
+        yield line
+
+
+def _read_range(path, start, end, first_line):
+    """Bytes ``[start, end)`` of ``path``, read in blocks; a line longer than
+    :data:`MAX_LINE` raises :func:`too_long` once it is seen, before the rest is read."""
+    blocks, run, newlines = [], 0, 0  # run: bytes since the last line end
+    with open(path, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            block = f.read(min(left, BLOCK))
+            if not block:
+                break
+            left -= len(block)
+            at, last = 0, block.rfind(b"\n")
+            while at <= last:  # the last line end within MAX_LINE of each line start
+                nl = block.rfind(b"\n", at, at + max(MAX_LINE - run, 0) + 1)
+                if nl < 0:
+                    break
+                newlines += block.count(b"\n", at, nl + 1)
+                run, at = 0, nl + 1
+            run += len(block) - at
+            if run > MAX_LINE:
+                line = first_line if first_line is not None else count_lines(path, start) + 1
+                raise too_long(path, line + newlines)
+            blocks.append(block)
+    return b"".join(blocks)
 
 
 # The JSON readers' message for JSON nested deeper than Python's recursion limit (about
@@ -69,9 +121,7 @@ def read_lines(path, start, end, bad_utf8="error", first_line=None):
     first_line: 1-based number of the range's first line, for error messages (None:
     counted on demand, only when an error is raised).
     """
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read(end - start)
+    data = _read_range(path, start, end, first_line)
     if start == 0 and data.startswith(BOM):
         data = data[len(BOM):]
     _refuse_lone_cr_line_ends(path, start, data, first_line)

@@ -5,6 +5,7 @@ with these."""
 
 import hashlib
 import os
+import stat
 
 
 class SettingsMismatch(ValueError):
@@ -37,14 +38,32 @@ def short(digest):
     return digest[:12]
 
 
+# No tokenizer file or n-gram dictionary comes near this: a recorded name that holds more
+# is another file (a checkpoint, a corpus, a sparse file) and is not hashed.
+MAX_RECORDED_BYTES = 1 << 30
+
+
+def check_plausible(name, path):
+    """Raise a ValueError naming ``name=path`` when it is not a regular file (a device,
+    a FIFO: reading would not end) or holds more than :data:`MAX_RECORDED_BYTES`."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{name}={path}: not a regular file; expected the tokenizer or "
+                         f"n-gram file the record names")
+    if st.st_size > MAX_RECORDED_BYTES:
+        raise ValueError(f"{name}={path}: {st.st_size:,} bytes, more than any tokenizer or "
+                         f"n-gram file ({MAX_RECORDED_BYTES:,}): not the file the record names")
+
+
 def recorded_file(name, given, entry, checkpoint):
     """The path to use for one recorded file (``entry``: {"path", "sha256"}): ``given``
     when it has the recorded content, else (None) the recorded path if it still has.
     ``name``: how the user gives the file (``gpt2_encoder_json``), for messages."""
     recorded = f"{entry['path']} (sha256 {short(entry['sha256'])})"
     if given is not None:
-        if not os.path.isfile(given):
+        if not os.path.exists(given):
             raise FileNotFoundError(f"{name}={given}: no such file")
+        check_plausible(name, given)
         actual = sha256(given)
         if actual != entry["sha256"]:
             raise SettingsMismatch(
@@ -52,10 +71,11 @@ def recorded_file(name, given, entry, checkpoint):
                 f"{checkpoint} was trained with: {recorded}")
         return str(given)
     path = entry["path"]
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(
             f"{checkpoint} was trained with {recorded}, which is not here: pass "
             f"{name}=PATH of a file with that content")
+    check_plausible(name, path)
     actual = sha256(path)
     if actual != entry["sha256"]:
         raise SettingsMismatch(

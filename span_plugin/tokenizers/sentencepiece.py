@@ -6,9 +6,26 @@ punctuation that followed a word without a space in the text. Tokens of a word a
 pieces of that word.
 """
 
+import os
+
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, offsets_in_words, register_tokenizer
 from span_plugin.tokenizers.options import Option
+
+
+def load_model(path):
+    """A ``SentencePieceProcessor`` of the ``.model`` file ``path``; a file that is none
+    (a text vocabulary, a folder) is a ValueError naming it, not sentencepiece's
+    RuntimeError."""
+    import sentencepiece as spm
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file (--sentencepiece-model)")
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except RuntimeError as err:
+        raise ValueError(f"{path}: not a sentencepiece model ({err}); expected the binary "
+                         f".model file sentencepiece trained (--sentencepiece-model)") from None
 
 
 @register_tokenizer("sentencepiece")
@@ -17,9 +34,7 @@ class SentencePieceTokenizer(Tokenizer):
     needs = "sentencepiece needs a local sentencepiece_model path"
 
     def __init__(self, sentencepiece_model):
-        import sentencepiece as spm
-
-        self.sp = spm.SentencePieceProcessor(model_file=str(sentencepiece_model))
+        self.sp = load_model(sentencepiece_model)
 
     def pieces(self, text):
         words = W.split_words(text)

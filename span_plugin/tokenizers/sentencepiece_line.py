@@ -13,6 +13,7 @@ from itertools import accumulate
 
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, register_tokenizer
+from span_plugin.tokenizers.sentencepiece import load_model
 
 UNK = "<unk>"  # fairseq's (and Hugging Face's) unknown token, id 3
 
@@ -24,9 +25,7 @@ class SentencePieceLineTokenizer(Tokenizer):
     needs = "sentencepiece-line needs a local sentencepiece .model path (--sentencepiece-model)"
 
     def __init__(self, sentencepiece_model):
-        import sentencepiece as spm
-
-        self.sp = spm.SentencePieceProcessor(model_file=str(sentencepiece_model))
+        self.sp = load_model(sentencepiece_model)
 
     def _encode(self, text):
         """``(tokens, char ranges, word starts)``: each piece, the characters it came

@@ -43,7 +43,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from span_plugin.formats.lines import open_text
+from span_plugin.formats.lines import bounded_lines, open_text
 from span_plugin.preprocess import progress
 from span_plugin.tokenizers import words as W
 
@@ -109,7 +109,7 @@ def read_header(path):
     a bare word is ``key: True``. What :func:`build_dictionary` wrote: words, n, min_count,
     corpus, corpus_tokens, task_rows_checked, top_k."""
     with open_text(path, "r") as f:
-        line = f.readline().lstrip("\ufeff").rstrip("\r\n")
+        line = next(bounded_lines(f, path), "").lstrip("\ufeff").rstrip("\r\n")
     if not line.startswith(f"# {FORMAT_TAG}"):
         return {}
     out = {}
@@ -163,7 +163,7 @@ def load_ngrams(path=None, top_k=None, min_n=2, max_n=5, words="gpt2"):
     path = str(path) if path is not None else default_ngrams_path(words)
     d = NgramDict(path=path)
     with open_text(path, "r") as f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, line in enumerate(bounded_lines(f, path), 1):
             line = line.rstrip("\r\n")
             if line.startswith("\ufeff") and lineno == 1:
                 line = line[1:]
