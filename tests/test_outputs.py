@@ -139,3 +139,28 @@ def test_locks_are_reentrant_in_a_process_and_cover_every_output(tmp_path):
     with pytest.raises(OutputError, match="is the input --input"):
         with writing({"--output": a}, {"--input": a}):
             pass
+
+
+def test_predict_refuses_an_output_over_its_input_or_checkpoint_and_a_held_output(tmp_path, capsys):
+    from span_plugin.cli import predict as predict_cli
+
+    pairs, checkpoint = tmp_path / "pairs.jsonl", tmp_path / "model.pt"
+    pairs.write_text('{"sentence1": "a", "sentence2": "b", "phrases": []}\n')
+    checkpoint.write_bytes(b"not read: refused before")
+    for output, named in ((pairs, "is the input --input"), (checkpoint, "is the input --checkpoint"),
+                          (tmp_path, "holds the input --checkpoint")):
+        code = predict_cli.main(["--checkpoint", str(checkpoint), "--input", str(pairs),
+                                 "--output", str(output)])
+        assert code == 2 and f"--output {output} {named}" in capsys.readouterr().err
+    assert pairs.read_text().startswith('{"sentence1"') and checkpoint.read_bytes().startswith(b"not")
+    out = tmp_path / "predictions.jsonl"
+    first = _holder(out, "span-predict --output predictions.jsonl")
+    try:
+        code = predict_cli.main(["--checkpoint", str(checkpoint), "--input", str(pairs),
+                                 "--output", str(out)])
+        assert code == 2
+        assert f"{out} is being written by process {first.pid}" in capsys.readouterr().err
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert not out.exists()

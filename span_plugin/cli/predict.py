@@ -51,6 +51,15 @@ def encoder_files(args):
             if getattr(args, field) is not None}
 
 
+def files_read(args):
+    """The files read besides those of the outputs' own options, by flag."""
+    from span_plugin.tokenizers import file_options
+
+    options = file_options()
+    return {"--checkpoint": args.checkpoint, "--data": args.data, "--ngrams": args.ngrams,
+            **{options[field].flags[0]: path for field, path in encoder_files(args).items()}}
+
+
 def check_flags(args, output, outputs, task, checkpoint):
     """Raise ValueError for an option given that ``output`` does not read (one of another
     task's output), naming what it reads."""
@@ -76,25 +85,29 @@ def _quiet_logging():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    from span_plugin.formats.outputs import writing
     from span_plugin.inference.hub import SpanHubInterface, adapter_outputs
+    from span_plugin.inference.outputs import paths_given
     from span_plugin.runtime.checkpoints import DamagedCheckpointError
 
     _quiet_logging()
     outputs = adapter_outputs()
     try:
-        for output in outputs:
-            if output.before_load and not output.before_load(args):
-                return 0  # every prediction written without the model
-        hub = SpanHubInterface.from_pretrained(
-            args.checkpoint, data=args.data, bpe=args.bpe, ngrams=args.ngrams,
-            ngrams_top_k=args.ngrams_top_k, segmentation=args.segmentation, seed=args.seed,
-            **encoder_files(args))
-        task = hub.task.cfg._name
-        if hub.output is None:
-            raise ValueError(f"{args.checkpoint}: span-predict writes no output for task "
-                             f"{task!r}; load it with SpanHubInterface.from_pretrained")
-        check_flags(args, hub.output, outputs, task, args.checkpoint)
-        hub.output.write(hub, args)
+        # No output over an input; one writer of each output (span_plugin.formats.outputs).
+        with writing(*paths_given(args, outputs, files_read(args))):
+            for output in outputs:
+                if output.before_load and not output.before_load(args):
+                    return 0  # every prediction written without the model
+            hub = SpanHubInterface.from_pretrained(
+                args.checkpoint, data=args.data, bpe=args.bpe, ngrams=args.ngrams,
+                ngrams_top_k=args.ngrams_top_k, segmentation=args.segmentation, seed=args.seed,
+                **encoder_files(args))
+            task = hub.task.cfg._name
+            if hub.output is None:
+                raise ValueError(f"{args.checkpoint}: span-predict writes no output for task "
+                                 f"{task!r}; load it with SpanHubInterface.from_pretrained")
+            check_flags(args, hub.output, outputs, task, args.checkpoint)
+            hub.output.write(hub, args)
     except (ValueError, FileNotFoundError, DamagedCheckpointError) as err:
         # Settings that differ from the checkpoint's, a damaged checkpoint, a pair
         # model given single sentences, a flag of another task: one line, no traceback.

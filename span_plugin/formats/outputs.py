@@ -119,7 +119,8 @@ def _take(fd, path, lock, pid, command):
 
 
 def _command():
-    return " ".join(shlex.quote(a) for a in [os.path.basename(sys.argv[0] or "python")] + sys.argv[1:])
+    words = [os.path.basename(sys.argv[0] or "python")] + sys.argv[1:]
+    return " ".join(shlex.quote(word) for word in words)
 
 
 _HELD = {}  # lock file -> [fd, depth]: this process's locks

@@ -191,8 +191,9 @@ by_type}}. --token-decoding (tagging heads) and --overlap nested --span-threshol
 labeling; JSON Lines output only) choose the decoding.""",
     common=("split", "results", "batch_size"),
     flags=(
-        Flag("--conll-out", nargs="+", help="one CoNLL prediction file per --split"),
-        Flag("--spans-out", nargs="+", help="one JSON Lines file per --split: each "
+        Flag("--conll-out", path="writes", nargs="+",
+             help="one CoNLL prediction file per --split"),
+        Flag("--spans-out", path="writes", nargs="+", help="one JSON Lines file per --split: each "
              "item's words, predicted and gold entities (word offsets); the only "
              "output of --overlap nested"),
         Flag("--token-decoding", choices=("argmax", "viterbi"),

@@ -209,7 +209,8 @@ regression writes the value times the folder's label scale (STS-B: 5,
 --regression-scale), clipped to its range; --output: one submission file per --split.""",
     common=("split", "output", "batch_size"),
     flags=(
-        Flag("--glue-dir", help="read the rows from DIR/TASK/SPLIT.tsv (GLUE layout)"),
+        Flag("--glue-dir", path="reads",
+             help="read the rows from DIR/TASK/SPLIT.tsv (GLUE layout)"),
         Flag("--task", help="GLUE task name, with --glue-dir (CoLA, SST-2, MRPC, ...)"),
         Flag("--regression-scale", type=finite,
              help="multiply regression outputs by this (default: the folder's label "

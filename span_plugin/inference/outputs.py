@@ -13,10 +13,11 @@ from span_plugin.formats.flag_values import positive
 
 class Flag:
     """One ``span-predict`` option: its flag and argparse's keywords. It defaults to None,
-    so that an option given is told from one left out."""
+    so that an option given is told from one left out. ``path``: ``"writes"`` or
+    ``"reads"`` for an option naming files (:func:`paths_given`)."""
 
-    def __init__(self, flag, **argparse_kwargs):
-        self.flag, self.kwargs = flag, argparse_kwargs
+    def __init__(self, flag, path=None, **argparse_kwargs):
+        self.flag, self.path, self.kwargs = flag, path, argparse_kwargs
 
     @property
     def dest(self):
@@ -30,10 +31,12 @@ class Flag:
 COMMON = (
     Flag("--split", nargs="+", help="splits of the data folder to predict (valid, test, "
          "MNLI's valid1 and test1, ...); the task's default below"),
-    Flag("--output", nargs="+", help="where the predictions go (the task's format below)"),
-    Flag("--input", help="a file of examples to predict instead of a split (the task's "
-         "format below)"),
-    Flag("--results", help="write the scores against the gold labels here (JSON)"),
+    Flag("--output", path="writes", nargs="+",
+         help="where the predictions go (the task's format below)"),
+    Flag("--input", path="reads", help="a file of examples to predict instead of a split "
+         "(the task's format below)"),
+    Flag("--results", path="writes",
+         help="write the scores against the gold labels here (JSON)"),
     Flag("--batch-size", type=positive, help="examples per forward pass (default 32; QA 16)"),
 )
 
@@ -58,3 +61,15 @@ class Output:
         """The dests of every option it reads, common ones first."""
         return (*self.common, *(f.dest for f in self.flags))
 
+
+
+def paths_given(args, outputs, read=None):
+    """``({flag: paths written}, {flag: paths read})`` among the options given: the
+    :class:`Flag` s of :data:`COMMON` and of every output in ``outputs`` that declare a
+    ``path``, and ``read`` (``{flag: path}``, the command's other files read)."""
+    written, read = {}, dict(read or {})
+    for flag in (*COMMON, *(f for output in outputs for f in output.flags)):
+        value = getattr(args, flag.dest, None)
+        if flag.path and value:
+            (written if flag.path == "writes" else read)[flag.flag] = value
+    return written, read

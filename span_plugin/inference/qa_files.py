@@ -171,7 +171,8 @@ Questions of --input (SQuAD 1.1/2.0 JSON, MRQA JSON Lines) or of the folder's --
 --results EM/F1 when the questions have answers.""",
     common=("input", "split", "output", "results", "batch_size"),
     flags=(
-        Flag("--nbest", help="write the n-best answers of every question here (JSON)"),
+        Flag("--nbest", path="writes",
+             help="write the n-best answers of every question here (JSON)"),
         Flag("--n-best", type=positive, help="answers kept per question (default 20)"),
         Flag("--null-threshold", type=number_or("tune"),
              help="SQuAD 2.0: answer '' when the no-answer score beats the best answer "
