@@ -4,6 +4,7 @@ train, resume, restore with fresh heads, hydra, and safe checkpoint loading."""
 import argparse
 import pathlib
 import re
+import zipfile
 
 import numpy as np
 import pytest
@@ -16,6 +17,27 @@ def test_plugin_imports_and_allows_fairseq_checkpoint_types():
     import span_plugin  # noqa: F401  (applies the compat fixes)
 
     assert argparse.Namespace in torch.serialization.get_safe_globals()
+
+
+@pytest.mark.parametrize("numpy_module", ["numpy.core", "numpy._core"])
+def test_numpy_scalars_load_whichever_numpy_pickled_them(numpy_module, tmp_path):
+    """numpy 1 pickles a scalar's reconstructor as numpy.core.multiarray.scalar, numpy 2
+    as numpy._core.multiarray.scalar: a checkpoint holding one loads under either numpy."""
+    from span_plugin.convert.safe_load import load_checkpoint
+
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"model": {"w": torch.zeros(2)}, "extra_state": {"best": np.float64(0.5)}}, path)
+    with zipfile.ZipFile(path) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    pickled = next(name for name in members if name.endswith("/data.pkl"))
+    written = re.search(rb"numpy\.(_?core)\.multiarray\nscalar", members[pickled])
+    assert written, members[pickled]  # protocol 2 names the global in plain text
+    members[pickled] = members[pickled].replace(
+        written.group(0), f"{numpy_module}.multiarray\nscalar".encode())
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    assert load_checkpoint(path)["extra_state"] == {"best": 0.5}
 
 
 def test_last_batch_is_kept():

@@ -34,10 +34,15 @@ import torch
 # What fairseq checkpoints hold besides tensors and builtin containers:
 # the legacy ``args`` namespace, and numpy scalars that metrics may leave in
 # ``extra_state``. All are plain data; nothing here can run code when unpickled.
+# numpy's scalar reconstructor is allowed under both of its names, numpy 1's
+# numpy.core.multiarray.scalar and numpy 2's numpy._core.multiarray.scalar, so a
+# checkpoint loads whichever numpy wrote it (taken from a scalar's own pickle recipe:
+# numpy 2 deprecates numpy.core).
+_NUMPY_SCALAR = np.float64(0).__reduce__()[0]
 CHECKPOINT_SAFE_GLOBALS = [
     argparse.Namespace,
     np.dtype,
-    np.core.multiarray.scalar,
+    *[(_NUMPY_SCALAR, f"{module}.multiarray.scalar") for module in ("numpy.core", "numpy._core")],
     *{type(np.dtype(t)) for t in ("float64", "float32", "float16", "int64", "int32", "bool")},
 ]
 
