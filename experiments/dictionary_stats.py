@@ -12,13 +12,10 @@ The sizes are prefixes of each dictionary (its most frequent K n-grams), as
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from span_plugin.formats.glue import TASKS, read_split  # noqa: E402
-from span_plugin.preprocess.segmentation.ngrams import NgramDict, load_ngrams, read_header  # noqa: E402
-from span_plugin.preprocess.segmentation.stats import segment_stats, sentence_keys  # noqa: E402
+from span_plugin.formats.glue import TASKS, read_split
+from span_plugin.preprocess.segmentation.ngrams import NgramDict, load_ngrams, read_header
+from span_plugin.preprocess.segmentation.stats import segment_stats, sentence_keys
 
 SIZES = (20_000, 50_000, 100_000, 200_000, 400_000, None)  # None: every entry
 DATASETS = (("CoLA", "train"), ("CoLA", "dev"), ("MRPC", "train"), ("MRPC", "dev"))

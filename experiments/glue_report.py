@@ -15,15 +15,13 @@
 
 import argparse
 import json
-import sys
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import dictionary_lines, write_report  # noqa: E402
+from grid_lib import dictionary_lines, write_report
 
 VARIANT_NAMES = {"plain": "encoder (plain head)", "sf": "+ SF (cnn-cnn, greedy)",
                  "cnn": "+ CNN, no segmentation", "random": "+ SF, random segmentation"}

@@ -47,12 +47,10 @@ import re
 import resource
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import ROOT, append_result, read_results, trained_on  # noqa: E402
+from grid_lib import ROOT, append_result, read_results, trained_on
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (span-convert, recipes/lib.sh default_model)"
 

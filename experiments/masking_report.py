@@ -8,11 +8,9 @@ first ``---`` line) and docs/figures/masking_ablation.png.
 """
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import ROOT, dictionary_lines, read_results, write_report  # noqa: E402
+from grid_lib import ROOT, dictionary_lines, read_results, write_report
 
 ORDER = ["span+sbo", "span", "whole-word", "token"]
 COLORS = {"span+sbo": "tab:red", "span": "tab:orange", "whole-word": "tab:blue", "token": "tab:green"}

@@ -31,8 +31,7 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import (  # noqa: E402
+from grid_lib import (
     ROOT, mean_sd, model_flags, read_results, resolve_device, run_grid, run_recipe, trained_on)
 
 VARIANTS = {

@@ -15,8 +15,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
+from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report
 
 ORDER = ["token", "token-viterbi", "sf", "sf-viterbi", "span"]
 # the token head as first run (argmax) and decoded as well-formed IOB2 (the strongest

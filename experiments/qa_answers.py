@@ -24,9 +24,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from span_plugin.formats.squad import read_qa  # noqa: E402
-from span_plugin.formats.squad_metrics import (  # noqa: E402
+from span_plugin.formats.squad import read_qa
+from span_plugin.formats.squad_metrics import (
     exact_match, f1_score, gold_texts, normalize_answer)
 
 RUN_NAME = re.compile(r"-(boundary|sf|span)-.*-s(\d+)$")

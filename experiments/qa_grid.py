@@ -38,8 +38,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import (  # noqa: E402
+from grid_lib import (
     ROOT, dictionary_lines, mean_sd, model_flags, paired_line, read_results, resolve_device,
     run_grid, run_recipe, trained_on, write_report)
 

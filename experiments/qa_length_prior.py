@@ -30,14 +30,12 @@ import collections
 import json
 import math
 import random
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def load(checkpoint):

@@ -34,11 +34,9 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from glue_grid import hparams, run_glue, train_rows  # noqa: E402
-from grid_lib import ROOT, model_flags, read_results, resolve_device, run_grid  # noqa: E402
+from glue_grid import hparams, run_glue, train_rows
+from grid_lib import ROOT, model_flags, read_results, resolve_device, run_grid
 
-sys.path.insert(0, str(ROOT))
 
 SF = {"HEAD": "span", "SPAN_ENCODER": "cnn-cnn", "SEGMENTATION": "greedy"}
 VARIANTS = {

@@ -21,16 +21,14 @@ The hand-written part of the output file (above its first ``---`` line) is kept.
 
 import argparse
 import statistics
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from glue_report import metric_from_predictions  # noqa: E402
-from grid_lib import ROOT, dictionary_lines, read_results, write_report  # noqa: E402
-from sf_grid import LR_SEED, chosen_lrs  # noqa: E402
+from glue_report import metric_from_predictions
+from grid_lib import ROOT, dictionary_lines, read_results, write_report
+from sf_grid import LR_SEED, chosen_lrs
 
 NAMES = {"plain": "plain head", "sf": "SF (cnn-cnn, greedy, 100k)",
          "random": "SF, random segmentation", "chunker": "SF, chunker segmentation",

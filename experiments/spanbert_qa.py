@@ -62,11 +62,10 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import masking_ablation  # noqa: E402
-import masking_report  # noqa: E402
-import qa_grid  # noqa: E402
-from grid_lib import ROOT, append_result, mean_sd, paired_line, read_results, write_report  # noqa: E402
+import masking_ablation
+import masking_report
+import qa_grid
+from grid_lib import ROOT, append_result, mean_sd, paired_line, read_results, write_report
 
 CONDITIONS = ("token", "span", "span+sbo")
 NONE = "none"  # the converted model fine-tuned without continued pre-training

@@ -58,13 +58,12 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from glue_grid import VARIANTS, hparams, run_glue, train_rows  # noqa: E402
-from grid_lib import (  # noqa: E402
+from glue_grid import VARIANTS, hparams, run_glue, train_rows
+from grid_lib import (
     ROOT, append_result, check_model, model_flags, read_results, resolve_device, run_grid,
     run_recipe, trained_on)
 
-from span_plugin.preprocess.folders.align import ALIGNER_VERSION  # noqa: E402
+from span_plugin.preprocess.folders.align import ALIGNER_VERSION
 
 CONDITIONS = {  # condition -> loss weights of the transfer run (None: no transfer run)
     "none": None,

@@ -23,8 +23,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report  # noqa: E402
+from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report
 
 ORDER = ["none", "transfer", "phrasal", "sentential", "matched"]
 USES_TRANSFER_DATA = ("transfer", "phrasal", "sentential", "matched")  # as transfer_grid.py

@@ -20,8 +20,7 @@ from conftest import BIN, ROOT, USER_DIR, run_cli
 from test_recipes import RECIPES, TINY, recipe_env
 from test_task_data import ROWS, mini_glue
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import finetune_overhead as fo  # noqa: E402
+import finetune_overhead as fo
 
 BENCH = ROOT / "benchmarks" / "finetune_overhead.py"
 TINY_SIZES = " ".join(TINY)

@@ -11,8 +11,7 @@ import pytest
 from conftest import ROOT, minilm_dir, run_cli
 from test_task_data import mini_glue
 
-sys.path.insert(0, str(ROOT / "experiments"))
-import grid_lib  # noqa: E402
+import grid_lib
 
 NGRAMS = {"path": "/x/ngrams.default.bert.txt.gz", "sha256": "0123456789abcdef" * 4,
           "packaged": "ngrams.default.bert.txt.gz", "top_k": None, "words": "bert",

@@ -84,7 +84,6 @@ def test_gpu_head_quick_times_each_formulation():
 
 
 def test_gpu_profile_counts_overlapping_kernels_once():
-    sys.path.insert(0, str(BENCHMARKS))
     from gpu_profile import busy_within, merged
 
     busy = merged([(5, 8), (0, 2), (1, 3), (7, 10), (20, 21)])
@@ -97,7 +96,6 @@ def test_gpu_profile_counts_overlapping_kernels_once():
 def test_gpu_profile_interleaves_variants_and_pairs_them_by_round():
     """Every variant warms up, then the variants take turns round by round; the span /
     plain ratio is plain's median ms over span's within each round."""
-    sys.path.insert(0, str(BENCHMARKS))
     from gpu_profile import paired_ratios, timed_rounds
 
     calls = []
@@ -133,7 +131,6 @@ def test_gpu_profile_interleaves_variants_and_pairs_them_by_round():
 
 def test_gpu_results_keep_earlier_runs_notes(tmp_path):
     """A new GPU table replaces the section's opening, not its subsections."""
-    sys.path.insert(0, str(BENCHMARKS))
     from gpu_throughput import SECTION, write_results
 
     path = tmp_path / "RESULTS.md"

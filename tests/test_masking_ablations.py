@@ -376,7 +376,6 @@ def test_masking_records_carry_their_folder_and_the_report_prints_it(tmp_path):
 
     from conftest import ROOT
 
-    sys.path.insert(0, str(ROOT / "experiments"))
     import grid_lib
 
     data = tmp_path / "data"

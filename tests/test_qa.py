@@ -5,7 +5,6 @@ import json
 import math
 import random
 import re
-import sys
 
 import pytest
 import torch
@@ -484,7 +483,6 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
 def _length_prior_decodes_like_span_predict(checkpoint, qa_folder, tmp_path, predictions, examples):
     """experiments/qa_length_prior.py: its decoding without the prior is span-predict's;
     the prior has one entry per width, counted on the training sample."""
-    sys.path.insert(0, str(ROOT / "experiments"))
     import qa_length_prior
 
     results = tmp_path / "prior.jsonl"

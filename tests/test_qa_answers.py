@@ -3,16 +3,14 @@ scores on real dev questions, and its outcome shares and lengths say what they c
 
 import json
 import random
-import sys
 
 import pytest
 
 from conftest import DATA, ROOT
 
-sys.path.insert(0, str(ROOT / "experiments"))
-import qa_answers  # noqa: E402
-from span_plugin.formats.squad import read_qa, split_squad_articles  # noqa: E402
-from span_plugin.formats.squad_metrics import gold_texts, score_answer, squad_scores  # noqa: E402
+import qa_answers
+from span_plugin.formats.squad import read_qa, split_squad_articles
+from span_plugin.formats.squad_metrics import gold_texts, score_answer, squad_scores
 
 
 def _predictions(examples, seed=0):

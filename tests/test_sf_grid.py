@@ -14,9 +14,8 @@ import pytest
 from conftest import DATA, ROOT, run_cli
 from test_task_data import mini_glue
 
-sys.path.insert(0, str(ROOT / "experiments"))
-import sf_grid  # noqa: E402
-import sf_report  # noqa: E402
+import sf_grid
+import sf_report
 
 
 def test_plan_is_seed_major_and_never_reports_the_selection_seed():

@@ -6,16 +6,14 @@ checkpoint_last.pt, the export drops the SBO head and loads in recipes/qa/squad.
 QA record names its encoder by path and sha256; the report shows missing runs as missing."""
 
 import json
-import sys
 
 import pytest
 
 from conftest import DATA, ROOT
 
-sys.path.insert(0, str(ROOT / "experiments"))
-import masking_ablation  # noqa: E402
-import qa_grid  # noqa: E402
-import spanbert_qa  # noqa: E402
+import masking_ablation
+import qa_grid
+import spanbert_qa
 
 
 def tiny_squad(path):

@@ -12,8 +12,7 @@ import pytest
 from conftest import ROOT, run_cli
 from test_task_data import mini_glue
 
-sys.path.insert(0, str(ROOT / "experiments"))
-import grid_lib  # noqa: E402
+import grid_lib
 
 
 def test_reports_p_is_scipys_paired_t_test():
