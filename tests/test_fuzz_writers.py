@@ -48,6 +48,21 @@ TRACEBACK = "Traceback (most recent call last)"
 OUTCOMES = defaultdict(Counter)  # class -> Counter of outcomes
 
 
+def record(cls, failures, case, ok, good, code, output, changed=False):
+    """Count a case under ``good`` or the kind of problem it shows; keep its story."""
+    if ok:
+        kind = good
+    elif TRACEBACK in output:
+        kind = "problem: traceback"
+    elif code == 0:
+        kind = "problem: exit 0" + (", files lost or changed" if changed else "")
+    else:
+        kind = f"problem: exit {code}" + (", files changed" if changed else ", another message")
+    OUTCOMES[cls][kind] += 1
+    if not ok:
+        failures.append(f"{case}: exit {code}\n{output[-2000:]}")
+
+
 def head(path, n):
     with open(path, encoding="utf-8") as f:
         return "".join(line for _, line in zip(range(n), f))
@@ -234,17 +249,19 @@ def over_an_input(rng, writer, w):
 
 
 def test_outputs_over_inputs(work, capsys):
-    rng = random.Random(SEED)
+    rng, failures = random.Random(SEED), []
     for k, writer in enumerate(WRITERS):
         out, how = over_an_input(rng, writer, work)
         before = snapshot(work)
         console = k % 5 == 0 and not writer.command.startswith("recipes/")
         code, output = run_writer(writer, work, out, console, capsys)
         case = f"{writer.name} with {writer.flag} {out} (console script: {console})"
+        changed = snapshot(work) != before
         ok = (code == 2 and f"{writer.flag} {out} {how} the input " in output
-              and TRACEBACK not in output and snapshot(work) == before)
-        OUTCOMES["output over an input"]["exit 2, named, nothing changed" if ok else "problem"] += 1
-        assert ok, f"{case}: exit {code}\n{output[-2000:]}"
+              and TRACEBACK not in output and not changed)
+        record("output over an input", failures, case, ok, "exit 2, named, nothing changed",
+               code, output, changed)
+    assert not failures, "\n\n".join(failures)
 
 
 def holder(kind, out, command, cwd):
@@ -282,7 +299,7 @@ def built(work):
 
 
 def test_concurrent_writers(work, built, capsys, tmp_path):
-    rng = random.Random(SEED + 1)
+    rng, failures = random.Random(SEED + 1), []
     for k, writer in enumerate(WRITERS):
         out = tmp_path / writer.name.replace(" ", "_") / "out"
         out.parent.mkdir()
@@ -296,21 +313,20 @@ def test_concurrent_writers(work, built, capsys, tmp_path):
             code, output = run_writer(writer, work, out, console, capsys)
             case = f"{writer.name} into {out} held by a {kind} process (console script: {console})"
             named = f"{out} is being written by process {first.pid} ({first_command}"
-            ok = (code == 2 and named in output and TRACEBACK not in output
-                  and snapshot(tmp_path) == before)
-            OUTCOMES["concurrent writers"]["exit 2, holder named, earlier output intact"
-                                           if ok else "problem"] += 1
-            assert ok, f"{case}: exit {code}\n{output[-2000:]}"
+            changed = snapshot(tmp_path) != before
+            ok = code == 2 and named in output and TRACEBACK not in output and not changed
+            record("concurrent writers", failures, case, ok,
+                   "exit 2, holder named, earlier output intact", code, output, changed)
         finally:
             first.send_signal(signal.SIGKILL)
             first.wait()
         if writer.rerun:
-            assert os.path.exists(lock_path(out))  # left by the killed holder
+            left = os.path.exists(lock_path(out))  # the killed holder's lock file
             code, output = run_writer(writer, work, out, False, capsys)
-            OUTCOMES["concurrent writers"]["holder killed: the lock taken over, exit 0"
-                                           if code == 0 else "problem"] += 1
-            assert code == 0, f"{writer.name} after its holder was killed: {output[-2000:]}"
-            assert not os.path.exists(lock_path(out))
+            ok = left and code == 0 and not os.path.exists(lock_path(out))
+            record("concurrent writers", failures, f"{writer.name} after its holder was killed",
+                   ok, "holder killed: the lock taken over, exit 0", code, output)
+    assert not failures, "\n\n".join(failures)
 
 
 def test_two_real_builds_race(work, tmp_path):
@@ -417,7 +433,7 @@ CHANGES = {"label order": change_labels, "dictionary": change_dictionary,
 
 
 def test_resume_onto_changed_data(work, resumable, tmp_path, capsys):
-    rng = random.Random(SEED + 3)
+    rng, failures = random.Random(SEED + 3), []
     cases = [(change, how) for change in CHANGES for how in ("resume", "restore-file")]
     cases += [(rng.choice(sorted(set(CHANGES) - {"nothing"})), "reset flags")]
     for k, (change, how) in enumerate(cases):
@@ -443,8 +459,7 @@ def test_resume_onto_changed_data(work, resumable, tmp_path, capsys):
             saved = load_mapped(save / "checkpoint_last.pt")
             ok = (code == 0 and saved["optimizer_history"][-1]["num_updates"] == max_update
                   and checkpoint_record(saved)["rows"] == {"train": len(rows)})
-            OUTCOMES["resume onto changed data"]["nothing changed: resumed" if key is None
-                                                 else "reset flags: started over"] += 1
+            good = "nothing changed: resumed" if key is None else "reset flags: started over"
         else:
             saved = sorted(save.glob("*.pt"))  # --restore-file: nothing saved in the new run
             ok = (code == 2 and f"{last} was trained on other data than " in err
@@ -452,10 +467,10 @@ def test_resume_onto_changed_data(work, resumable, tmp_path, capsys):
                   and "--reset-optimizer" in err and TRACEBACK not in err
                   and last.read_bytes() == before
                   and (saved == [last] if save == last.parent else not saved))
-            OUTCOMES["resume onto changed data"]["exit 2 before training, both named"] += 1
-        if not ok:
-            OUTCOMES["resume onto changed data"]["problem"] += 1
-        assert ok, f"{label}: exit {code}\n{err[-2000:]}"
+            good = "exit 2 before training, both named"
+        record("resume onto changed data", failures, label, ok, good, code, err,
+               changed=last.read_bytes() != before)
+    assert not failures, "\n\n".join(failures)
 
 
 def test_outcome_table():
@@ -469,4 +484,4 @@ def test_outcome_table():
     if os.environ.get("FUZZ_TABLE"):
         with open(os.environ["FUZZ_TABLE"], "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
-    assert not any(counts["problem"] for counts in OUTCOMES.values())
+    assert not [k for counts in OUTCOMES.values() for k in counts if k.startswith("problem")]
