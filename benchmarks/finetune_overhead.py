@@ -5,11 +5,11 @@ MRPC with the converted all-MiniLM-L6-v2 WordPiece; prepared once, timed apart, 
 the grid shares it between variants and seeds):
 
 recipe
-    ``experiments/glue_grid.py``'s own launch (``run_glue``: the same environment and
-    extra flags, variant ``plain``, ``--cpu``), i.e. ``recipes/glue/MRPC.sh`` ->
+    launched as ``experiments/glue_grid.py`` launches it (the same recipe variables and
+    extra flags, variant ``plain``, ``--cpu``): ``recipes/glue/MRPC.sh`` ->
     ``recipes/glue/common.sh`` -> ``fairseq-train`` (``sentence_prediction``; BERT's
-    classifier over the converted model), then the dev result and dev predictions of
-    ``checkpoint_best.pt``, read back as the grid reads them. Its checkpoints are kept
+    classifier over the converted model), then the dev result of ``checkpoint_best.pt``
+    from its ``results.json``. Its checkpoints are kept
     (the grid deletes them afterwards; the plain loop's stays too). After each run, and
     outside its time, the ``fairseq-validate`` pass the recipe made before it read the
     dev result from its training log is timed on the same checkpoint, for the figure of
@@ -44,6 +44,7 @@ interleaved so that a steady load weighs on both alike.
 
 import argparse
 import json
+import math
 import os
 import re
 import resource
@@ -379,26 +380,37 @@ def log_figures(log):
 REMOVED = "(not run any more: fairseq-validate of checkpoint_best.pt)"
 
 
-def run_recipe_side(args, data, glue_dir, out, hp):
-    """One recipe run as the grid launches it; (wall s, CPU s, phases, dev f1)."""
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from glue_grid import VARIANTS, run_glue
+def recipe_flags(args, updates):
+    """The fairseq-train flags the grid adds to the recipe (``--cpu``)."""
+    return ["--lr", f"{args.lr:g}", "--batch-size", args.batch_size, "--max-epoch", args.epochs,
+            "--max-update", updates, "--total-num-update", updates,
+            "--warmup-updates", int(round(args.warmup * updates)), "--log-interval", "50",
+            "--num-workers", "0", "--cpu"]
 
+
+def run_recipe_side(args, data, glue_dir, out, updates):
+    """One recipe run as the grid launches it; (wall s, CPU s, phases, dev f1)."""
     trace = os.path.join(out + ".trace")
     rc = os.path.join(os.path.dirname(out), "trace.rc")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     with open(rc, "w") as f:
         f.write(TRACE_RC)
-    os.environ.update(BASH_ENV=rc, FINETUNE_TRACE=trace)
-    try:
-        cpu0, start = children_cpu(), time.perf_counter()
-        # The checkpoints stay, as the plain loop's does (the grid deletes them after).
-        record = run_glue(TASK, VARIANTS["plain"], args.seed, hp, args.model_dir, glue_dir, data, out,
-                          args.workers, "cpu", keep_checkpoints=True)
-        wall, cpu = time.perf_counter() - start, children_cpu() - cpu0
-    finally:
-        os.environ.pop("BASH_ENV")
-        os.environ.pop("FINETUNE_TRACE")
+    # The grid's recipe variables (variant plain); the checkpoints stay, as the plain
+    # loop's does (the grid deletes them after).
+    env = dict(os.environ, GLUE_DIR=os.path.abspath(glue_dir),
+               MODEL_DIR=os.path.abspath(args.model_dir), SEED=str(args.seed), DATA_DIR=data,
+               OUT_DIR=out, WORKERS=str(args.workers), TEST_PREDICTIONS="0", HEAD="plain",
+               SEGMENTATION="greedy", BASH_ENV=rc, FINETUNE_TRACE=trace)
+    cpu0, start = children_cpu(), time.perf_counter()
+    with open(os.path.join(out, "recipe.log"), "a", encoding="utf-8") as log:
+        proc = subprocess.run(["bash", os.path.join(ROOT, "recipes", "glue", f"{TASK}.sh"),
+                               *map(str, recipe_flags(args, updates))],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"recipes/glue/{TASK}.sh failed; see {out}/recipe.log")
+    wall, cpu = time.perf_counter() - start, children_cpu() - cpu0
+    with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
+        dev = next(iter(json.load(f)["dev"].values()))
     phases = trace_phases(trace, wall)
     with open(os.path.join(out, "recipe.log"), encoding="utf-8", errors="replace") as f:
         phases.update(log_figures(f.read()))
@@ -411,7 +423,7 @@ def run_recipe_side(args, data, glue_dir, out, hp):
                     "--batch-size", "32", "--log-format", "json", "--cpu"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     phases[REMOVED] = time.perf_counter() - start
-    return wall, cpu, phases, record["value"]
+    return wall, cpu, phases, dev["f1"]
 
 
 def run_plain_side(args, data, out):
@@ -430,18 +442,17 @@ def run_plain_side(args, data, out):
 
 
 def side_by_side(args):
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    from glue_grid import hparams, train_rows
+    from span_plugin.formats.glue import TASKS, read_split
 
     work = tempfile.mkdtemp(prefix="finetune_overhead.", dir=args.work_dir)
     try:
         glue_dir = cut_glue(os.path.join(work, "glue"), args.rows, args.dev_rows) if args.rows else GLUE
         data = os.path.join(work, "data", f"{TASK}-greedy")
         prep = prepare(glue_dir, data, args.model_dir, args.workers)
-        rows = train_rows(glue_dir, TASK)
-        hp = hparams(args.lr, args.batch_size, args.epochs, args.warmup, rows)
+        rows = read_split(TASKS[TASK], os.path.join(glue_dir, TASK, "train.tsv"), "train").rows
+        updates = math.ceil(rows / args.batch_size) * args.epochs
         print(f"{TASK}: {rows} train rows, {args.epochs} epochs of batch {args.batch_size}, "
-              f"{hp['updates']} updates, lr {args.lr:g}, seed {args.seed}, torch threads "
+              f"{updates} updates, lr {args.lr:g}, seed {args.seed}, torch threads "
               f"{os.environ.get('OMP_NUM_THREADS', 'default')}; folder prepared in "
               f"{prep:.1f} s (span-preprocess glue, once, not in the times below); "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
@@ -452,7 +463,7 @@ def side_by_side(args):
                 out = os.path.join(work, "runs", f"{side}{r}")
                 load = os.getloadavg()[0]
                 if side == "recipe":
-                    wall, cpu, phases, f1 = run_recipe_side(args, data, glue_dir, out, hp)
+                    wall, cpu, phases, f1 = run_recipe_side(args, data, glue_dir, out, updates)
                 else:
                     wall, cpu, phases, f1 = run_plain_side(args, data, out)
                 runs[side].append({"wall": wall, "cpu": cpu, "f1": f1, "phases": phases,
@@ -471,7 +482,7 @@ def side_by_side(args):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"rows": rows, "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr,
-            "seed": args.seed, "updates": hp["updates"], "prepare_s": prep, "runs": runs}
+            "seed": args.seed, "updates": updates, "prepare_s": prep, "runs": runs}
 
 
 def summary(result):
