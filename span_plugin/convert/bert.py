@@ -26,7 +26,7 @@ pooler.dense                                       pooler.dense (model level)
 =================================================  ==========================================
 
 The last two have no place in fairseq's RoBERTa encoder: the plugin's models hold them
-(:mod:`span_plugin.models.bert_parts`), so a checkpoint that has them is written for
+(:mod:`span_plugin.models.bert_attach`), so a checkpoint that has them is written for
 the ``roberta_span`` architecture with ``cfg.model.bert_token_types`` /
 ``bert_pooler`` set (``span-convert flags`` prints ``--bert-token-types
 --bert-pooler``). Pairs are then encoded as BERT encodes them: the tokens after the
@@ -84,7 +84,7 @@ from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_word
 logger = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = ("bert",)
-# BERT's parts the plugin's models hold at model level (span_plugin.models.bert_parts).
+# BERT's parts the plugin's models hold at model level (span_plugin.models.bert_attach).
 TOKEN_TYPES = "token_types.weight"
 POOLER = "pooler.dense."
 SEGMENTS = 2  # segments A and B of a pair
