@@ -544,8 +544,27 @@ def test_interrupted_write_leaves_no_model(hf_copy, tmp_path, monkeypatch):
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
         convert_bert(hf_copy, out)
-    assert not (out / "model.pt").exists()
-    assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
+    assert not out.exists()  # the folder this conversion made is gone with it
+
+
+def test_a_failed_overwrite_leaves_the_earlier_conversion_whole(hf_copy, tmp_path, monkeypatch):
+    """--force over an earlier conversion, stopped by a full disk while writing
+    model.pt: every file of the earlier one is still there, unchanged."""
+    import errno
+
+    out = tmp_path / "out"
+    convert_bert(hf_copy, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    edit_vocab(hf_copy, lambda v: v[:-1] + ["wolf"])
+
+    def disk_full(obj, f):
+        f.write(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError, match=rf"No space left on device: '{out}/"):
+        convert_bert(hf_copy, out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 # ------------------------------------------------------------------------------------

@@ -33,17 +33,21 @@ the mutated file (kept under pytest's tmp folder) with its first bytes.
 
 import contextlib
 import csv
+import errno
 import gzip
 import io
 import json
 import logging
+import math
 import os
 import random
 import re
 import shutil
 import subprocess
 import sys
+import time
 import traceback
+import unicodedata
 import zipfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -70,12 +74,14 @@ CASES = []  # (format, mutation, flags, exit status, the output's last line), in
 
 
 def _mains():
+    from span_plugin.cli.convert import main as convert
     from span_plugin.cli.predict import main as predict
     from span_plugin.cli.preprocess import main as preprocess
     from span_plugin.runtime.checkpoints import main as checkpoints
 
     return {"span-preprocess": ([str(BIN / "span-preprocess")], preprocess),
             "span-predict": ([str(BIN / "span-predict")], predict),
+            "span-convert": ([str(BIN / "span-convert")], convert),
             "checkpoints": ([sys.executable, "-m", "span_plugin.runtime.checkpoints"],
                             checkpoints)}
 
@@ -1623,3 +1629,417 @@ def test_resume_sets_aside_a_checkpoint_last_fairseq_cannot_use(trained, tmp_pat
     assert code == 0 and "damaged" in output, output
     assert (save / "checkpoint_last.pt.damaged").exists()
     assert structure_problem(load_checkpoint(save / "checkpoint_last.pt")) is None
+
+
+# ---------------------------------------------------------------------------------
+# Faults, signals, Unicode labels, flags and Hugging Face folders: each case must end
+# with exit 0 or with one line naming the real cause (exit 2; 130 for SIGINT), never a
+# traceback, a silent change, a misleading error or a lost or partial output.
+
+CLASS_ROWS = []  # (class, case, code, verdict): "ok" or what went wrong
+
+
+def record_class(cls, name, code, output, problem):
+    """Count a case of a class (the table of docs/RELIABILITY.md); the failure text, or
+    None. ``problem``: "silent", "misleading", "lost output", ... or None."""
+    if TRACEBACK in output:
+        problem = "traceback"
+    OUTCOMES[cls]["cases"] += 1
+    OUTCOMES[cls][f"exit {code}"] += 1
+    OUTCOMES[cls]["in process"] += 1
+    OUTCOMES[cls][problem or "ok"] += 1
+    if problem:
+        OUTCOMES[cls]["problems"] += 1
+    last = (output.strip().splitlines() or [""])[-1]
+    CASES.append((cls, name, "", code, problem or "", last[:200]))
+    CLASS_ROWS.append((cls, name, code, problem or "ok"))
+    return f"{cls}: {name}: {problem} (exit {code})\n{output[-3000:]}" if problem else None
+
+
+def verdict(code, output, expected_code, cause):
+    """What is wrong with an error exit: None, or "silent" (exit 0 where it must stop),
+    "misleading" (the last line does not name ``cause``, a regex), "exit N"."""
+    if code == 0 and expected_code != 0:
+        return "silent"
+    if code != expected_code:
+        return f"exit {code}"
+    last = (output.strip().splitlines() or [""])[-1]
+    if expected_code and not re.search(cause, last):
+        return "misleading"
+    return None
+
+
+def tree(path):
+    """``{relative path: bytes}`` of a folder (or ``{"": bytes}`` of a file); {} when absent."""
+    path = str(path)
+    if os.path.isfile(path):
+        return {"": open(path, "rb").read()}
+    out = {}
+    for folder, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(folder, name)
+            out[os.path.relpath(full, path)] = open(full, "rb").read()
+    return out
+
+
+LEFTOVER = re.compile(r"(\.tmp$|\.partial-\d+|\.old-\d+)")
+
+
+def leftovers(root):
+    return sorted(os.path.join(f, n) for f, dirs, files in os.walk(root)
+                  for n in dirs + files if LEFTOVER.search(n))
+
+
+# Injected faults: the at-th write (ENOSPC, or SIGINT as KeyboardInterrupt) or the
+# at-th creation of a file or folder (EROFS, EACCES) under a folder fails, as a full
+# disk, a read-only target or a permission would: a failed write names no file.
+FAULTS = {"ENOSPC": (errno.ENOSPC, "write"), "EROFS": (errno.EROFS, "create"),
+          "EACCES": (errno.EACCES, "create"), "SIGINT": (None, "write")}
+
+
+class _FailingFile:
+    """A file whose writes count and fail at the chosen one."""
+
+    def __init__(self, inner, fault):
+        self._inner, self._fault = inner, fault
+
+    def write(self, data):
+        self._fault.tick("write")
+        return self._inner.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self._inner.__exit__(*exc)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class Fault:
+    """Within ``with Fault(root, kind, at)``, the ``at``-th write or creation under
+    ``root`` fails (``kind`` None: nothing fails; ``counts`` are what happened)."""
+
+    def __init__(self, root, kind=None, at=0):
+        self.root, self.kind, self.at = os.path.abspath(root), kind, at
+        self.counts = Counter()
+
+    def tick(self, what):
+        self.counts[what] += 1
+        if self.kind is None or FAULTS[self.kind][1] != what or self.counts[what] != self.at:
+            return
+        if self.kind == "SIGINT":
+            raise KeyboardInterrupt
+        code = FAULTS[self.kind][0]
+        raise OSError(code, os.strerror(code), *(() if what == "write" else (self.path,)))
+
+    def _under(self, path):
+        return isinstance(path, (str, os.PathLike)) and \
+            os.path.abspath(os.fspath(path)).startswith(self.root + os.sep)
+
+    def __enter__(self):
+        import builtins
+
+        real_open, real_mkdir = builtins.open, os.mkdir
+
+        def fault_open(file, mode="r", *args, **kwargs):
+            if self._under(file) and any(m in mode for m in "wax+"):
+                self.path = os.fspath(file)
+                self.tick("create")
+                return _FailingFile(real_open(file, mode, *args, **kwargs), self)
+            return real_open(file, mode, *args, **kwargs)
+
+        def fault_mkdir(path, *args, **kwargs):
+            if self._under(path):
+                self.path = os.fspath(path)
+                self.tick("create")
+            return real_mkdir(path, *args, **kwargs)
+
+        self._patch = pytest.MonkeyPatch()
+        self._patch.setattr(builtins, "open", fault_open)
+        self._patch.setattr(io, "open", fault_open)
+        self._patch.setattr(os, "mkdir", fault_mkdir)
+        return self
+
+    def __exit__(self, *exc):
+        self._patch.undo()
+
+
+def fault_commands(work, trained):
+    """``{name: (argv builder(out), output path in root, main's command)}``: a builder,
+    span-convert and span-predict, each with real inputs."""
+    from test_convert import UNCASED, make_hf_folder
+
+    src = work / "fault_inputs"
+    src.mkdir()
+    for split, rows in (("train", table_rows("MRPC", 0, 12)), ("valid", table_rows("MRPC", 1, 6))):
+        (src / f"{split}.tsv").write_bytes(write_table("tsv", rows))
+    make_hf_folder(src / "hf", UNCASED, head="pretraining")
+    return {
+        "span-preprocess table": ("span-preprocess", lambda out: [
+            "table", "--out", out, "--train", src / "train.tsv", "--valid", src / "valid.tsv",
+            "--text-columns", "sentence1", "sentence2", "--label-column", "label", *ENC]),
+        "span-convert bert": ("span-convert", lambda out: [
+            "bert", "--hf-dir", src / "hf", "--out", out, "--force"]),
+        "span-predict": ("span-predict", lambda out: [
+            "--checkpoint", trained["checkpoint"], "--data", trained["data"], "--split", "valid",
+            "--output", out]),
+    }
+
+
+def run_main(command, argv):
+    """``run`` in this process; a KeyboardInterrupt the command let through (SIGINT
+    injected) is its traceback."""
+    try:
+        return run(command, argv, cli=False)
+    except KeyboardInterrupt:
+        return 1, f"{TRACEBACK}\nKeyboardInterrupt"
+
+
+def test_injected_io_faults_leave_no_partial_output(work, trained):
+    """ENOSPC at a write, EROFS and EACCES at a creation, SIGINT at a write, into a new
+    output or over an earlier one: one line naming the path and the cause (exit 2, 130
+    for SIGINT), the earlier output as it was, nothing half-written left."""
+    rng = random.Random("faults")
+    failures = []
+    for name, (command, argv) in fault_commands(work, trained).items():
+        root = work / "faults" / name.replace(" ", "_")
+        root.mkdir(parents=True)
+        out = root / ("out.tsv" if command == "span-predict" else "out")
+        with Fault(root) as counted:  # a clean run: how many writes and creations
+            code, output = run_main(command, argv(out))
+        assert code == 0, output
+        earlier = tree(out)
+        for kind in FAULTS:
+            over = rng.random() < 0.5  # over the earlier output, or into a new one
+            if not over:
+                shutil.rmtree(out, ignore_errors=True) if out.is_dir() else out.unlink()
+            at = rng.randint(1, counted.counts[FAULTS[kind][1]])
+            with Fault(root, kind, at):
+                code, output = run_main(command, argv(out))
+            cause = "interrupted" if kind == "SIGINT" else \
+                rf"{os.strerror(FAULTS[kind][0])}: '{re.escape(str(root))}"
+            problem = verdict(code, output, 130 if kind == "SIGINT" else 2, cause)
+            if problem is None and tree(out) != (earlier if over else {}):
+                problem = "earlier output changed" if over else "partial output"
+            if problem is None and leftovers(root):
+                problem = f"left behind: {leftovers(root)}"
+            failures.append(record_class("injected I/O faults", f"{name}: {kind} at "
+                                         f"{FAULTS[kind][1]} {at}{', over' if over else ''}",
+                                         code, output, problem))
+            if not over:  # the next case starts from the earlier output again
+                with Fault(root):
+                    assert run_main(command, argv(out))[0] == 0
+    fail_on([f for f in failures if f])
+
+
+def test_sigint_and_sigterm_mid_build_leave_the_earlier_folder(work):
+    """Real signals to the console script while it writes (a build of 2,000 real SST-2
+    rows): exit 130 / 2, one line, no traceback, the earlier folder whole, no partial."""
+    import signal
+
+    root = work / "signals"
+    root.mkdir()
+    lines = (GLUE / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[:2001]
+    (root / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = root / "out"
+    argv = ["table", "--out", out, "--train", root / "train.tsv", "--text-columns", "sentence",
+            "--label-column", "label", *ENC]
+    small = root / "small.tsv"
+    small.write_text("\n".join(lines[:9]) + "\n", encoding="utf-8")
+    code, output = run_main("span-preprocess", [a if a != root / "train.tsv" else small
+                                                for a in argv])
+    assert code == 0, output
+    earlier = tree(out)
+    failures = []
+    for sig, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 2)):
+        proc = subprocess.Popen([str(BIN / "span-preprocess"), *map(str, argv)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while not list(root.glob("out.partial-*")) and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # reading and encoding 2,000 rows takes seconds
+        proc.send_signal(sig)
+        output = proc.communicate(timeout=120)[0]
+        problem = verdict(proc.returncode, output, expected,
+                          "interrupted" if sig == signal.SIGINT else "stopped")
+        if problem is None and tree(out) != earlier:
+            problem = "earlier output changed"
+        if problem is None and leftovers(root):
+            problem = f"left behind: {leftovers(root)}"
+        failures.append(record_class("signals", f"span-preprocess table: {sig.name} mid-build",
+                                     proc.returncode, output, problem))
+    fail_on([f for f in failures if f])
+
+
+# Label variants: each row's label written another way; those that show the same
+# after NFC and stripping white space are one class (counted), those holding a
+# character that shows nothing are refused naming the line.
+LABEL_NAMES = {"0": "caf\u00e9", "1": "th\u00e9"}
+SAME = {"NFD": lambda s: unicodedata.normalize("NFD", s), "trailing space": lambda s: s + " ",
+        "leading no-break space": lambda s: "\u00a0" + s, "NFD and an ideographic space":
+        lambda s: unicodedata.normalize("NFD", s) + "\u3000"}
+HIDDEN = {"zero-width space": "\u200b", "left-to-right mark": "\u200e", "BOM": "\ufeff",
+          "word joiner": "\u2060", "a control": "\x07"}
+
+
+def test_unicode_labels_are_one_class_or_refused(work):
+    rng = random.Random("unicode labels")
+    root = work / "labels"
+    root.mkdir()
+    rows = table_rows("MRPC", 0, 16)
+    failures = []
+    for i, kind in enumerate(schedule(rng, list(SAME) + list(HIDDEN), 14)):
+        written = [LABEL_NAMES[y] for y, _, _ in rows]
+        changed = rng.sample(range(len(rows)), 3)
+        for k in changed:
+            written[k] = (SAME[kind](written[k]) if kind in SAME else
+                          written[k][:2] + HIDDEN[kind] + written[k][2:])
+        path = root / f"train{i}.tsv"
+        path.write_bytes("".join(f"{y}\t{a}\t{b}\n" for y, a, b in [
+            TABLE_COLUMNS, *[(w, a, b) for w, (_, a, b) in zip(written, rows)]]).encode())
+        out = root / f"out{i}"
+        code, output = run_main("span-preprocess", [
+            "table", "--out", out, "--train", path, "--text-columns", "sentence1", "sentence2",
+            "--label-column", "label", *ENC])
+        if kind in HIDDEN:
+            line = min(changed) + 2
+            problem = verdict(code, output, 2, rf"{re.escape(str(path))}:{line}: label .* holds "
+                              rf"U\+{ord(HIDDEN[kind]):04X}")
+            if problem is None and out.exists():
+                problem = "partial output"
+        else:
+            problem = verdict(code, output, 0, "")
+            if problem is None:
+                record = read_record(out)
+                items = (out / "raw" / "train.label").read_text(encoding="utf-8").split("\n")[:-1]
+                merged = sum(m["rows"] for m in record["labels"].get("merged_variants", []))
+                if sorted(record["labels"]["names"]) != sorted(set(LABEL_NAMES.values())) or \
+                        items != [LABEL_NAMES[y] for y, _, _ in rows]:
+                    problem = "silent: labels split or changed"
+                elif merged != len(changed):
+                    problem = f"silent: {merged} merged labels counted, {len(changed)} written"
+        failures.append(record_class("Unicode labels", f"{kind} x3", code, output, problem))
+    fail_on([f for f in failures if f])
+
+
+# Flags: (command, argv before the flag, flag, the values it takes)
+FLAG_RANGES = [
+    ("span-preprocess", ["table", "--out", "o", "--train", "t", "--text-columns", "s",
+                         "--label-column", "l"], "--ngrams-top-k", "count"),
+    ("span-preprocess", ["table", "--out", "o", "--train", "t", "--text-columns", "s",
+                         "--label-column", "l"], "--workers", "positive"),
+    ("span-preprocess", ["table", "--out", "o", "--train", "t", "--text-columns", "s",
+                         "--label-column", "l"], "--delimiter", "character"),
+    ("span-preprocess", ["qa", "--out", "o", "--train", "t"], "--doc-stride", "stride"),
+    ("span-preprocess", ["qa", "--out", "o", "--train", "t"], "--max-positions", "positions"),
+    ("span-preprocess", ["conll", "--out", "o", "--train", "t"], "--max-tokens", "positive"),
+    ("span-predict", ["--checkpoint", "c.pt", "--input", "i"], "--batch-size", "positive"),
+    ("span-predict", ["--checkpoint", "c.pt", "--input", "i"], "--n-best", "positive"),
+    ("span-predict", ["--checkpoint", "c.pt", "--input", "i"], "--null-threshold", "threshold"),
+    ("span-predict", ["--checkpoint", "c.pt", "--input", "i"], "--ngrams-top-k", "count"),
+]
+FLAG_VALUES = ["-1", "0", "1", "3", "130", "500", "-0.5", "2.5", "nan", "inf", "abc", "",
+               "ab", ",", "\\t", "tune", "1e3", str(2 ** 70)]
+
+
+def flag_takes(kind, value):
+    """Whether a flag of ``kind`` must take ``value`` (qa: with the other at its default)."""
+    def whole(v):
+        try:
+            return int(v)
+        except ValueError:
+            return None
+
+    n = whole(value)
+    if kind == "count":
+        return n is not None and n >= 0
+    if kind == "positive":
+        return n is not None and n >= 1
+    if kind == "character":
+        return len(value) == 1 or value == "\\t"
+    if kind == "stride":  # --max-positions 384
+        return n is not None and 1 <= n <= 378
+    if kind == "positions":  # --doc-stride 128
+        return n is not None and n >= 134
+    if kind == "threshold":
+        return value == "tune" or (value not in ("", "abc", "ab", ",", "\\t") and
+                                   math.isfinite(float(value)))
+    raise ValueError(kind)
+
+
+def test_flag_values_are_taken_or_refused_at_parse_time():
+    rng = random.Random("flags")
+    failures = []
+    from span_plugin.cli.predict import build_parser as predict_parser
+    from span_plugin.cli.preprocess import build_parser as preprocess_parser
+
+    parsers = {"span-preprocess": preprocess_parser, "span-predict": predict_parser}
+    for command, argv, flag, kind in FLAG_RANGES:
+        for value in rng.sample(FLAG_VALUES, 6):
+            output = ""
+            if flag_takes(kind, value):  # it parses (nothing is run)
+                try:
+                    parsers[command]().parse_args([*argv, f"{flag}={value}"])
+                    code, problem = 0, None
+                except SystemExit as stop:
+                    code, problem = stop.code, "refused a value in range"
+            else:
+                code, output = run_main(command, [*argv, f"{flag}={value}"])
+                problem = verdict(code, output, 2, rf"argument {flag}: ")
+                if problem == "silent" or code not in (0, 2):
+                    problem = problem or f"exit {code}"
+            failures.append(record_class("flags", f"{command} {flag}={value!r}", code, output,
+                                         problem))
+    fail_on([f for f in failures if f])
+
+
+# Hugging Face folders: a real tiny BERT (transformers) with one file changed
+HF_MUTATIONS = {
+    "tokenizer.json of a BPE model": ("tokenizer.json", lambda f: json.dumps(
+        {"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}), r"tokenizer\.json: a BPE"),
+    "tokenizer.json of a Unigram model": ("tokenizer.json", lambda f: json.dumps(
+        {"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}), r"tokenizer\.json: a Unigram"),
+    "unknown token not in vocab.txt": ("tokenizer.json", lambda f: json.dumps(
+        {"model": {"type": "WordPiece", "unk_token": "<unk>"}}), r"unknown token '<unk>'"),
+    "tokenizer.json not JSON": ("tokenizer.json", lambda f: "{\"model\": ",
+                                r"tokenizer\.json: not a valid tokenizer\.json"),
+    "vocab.txt empty": ("vocab.txt", lambda f: "", r"vocab\.txt has 0 tokens"),
+    "vocab.txt a token twice": ("vocab.txt", lambda f: f.replace("cat\n", "dog\n"),
+                                r"vocab\.txt: token 'dog' appears twice"),
+    "config.json cut": ("config.json", lambda f: f[:len(f) // 2],
+                        r"config\.json: not valid JSON"),
+    "config.json a list": ("config.json", lambda f: "[]", r"config\.json: expected a JSON object"),
+    "weights cut": ("model.safetensors", None, r"model\.safetensors"),
+    "weights empty": ("model.safetensors", b"", r"model\.safetensors"),
+}
+
+
+def test_hugging_face_folders_are_checked_before_writing(work):
+    from test_convert import UNCASED, make_hf_folder
+
+    root = work / "hf_folders"
+    good = root / "good"
+    make_hf_folder(good, UNCASED, head="pretraining")
+    failures = []
+    for i, (name, (file, change, cause)) in enumerate(sorted(HF_MUTATIONS.items())):
+        hf = root / f"hf{i}"
+        shutil.copytree(good, hf)
+        path = hf / file
+        if change is None:
+            path.write_bytes(path.read_bytes()[:path.stat().st_size // 3])
+        elif isinstance(change, bytes):
+            path.write_bytes(change)
+        else:
+            text = path.read_text(encoding="utf-8") if path.exists() else ""
+            path.write_text(change(text), encoding="utf-8")
+        out = root / f"out{i}"
+        code, output = run_main("span-convert", ["bert", "--hf-dir", hf, "--out", out])
+        problem = verdict(code, output, 2, cause)
+        if problem is None and out.exists():
+            problem = "partial output"
+        failures.append(record_class("Hugging Face folders", name, code, output, problem))
+    fail_on([f for f in failures if f])

@@ -111,17 +111,19 @@ def main(argv=None):
     from span_plugin.convert.safe_load import CheckpointFileError
     from span_plugin.formats.lines import BadInputError
     from span_plugin.formats.outputs import writing
+    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
 
     try:
         # The output folder is never the Hugging Face folder read, and has one writer.
-        with writing({"--out": getattr(args, "out", None)}, {"--hf-dir": getattr(args, "hf_dir", None)}):
+        with stop_on_sigterm(), writing({"--out": getattr(args, "out", None)},
+                                        {"--hf-dir": getattr(args, "hf_dir", None)}):
             {"bert": _bert, "roberta": _roberta, "flags": _flags, "hydra-overrides": _hydra}[args.cmd](args)
-    except (ConversionError, CheckpointFileError, FileNotFoundError, BadInputError) as err:
+    except (ConversionError, CheckpointFileError, OSError, BadInputError, KeyboardInterrupt,
+            Stopped) as err:
         # Bad input (a file that is not a checkpoint, is damaged or holds an object
-        # outside the allow-list; a folder of another model): one line, exit 2 as the
-        # other commands.
-        print(f"span-convert {args.cmd}: error: {err}", file=sys.stderr)
-        return 2
+        # outside the allow-list; a folder of another model), a full disk, SIGINT or
+        # SIGTERM: one line, exit 2 (130 for SIGINT) as the other commands.
+        return report(f"span-convert {args.cmd}", err)
     return 0
 
 

@@ -86,6 +86,7 @@ def _quiet_logging():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     from span_plugin.formats.outputs import writing
+    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
     from span_plugin.inference.hub import SpanHubInterface, adapter_outputs
     from span_plugin.inference.outputs import paths_given
     from span_plugin.runtime.checkpoints import DamagedCheckpointError
@@ -94,7 +95,7 @@ def main(argv=None):
     outputs = adapter_outputs()
     try:
         # No output over an input; one writer of each output (span_plugin.formats.outputs).
-        with writing(*paths_given(args, outputs, files_read(args))):
+        with stop_on_sigterm(), writing(*paths_given(args, outputs, files_read(args))):
             for output in outputs:
                 if output.before_load and not output.before_load(args):
                     return 0  # every prediction written without the model
@@ -108,11 +109,11 @@ def main(argv=None):
                                  f"{task!r}; load it with SpanHubInterface.from_pretrained")
             check_flags(args, hub.output, outputs, task, args.checkpoint)
             hub.output.write(hub, args)
-    except (ValueError, FileNotFoundError, DamagedCheckpointError) as err:
+    except (ValueError, OSError, DamagedCheckpointError, KeyboardInterrupt, Stopped) as err:
         # Settings that differ from the checkpoint's, a damaged checkpoint, a pair
-        # model given single sentences, a flag of another task: one line, no traceback.
-        print(f"span-predict: error: {err}", file=sys.stderr)
-        return 2
+        # model given single sentences, a flag of another task, a missing file, a full
+        # disk, SIGINT, SIGTERM: one line, no traceback (outputs are written atomically).
+        return report("span-predict", err)
     return 0
 
 

@@ -578,6 +578,7 @@ def main(argv=None):
                 f"the windows share)")
     from span_plugin.formats.lines import BadInputError
     from span_plugin.formats.outputs import writing
+    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
     from span_plugin.preprocess.segmentation.ngrams import NgramFormatError
 
     level = os.environ.get("LOGLEVEL", "WARNING").upper()
@@ -588,13 +589,14 @@ def main(argv=None):
 
     try:
         outputs, inputs = _outputs_and_inputs(args)
-        with writing(outputs, inputs, command=_command()):
+        with stop_on_sigterm(), writing(outputs, inputs, command=_command()):
             return args.func(args) or 0
-    except (BadInputError, NgramFormatError, OSError, ValueError) as err:
+    except (BadInputError, NgramFormatError, OSError, ValueError, KeyboardInterrupt,
+            Stopped) as err:
         # ValueError covers provenance.ProvenanceError (a file that differs from its record);
-        # OSError a path that is a folder, unreadable or not writable: bad input, exit 2.
-        print(f"span-preprocess {args.cmd}: error: {err}", file=sys.stderr)
-        return 2
+        # OSError a path that is a folder, unreadable or not writable, a full disk; SIGINT
+        # and SIGTERM: one line, exit 2 (130 for SIGINT).
+        return report(f"span-preprocess {args.cmd}", err)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,16 @@ Every check runs before this module is called; each file is written atomically, 
 """
 
 import logging
+import os
+import shutil
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 
 from span_plugin.convert.hf_source import ConversionError
-from span_plugin.formats.files import atomic_copy, atomic_write
+from span_plugin.formats.files import atomic_copy, atomic_write, commit
+from span_plugin.formats.stops import named
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +83,38 @@ def write_model_folder(out_dir, dict_tokens: Sequence[str],
     file of an earlier conversion); each ``name -> bytes`` of ``written``; ``model.pt``
     last, ``checkpoint(out_dir)`` saved with torch.save."""
     out_dir = Path(out_dir)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_dict_txt(dict_tokens, out_dir / "dict.txt")
-    for src, dst in copies:
-        if src is not None and src.is_file():
-            atomic_copy(src, out_dir / dst)
-        elif (out_dir / dst).exists():  # left by an earlier conversion (overwrite)
-            (out_dir / dst).unlink()
-    for name, data in written.items():
-        atomic_write(out_dir / name, lambda f, data=data: f.write(data))
-    atomic_write(out_dir / "model.pt", lambda f: torch.save(checkpoint(out_dir), f))
+    # Every file is written into a folder of its own inside out_dir first, then moved
+    # into place (model.pt last): a fault or a signal on the way leaves out_dir as it
+    # was (an earlier conversion whole), or no folder at all when this call made it.
+    stage = out_dir / f".partial-{os.getpid()}"
+    try:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir()
+        write_dict_txt(dict_tokens, stage / "dict.txt")
+        gone = []
+        for src, dst in copies:
+            if src is not None and src.is_file():
+                atomic_copy(src, stage / dst)
+            else:  # left by an earlier conversion (overwrite) is removed
+                gone.append(dst)
+        for name, data in written.items():
+            atomic_write(stage / name, lambda f, data=data: f.write(data))
+        atomic_write(stage / "model.pt", lambda f: torch.save(checkpoint(out_dir), f))
+        if (out_dir / "model.pt").exists():  # the old folder is incomplete from here on
+            os.remove(out_dir / "model.pt")
+        for name in gone:
+            if (out_dir / name).exists():
+                (out_dir / name).unlink()
+        for path in sorted(stage.iterdir(), key=lambda p: p.name == "model.pt"):
+            commit(path, out_dir / path.name)
+    except BaseException as err:
+        shutil.rmtree(stage, ignore_errors=True)
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        if named(err, out_dir) is not err:
+            raise named(err, out_dir) from err
+        raise
+    stage.rmdir()
     logger.info("wrote %s", out_dir / "model.pt")

@@ -9,8 +9,12 @@ leaves behind (``span_plugin.runtime.checkpoints.prepare_resume`` removes them).
 system: it takes the place of the old one, which is moved aside and removed.
 """
 
+import contextlib
+import io
 import os
 import shutil
+
+from span_plugin.formats.stops import named
 
 TMP_SUFFIX = ".tmp"
 
@@ -34,21 +38,61 @@ def commit(tmp, path):
     _fsync_dir(os.path.dirname(path))
 
 
-def atomic_write(path, write):
-    """Call ``write(f)`` on ``path + ".tmp"`` (a binary file), flush it to disk, then
-    :func:`commit`. An exception in ``write`` removes the temporary file."""
+class _Writes:
+    """A binary file that remembers the first of its writes that failed: a writer that
+    catches it and fails otherwise (torch.save's zip writer then reports a RuntimeError,
+    "unexpected pos") is reported with the write's own error (a full disk, SIGINT)."""
+
+    def __init__(self, f):
+        self._f, self.failed = f, None
+
+    def write(self, data):
+        try:
+            return self._f.write(data)
+        except BaseException as err:
+            self.failed = self.failed or err
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+@contextlib.contextmanager
+def atomic_file(path, text=False):
+    """``with atomic_file(path) as f``: ``f`` writes ``path + ".tmp"`` (binary, or UTF-8
+    text with ``\\n`` line ends when ``text``), flushed to disk and committed over
+    ``path`` (:func:`commit`) when the block ends. An exception (a full disk, SIGINT)
+    removes the temporary file and leaves ``path`` as it was; a failed write is raised
+    as itself, naming ``path`` when it names no file."""
     path = os.fspath(path)
     tmp = path + TMP_SUFFIX
     try:
         with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
+            writes = _Writes(f)
+            out = io.TextIOWrapper(writes, encoding="utf-8", newline="\n") if text else writes
+            try:
+                yield out
+                out.flush()
+            except BaseException as err:
+                if writes.failed is not None and err is not writes.failed:
+                    raise writes.failed from None
+                raise
             os.fsync(f.fileno())
-    except BaseException:
+            if text:
+                out.detach()
+    except BaseException as err:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if named(err, path) is not err:
+            raise named(err, path) from err
         raise
     commit(tmp, path)
+
+
+def atomic_write(path, write):
+    """Call ``write(f)`` on a binary :func:`atomic_file`."""
+    with atomic_file(path) as f:
+        write(f)
 
 
 def atomic_copy(src, dst):

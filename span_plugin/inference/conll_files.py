@@ -29,6 +29,7 @@ import os
 
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import DOCSTART
+from span_plugin.formats.files import atomic_file
 from span_plugin.formats.flag_values import at_least_zero
 from span_plugin.formats.lines import read_lines
 from span_plugin.inference.outputs import Flag, Output
@@ -83,7 +84,7 @@ def write_conll(source_path, out_path, source, tags):
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     lines = read_lines(source_path, 0, os.path.getsize(source_path))
     left_out = False  # inside (or just after) a sentence the folder does not hold
-    with open(out_path, "w", encoding="utf-8") as f:
+    with atomic_file(out_path, text=True) as f:
         for number, line in enumerate(lines, start=1):
             fields = line.split()
             if number in by_line:
@@ -107,7 +108,7 @@ def write_spans(path, words, source, predicted, gold):
                 for a, b, t in sorted(ents)]
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_file(path, text=True) as f:
         for k, (ws, (first, _), pred, g) in enumerate(zip(words, source, predicted, gold)):
             f.write(json.dumps({"item": k, "line": first, "words": ws, "entities": spans(pred, ws),
                                 "gold": spans(g, ws)}, ensure_ascii=False) + "\n")
@@ -160,7 +161,7 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
             written = write_spans(spans_outs[n], words, source, entities, gold_entities)
             print(f"{spans_outs[n]}: {written} items with their entities (JSON Lines)")
     if results:
-        with open(results, "w", encoding="utf-8") as f:
+        with atomic_file(results, text=True) as f:
             json.dump({"checkpoint": os.path.abspath(checkpoint), "metric_mode": mode,
                        "decoding": settings, "dev": found}, f, indent=1)
 

@@ -10,6 +10,7 @@ from a GLUE TSV ``DIR/TASK/{split}.tsv`` read with the column rules of
 import os
 import sys
 
+from span_plugin.formats.files import atomic_file
 from span_plugin.formats.flag_values import finite
 from span_plugin.inference.outputs import Flag, Output
 
@@ -73,7 +74,7 @@ def regression_output(record, task=None, regression_scale=None):
 
 def write_predictions(output, predictions, scale=1.0, clip=None):
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as h:
+    with atomic_file(output, text=True) as h:
         h.write("\n".join(format_predictions(predictions, scale, clip)) + "\n")
     print(f"{output}: {len(predictions)} predictions", file=sys.stderr)
 

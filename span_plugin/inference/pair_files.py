@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from span_plugin.formats.files import atomic_file
 from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.table import _BadRow, _jsonl_rows
 from span_plugin.inference.outputs import Output
@@ -24,7 +25,7 @@ def write_pair_predictions(hub, input_path, output_path, text_columns=("sentence
     A bad row is an error ``FILE:LINE: why``."""
     rows = list(_jsonl_rows(input_path, read_file_lines(input_path, "error")))[:-1]  # last: keys
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-    with open(output_path, "w", encoding="utf-8") as out:
+    with atomic_file(output_path, text=True) as out:
         for lineno, row in rows:
             try:
                 if isinstance(row, _BadRow):

@@ -35,6 +35,7 @@ import sys
 from span_plugin.formats.files import commit_folder
 from span_plugin.formats.outputs import locked
 from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.stops import named
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
 from span_plugin.preprocess.binary.labels import binarize_labels, write_label_dict
@@ -107,8 +108,10 @@ def _replacing(out_dir):
     try:
         yield tmp
         commit_folder(tmp, out_dir)
-    except BaseException:
+    except BaseException as err:  # SIGINT, SIGTERM (formats/stops.py), a full disk
         shutil.rmtree(tmp, ignore_errors=True)
+        if named(err, out_dir) is not err:  # a failed write names no file
+            raise named(err, out_dir) from err
         raise
 
 
