@@ -74,7 +74,7 @@ def selection(runs):
     lrs = sorted({r["hparams"]["lr"] for r in runs})
     if len(lrs) < 2:
         return []
-    lines = ["Learning-rate choice (plain head only, the protocol in the README): dev metric "
+    lines = ["Learning-rate choice (plain head only, the protocol in experiments/README.md): dev metric "
              "per learning rate.", "", "| task | seed | " + " | ".join(f"lr {x:g}" for x in lrs)
              + " |", "|---|---|" + "---|" * len(lrs)]
     cells = defaultdict(dict)

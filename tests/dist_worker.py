@@ -5,7 +5,7 @@ Usage: torchrun --nproc_per_node N dist_worker.py OUT_PREFIX <fairseq-train argu
 
 On CPU, fairseq cannot infer its torchrun settings (it divides the rank by the CUDA
 device count before any plugin code runs), so the rank comes in as explicit flags,
-as a CPU user would pass them (README, "Multi-process training").
+as a CPU user would pass them (docs/GPU.md, "Several processes").
 """
 
 import os

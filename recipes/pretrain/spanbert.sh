@@ -160,4 +160,4 @@ keep = {k: float(v) for k, v in stats.items()
 json.dump({"checkpoint": best, "valid": keep}, open(out, "w"), indent=2)
 print(f"{out}: {keep}")
 PY
-echo "checkpoint: $best (fine-tune it: ROBERTA_PATH=$best recipes/glue/<TASK>.sh, README)"
+echo "checkpoint: $best (fine-tune it: ROBERTA_PATH=$best recipes/glue/<TASK>.sh, docs/PRETRAIN.md)"
