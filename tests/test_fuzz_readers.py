@@ -1682,6 +1682,15 @@ def tree(path):
     return out
 
 
+def restore(path, files):
+    """Write back what :func:`tree` read."""
+    for rel, data in files.items():
+        target = os.path.join(path, rel) if rel else str(path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(data)
+
+
 LEFTOVER = re.compile(r"(\.tmp$|\.partial-\d+|\.old-\d+)")
 
 
@@ -1829,8 +1838,7 @@ def test_injected_io_faults_leave_no_partial_output(work, trained):
                                          f"{FAULTS[kind][1]} {at}{', over' if over else ''}",
                                          code, output, problem))
             if not over:  # the next case starts from the earlier output again
-                with Fault(root):
-                    assert run_main(command, argv(out))[0] == 0
+                restore(out, earlier)
     fail_on([f for f in failures if f])
 
 
