@@ -164,3 +164,24 @@ def test_predict_refuses_an_output_over_its_input_or_checkpoint_and_a_held_outpu
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert not out.exists()
+
+
+def test_resume_and_strip_take_their_outputs_as_every_writer(tmp_path, capsys):
+    from span_plugin.runtime import checkpoints, transfer
+
+    save = tmp_path / "checkpoints"
+    save.mkdir()
+    (save / "checkpoint_last.pt.tmp").write_bytes(b"a save a live run is writing")
+    first = _holder(save, "fairseq-train data --save-dir checkpoints")
+    try:  # resume would set aside and remove files under the run that writes them
+        assert checkpoints.main(["resume", str(save)]) == 2
+        assert f"is being written by process {first.pid} (fairseq-train" in capsys.readouterr().err
+        assert (save / "checkpoint_last.pt.tmp").exists()
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    ckpt = tmp_path / "model.pt"
+    ckpt.write_bytes(b"refused before it is read")
+    assert transfer.main(["strip", str(ckpt), str(ckpt)]) == 2
+    assert f"out {ckpt} is the input checkpoint {ckpt}" in capsys.readouterr().err
+    assert ckpt.read_bytes() == b"refused before it is read"

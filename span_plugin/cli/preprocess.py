@@ -290,8 +290,8 @@ def _command():
 # The flags whose files the subcommands read, and those they write: an output is never
 # one of the inputs, and has one writer at a time (span_plugin.formats.outputs).
 INPUT_FLAGS = ("train", "valid", "test", "input", "text", "wikitext", "from_dictionary",
-               "task_rows", "exclude_sentences_of", "srcdict", "ngrams")
-OUTPUT_FLAGS = ("out", "out_first", "out_rest", "holdout_out", "bpe_text")
+               "task_rows", "exclude_sentences_of", "srcdict", "ngrams", "folder")
+OUTPUT_FLAGS = ("out", "out_first", "out_rest", "holdout_out", "bpe_text", "plot")
 
 
 def _flag_paths(args, names):

@@ -201,10 +201,13 @@ def main(argv=None):
             print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
             return 2
         return 0
+    from span_plugin.formats.outputs import OutputBusyError, locked
+
     try:
-        prepare_resume(args.save_dir, log=lambda m: print(f"span_plugin.runtime.checkpoints: {m}",
-                                                       file=sys.stderr))
-    except (OSError, CheckpointFileError) as err:
+        with locked(args.save_dir):  # not under a run that is writing it
+            prepare_resume(args.save_dir, log=lambda m: print(
+                f"span_plugin.runtime.checkpoints: {m}", file=sys.stderr))
+    except (OSError, CheckpointFileError, OutputBusyError) as err:
         print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
         return 2
     return 0

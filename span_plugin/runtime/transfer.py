@@ -80,8 +80,11 @@ def main(argv=None):
     q.add_argument("out", help="the file to write, or with --model-dir the folder")
     q.add_argument("--model-dir", help="the span-convert folder the run started from")
     args = p.parse_args(argv)
+    from span_plugin.formats.outputs import writing
+
     try:
-        target, heads = write_stripped(args.checkpoint, args.out, args.model_dir)
+        with writing({"out": args.out}, {"checkpoint": args.checkpoint, "--model-dir": args.model_dir}):
+            target, heads = write_stripped(args.checkpoint, args.out, args.model_dir)
     except (OSError, ValueError) as err:
         print(f"span_plugin.runtime.transfer: {err}", file=sys.stderr)
         return 2
