@@ -114,3 +114,11 @@ def test_max_positions_too_small_for_every_question_is_an_error(tmp_path, capsys
     assert not out.exists()
     assert preprocess(["check", str(out)]) == 1
     assert f"{out}: no such folder" in capsys.readouterr().err
+
+
+def test_a_missing_srcdict_is_a_users_mistake(tmp_path, capsys):
+    rows = tmp_path / "rows.tsv"
+    rows.write_text("sentence\tlabel\nA man.\t1\n")
+    assert preprocess([*TABLE[:2], str(rows), *TABLE[3:], "--out", str(tmp_path / "o")]) == 2
+    assert "span-preprocess table: error: --srcdict (fairseq dict.txt) is required" in \
+        capsys.readouterr().err

@@ -103,7 +103,7 @@ def _spec(args, need_dict=True):
                              f"by --segmentation {' or '.join(kinds)} (got --segmentation "
                              f"{args.segmentation})")
     if need_dict and not args.srcdict:
-        raise SystemExit(f"span-preprocess {args.cmd}: --srcdict (fairseq dict.txt) is required")
+        raise ValueError("--srcdict (fairseq dict.txt) is required")  # a user's mistake: exit 2
     spec = EncoderSpec(bpe=args.bpe, ngrams=args.ngrams, ngrams_top_k=args.ngrams_top_k,
                        segmentation=args.segmentation, seed=args.seed, **given)
     from span_plugin.preprocess.binary.binarize import _get_encoder
