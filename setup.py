@@ -8,12 +8,14 @@ setup(
     package_data={"span_plugin": ["resources/*"]},
     python_requires=">=3.9",
     install_requires=[
-        # fairseq 0.12.2 does not import on Python 3.11; this fork ships a cp311
-        # wheel. Its metadata asks for torchaudio (unused here, and no release
-        # exists for torch 2.13): the README installs it with --no-deps.
-        "ve-fairseq==0.12.3",
+        # fairseq 0.12.2 does not import on Python 3.11. ve-fairseq ships cp311 and
+        # cp312 wheels; fairseq-fixed is the same code base as an sdist (install.sh
+        # builds it where no ve-fairseq wheel fits). Both ask for torchaudio (unused
+        # here, and no release exists for torch 2.13): install.sh uses --no-deps.
+        "ve-fairseq==0.12.3; python_version == '3.11' or python_version == '3.12'",
+        "fairseq-fixed==0.12.3.1; python_version != '3.11' and python_version != '3.12'",
         "torch>=2.0",
-        "numpy<2.0",
+        "numpy",
         "hydra-core>=1.3.2,<1.4",
         "omegaconf>=2.3,<2.4",
         "bitarray",
