@@ -10,6 +10,7 @@ import importlib.util
 import logging
 import os
 import sys
+import types
 
 import numpy as np
 import torch
@@ -314,8 +315,17 @@ def bf16_off_tpu(cfg):
     return True
 
 
+def numpy_compat_long():
+    """fairseq 0.12 reads ``np.compat.long`` where it cuts blocks at sentence ends
+    (TokenBlockDataset, ``--sample-break-mode eos``) and in LanguagePairDataset; numpy 2
+    removed ``numpy.compat``. Give back that one name, with numpy 1's value (``int``)."""
+    if not hasattr(np, "compat"):
+        np.compat = types.SimpleNamespace(long=int)
+
+
 def apply():
     quiet_stack_notices()
+    numpy_compat_long()
     allow_fairseq_checkpoints()
     atomic_checkpoints()
     explain_missing_best_metric()
