@@ -16,7 +16,10 @@ n-gram spans from the packaged dictionary), for:
 - ``+amp`` (e.g. ``span+compile+amp``): ``--amp`` (fp32 weights, autocast, no fp16
   weight copies) with ``--optimizer torch_adamw`` (every tensor in one fused step, one
   norm call) instead of fp16 and fairseq's per-tensor ``adam``; ``+fused``: fp16 with
-  ``torch_adamw``.
+  ``torch_adamw``;
+- ``+fairseq`` (e.g. ``span+compile+amp+fairseq``): with fairseq's own update
+  (``SPAN_PLUGIN_FAIRSEQ_UPDATE=1``) instead of the plugin's one-read update
+  (``span_plugin/runtime/update_reads.py``): the "before" of that change.
 
 For each run: words/s and updates/s (fairseq's own ``wps``/``ups`` of the logged
 intervals after the first ones, which hold start-up and compilation), peak GPU memory
@@ -46,6 +49,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from span_plugin.runtime.update_reads import OPT_OUT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -205,9 +210,13 @@ def run_variant(data, variant, size, updates, batch, quick):
         "--disable-validation", "--no-save", "--save-dir", save,
         "--log-format", "json", "--log-interval", str(interval),
     ]
+    env = dict(os.environ)
+    env.pop(OPT_OUT, None)
+    if "+fairseq" in variant:
+        env[OPT_OUT] = "1"
     smi = None if quick else SmiSampler()
     started = time.time()
-    proc = subprocess.run(command, capture_output=True, text=True)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
     ended = time.time()
     if smi:
         smi.stop()

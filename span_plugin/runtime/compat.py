@@ -17,7 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from span_plugin.convert.safe_load import allow_checkpoint_types, load_error
-from span_plugin.runtime import checkpoints, training_guard
+from span_plugin.runtime import checkpoints, training_guard, update_reads
 
 logger = logging.getLogger(__name__)
 
@@ -333,4 +333,5 @@ def apply():
     allow_cpu_pytorch_ddp()
     keep_last_batch()
     bf16_without_xla()
+    update_reads.install()
     training_guard.guard_training()  # one run per --save-dir; a resumed run checks its data
