@@ -154,13 +154,27 @@ class ReadCounter(TorchDispatchMode):
 
     A tensor that ``update_reads.read_once`` returned is already on the host, and so is
     every result computed from such tensors alone: reading those waits for nothing; nor
-    do the datasets' reads of the CPU tensors they index."""
+    do the datasets' reads of the CPU tensors they index. Each ``read_once`` counts one."""
 
     def __init__(self):
         super().__init__()
         self.update = 0
         self.reads = collections.Counter()  # update -> reads
         self.sites = collections.Counter()  # (op, call site) -> reads
+
+    def __enter__(self):
+        read_once = self._read_once = update_reads.read_once
+
+        def counted_read_once(*scalars):
+            self.record("span_plugin::read_once")
+            return read_once(*scalars)
+
+        update_reads.read_once = counted_read_once
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        update_reads.read_once = self._read_once
+        return super().__exit__(*exc)
 
     def record(self, name):
         stack = traceback.extract_stack()[:-2]
@@ -255,22 +269,16 @@ def loop_reads(data, save_dir, size, span, precision, optimizer, one_read, updat
             counter.update += 1
         return train_step(self, samples, raise_oom)
 
-    read_once = update_reads.read_once
-
-    def counted_read_once(*scalars):
-        counter.record("span_plugin::read_once")
-        return read_once(*scalars)
-
     saved = os.environ.pop(update_reads.OPT_OUT, None)
     if not one_read:
         os.environ[update_reads.OPT_OUT] = "1"
-    Trainer.train_step, update_reads.read_once = counted_train_step, counted_read_once
+    Trainer.train_step = counted_train_step
     logging.disable(logging.WARNING)
     try:
         with cpu_grad_scaler(), counter:
             train.main(cfg)
     finally:
-        Trainer.train_step, update_reads.read_once = train_step, read_once
+        Trainer.train_step = train_step
         logging.disable(logging.NOTSET)
         os.environ.pop(update_reads.OPT_OUT, None)
         if saved is not None:
