@@ -1776,8 +1776,9 @@ class Fault:
 
 
 def fault_commands(work, trained):
-    """``{name: (argv builder(out), output path in root, main's command)}``: a builder,
-    span-convert and span-predict, each with real inputs."""
+    """``{name: (command, argv given the output's path)}``: a folder builder, two
+    single-file outputs of span-preprocess, span-convert and span-predict, each on real
+    inputs."""
     from test_convert import UNCASED, make_hf_folder
 
     src = work / "fault_inputs"
@@ -1785,7 +1786,16 @@ def fault_commands(work, trained):
     for split, rows in (("train", table_rows("MRPC", 0, 12)), ("valid", table_rows("MRPC", 1, 6))):
         (src / f"{split}.tsv").write_bytes(write_table("tsv", rows))
     make_hf_folder(src / "hf", UNCASED, head="pretraining")
+    with gzip.open(DATA / "wikipedia" / "wiki.AA.txt.gz", "rt", encoding="utf-8") as f:
+        (src / "wiki.txt").write_text("".join(next(f) for _ in range(200)), encoding="utf-8")
+    mrpc = (GLUE / "MRPC" / "train.tsv").read_text(encoding="utf-8-sig").splitlines(True)[:41]
+    (src / "mrpc.tsv").write_text("".join(mrpc), encoding="utf-8")
     return {
+        "span-preprocess ngrams": ("span-preprocess", lambda out: [
+            "ngrams", "--text", src / "wiki.txt", "--out", out, "--min-count", "2",
+            "--workers", "1"]),
+        "span-preprocess align-pairs": ("span-preprocess", lambda out: [
+            "align-pairs", "--input", src / "mrpc.tsv", "--out", out]),
         "span-preprocess table": ("span-preprocess", lambda out: [
             "table", "--out", out, "--train", src / "train.tsv", "--valid", src / "valid.tsv",
             "--text-columns", "sentence1", "sentence2", "--label-column", "label", *ENC]),
@@ -1815,7 +1825,8 @@ def test_injected_io_faults_leave_no_partial_output(work, trained):
     for name, (command, argv) in fault_commands(work, trained).items():
         root = work / "faults" / name.replace(" ", "_")
         root.mkdir(parents=True)
-        out = root / ("out.tsv" if command == "span-predict" else "out")
+        out = root / {"span-predict": "out.tsv", "span-preprocess ngrams": "out.txt.gz",
+                      "span-preprocess align-pairs": "out.jsonl"}.get(name, "out")
         with Fault(root) as counted:  # a clean run: how many writes and creations
             code, output = run_main(command, argv(out))
         assert code == 0, output

@@ -83,6 +83,8 @@ def atomic_file(path, text=False):
     except BaseException as err:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(err, OSError) and err.filename == tmp:  # the user knows path
+            raise OSError(err.errno, err.strerror, path) from err
         if named(err, path) is not err:
             raise named(err, path) from err
         raise

@@ -8,11 +8,14 @@ naming the file and the 1-based line, unless ``bad_utf8="replace"`` (then U+FFFD
 for each bad byte sequence, and the returned :class:`Lines` count them, for the record).
 """
 
+import contextlib
 import gzip
 import io
 import itertools
 import os
 import re
+
+from span_plugin.formats.files import atomic_file
 
 BOM = b"\xef\xbb\xbf"
 
@@ -24,6 +27,21 @@ def open_text(path, mode, errors="strict"):
         raw = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.open(path, "rb")
         return io.TextIOWrapper(raw, encoding="utf-8", errors=errors, newline="\n")
     return open(path, mode, encoding="utf-8", errors=errors, newline="\n")
+
+
+@contextlib.contextmanager
+def write_text(path):
+    """A UTF-8 text file, gzip-compressed when the name ends in ``.gz`` (the same bytes as
+    :func:`open_text` writes), written whole or not at all (:func:`atomic_file`)."""
+    with atomic_file(path) as raw:
+        gz = str(path).endswith(".gz")
+        stream = gzip.GzipFile(filename=str(path), mode="wb", fileobj=raw, mtime=0) if gz else raw
+        f = io.TextIOWrapper(stream, encoding="utf-8", newline="\n")
+        yield f
+        f.flush()
+        f.detach()
+        if gz:
+            stream.close()  # writes the gzip trailer; the file itself stays open
 
 
 class BadInputError(ValueError):

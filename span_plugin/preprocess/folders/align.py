@@ -68,6 +68,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from span_plugin.tokenizers import words as W
+from span_plugin.formats.files import atomic_file
 from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.formats.pairs import read_pair_rows
 from span_plugin.preprocess.segmentation.ngrams import load_ngrams
@@ -325,7 +326,7 @@ def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, s
     sents = [(_Sentence(a, words, segmenter), _Sentence(b, words, segmenter)) for a, b in rows]
     stats = AlignStats()
     positives_of = []
-    with open(out_path, "w", encoding="utf-8", newline="\n") as f:
+    with atomic_file(out_path, text=True) as f:  # whole or absent
         def write(s, t, label, pairs):
             f.write(json.dumps({"sentence1": s.text, "sentence2": t.text, "label": label,
                                 "phrases": [{"source": s.char_range(a), "target": t.char_range(b),

@@ -43,7 +43,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from span_plugin.formats.lines import bounded_lines, open_text
+from span_plugin.formats.lines import bounded_lines, open_text, write_text
 from span_plugin.preprocess import progress
 from span_plugin.tokenizers import words as W
 
@@ -190,7 +190,7 @@ def load_ngrams(path=None, top_k=None, min_n=2, max_n=5, words="gpt2"):
 def save_ngrams(path, items, comment=""):
     """Write (tuple_of_keys, count) items, sorted by count then text, to ``path``."""
     items = sorted(items, key=lambda gc: (-gc[1], gc[0]))
-    with open_text(path, "w") as f:
+    with write_text(path) as f:  # whole or absent: a full disk leaves no cut dictionary
         f.write(f"# {FORMAT_TAG} {comment}".rstrip() + "\n")
         for gram, count in items:
             f.write(f"{' '.join(gram)}\t{count}\n")
