@@ -8,6 +8,9 @@ glue``), the same rows as TSV, CSV and JSON Lines tables (``table``), CoNLL-2003
 (``span-predict``, ``python -m span_plugin.runtime.checkpoints resume``). Each case
 applies one mutation (truncation, byte flips, invalid UTF-8, dropped, duplicated or
 reordered fields, shifted offsets, a huge line, an empty file) and runs the command.
+Five more classes run at the end: injected I/O faults (ENOSPC, EROFS, EACCES, SIGINT)
+into builders, span-convert and span-predict; real SIGINT and SIGTERM; Unicode labels;
+flag values; Hugging Face folders (each case: exit 0, or one line naming the cause).
 What must hold:
 
 - it exits 0 or 2 and prints no traceback;
