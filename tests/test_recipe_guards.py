@@ -4,6 +4,7 @@ command, the lock of a killed recipe is taken over); an OUT_DIR that is or holds
 input is refused before any work (recipes/lib.sh over span_plugin/formats/outputs.py)."""
 
 import os
+import shutil
 import signal
 import subprocess
 
@@ -104,3 +105,36 @@ def test_out_dir_holding_an_input_is_refused_before_any_work(tmp_path, recipe, s
                    check=False)
     assert proc.returncode == 2 and named in proc.stdout, proc.stdout
     assert all_files(tmp_path) == before
+
+
+@pytest.mark.slow
+def test_relaunch_onto_a_rebuilt_folder_stops_before_training(tmp_path):
+    """A recipe run of one update on 60 WNLI rows (32 of label 0), then its data folder
+    rebuilt from rows where label 1 is the more frequent (so its id changes) and the
+    recipe relaunched: it stops before the first update naming both label orders, its
+    checkpoint untouched."""
+    rows = open(GLUE / "WNLI" / "train.tsv", encoding="utf-8").read().splitlines(True)
+    glue = tmp_path / "glue"
+    (glue / "WNLI").mkdir(parents=True)
+    (glue / "WNLI" / "train.tsv").write_text("".join(rows[:61]))
+    (glue / "WNLI" / "dev.tsv").write_text(
+        "".join(open(GLUE / "WNLI" / "dev.tsv", encoding="utf-8").readlines()[:21]))
+    settings = env(tmp_path, GLUE_DIR=glue, TEST_PREDICTIONS=0)
+    tiny = ["--cpu", "--encoder-layers", "1", "--encoder-embed-dim", "16",
+            "--encoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2"]
+    run_cli("bash", ROOT / "recipes/glue/WNLI.sh", *tiny, "--max-update", "1", cwd=tmp_path,
+            env=settings)
+    last = tmp_path / "runs" / "WNLI" / "checkpoints" / "checkpoint_last.pt"
+    before = last.read_bytes()
+    ones = [r for r in rows[1:61] if r.endswith("\t1\n")]
+    zeros = [r for r in rows[1:61] if r.endswith("\t0\n")]
+    (glue / "WNLI" / "train.tsv").write_text(rows[0] + "".join(ones + zeros[:20]))
+    shutil.rmtree(tmp_path / "data-bin" / "WNLI")  # rebuilt by the relaunch
+    proc = run_cli("bash", ROOT / "recipes/glue/WNLI.sh", *tiny, "--max-update", "2",
+                   cwd=tmp_path, env=settings, check=False)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert ("runs/WNLI/checkpoints/checkpoint_last.pt was trained on other data than "
+            f"{tmp_path / 'data-bin' / 'WNLI'} holds now: its labels.names is ['0', '1'], the "
+            "folder's is ['1', '0']") in proc.stdout
+    assert "Traceback" not in proc.stdout and last.read_bytes() == before
+    assert not (tmp_path / "runs" / "WNLI.lock").exists()
