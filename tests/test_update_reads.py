@@ -82,9 +82,7 @@ def train(trainer, updates, poisoned):
             scale = metrics.get_meter("train", "loss_scale")  # what fairseq logged last
             trace.append(None if log is None else
                          (trainer.get_num_updates(), float(log["loss"]), scale and float(scale.val)))
-    except (FloatingPointError, StopIteration) as err:
-        # StopIteration: fairseq's NanDetector re-runs the batch with module backward hooks,
-        # which torch 2 cannot attach to the encoder's dict output
+    except FloatingPointError as err:
         return trace, f"{type(err).__name__} at backward pass {backward[0]}"
     return trace, None
 
@@ -135,7 +133,7 @@ def test_amp_stops_at_the_minimum_scale_where_fairseq_stops(tmp_path, monkeypatc
     fairseq, plugin = paired(tmp_path, monkeypatch, "amp", "--min-loss-scale", "0.5",
                              poisoned=set(range(5, 30)))
     assert_same(fairseq, plugin)
-    assert fairseq[1] is not None
+    assert fairseq[1].startswith("FloatingPointError")
 
 
 def test_fp16_overflow_skips_and_stops_the_same_way(tmp_path, monkeypatch):
@@ -144,13 +142,14 @@ def test_fp16_overflow_skips_and_stops_the_same_way(tmp_path, monkeypatch):
     fairseq, plugin = paired(tmp_path, monkeypatch, "fp16", "--min-loss-scale", "0.25",
                              poisoned={6, 11, 12, *range(16, 30)})
     assert_same(fairseq, plugin)
-    assert None in fairseq[0] and fairseq[1] is not None
+    assert None in fairseq[0] and fairseq[1].startswith("FloatingPointError")
 
 
 def test_fp32_non_finite_gradients_stop_at_the_same_pass(tmp_path, monkeypatch):
     fairseq, plugin = paired(tmp_path, monkeypatch, "fp32", poisoned={9})
     assert_same(fairseq, plugin)
-    assert fairseq[1].endswith("at backward pass 9")
+    # the trainer re-ran the batch under fairseq's NanDetector (pass 10), then stopped
+    assert fairseq[1] == "FloatingPointError at backward pass 10"
     assert (tmp_path / "plugin" / "crash.pt").is_file()
 
 

@@ -244,6 +244,33 @@ def keep_last_batch():
     _replace(data_utils, "batch_by_size", wrap)
 
 
+def nan_detector_on_leaves():
+    """Let fairseq's ``NanDetector`` report a non-finite gradient instead of failing.
+
+    When a gradient is inf or NaN, fairseq's trainer re-runs the batch under
+    ``NanDetector`` to name the first module where it appears, then raises
+    ``FloatingPointError``. The detector puts a (non-full) backward hook on every module;
+    torch 2 looks for a tensor in each module's output to hook, and the Transformer
+    encoder returns a dict of lists: ``StopIteration`` from torch's internals replaced the
+    report. Backward hooks go on leaf modules only here (their outputs are tensors, and
+    the first non-finite gradient is found at the finest grain); forward hooks on all.
+    """
+    from fairseq.nan_detector import NanDetector
+
+    def wrap(add_hooks):
+        def add_hooks_on_leaves(self, module):
+            backward = self.backward
+            self.backward = backward and next(module.children(), None) is None
+            try:
+                add_hooks(self, module)
+            finally:
+                self.backward = backward
+
+        return add_hooks_on_leaves
+
+    _replace(NanDetector, "add_hooks", wrap)
+
+
 # Notices that fairseq 0.12 on hydra 1.3 and torch 2.x prints on every command; none is
 # about the user's run. Matched by their exact text, so any other warning still shows.
 STACK_NOTICES = [
@@ -334,4 +361,5 @@ def apply():
     keep_last_batch()
     bf16_without_xla()
     update_reads.install()
+    nan_detector_on_leaves()
     training_guard.guard_training()  # one run per --save-dir; a resumed run checks its data
