@@ -146,6 +146,13 @@ def test_the_hub_opens_only_plausible_files(tmp_path):
     with pytest.raises(ValueError, match=rf"encoder.json={sparse}: 2,147,483,648 bytes"):
         SpanHubInterface.from_pretrained(tmp_path / "model.pt", data=FIXTURE / "data",
                                          ngrams=FIXTURE / "ngrams.v0_2.txt.gz")
+    data = tmp_path / "data"  # the folder's dictionary: the sparse file
+    shutil.copytree(FIXTURE / "data", data)
+    with open(data / "input0" / "dict.txt", "wb") as f:
+        f.truncate(2 << 30)
+    with pytest.raises(ValueError, match=r"input0/dict.txt=.*: 2,147,483,648 bytes, more than"):
+        SpanHubInterface.from_pretrained(CHECKPOINT, data=data,
+                                         ngrams=FIXTURE / "ngrams.v0_2.txt.gz")
     assert time.monotonic() - started < 30
 
 

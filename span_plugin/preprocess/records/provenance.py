@@ -47,7 +47,7 @@ Who reads it:
 import json
 import os
 
-from span_plugin.preprocess.file_records import file_entry, sha256, short
+from span_plugin.preprocess.file_records import check_plausible, file_entry, sha256, short
 from span_plugin.preprocess.segmentation.segmentations import segmentation_kind
 from span_plugin.tokenizers import tokenizer_kind
 
@@ -173,6 +173,8 @@ def verify_files(folder, record, only=None, where=None):
                 f"{path}: missing, but {where} lists it; " + (
                     "the folder is incomplete: rebuild it with span-preprocess" if own else
                     f"{folder} is not the folder it was trained on: give that folder (or a copy)"))
+        if is_dictionary(rel):  # a dictionary named by a checkpoint is read only if plausible
+            check_plausible(rel, path)
         actual = sha256(path)
         if actual != digest:
             raise ProvenanceError(
