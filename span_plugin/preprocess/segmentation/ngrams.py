@@ -43,7 +43,8 @@ from urllib.parse import quote
 
 import numpy as np
 
-from span_plugin.formats.lines import bounded_lines, open_text, write_text
+from span_plugin.formats.lines import (MAX_LINE, bounded_lines, count_lines, open_text,
+                                       too_long, write_text)
 from span_plugin.preprocess import progress
 from span_plugin.tokenizers import words as W
 
@@ -212,7 +213,8 @@ def _line_chunks(path, chunk_bytes):
                 bounds.append(size)
                 break
             f.seek(pos)
-            f.readline()  # move to the next line start
+            if len(f.readline(MAX_LINE + 1)) > MAX_LINE:  # move to the next line start
+                raise too_long(path, count_lines(path, pos) + 1)
             bounds.append(min(f.tell(), size))
     return list(zip(bounds[:-1], bounds[1:]))
 
