@@ -188,6 +188,9 @@ def test_readers_bound_a_line(tmp_path, capsys):
                                         *extra, *ENC], capsys)
             assert code == 2, err
             assert f"{where}: a line longer than 67,108,864 bytes (no line end within it)" in err, err
+        code, err = run_preprocess(["ngrams", "--text", table, huge, "--out", tmp_path / "ng.txt",
+                                    "--workers", "1"], capsys)  # a corpus of that line
+        assert code == 2 and f"{huge}:2: a line longer than" in err, err
         assert tracemalloc.get_traced_memory()[1] < 1 << 30
     finally:
         tracemalloc.stop()
