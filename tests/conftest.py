@@ -150,3 +150,65 @@ def converted_minilm(tmp_path_factory):
     out = tmp_path_factory.mktemp("minilm") / "minilm"
     run_cli("span-convert", "bert", "--hf-dir", minilm_dir(), "--out", out)
     return out
+
+
+# Folders and checkpoints that several test files read: built once per worker.
+
+@pytest.fixture(scope="session")
+def qa_folder(tmp_path_factory, converted_minilm):
+    """A small real QA folder (MiniLM WordPiece, windows of 96 tokens): train, the first
+    3 paragraphs of SQuAD 1.1 dev's first article; valid, 4 paragraphs of the 47th."""
+    import json
+
+    root = tmp_path_factory.mktemp("qa")
+    run_cli("span-preprocess", "qa-split", DATA / "squad" / "dev-v1.1.json", "--first", "46",
+            "--out-first", root / "first.json", "--out-rest", root / "rest.json")
+    data = json.loads((root / "first.json").read_text())
+    data["data"] = data["data"][:1]
+    data["data"][0]["paragraphs"] = data["data"][0]["paragraphs"][:3]
+    (root / "train.json").write_text(json.dumps(data))
+    rest = json.loads((root / "rest.json").read_text())
+    rest["data"][0]["paragraphs"] = rest["data"][0]["paragraphs"][:4]
+    rest["data"] = rest["data"][:1]
+    (root / "valid.json").write_text(json.dumps(rest))
+    run_cli("span-preprocess", "qa", "--out", root / "bin", "--train", root / "train.json",
+            "--valid", root / "valid.json", "--bpe", "wordpiece", "--wordpiece", converted_minilm,
+            "--srcdict", converted_minilm / "dict.txt", "--max-positions", "96",
+            "--doc-stride", "32", "--workers", "1")
+    return root
+
+
+@pytest.fixture(scope="session")
+def qa_checkpoint(qa_folder, tmp_path_factory):
+    """checkpoint_last.pt of 2 fairseq-train updates of a tiny span_qa model on
+    ``qa_folder``, without validation."""
+    save = tmp_path_factory.mktemp("qa_ckpt")
+    run_cli("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
+            "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
+            "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
+            "--save-dir", save, "--cpu", "--seed", "1", "--no-progress-bar",
+            "--log-format", "simple", "--no-epoch-checkpoints", "--disable-validation")
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="session")
+def pair_folders(tmp_path_factory):
+    """Two span-pair folders from the same real MRPC rows aligned by the weak aligner:
+    with sentence labels ("labelled"), and without ("phrasal")."""
+    root = tmp_path_factory.mktemp("pairs")
+    run_cli("span-preprocess", "align-pairs", "--input", GLUE / "MRPC" / "train.tsv",
+            "--out", root / "all.jsonl", "--seed", "1")
+    lines = (root / "all.jsonl").read_text(encoding="utf-8").splitlines()
+    # Paraphrase rows come first, random partners last: take some of each.
+    (root / "train.jsonl").write_text("\n".join(lines[:48] + lines[-16:]) + "\n")
+    (root / "valid.jsonl").write_text("\n".join(lines[100:116] + lines[-24:-16]) + "\n")
+    encoder = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
+               GPT2_BPE / "vocab.bpe", "--srcdict", GPT2_BPE / "dict.txt", "--workers", "1"]
+    folders = {}
+    for name, labels in (("labelled", ["--label-column", "label", "--positive-label", "1"]),
+                         ("phrasal", [])):
+        folders[name] = root / name
+        out = run_cli("span-preprocess", "pairs", "--out", folders[name], "--train",
+                      root / "train.jsonl", "--valid", root / "valid.jsonl", *labels, *encoder)
+        assert "phrase pairs" in out.stdout
+    return folders

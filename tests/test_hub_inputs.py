@@ -8,8 +8,7 @@ import warnings
 
 import pytest
 
-from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, run_cli
-from test_qa import qa_folder  # noqa: F401  (module fixture: a small real QA folder)
+from conftest import GPT2_BPE, run_cli
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -132,7 +131,7 @@ def _refused(checkpoint, folder, kind, needs, *args):
 
 
 @pytest.mark.slow
-def test_sentence_hub_inputs_and_folder_kind(tmp_path, qa_folder):  # noqa: F811
+def test_sentence_hub_inputs_and_folder_kind(tmp_path, qa_folder):
     data = glue_folder("SST-2")
     run_cli("fairseq-train", *span_args(data, tmp_path, max_update=1))
     from span_plugin.inference.hub import SpanHubInterface
@@ -160,16 +159,10 @@ def test_sentence_hub_inputs_and_folder_kind(tmp_path, qa_folder):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_qa_hub_inputs_and_folder_kind(qa_folder, tmp_path):  # noqa: F811
-    save = tmp_path / "ckpt"
-    run_cli("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
-            "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
-            "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "1",
-            "--save-dir", save, "--cpu", "--no-progress-bar", "--no-epoch-checkpoints",
-            "--disable-validation")
+def test_qa_hub_inputs_and_folder_kind(qa_folder, qa_checkpoint, tmp_path):
     from span_plugin.inference.hub import SpanHubInterface
 
-    hub = SpanHubInterface.from_pretrained(save / "checkpoint_last.pt")
+    hub = SpanHubInterface.from_pretrained(qa_checkpoint)
     context = "It was written by Ann Lee in 1990."
     [answer] = hub.predict_answers([("Who wrote it?", context)])
     assert context[answer["start"]:answer["end"]] == answer["text"]
@@ -179,5 +172,5 @@ def test_qa_hub_inputs_and_folder_kind(qa_folder, tmp_path):  # noqa: F811
         hub.predict_answers(["Who wrote it?"])
     with pytest.raises(TypeError, match="pair 0: the context is bytes"):
         hub.predict_answers([("Who wrote it?", context.encode())])
-    _refused(save / "checkpoint_last.pt", glue_folder("SST-2"), "sentence", "qa",
+    _refused(qa_checkpoint, glue_folder("SST-2"), "sentence", "qa",
              "--input", qa_folder / "valid.json", "--output", tmp_path / "p.json")

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from conftest import run_cli
-from test_span_pair_train import pair_args, pair_folders  # noqa: F401  (fixture)
+from test_span_pair_train import pair_args
 
 from span_plugin.cli import predict
 from span_plugin.inference.hub import ADAPTERS, SpanHubInterface, register_adapter
@@ -16,14 +16,14 @@ from span_plugin.inference.pairs import PairHubInterface
 
 
 @pytest.fixture(scope="module")
-def pair_ckpt(pair_folders, tmp_path_factory):  # noqa: F811
+def pair_ckpt(pair_folders, tmp_path_factory):
     save = tmp_path_factory.mktemp("pair_ckpt")
     run_cli("fairseq-train", *pair_args(pair_folders["labelled"], save, "--max-update", "1"))
     return save / "checkpoint_last.pt"
 
 
 @pytest.mark.slow
-def test_span_predict_writes_span_pair_predictions(pair_folders, pair_ckpt, tmp_path):  # noqa: F811
+def test_span_predict_writes_span_pair_predictions(pair_folders, pair_ckpt, tmp_path):
     rows_file = pair_folders["labelled"].parent / "valid.jsonl"
     out = tmp_path / "out" / "pairs.jsonl"
     run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output", out)
@@ -92,7 +92,7 @@ BEST_LABELS = Output(title="best phrase labels", usage="one TSV row per phrase p
 
 @pytest.mark.slow
 def test_a_new_adapter_is_served_by_its_declaration_alone(pair_folders, pair_ckpt, tmp_path,
-                                                          monkeypatch, capsys):  # noqa: F811
+                                                          monkeypatch, capsys):
     # The adapter, its registration and its writer: nothing of span-predict changes.
     monkeypatch.delitem(ADAPTERS, "span_pair_classification")
     register_adapter("span_pair_classification", output=BEST_LABELS)(BestPhraseAdapter)

@@ -345,27 +345,6 @@ def test_word_decoding_never_cuts_a_word_of_real_dev_contexts(squad, encoder):
 # -- the real stack ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def qa_folder(tmp_path_factory, converted_minilm):
-    root = tmp_path_factory.mktemp("qa")
-    run_cli("span-preprocess", "qa-split", SQUAD_DEV, "--first", "46",
-            "--out-first", root / "first.json", "--out-rest", root / "rest.json")
-    # a small train split: the first article's first 3 paragraphs; valid: the last two articles
-    data = json.loads((root / "first.json").read_text())
-    data["data"] = data["data"][:1]
-    data["data"][0]["paragraphs"] = data["data"][0]["paragraphs"][:3]
-    (root / "train.json").write_text(json.dumps(data))
-    rest = json.loads((root / "rest.json").read_text())
-    rest["data"][0]["paragraphs"] = rest["data"][0]["paragraphs"][:4]
-    rest["data"] = rest["data"][:1]
-    (root / "valid.json").write_text(json.dumps(rest))
-    run_cli("span-preprocess", "qa", "--out", root / "bin", "--train", root / "train.json",
-            "--valid", root / "valid.json", "--bpe", "wordpiece", "--wordpiece", converted_minilm,
-            "--srcdict", converted_minilm / "dict.txt", "--max-positions", "96",
-            "--doc-stride", "32", "--workers", "1")
-    return root
-
-
 def test_batches_point_at_the_gold_answers(qa_folder):
     import span_plugin
     from fairseq import tasks

@@ -6,29 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR, run_cli
-
-
-@pytest.fixture(scope="module")
-def pair_folders(tmp_path_factory):
-    """Two folders from the same real MRPC rows: with sentence labels, and without."""
-    root = tmp_path_factory.mktemp("pairs")
-    run_cli("span-preprocess", "align-pairs", "--input", GLUE / "MRPC" / "train.tsv",
-            "--out", root / "all.jsonl", "--seed", "1")
-    lines = (root / "all.jsonl").read_text(encoding="utf-8").splitlines()
-    # Paraphrase rows come first, random partners last: take some of each.
-    (root / "train.jsonl").write_text("\n".join(lines[:48] + lines[-16:]) + "\n")
-    (root / "valid.jsonl").write_text("\n".join(lines[100:116] + lines[-24:-16]) + "\n")
-    encoder = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
-               GPT2_BPE / "vocab.bpe", "--srcdict", GPT2_BPE / "dict.txt", "--workers", "1"]
-    folders = {}
-    for name, labels in (("labelled", ["--label-column", "label", "--positive-label", "1"]),
-                         ("phrasal", [])):
-        folders[name] = root / name
-        out = run_cli("span-preprocess", "pairs", "--out", folders[name], "--train",
-                      root / "train.jsonl", "--valid", root / "valid.jsonl", *labels, *encoder)
-        assert "phrase pairs" in out.stdout
-    return folders
+from conftest import TINY_ROBERTA, USER_DIR, run_cli
 
 
 def pair_args(data, save_dir, *extra):

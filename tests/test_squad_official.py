@@ -12,8 +12,7 @@ import string
 
 import pytest
 
-from conftest import DATA, TINY_ROBERTA, USER_DIR, run_cli
-from test_qa import qa_folder  # noqa: F401  (module fixture: a small real QA folder)
+from conftest import DATA, run_cli
 
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
@@ -300,19 +299,13 @@ def _printed(stdout):
 
 
 @pytest.mark.slow
-def test_span_predict_prints_what_the_official_scripts_compute(qa_folder, tmp_path):  # noqa: F811
-    save = tmp_path / "ckpt"
-    run_cli("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
-            "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
-            "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
-            "--save-dir", save, "--cpu", "--seed", "1", "--no-progress-bar",
-            "--log-format", "simple", "--no-epoch-checkpoints", "--disable-validation")
+def test_span_predict_prints_what_the_official_scripts_compute(qa_checkpoint, tmp_path):
     for name, dataset, official in (("v1", messy_v1(), official_v1),
                                     ("v2", messy_v2(), official_v2)):
         path = tmp_path / f"user-{name}.json"
         path.write_text(json.dumps(dataset), encoding="utf-8")
         out = tmp_path / name
-        proc = run_cli("span-predict", "--checkpoint", save / "checkpoint_last.pt",
+        proc = run_cli("span-predict", "--checkpoint", qa_checkpoint,
                        "--input", path, "--output", out / "predictions.json",
                        "--results", out / "scores.json", "--nbest", out / "nbest.json")
         predictions = json.loads((out / "predictions.json").read_text())
