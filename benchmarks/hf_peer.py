@@ -12,12 +12,13 @@ logging intervals of 25 updates after the first two (start-up, compilation), tim
 host as fairseq times its ``ups``; ``--compile`` sets ``torch_compile``.
 
     python benchmarks/hf_peer.py [--data .gpu/wiki-pairs] [--updates 200] [--compile]
-    python benchmarks/hf_peer.py --quick     # CPU: a tiny config, a few updates
+    python benchmarks/hf_peer.py --quick     # CPU: a tiny config, a few updates (no figure)
 """
 
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -25,7 +26,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-INTERVAL = 25
+INTERVAL = 25  # updates between stamps (fairseq-train's --log-interval in gpu_throughput.py)
 SIZES = {  # hidden, layers, heads, ffn
     "base": (768, 12, 12, 3072),
     "large": (1024, 24, 16, 4096),
@@ -71,8 +72,8 @@ def collate(pad, multiple):
     return batch
 
 
-def run(data, size, updates, batch, compile_, quick):
-    """Updates/s of one Trainer run (median over intervals after the first two)."""
+def run(data, size, updates, batch, compile_, quick, interval=INTERVAL):
+    """Updates/s of one Trainer run (median over the intervals after the first two)."""
     from transformers import (RobertaConfig, RobertaForSequenceClassification, Trainer,
                               TrainerCallback, TrainingArguments)
 
@@ -88,7 +89,7 @@ def run(data, size, updates, batch, compile_, quick):
 
     class Stamps(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % INTERVAL == 0:
+            if state.global_step % interval == 0:
                 stamps.append(time.perf_counter())
 
     with tempfile.TemporaryDirectory() as out:
@@ -97,12 +98,12 @@ def run(data, size, updates, batch, compile_, quick):
             learning_rate=1e-5, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.98, adam_epsilon=1e-6,
             warmup_steps=max(1, updates // 16), lr_scheduler_type="linear", max_grad_norm=0.0,
             optim="adamw_torch_fused", fp16=not quick, use_cpu=quick, torch_compile=compile_,
-            logging_steps=INTERVAL, save_strategy="no", report_to=[], disable_tqdm=True,
+            logging_steps=interval, save_strategy="no", report_to=[], disable_tqdm=True,
             dataloader_num_workers=0 if quick else 2, seed=1)
         trainer = Trainer(model=model, args=args, train_dataset=pairs,
                           data_collator=collate(pairs.vocab.pad(), 64), callbacks=[Stamps()])
         trainer.train()
-    rates = [INTERVAL / (b - a) for a, b in zip(stamps, stamps[1:])]
+    rates = [interval / (b - a) for a, b in zip(stamps, stamps[1:])]
     steady = rates[1:] if len(rates) > 2 else rates
     return statistics.median(steady), len(steady)
 
@@ -114,18 +115,24 @@ def main():
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--compile", action="store_true", help="TrainingArguments(torch_compile=True)")
-    parser.add_argument("--quick", action="store_true", help="CPU, tiny config, 3 intervals")
+    parser.add_argument("--quick", action="store_true", help="CPU, tiny config, 3 intervals of 2 updates")
     args = parser.parse_args()
+    interval = INTERVAL
     if args.quick:
-        args.size, args.updates, args.batch = "tiny", 3 * INTERVAL, 4
+        args.size, args.updates, args.batch, interval = "tiny", 6, 4, 2
     elif not torch.cuda.is_available():
         print("hf_peer: no GPU on this machine: nothing to measure (--quick checks it on the CPU)")
         return
+    if not os.path.isdir(args.data):  # gpu_throughput.py's pairs (a few for --quick)
+        sys.path.insert(0, HERE)
+        from gpu_throughput import prepare
+
+        prepare(args.data, count=64 if args.quick else 3200)
     device = "CPU" if args.quick else torch.cuda.get_device_name(0)
-    ups, intervals = run(args.data, args.size, args.updates, args.batch, args.compile, args.quick)
+    ups, intervals = run(args.data, args.size, args.updates, args.batch, args.compile, args.quick, interval)
     print(f"{device}, torch {torch.__version__}: HF Trainer RobertaForSequenceClassification {args.size}"
           f"{' compiled' if args.compile else ''}, batch {args.batch}: {ups:.2f} updates/s "
-          f"(median of {intervals} intervals of {INTERVAL})")
+          f"(median of {intervals} intervals of {interval})")
 
 
 if __name__ == "__main__":

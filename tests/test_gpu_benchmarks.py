@@ -56,6 +56,28 @@ def test_gpu_throughput_quick_trains_every_variant(tmp_path):
         assert re.search(rf"\| tiny \| {variant} \| 1 \| [\d,]+ \|", out), out[-3000:]
 
 
+@pytest.mark.slow
+def test_hf_peer_quick_trains_on_the_same_pairs(tmp_path):
+    """The peer benchmark's own code: Hugging Face's Trainer of a tiny
+    RobertaForSequenceClassification on gpu_throughput's pairs, read back from fairseq's
+    binarized folder, on the CPU."""
+    out = bench("hf_peer.py", "--quick", "--data", tmp_path / "pairs")
+    assert re.search(r"HF Trainer RobertaForSequenceClassification tiny, batch 4: [\d.]+ updates/s", out), out[-3000:]
+
+
+@pytest.mark.slow
+def test_host_work_loop_counts_one_read_an_update():
+    """fairseq-train's own loop (fairseq_cli.train.main) of a tiny span and plain model
+    under --amp: fairseq's update reads the device several times an update, the plugin's
+    once."""
+    out = bench("host_work.py", "--loop", "--quick")
+    counts = re.search(r"fairseq -> plugin: tiny span amp: (\d+) -> (\d+); tiny plain amp: (\d+) -> (\d+)", out)
+    assert counts, out[-3000:]
+    span_before, span_after, plain_before, plain_after = map(int, counts.groups())
+    assert span_after == plain_after == 1
+    assert span_before > 1 and plain_before > 1
+
+
 def test_gpu_profile_quick_reports_each_phase():
     """The profile's own code on the CPU (no device events there): fairseq's Trainer of
     the tiny span model, its phases found by their record_function names."""
