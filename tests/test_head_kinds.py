@@ -3,13 +3,15 @@ that choose them, and heads that declare their inputs.
 
 The toy head below takes the places a new head takes (docs/ARCHITECTURE.md, "Add a
 head"): its torch module (modules/), its builder declaring a new input (models/heads.py)
-and the task that names it and puts the input in ``net_input`` (tasks/); the loss is an
-existing one. Nothing else (the model, the hub) learns the input's name.
+and the task that names it and builds the input's dataset beside the spans (tasks/); the
+loss is an existing one. Nothing else (the model, the data pipeline, the hub) learns the
+input's name: it reaches the head through the task's split and fairseq's collation.
 """
 
 import pytest
 import torch
 import torch.nn as nn
+from fairseq.data import BaseWrapperDataset, RightPadDataset
 from fairseq.models.roberta import RobertaClassificationHead
 
 from test_model_span import build
@@ -53,22 +55,28 @@ def marks_kind():
     del HEAD_KINDS["toy_marks"]
 
 
+class SpanStarts(BaseWrapperDataset):
+    """Item i: ``marks [T_i]``, 1 at the first token of each of its laid-out spans."""
+
+    def __init__(self, tokens, spans):
+        super().__init__(tokens)
+        self.spans = spans
+
+    def __getitem__(self, index):
+        marks = torch.zeros_like(self.dataset[index])
+        marks[self.spans[index][:, 0]] = 1
+        return marks
+
+
 class MarkingTask(SpanClassificationTask):
-    """(tasks/) Names the head; its batches carry ``marks`` (set on the batch below,
-    where a real task's ``build_split`` would put it in ``net_input``)."""
+    """(tasks/) Names the head and gives its batches ``marks``, padded as the tokens."""
+
+    def side_inputs(self, layout, spans):
+        marks = RightPadDataset(SpanStarts(layout.tokens, spans), pad_idx=0)
+        return dict(super().side_inputs(layout, spans), marks=marks)
 
     def chosen_head(self, model_args):
         return "toy_marks", {"num_classes": self.cfg.num_classes}
-
-
-def with_marks(net_input):
-    """``net_input`` plus ``marks [B, T]``: the first token of every span."""
-    tokens, spans = net_input["src_tokens"], net_input["spans"]
-    marks = torch.zeros_like(tokens)
-    rows = torch.arange(tokens.size(0)).unsqueeze(1).expand_as(spans[..., 0])
-    marks[rows, spans[..., 0]] = 1
-    marks[:, 0] = 0  # (0, 0) padding rows
-    return dict(net_input, marks=marks)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +93,12 @@ def test_a_head_with_a_new_input_trains_through_the_model(mrpc, marks_kind):
     task.load_dataset("valid")
     ds = task.dataset("valid")
     batch = ds.collater([ds[i] for i in range(4)])
-    batch["net_input"] = with_marks(batch["net_input"])
+    # The split gave every example its marks, collated to the tokens' shape.
+    net = batch["net_input"]
+    assert net["marks"].shape == net["src_tokens"].shape
+    for row, item in enumerate(ds[i] for i in range(4)):
+        starts = item["net_input.spans"][:, 0]
+        assert net["marks"][row].nonzero().flatten().tolist() == sorted(set(starts.tolist()))
 
     # One training step with the task's own criterion: the head reads marks.
     criterion = task.build_criterion(cfg.criterion)

@@ -71,10 +71,16 @@ class SpanClassificationTask(SentenceSpanTask):
         )
         spans = layout.spans(span_sets, max_spans=cfg.max_spans, max_span_tokens=cfg.max_span_tokens)
         return layout.dataset(
-            self.source_dictionary.pad(), net_input={"spans": spans},
+            self.source_dictionary.pad(), net_input=self.side_inputs(layout, spans),
             targets=self.sentence_targets(split, len(input0)),
             shuffle_seed=None if cfg.no_shuffle else cfg.seed, length_multiple=length_multiple(cfg),
         )
+
+    def side_inputs(self, layout, spans):
+        """The datasets of ``net_input`` besides the tokens, by name: ``spans``. A head
+        reading another input gets it here, from the split's ``layout``
+        (:class:`span_plugin.data.layout.Layout`) and its laid-out ``spans``."""
+        return {"spans": spans}
 
     def chosen_head(self, model_args):
         """The ``--sentence-head`` (a model option: fairseq's ``sentence_prediction``
