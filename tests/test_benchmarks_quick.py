@@ -87,7 +87,7 @@ def test_every_benchmark_has_a_quick_mode_here():
     # the GPU benchmarks' quick modes are run by tests/test_gpu_benchmarks.py, the
     # fine-tuning overhead's by tests/test_finetune_overhead.py
     elsewhere = {"gpu_throughput.py", "gpu_compile_check.py", "gpu_profile.py", "gpu_head.py", "host_work.py",
-                 "finetune_overhead.py"}
+                 "hf_peer.py", "finetune_overhead.py"}
     assert scripts - elsewhere == set(FIGURES)
 
 
