@@ -139,8 +139,8 @@ def test_chunker_spans_are_the_chunks_of_a_known_sentence(model):
 
 def test_the_nltk_folder_is_an_option_of_chunker_only(model):
     with pytest.raises(ValueError, match="segmentation 'none' reads no nltk_data"):
-        Segmenter(None, method="none", nltk_data=str(NLTK_DATA))
-    seg = Segmenter(None, method="chunker", nltk_data=str(NLTK_DATA))
+        Segmenter(None, segmentation="none", nltk_data=str(NLTK_DATA))
+    seg = Segmenter(None, segmentation="chunker", nltk_data=str(NLTK_DATA))
     assert isinstance(seg.cut, C.ChunkSegmenter) and seg.ngrams is None
     assert sum(seg(["the", "old", "man"], "The old man")) == 3
 

@@ -321,7 +321,7 @@ def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, s
         raise BadInputError(f"{where or out_path}: {len(rows)} paraphrase rows; need at "
                             f"least 2 (random partners pair two rows)")
     rng = random.Random(seed)
-    segmenter = (Segmenter(load_ngrams(ngrams, words=words), method="greedy")
+    segmenter = (Segmenter(load_ngrams(ngrams, words=words), segmentation="greedy")
                  if keep_identical else None)
     sents = [(_Sentence(a, words, segmenter), _Sentence(b, words, segmenter)) for a, b in rows]
     stats = AlignStats()

@@ -133,6 +133,6 @@ def make_encoder(bpe="gpt2", ngrams=None, ngrams_top_k=None, segmentation="greed
         dictionary = load_ngrams(ngrams, top_k=ngrams_top_k, words=scheme)
     else:
         dictionary = ngrams
-    segmenter = Segmenter(dictionary, method=segmentation, seed=seed, scheme=scheme,
+    segmenter = Segmenter(dictionary, segmentation=segmentation, seed=seed, scheme=scheme,
                           **{o.field: options.get(o.field) for o in kind.options})
     return SpanTokenizer(build_tokenizer(bpe, **options), segmenter)

@@ -91,19 +91,19 @@ class Segmentation:
 
 
 class Segmenter:
-    """A segmentation of kind ``method`` ready to cut sentences: ``(keys, text) -> span
+    """A segmentation of kind ``segmentation`` ready to cut sentences: ``(keys, text) -> span
     lengths``. ``ngrams``: its dictionary (None for kinds that need none); ``scheme``:
     the word scheme of the keys (default: the dictionary's); ``options``: the kind's."""
 
-    def __init__(self, ngrams=None, method="greedy", seed=0, scheme=None, **options):
-        kind = segmentation_kind(method)
+    def __init__(self, ngrams=None, segmentation="greedy", seed=0, scheme=None, **options):
+        kind = segmentation_kind(segmentation)
         if kind.needs_dictionary and ngrams is None:
-            raise ValueError(f"segmentation {method!r} needs an n-gram dictionary")
+            raise ValueError(f"segmentation {segmentation!r} needs an n-gram dictionary")
         own = {o.field for o in kind.options}
         other = sorted(k for k, v in options.items() if v is not None and k not in own)
         if other:
-            raise ValueError(f"segmentation {method!r} reads no {other[0]}")
-        self.method = method
+            raise ValueError(f"segmentation {segmentation!r} reads no {other[0]}")
+        self.segmentation = segmentation
         self.seed = seed
         self.ngrams = ngrams
         scheme = scheme or (ngrams.words if ngrams is not None else "gpt2")
