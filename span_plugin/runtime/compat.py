@@ -362,4 +362,4 @@ def apply():
     bf16_without_xla()
     update_reads.install()
     nan_detector_on_leaves()
-    training_guard.guard_training()  # one run per --save-dir; a resumed run checks its data
+    training_guard.guard_training(_replace)  # one run per --save-dir; a resumed run checks its data

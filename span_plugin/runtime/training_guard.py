@@ -94,13 +94,12 @@ def check_resumed_data(checkpoint, task):
          f"--reset-dataloader")
 
 
-def guard_training():
-    """Lock fairseq-train's --save-dir and check a resumed checkpoint's data (installed
-    once, by :func:`span_plugin.runtime.compat.apply`)."""
+def guard_training(replace):
+    """Lock fairseq-train's --save-dir and check a resumed checkpoint's data, installed
+    by :func:`span_plugin.runtime.compat.apply` with its ``replace(owner, name, wrap)``
+    (once, however often the plugin is imported)."""
     from fairseq import checkpoint_utils
     from fairseq.trainer import Trainer
-
-    from span_plugin.runtime.compat import _replace
 
     def wrap_verify(verify):
         def verify_checkpoint_directory(save_dir):
@@ -122,5 +121,5 @@ def guard_training():
 
         return load_checkpoint
 
-    _replace(checkpoint_utils, "verify_checkpoint_directory", wrap_verify)
-    _replace(Trainer, "load_checkpoint", wrap_load)
+    replace(checkpoint_utils, "verify_checkpoint_directory", wrap_verify)
+    replace(Trainer, "load_checkpoint", wrap_load)
