@@ -28,11 +28,11 @@ if ! "${pip[@]}" --no-deps --only-binary :all: ve-fairseq==0.12.3 >/dev/null 2>&
         echo "install.sh: no ve-fairseq wheel for $("$py" -V); building fairseq-fixed 0.12.3.1 into $wheels (a few minutes, once)"
         mkdir -p "$wheels"
         build=$(mktemp -d "$wheels/.build.XXXXXX")
+        trap 'rm -rf "$build"' EXIT   # a failed build leaves nothing in the cache
         # no isolation: build against the venv's torch and numpy, not fresh (CUDA) ones
         "$py" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation \
             --no-binary fairseq-fixed -w "$build" fairseq-fixed==0.12.3.1
         mv "$build"/fairseq_fixed-*.whl "$wheels"/   # whole file or none: never half a wheel
-        rm -rf "$build"
         "${fork[@]}"
     fi
 else
