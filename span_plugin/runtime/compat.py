@@ -5,7 +5,6 @@ starts, because each worker imports ``--user-dir`` / ``common.user_dir`` itself.
 """
 
 import argparse
-import functools
 import importlib.util
 import logging
 import os
@@ -18,19 +17,10 @@ from omegaconf import OmegaConf
 
 from span_plugin.convert.safe_load import allow_checkpoint_types, load_error
 from span_plugin.runtime import checkpoints, training_guard, update_reads
+from span_plugin.runtime.patching import replace as _replace
 
 logger = logging.getLogger(__name__)
 
-
-def _replace(owner, name, wrap):
-    """Replace ``owner.name`` by ``wrap(original)``, once: the plugin is imported again
-    in every worker, and a second import must not wrap the wrapper."""
-    original = getattr(owner, name)
-    if getattr(original, "_span_plugin_wrapped", False):
-        return
-    replacement = functools.wraps(original)(wrap(original))
-    replacement._span_plugin_wrapped = True
-    setattr(owner, name, replacement)
 
 def allow_fairseq_checkpoints():
     """Let fairseq read its checkpoints with the allow-list, and nothing else.
@@ -362,4 +352,4 @@ def apply():
     bf16_without_xla()
     update_reads.install()
     nan_detector_on_leaves()
-    training_guard.guard_training(_replace)  # one run per --save-dir; a resumed run checks its data
+    training_guard.guard_training()  # one run per --save-dir; a resumed run checks its data

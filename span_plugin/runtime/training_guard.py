@@ -22,6 +22,7 @@ from span_plugin.formats.outputs import OutputBusyError, hold
 from span_plugin.preprocess.file_records import short
 from span_plugin.runtime import checkpoints
 from span_plugin.runtime.data_record import checkpoint_record, task_record
+from span_plugin.runtime.patching import replace
 
 # Parts of a record that say nothing about the data trained on: where and by which
 # command it was made, by which plugin version, from which input paths.
@@ -94,10 +95,10 @@ def check_resumed_data(checkpoint, task):
          f"--reset-dataloader")
 
 
-def guard_training(replace):
-    """Lock fairseq-train's --save-dir and check a resumed checkpoint's data, installed
-    by :func:`span_plugin.runtime.compat.apply` with its ``replace(owner, name, wrap)``
-    (once, however often the plugin is imported)."""
+def guard_training():
+    """Lock fairseq-train's --save-dir and check a resumed checkpoint's data (installed
+    by :func:`span_plugin.runtime.compat.apply`, once however often the plugin is
+    imported)."""
     from fairseq import checkpoint_utils
     from fairseq.trainer import Trainer
 

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from span_plugin.runtime.padded_encoder import forward_with_padding_mask
+from span_plugin.runtime.patching import replace
 
 logger = logging.getLogger(__name__)
 
@@ -67,25 +68,6 @@ def read_once(*scalars: torch.Tensor) -> list:
 
 def is_host_copy(value) -> bool:
     return torch.is_tensor(value) and getattr(value, _HOST_COPY, False)
-
-
-def _replace(owner, name, wrap):
-    """``owner.name = wrap(original)``, once (the plugin is imported in every worker)."""
-    original = owner.__dict__[name]
-    if getattr(original, "_span_update_reads", False):
-        return
-    replacement = wrap(original)
-    if isinstance(replacement, property):  # a property takes no attributes; its subclass does
-        replacement = _PatchedProperty(replacement.fget, doc=original.__doc__)
-    else:
-        replacement.__doc__ = original.__doc__
-    replacement._span_update_reads = True
-    replacement.__wrapped__ = original
-    setattr(owner, name, replacement)
-
-
-class _PatchedProperty(property):
-    pass
 
 
 # ----------------------------------------------------------------------------------
@@ -306,11 +288,11 @@ def install():
     from fairseq.optim.fp16_optimizer import _FP16OptimizerMixin, _MemoryEfficientFP16OptimizerMixin
     from fairseq.trainer import Trainer
 
-    _replace(Trainer, "clip_grad_norm", _trainer_clip_grad_norm)
-    _replace(Trainer, "_reduce_and_log_stats", _reduce_and_log_stats)
-    _replace(_FP16OptimizerMixin, "clip_grad_norm", _fp16_clip_grad_norm)
-    _replace(_MemoryEfficientFP16OptimizerMixin, "clip_grad_norm", _memory_efficient_fp16_clip_grad_norm)
-    _replace(AMPOptimizer, "clip_grad_norm", _amp_clip_grad_norm)
-    _replace(AMPOptimizer, "step", _amp_step)
-    _replace(AMPOptimizer, "scaler", _amp_scaler)
-    _replace(TransformerEncoderBase, "forward_scriptable", _encoder_forward)
+    replace(Trainer, "clip_grad_norm", _trainer_clip_grad_norm)
+    replace(Trainer, "_reduce_and_log_stats", _reduce_and_log_stats)
+    replace(_FP16OptimizerMixin, "clip_grad_norm", _fp16_clip_grad_norm)
+    replace(_MemoryEfficientFP16OptimizerMixin, "clip_grad_norm", _memory_efficient_fp16_clip_grad_norm)
+    replace(AMPOptimizer, "clip_grad_norm", _amp_clip_grad_norm)
+    replace(AMPOptimizer, "step", _amp_step)
+    replace(AMPOptimizer, "scaler", _amp_scaler)
+    replace(TransformerEncoderBase, "forward_scriptable", _encoder_forward)
