@@ -45,6 +45,7 @@ setup(
             "span-preprocess = span_plugin.cli.preprocess:main",
             "span-predict = span_plugin.cli.predict:main",
             "span-convert = span_plugin.cli.convert:main",
+            "span-export = span_plugin.cli.export:main",
         ],
     },
 )

@@ -159,7 +159,7 @@ def test_minilm_output_folder(minilm_out):
     files = sorted(os.listdir(minilm_out))
     assert files == sorted([
         "model.pt", "dict.txt", "vocab.txt", "tokenizer.json", "hf_config.json",
-        "tokenizer_config.json", "special_tokens_map.json",
+        "tokenizer_config.json", "special_tokens_map.json", "bert_embeddings.safetensors",
     ])
     vocab = read_vocab(os.path.join(minilm_dir(), "vocab.txt"))
     lines = (minilm_out / "dict.txt").read_text(encoding="utf-8").splitlines()

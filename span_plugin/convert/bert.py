@@ -54,7 +54,7 @@ written.
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -88,6 +88,9 @@ SUPPORTED_MODEL_TYPES = ("bert",)
 TOKEN_TYPES = "token_types.weight"
 POOLER = "pooler.dense."
 SEGMENTS = 2  # segments A and B of a pair
+# The tables the conversion folds together, kept as they were beside model.pt.
+EMBEDDINGS_FILE = "bert_embeddings.safetensors"
+UNFOLDED = ("embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight")
 
 BertShape = EncoderShape
 BertWeights = EncoderWeights
@@ -378,6 +381,9 @@ class Conversion:
     vocab: VocabMapping
     state_dict: Dict[str, torch.Tensor]
     record: Dict
+    # BERT's position and token-type tables as they were: folding type 0 into the
+    # positions rounds, so span-export hf takes them back from here (EMBEDDINGS_FILE).
+    embeddings: Dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def model_cfg(self) -> Dict:
@@ -414,6 +420,9 @@ def plan_bert_conversion(hf_dir, seed: int = 0, roberta_only: bool = False) -> C
     if (hf_dir / "tokenizer.json").is_file():
         check_tokenizer_json(hf_dir / "tokenizer.json", vocab, vocab_path)
     state_dict, record = convert_state_dict(weights, shape, mapping, seed, roberta_only)
+    sizes = (shape.max_positions, shape.type_vocab_size)
+    embeddings = {name: weights.get(name, (rows, shape.embed_dim))
+                  for name, rows in zip(UNFOLDED, sizes) if rows and weights.has(name)}
     record = {
         "source_dir": str(hf_dir.resolve()),
         "source_weights": weights_path.name,
@@ -422,7 +431,7 @@ def plan_bert_conversion(hf_dir, seed: int = 0, roberta_only: bool = False) -> C
         "hidden_act": shape.raw.get("hidden_act", "gelu"),
         **record,
     }
-    return Conversion(hf_dir, weights_path, shape, mapping, state_dict, record)
+    return Conversion(hf_dir, weights_path, shape, mapping, state_dict, record, embeddings)
 
 
 def convert_bert(hf_dir, out_dir, overwrite: bool = False, seed: int = 0,
@@ -438,5 +447,8 @@ def convert_bert(hf_dir, out_dir, overwrite: bool = False, seed: int = 0,
     out_dir = check_out_dir(out_dir, overwrite)
     plan = plan_bert_conversion(hf_dir, seed=seed, roberta_only=roberta_only)
     copies = [(plan.hf_dir / src, dst) for src, dst in COPIED_FILES]
-    write_model_folder(out_dir, plan.vocab.dict_tokens, copies, {}, plan.checkpoint)
+    from safetensors.torch import save
+
+    unfolded = {EMBEDDINGS_FILE: save({k: t.contiguous() for k, t in plan.embeddings.items()})}
+    write_model_folder(out_dir, plan.vocab.dict_tokens, copies, unfolded, plan.checkpoint)
     return plan

@@ -63,6 +63,18 @@ def map_layers(weights: EncoderWeights, shape: EncoderShape) -> Dict[str, torch.
     return sd
 
 
+def hf_layers(sd: Dict[str, torch.Tensor], layers: int) -> Dict[str, torch.Tensor]:
+    """The inverse of :func:`map_layers`, by the same table: fairseq's ``layers.N.*`` and
+    ``layernorm_embedding`` tensors under Hugging Face's names (no model prefix)."""
+    out = {"embeddings.LayerNorm.weight": sd[ENC + "layernorm_embedding.weight"],
+           "embeddings.LayerNorm.bias": sd[ENC + "layernorm_embedding.bias"]}
+    for n in range(layers):
+        for fs_name, hf_name, _ in _LAYER_MAP:
+            for part in ("weight", "bias"):
+                out[f"encoder.layer.{n}.{hf_name}.{part}"] = sd[f"{ENC}layers.{n}.{fs_name}.{part}"]
+    return out
+
+
 def fresh_lm_head(h: int, v: int, dtype, seed: int) -> Tuple[Dict[str, torch.Tensor], str]:
     """fairseq's initialisation of ``lm_head`` (without the tied weight), for checkpoints
     that have no masked-LM head: dense [H, H] normal, LayerNorm [H] 1/0, bias [V] zero."""

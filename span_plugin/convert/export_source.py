@@ -1,0 +1,176 @@
+"""Reading a fairseq encoder checkpoint for export: the tensors, the sizes, the
+dictionary and the tokenizer it was trained with.
+
+A checkpoint is a ``span-convert`` folder (``model.pt`` beside ``dict.txt`` and the
+tokenizer files), a span pre-training run's checkpoint, or any fairseq RoBERTa
+``model.pt``. It is loaded only through the safe loader (:mod:`.safe_load`). The
+dictionary is ``dict.txt`` beside the checkpoint, else in the task's data folder; the
+tokenizer kind and files come from the data record the plugin's tasks store, else the
+conversion record, else ``cfg.bpe``, each file looked for beside the checkpoint first
+(a moved folder), then at the path recorded.
+"""
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional
+
+import torch
+
+from span_plugin.convert.encoder_map import ENC, FAIRSEQ_SYMBOLS
+from span_plugin.convert.hf_source import ConversionError
+from span_plugin.convert.safe_load import check_structure, load_checkpoint
+from span_plugin.preprocess.binary.vocab import Vocab
+
+# The plugin's data record in a checkpoint's task state (runtime/data_record.py, a layer
+# above: the key is read here, not imported).
+DATA_RECORD = "span_plugin_data_record"
+# The span pre-training head: a training objective, not part of the encoder.
+SBO_HEAD = "span_boundary"
+# fairseq's cfg.bpe names -> the plugin's tokenizer kinds (fairseq's sentencepiece BPE
+# encodes the whole line, as the plugin's sentencepiece-line kind does).
+FAIRSEQ_BPE_KINDS = {"gpt2": "gpt2", "bert": "wordpiece", "sentencepiece": "sentencepiece-line",
+                     "fastbpe": "fastbpe", "subword_nmt": "subword_nmt"}
+# The files each exportable kind needs: record key -> (cfg.bpe key, file name beside it).
+KIND_FILES = {
+    "gpt2": {"encoder_json": ("gpt2_encoder_json", "encoder.json"),
+             "vocab_bpe": ("gpt2_vocab_bpe", "vocab.bpe")},
+    "wordpiece": {"wordpiece": ("bpe_vocab_file", "vocab.txt")},
+}
+
+
+@dataclass
+class EncoderCheckpoint:
+    """What an export reads from a fairseq encoder checkpoint. ``symbols``: the
+    dictionary, fairseq id -> symbol (``<mask>`` last); ``files``: the tokenizer's files
+    by record key."""
+
+    path: Path
+    tensors: Dict[str, torch.Tensor]
+    model_cfg: Dict
+    symbols: List[str]
+    kind: str
+    files: Dict[str, Path]
+
+    @property
+    def layers(self) -> int:
+        return 1 + max(int(k[len(ENC + "layers."):].split(".")[0])
+                       for k in self.tensors if k.startswith(ENC + "layers."))
+
+    @property
+    def conversion_record(self) -> Dict:
+        return (self.model_cfg.get("bert_conversion") or self.model_cfg.get("hf_conversion")
+                or {})
+
+
+def _plain(value) -> Dict:
+    """A cfg section as a dict (``args`` of old checkpoints is a Namespace)."""
+    if isinstance(value, argparse.Namespace):
+        return vars(value)
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def checkpoint_file(path) -> Path:
+    """The checkpoint file ``path`` names: itself, or a folder's ``model.pt``."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "model.pt"
+    if not path.is_file():
+        raise ConversionError(f"{path}: no such checkpoint (expected a fairseq model.pt or a "
+                              f"folder holding one)")
+    return path
+
+
+def _refuse_fine_tuned(path: Path, tensors, cfg: Dict) -> None:
+    heads = sorted({k.split(".")[1] for k in tensors if k.startswith("classification_heads.")}
+                   - {SBO_HEAD})
+    if heads:
+        task = _plain(cfg.get("task")).get("_name") or _plain(cfg.get("args")).get("task")
+        raise ConversionError(
+            f"{path}: a fine-tuned model (task {task}, head {', '.join(heads)}); span-export hf "
+            f"exports encoders only: fine-tuned export is not supported yet")
+    if ENC + "embed_tokens.weight" not in tensors:
+        raise ConversionError(f"{path}: no {ENC}embed_tokens.weight: not a fairseq RoBERTa "
+                              f"encoder checkpoint")
+
+
+def _dictionary(path: Path, task_cfg: Dict, rows: int) -> List[str]:
+    candidates = [path.parent / "dict.txt"]
+    data = str(task_cfg.get("data") or "").split(":")[0]
+    if data:
+        candidates.append(Path(data) / "dict.txt")
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ConversionError(f"{path}: no dictionary; expected dict.txt at "
+                              f"{' or '.join(map(str, candidates))}")
+    try:
+        symbols = Vocab(found).symbols
+    except ValueError as err:
+        raise ConversionError(str(err)) from err
+    mask = FAIRSEQ_SYMBOLS[4]
+    if mask not in symbols:
+        symbols = symbols + [mask]  # appended by the masked-LM and GLUE tasks at load
+    if len(symbols) != rows:
+        raise ConversionError(
+            f"{found}: {len(symbols)} symbols with {mask} but {path} has {rows} embedding "
+            f"rows ({ENC}embed_tokens.weight); the dictionary is not this model's")
+    return symbols
+
+
+def _kind_and_files(path: Path, state, cfg: Dict):
+    """(kind, {record key: recorded path or None}) from the data record, the conversion
+    record or cfg.bpe."""
+    record = (_plain(state.get("task_state")).get(DATA_RECORD) or {}).get("encoder")
+    if record:
+        return record["bpe"], {k: (e or {}).get("path") for k, e in record["files"].items()}
+    bpe = _plain(cfg.get("bpe"))
+    conversion = _plain(cfg.get("model"))
+    conversion = conversion.get("hf_conversion") or conversion.get("bert_conversion") or {}
+    kind = conversion.get("tokenizer") or FAIRSEQ_BPE_KINDS.get(bpe.get("_name"))
+    if kind is None and not bpe and not conversion:
+        # fairseq RoBERTa without a record (roberta.base's own model.pt): GPT-2 BPE.
+        kind = "gpt2"
+    if kind is None:
+        raise ConversionError(f"{path}: no tokenizer recorded (no data record, cfg.bpe "
+                              f"{bpe.get('_name')!r}): cannot tell which tokenizer to export")
+    keys = KIND_FILES.get(kind, {})
+    return kind, {key: bpe.get(cfg_key) for key, (cfg_key, _) in keys.items()}
+
+
+def _locate(path: Path, kind: str, recorded: Dict[str, Optional[str]]) -> Dict[str, Path]:
+    """Each file beside the checkpoint (by its usual name) or at its recorded path."""
+    files = {}
+    for key, (_, name) in KIND_FILES[kind].items():
+        beside = path.parent / name
+        given = Path(recorded[key]) if recorded.get(key) else None
+        if kind == "wordpiece" and given is not None and given.is_dir():
+            given = given / name
+        found = next((p for p in (beside, given) if p is not None and p.is_file()), None)
+        if found is None:
+            raise ConversionError(
+                f"{path}: the {kind} tokenizer's {name} is not beside it"
+                + (f" nor at the recorded {given}" if given else "")
+                + f"; put {name} beside the checkpoint")
+        files[key] = found
+    return files
+
+
+def read_encoder_checkpoint(path, supported) -> EncoderCheckpoint:
+    """Load and check an encoder checkpoint for export; ``supported``: the tokenizer
+    kinds the export has a counterpart for (another kind is refused naming them)."""
+    path = checkpoint_file(path)
+    state = load_checkpoint(path, mmap=True)
+    check_structure(path, state)
+    cfg = _plain(state.get("cfg")) or {"model": _plain(state.get("args")),
+                                       "task": _plain(state.get("args"))}
+    tensors = state["model"]
+    _refuse_fine_tuned(path, tensors, cfg)
+    kind, recorded = _kind_and_files(path, state, cfg)
+    if kind not in supported:
+        raise ConversionError(
+            f"{path}: its tokenizer kind {kind!r} has no Hugging Face counterpart that gives "
+            f"the same ids; supported: {', '.join(supported)}")
+    rows = tensors[ENC + "embed_tokens.weight"].shape[0]
+    symbols = _dictionary(path, _plain(cfg.get("task")), rows)
+    return EncoderCheckpoint(path, dict(tensors), _plain(cfg.get("model")), symbols, kind,
+                             _locate(path, kind, recorded))

@@ -1,0 +1,314 @@
+"""fairseq RoBERTa encoder checkpoint -> a standard Hugging Face model folder.
+
+The inverse of :mod:`.roberta` and :mod:`.bert`, by the same tables: the encoder layers
+through :func:`.encoder_map.hf_layers` (the one layer table of both directions), the
+vocabulary through :func:`.bert.vocab_mapping` (WordPiece) or ids as they are (GPT-2
+BPE: fairseq index == Hugging Face id). The folder holds ``config.json``,
+``model.safetensors`` (the encoder and its masked-LM head) and the tokenizer files that
+``AutoTokenizer`` reads; ``transformers``' own classes load it, no custom code.
+
+=====================================  ==========================================================
+fairseq (``encoder.``)                 Hugging Face (``roberta.`` / ``bert.`` prefix)
+=====================================  ==========================================================
+sentence_encoder.embed_tokens          embeddings.word_embeddings (WordPiece: rows back in
+                                         vocab.txt order)
+sentence_encoder.embed_positions       embeddings.position_embeddings (RoBERTa: as is; BERT:
+                                         rows 2..)
+(none: type 0 is in the positions)     embeddings.token_type_embeddings row 0, zero
+token_types.weight row 1 (plugin)      BERT's token_type_embeddings row 1 (zero without one)
+pooler.dense (plugin)                  BERT's pooler.dense
+lm_head.{dense,layer_norm,bias}        lm_head.* / cls.predictions.{transform.*,bias}; the
+                                         decoder is tied to the word embeddings in both
+classification_heads.span_boundary     dropped: the span pre-training objective's head
+=====================================  ==========================================================
+
+Tokenizer kinds: ``gpt2`` (RoBERTa's byte-level BPE; ``vocab.json`` maps each BPE token
+to its fairseq index) and ``wordpiece`` (BERT). Another kind has no Hugging Face
+tokenizer that gives the same ids and is refused. A checkpoint with a fine-tuned head is
+refused too (not supported yet).
+"""
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import torch
+
+from span_plugin.convert.bert import EMBEDDINGS_FILE, POOLER, TOKEN_TYPES, UNFOLDED, vocab_mapping
+from span_plugin.convert.encoder_map import ENC, FAIRSEQ_PAD, LM, POSITION_OFFSET, hf_layers
+from span_plugin.convert.export_source import SBO_HEAD, EncoderCheckpoint, read_encoder_checkpoint
+from span_plugin.convert.hf_source import ACTIVATIONS, ConversionError
+from span_plugin.formats.files import commit_folder
+from span_plugin.formats.stops import named
+from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece
+
+SUPPORTED_KINDS = ("gpt2", "wordpiece")
+WEIGHTS = "model.safetensors"
+PARTIAL = ".partial-"
+# fairseq activation -> Hugging Face's name of the same formula (hf_source's map, inverted).
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_accurate": "gelu_new"}
+assert all(ACTIVATIONS[hf] == fs for fs, hf in HF_ACTIVATIONS.items())
+
+
+@dataclass
+class HfExport:
+    """A planned export: Hugging Face tensors (prefixed names), ``config.json``'s dict,
+    the writer of the tokenizer files, and what was left out."""
+
+    source: EncoderCheckpoint
+    tensors: Dict[str, torch.Tensor]
+    config: Dict
+    write_tokenizer: Callable[[Path], None] = field(repr=False)
+    dropped: List[str]
+
+
+# --------------------------------------------------------------------------------------
+# Shared by both families
+# --------------------------------------------------------------------------------------
+
+
+def _config(ckpt: EncoderCheckpoint, family: str, positions: int, extra: Dict) -> Dict:
+    cfg, t = ckpt.model_cfg, ckpt.tensors
+    if cfg.get("encoder_normalize_before"):
+        raise ConversionError(f"{ckpt.path}: a pre-LN encoder (encoder_normalize_before); "
+                              f"Hugging Face's {family} is post-LN")
+    act = cfg.get("activation_fn", "gelu")
+    if act not in HF_ACTIVATIONS:
+        raise ConversionError(f"{ckpt.path}: activation_fn {act!r} has no Hugging Face name "
+                              f"(supported: {', '.join(HF_ACTIVATIONS)})")
+    vocab, hidden = t[ENC + "embed_tokens.weight"].shape
+    return {
+        "architectures": [f"{family}ForMaskedLM"],
+        "model_type": family.lower(),
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "num_hidden_layers": ckpt.layers,
+        "num_attention_heads": int(cfg.get("encoder_attention_heads")),
+        "intermediate_size": t[ENC + "layers.0.fc1.weight"].shape[0],
+        "hidden_act": HF_ACTIVATIONS[act],
+        "max_position_embeddings": positions,
+        "layer_norm_eps": float(cfg.get("layernorm_eps") or 1e-5),
+        "hidden_dropout_prob": float(cfg.get("dropout", 0.1)),
+        "attention_probs_dropout_prob": float(cfg.get("attention_dropout", 0.1)),
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+        "torch_dtype": str(t[ENC + "embed_tokens.weight"].dtype).replace("torch.", ""),
+        **extra,
+    }
+
+
+def _lm_head(t: Dict[str, torch.Tensor], names: Dict[str, str], rows=None) -> Dict:
+    """The masked-LM head under Hugging Face's ``names`` (fairseq part -> name);
+    ``rows``: the order of the bias (WordPiece's vocab.txt order)."""
+    head = {hf: t[LM + fs] for fs, hf in names.items()}
+    bias = names["bias"]
+    if rows is not None:
+        head[bias] = head[bias][rows]
+    return head
+
+
+def _dropped(t) -> List[str]:
+    return sorted(k for k in t if k.startswith(f"classification_heads.{SBO_HEAD}."))
+
+
+# --------------------------------------------------------------------------------------
+# RoBERTa (GPT-2 BPE): ids as they are
+# --------------------------------------------------------------------------------------
+
+
+def _roberta(ckpt: EncoderCheckpoint) -> HfExport:
+    t, p = ckpt.tensors, "roberta."
+    hidden = t[ENC + "embed_tokens.weight"].shape[1]
+    tensors = {p + "embeddings.word_embeddings.weight": t[ENC + "embed_tokens.weight"],
+               # Both tables start at padding_idx + 1 = 2; token type 0 is already in them.
+               p + "embeddings.position_embeddings.weight": t[ENC + "embed_positions.weight"],
+               p + "embeddings.token_type_embeddings.weight": torch.zeros(
+                   1, hidden, dtype=t[ENC + "embed_tokens.weight"].dtype)}
+    tensors.update({p + k: v for k, v in hf_layers(t, ckpt.layers).items()})
+    tensors.update(_lm_head(t, {"dense.weight": "lm_head.dense.weight",
+                                "dense.bias": "lm_head.dense.bias",
+                                "layer_norm.weight": "lm_head.layer_norm.weight",
+                                "layer_norm.bias": "lm_head.layer_norm.bias",
+                                "bias": "lm_head.bias"}))
+    positions = t[ENC + "embed_positions.weight"].shape[0]
+    config = _config(ckpt, "Roberta", positions, {
+        "type_vocab_size": 1, "pad_token_id": FAIRSEQ_PAD, "bos_token_id": 0,
+        "eos_token_id": 2})
+    return HfExport(ckpt, tensors, config, lambda out: _gpt2_tokenizer(ckpt, out), _dropped(t))
+
+
+def _gpt2_tokenizer(ckpt: EncoderCheckpoint, out: Path) -> None:
+    """vocab.json: each BPE token -> its fairseq index (dict.txt holds GPT-2's ids as
+    numbers); a BPE token the dictionary lacks -> <unk>'s id, as fairseq maps it."""
+    from transformers import RobertaTokenizerFast
+
+    encoder = json.loads(ckpt.files["encoder_json"].read_text(encoding="utf-8"))
+    by_gpt2_id = {str(i): token for token, i in encoder.items()}
+    unk = ckpt.symbols.index("<unk>")
+    vocab = {token: unk for token in encoder}
+    vocab.update({by_gpt2_id.get(s, s): i for i, s in enumerate(ckpt.symbols)})
+    merges = [tuple(m.split(" ")) for m in
+              ckpt.files["vocab_bpe"].read_text(encoding="utf-8").splitlines()
+              if m.strip() and not m.startswith("#version")]
+    positions = ckpt.tensors[ENC + "embed_positions.weight"].shape[0] - POSITION_OFFSET
+    RobertaTokenizerFast(vocab=vocab, merges=merges,
+                         model_max_length=positions).save_pretrained(str(out))
+
+
+# --------------------------------------------------------------------------------------
+# BERT (WordPiece): rows back in vocab.txt order
+# --------------------------------------------------------------------------------------
+
+
+def _wordpiece_vocab(ckpt: EncoderCheckpoint):
+    """(library tokenizer, its tokens in id order, the fairseq <-> BERT id mapping)."""
+    path = ckpt.files["wordpiece"]
+    try:
+        library = load_wordpiece(str(path))
+    except ValueError as err:
+        raise ConversionError(str(err)) from err
+    table = library.get_vocab(with_added_tokens=True)
+    tokens = [None] * len(table)
+    for token, i in table.items():
+        tokens[i] = token
+    mapping = vocab_mapping(tokens, path)
+    if list(mapping.dict_tokens) != ckpt.symbols[4:-1]:
+        raise ConversionError(
+            f"{path}: the dictionary beside {ckpt.path} is not this WordPiece vocabulary in "
+            f"span-convert's order (BERT's specials at 0-3, [MASK] last, the rest as in "
+            f"{path.name}): its ids would mean other tokens")
+    return library, tokens, mapping
+
+
+def _unfolded(ckpt: EncoderCheckpoint):
+    """BERT's position [P, H] and token-type [T, H] tables. span-convert folded type 0
+    into the positions (which rounds) and kept the tables as they were beside model.pt:
+    those are taken back while the checkpoint still holds exactly their fold (not
+    trained since). Else type 0 stays in the positions and its row is zero. Without
+    the plugin's segment-B row (``--roberta-only``), segment B is segment A, as in fairseq."""
+    t = ckpt.tensors
+    table = t[ENC + "embed_positions.weight"]
+    segment_b = t[TOKEN_TYPES][1] if TOKEN_TYPES in t else None
+    kept = ckpt.path.parent / EMBEDDINGS_FILE
+    if kept.is_file():
+        from safetensors.torch import load_file
+
+        saved = load_file(str(kept))
+        positions, types = (saved.get(name) for name in UNFOLDED)
+        if positions is not None and types is not None and table.shape[0] == (
+                positions.shape[0] + POSITION_OFFSET):
+            folded = torch.zeros_like(table)
+            folded[POSITION_OFFSET:] = positions
+            folded[POSITION_OFFSET:] += types[0]
+            same_b = segment_b is None or (types.shape[0] > 1 and torch.equal(
+                types[1] - types[0], segment_b))
+            if torch.equal(folded, table) and same_b:
+                types = types.clone()
+                if segment_b is None:
+                    types[1:] = types[0]
+                return positions, types
+    types = torch.zeros(2, table.shape[1], dtype=table.dtype)
+    if segment_b is not None:
+        types[1] = segment_b
+    return table[POSITION_OFFSET:], types
+
+
+def _bert(ckpt: EncoderCheckpoint) -> HfExport:
+    t, p = ckpt.tensors, "bert."
+    library, tokens, mapping = _wordpiece_vocab(ckpt)
+    rows = mapping.bert_to_fairseq  # BERT id -> fairseq row
+    word = t[ENC + "embed_tokens.weight"]
+    positions, types = _unfolded(ckpt)
+    tensors = {p + "embeddings.word_embeddings.weight": word[rows],
+               p + "embeddings.position_embeddings.weight": positions,
+               p + "embeddings.token_type_embeddings.weight": types}
+    tensors.update({p + k: v for k, v in hf_layers(t, ckpt.layers).items()})
+    if POOLER + "weight" in t:
+        tensors.update({f"{p}pooler.dense.{k}": t[POOLER + k] for k in ("weight", "bias")})
+    tensors.update(_lm_head(t, {"dense.weight": "cls.predictions.transform.dense.weight",
+                                "dense.bias": "cls.predictions.transform.dense.bias",
+                                "layer_norm.weight": "cls.predictions.transform.LayerNorm.weight",
+                                "layer_norm.bias": "cls.predictions.transform.LayerNorm.bias",
+                                "bias": "cls.predictions.bias"}, rows))
+    pad = next(bert for bert, fs in BERT_SPECIALS if fs == "<pad>")
+    config = _config(ckpt, "Bert", positions.shape[0], {
+        "type_vocab_size": types.shape[0], "pad_token_id": tokens.index(pad)})
+    return HfExport(ckpt, tensors, config,
+                    lambda out: _bert_tokenizer(library, out, positions.shape[0]),
+                    _dropped(t))
+
+
+def _bert_tokenizer(library, out: Path, max_length: int) -> None:
+    """The library tokenizer itself (normalizer and all) as tokenizer.json, and the
+    config AutoTokenizer reads."""
+    from transformers import BertTokenizerFast
+
+    normalizer = json.loads(library.to_str()).get("normalizer") or {}
+    tok = BertTokenizerFast(tokenizer_object=library,
+                            do_lower_case=bool(normalizer.get("lowercase", True)),
+                            unk_token=BERT_SPECIALS[3][0], pad_token=BERT_SPECIALS[1][0],
+                            cls_token=BERT_SPECIALS[0][0], sep_token=BERT_SPECIALS[2][0],
+                            mask_token=BERT_MASK, model_max_length=max_length)
+    tok.save_pretrained(str(out))
+
+
+# --------------------------------------------------------------------------------------
+# Plan and write
+# --------------------------------------------------------------------------------------
+
+
+def plan_hf_export(checkpoint) -> HfExport:
+    """Read and check everything; map the tensors. Nothing is written."""
+    ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS)
+    return (_roberta if ckpt.kind == "gpt2" else _bert)(ckpt)
+
+
+def check_out_dir(out_dir, force: bool) -> Path:
+    """``out_dir``: refused when it is a file, or a folder with files unless ``force``."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConversionError(f"{out_dir}: exists and is not a folder; give another --out")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise ConversionError(f"{out_dir}: not empty; pass --force to replace it whole, or "
+                              f"give another --out")
+    return out_dir
+
+
+def write_hf_folder(plan: HfExport, out_dir) -> None:
+    """Write the folder into a sibling ``OUT.partial-PID`` and rename it into place
+    (an existing folder is replaced whole): ``out_dir`` is the old folder or the new
+    one, never part of either."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(os.path.normpath(os.path.abspath(out_dir)))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{out_dir}{PARTIAL}{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        # Own storage per tensor: safetensors refuses shared or strided ones.
+        save_file({k: v.contiguous().clone() for k, v in plan.tensors.items()},
+                  str(tmp / WEIGHTS), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n",
+                                         encoding="utf-8")
+        plan.write_tokenizer(tmp)
+        commit_folder(tmp, out_dir)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if named(err, out_dir) is not err:
+            raise named(err, out_dir) from err
+        raise
+
+
+def export_hf(checkpoint, out_dir, force: bool = False) -> HfExport:
+    """Export the encoder ``checkpoint`` (a fairseq model.pt or a folder holding one) to
+    ``out_dir`` as a Hugging Face folder. Every check runs before anything is written."""
+    out_dir = check_out_dir(out_dir, force)
+    plan = plan_hf_export(checkpoint)
+    plan.config["span_export"] = {"source": str(plan.source.path.resolve()),
+                                  "tokenizer": plan.source.kind, "dropped": plan.dropped}
+    write_hf_folder(plan, out_dir)
+    return plan
