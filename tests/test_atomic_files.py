@@ -11,10 +11,12 @@ from span_plugin.formats.files import atomic_link, atomic_write
 def test_link_shares_the_bytes_until_one_name_is_replaced(tmp_path):
     best, last = tmp_path / "checkpoint_best.pt", tmp_path / "checkpoint_last.pt"
     best.write_bytes(b"epoch 1")
-    (tmp_path / "checkpoint_last.pt.tmp").write_bytes(b"stale, from a killed writer")
+    # a killed writer's temporary file: another process's name, never this one's
+    stale = tmp_path / "checkpoint_last.pt.999999999.tmp"
+    stale.write_bytes(b"stale, from a killed writer")
     atomic_link(best, last)
     assert last.read_bytes() == b"epoch 1" and os.stat(last).st_ino == os.stat(best).st_ino
-    assert not (tmp_path / "checkpoint_last.pt.tmp").exists()
+    assert sorted(p.name for p in tmp_path.glob("*.tmp")) == [stale.name]
     # The next save replaces checkpoint_last.pt by rename: the best keeps its bytes.
     atomic_write(last, lambda f: f.write(b"epoch 2"))
     assert best.read_bytes() == b"epoch 1" and last.read_bytes() == b"epoch 2"

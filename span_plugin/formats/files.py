@@ -1,8 +1,9 @@
 """Files written whole or not at all.
 
-:func:`atomic_write` writes ``NAME.tmp``, flushes it to disk, renames it over ``NAME``
+:func:`atomic_write` writes ``NAME.PID.tmp`` (a name of this process's own, so two
+processes never write one temporary file), flushes it to disk, renames it over ``NAME``
 and makes the rename durable: a reader, or a run resumed after a crash, sees the old
-content or all of the new, never a part. A stale ``NAME.tmp`` is what a killed writer
+content or all of the new, never a part. A stale ``*.tmp`` is what a killed writer
 leaves behind (``span_plugin.runtime.checkpoints.prepare_resume`` removes them).
 
 :func:`commit_folder` does the same for a folder built elsewhere on the same file
@@ -17,6 +18,11 @@ import shutil
 from span_plugin.formats.stops import named
 
 TMP_SUFFIX = ".tmp"
+
+
+def temporary_name(path) -> str:
+    """``NAME.PID.tmp``: where this process writes ``path`` before renaming it."""
+    return f"{os.fspath(path)}.{os.getpid()}{TMP_SUFFIX}"
 
 
 def _fsync_dir(path):
@@ -59,13 +65,13 @@ class _Writes:
 
 @contextlib.contextmanager
 def atomic_file(path, text=False):
-    """``with atomic_file(path) as f``: ``f`` writes ``path + ".tmp"`` (binary, or UTF-8
+    """``with atomic_file(path) as f``: ``f`` writes :func:`temporary_name` (binary, or UTF-8
     text with ``\\n`` line ends when ``text``), flushed to disk and committed over
     ``path`` (:func:`commit`) when the block ends. An exception (a full disk, SIGINT)
     removes the temporary file and leaves ``path`` as it was; a failed write is raised
     as itself, naming ``path`` when it names no file."""
     path = os.fspath(path)
-    tmp = path + TMP_SUFFIX
+    tmp = temporary_name(path)
     try:
         with open(tmp, "wb") as f:
             writes = _Writes(f)
@@ -114,7 +120,7 @@ def atomic_link(src, dst):
     every writer here replaces them by rename), since both names share the content
     until one of them is replaced."""
     src, dst = os.fspath(src), os.fspath(dst)
-    tmp = dst + TMP_SUFFIX
+    tmp = temporary_name(dst)
     try:
         if os.path.exists(tmp):
             os.remove(tmp)

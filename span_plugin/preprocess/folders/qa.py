@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from span_plugin.formats.files import atomic_file
 from span_plugin.formats.lines import BadInputError
 from span_plugin.formats.squad import QAExample, QANote, read_qa
 from span_plugin.preprocess.binary import indexed, span_files
@@ -332,7 +333,7 @@ def _without_unplaced(ex, unplaced, notes):
 
 def write_records(path, examples):
     """``raw/{split}.jsonl``: the examples the windows point at, in order."""
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_file(path, text=True) as f:
         for ex in examples:
             f.write(json.dumps({"id": ex.id, "question": ex.question, "context": ex.context,
                                 "answers": [list(a) for a in ex.answers],
@@ -340,7 +341,6 @@ def write_records(path, examples):
                                 "accepted": list(ex.accepted),
                                 "unplaced": [list(a) for a in ex.unplaced]},
                                ensure_ascii=False) + "\n")
-    os.replace(path + ".tmp", path)
 
 
 def read_records(path):

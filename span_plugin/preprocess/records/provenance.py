@@ -47,6 +47,7 @@ Who reads it:
 import json
 import os
 
+from span_plugin.formats.files import atomic_file
 from span_plugin.preprocess.file_records import check_plausible, file_entry, sha256, short
 from span_plugin.preprocess.segmentation.segmentations import segmentation_kind
 from span_plugin.tokenizers import tokenizer_kind
@@ -129,11 +130,9 @@ def write_record(folder, *, task, inputs, encoder, labels, rows, source, command
         **({"bad_utf8": bad_utf8} if bad_utf8 is not None else {}),
         "files": {rel: sha256(os.path.join(folder, rel)) for rel in folder_files(folder)},
     }
-    path = os.path.join(folder, RECORD_NAME)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_file(os.path.join(folder, RECORD_NAME), text=True) as f:
         json.dump(record, f, indent=1, sort_keys=False)
         f.write("\n")
-    os.replace(path + ".tmp", path)
     return record
 
 
