@@ -101,6 +101,41 @@ def _model(data, *extra):
     return task.build_model(cfg.model)
 
 
+@pytest.mark.slow
+def test_pretrained_checkpoint_exports_to_hugging_face(tmp_path_factory, tmp_path):
+    """span-export hf takes the run's checkpoint as it is (its data record names the GPT-2
+    BPE files, the SBO head is left out): AutoTokenizer + AutoModel give the encoder's
+    features on raw WikiText lines."""
+    from fairseq import checkpoint_utils
+    from fairseq.data.encoders.gpt2_bpe import get_encoder
+    from transformers import AutoModel, AutoTokenizer
+
+    from span_plugin.cli.export import main as export_main
+
+    cwd, _ = pretrain_run(tmp_path_factory)
+    checkpoint = cwd / "runs" / "pretrain" / "wiki-geometric" / "checkpoints" / "checkpoint_best.pt"
+    # The run records no tokenizer files (it read GPT-2's from BPE_DIR): given here.
+    assert export_main(["hf", str(checkpoint), "--out", str(tmp_path / "hf"),
+                        "--gpt2-encoder-json", str(GPT2_BPE / "encoder.json"),
+                        "--gpt2-vocab-bpe", str(GPT2_BPE / "vocab.bpe")]) == 0
+    [model], task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(cwd / "data-bin" / "pretrain" / "wiki")})[::2]
+    bpe, dictionary = get_encoder(GPT2_BPE / "encoder.json", GPT2_BPE / "vocab.bpe"), task.dictionary
+    tok, hf = AutoTokenizer.from_pretrained(tmp_path / "hf"), AutoModel.from_pretrained(tmp_path / "hf")
+    # Lines that fit the 128 positions, without WikiText's "<unk>": Hugging Face's
+    # tokenizer reads a special token's text as that token (docs/EXPORT.md).
+    lines = [line.strip() for line in wikitext_lines("wiki.test.tokens", 1000)
+             if 40 < len(line) < 300 and "<unk>" not in line][:10]
+    assert len(lines) == 10
+    for line in lines:
+        ids = [0] + [dictionary.index(str(i)) for i in bpe.encode(line)] + [2]
+        assert tok(line)["input_ids"] == ids, line
+        with torch.no_grad():
+            want = model.eval().encoder.extract_features(torch.tensor([ids]))[0]
+            got = hf.eval()(torch.tensor([ids])).last_hidden_state
+        assert (want - got).abs().max() < 1e-5, line
+
+
 def test_blocks_longer_than_the_positions_and_foreign_checkpoints_are_refused(tmp_path):
     from span_plugin.models.checkpoint_fit import CheckpointMismatchError
 

@@ -1,11 +1,17 @@
 """``span-export``: thin command line over :mod:`span_plugin.convert.hf_export`.
 
-    span-export hf CHECKPOINT --out DIR [--force]   # encoder -> Hugging Face folder
+    span-export hf CHECKPOINT --out DIR [--force] [--gpt2-encoder-json F --gpt2-vocab-bpe F |
+                                                   --wordpiece F]   # encoder -> HF folder
 """
 
 import argparse
 import logging
 import sys
+
+from span_plugin.tokenizers import file_options
+from span_plugin.tokenizers.options import add_arguments
+
+TOKENIZER_FIELDS = ("encoder_json", "vocab_bpe", "wordpiece")  # the kinds export has
 
 
 def _parser():
@@ -22,19 +28,24 @@ def _parser():
                    help="output folder: config.json, model.safetensors, tokenizer files")
     p.add_argument("--force", action="store_true",
                    help="replace a non-empty output folder (whole)")
+    add_arguments(p.add_argument_group(
+        "tokenizer files (default: beside the checkpoint, else where its record says)"),
+        [file_options()[field] for field in TOKENIZER_FIELDS])
     return parser
 
 
 def _hf(args):
     from span_plugin.convert.hf_export import export_hf
 
-    plan = export_hf(args.checkpoint, args.out, force=args.force)
+    files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
+    plan = export_hf(args.checkpoint, args.out, force=args.force, files=files)
     c = plan.config
     print(f"wrote {args.out}: {c['architectures'][0]}, {c['num_hidden_layers']} layers, "
           f"H={c['hidden_size']}, vocab {c['vocab_size']}, {plan.source.kind} tokenizer "
           f"(from {plan.source.path})")
-    for name in plan.dropped:
-        print(f"dropped {name}: the span pre-training objective's head, not the encoder's")
+    if plan.dropped:
+        print(f"dropped classification_heads.span_boundary.* ({len(plan.dropped)} tensors): "
+              f"the span pre-training objective's head, not part of the encoder")
 
 
 def main(argv=None):

@@ -21,6 +21,7 @@ from span_plugin.convert.encoder_map import ENC, FAIRSEQ_SYMBOLS
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.convert.safe_load import check_structure, load_checkpoint
 from span_plugin.preprocess.binary.vocab import Vocab
+from span_plugin.tokenizers import file_options
 
 # The plugin's data record in a checkpoint's task state (runtime/data_record.py, a layer
 # above: the key is read here, not imported).
@@ -94,11 +95,28 @@ def _refuse_fine_tuned(path: Path, tensors, cfg: Dict) -> None:
                               f"encoder checkpoint")
 
 
-def _dictionary(path: Path, task_cfg: Dict, rows: int) -> List[str]:
+def _data_record(state) -> Dict:
+    return _plain(state.get("task_state")).get(DATA_RECORD) or {}
+
+
+def _bases(path: Path, state) -> List[Path]:
+    """Where a relative path of the run's cfg may start: the folder fairseq-train ran
+    in (the checkpoint's folder less a relative --save-dir), then the current one."""
+    save_dir = _plain(_plain(state.get("cfg")).get("checkpoint")).get("save_dir") or ""
+    folder, parts = path.resolve().parent, Path(save_dir).parts
+    bases = [Path.cwd()]
+    if save_dir and not Path(save_dir).is_absolute() and folder.parts[-len(parts):] == parts:
+        bases.insert(0, folder.parents[len(parts) - 1])
+    return bases
+
+
+def _dictionary(path: Path, state, task_cfg: Dict, rows: int) -> List[str]:
+    """dict.txt beside the checkpoint, in the data folder its record names (an absolute
+    path) or in cfg.task.data (as fairseq-train was given it)."""
     candidates = [path.parent / "dict.txt"]
-    data = str(task_cfg.get("data") or "").split(":")[0]
-    if data:
-        candidates.append(Path(data) / "dict.txt")
+    for data in (_data_record(state).get("data_dir"), str(task_cfg.get("data") or "")):
+        if data:
+            candidates += [base / data.split(":")[0] / "dict.txt" for base in _bases(path, state)]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise ConversionError(f"{path}: no dictionary; expected dict.txt at "
@@ -120,7 +138,7 @@ def _dictionary(path: Path, task_cfg: Dict, rows: int) -> List[str]:
 def _kind_and_files(path: Path, state, cfg: Dict):
     """(kind, {record key: recorded path or None}) from the data record, the conversion
     record or cfg.bpe."""
-    record = (_plain(state.get("task_state")).get(DATA_RECORD) or {}).get("encoder")
+    record = _data_record(state).get("encoder")
     if record:
         return record["bpe"], {k: (e or {}).get("path") for k, e in record["files"].items()}
     bpe = _plain(cfg.get("bpe"))
@@ -137,27 +155,28 @@ def _kind_and_files(path: Path, state, cfg: Dict):
     return kind, {key: bpe.get(cfg_key) for key, (cfg_key, _) in keys.items()}
 
 
-def _locate(path: Path, kind: str, recorded: Dict[str, Optional[str]]) -> Dict[str, Path]:
-    """Each file beside the checkpoint (by its usual name) or at its recorded path."""
+def _locate(path: Path, kind: str, recorded: Dict[str, Optional[str]],
+            given: Dict[str, str]) -> Dict[str, Path]:
+    """Each file as given (``--gpt2-encoder-json``, ...), else beside the checkpoint (by
+    its usual name), else at its recorded path."""
     files = {}
     for key, (_, name) in KIND_FILES[kind].items():
-        beside = path.parent / name
-        given = Path(recorded[key]) if recorded.get(key) else None
-        if kind == "wordpiece" and given is not None and given.is_dir():
-            given = given / name
-        found = next((p for p in (beside, given) if p is not None and p.is_file()), None)
+        places = [Path(p) for p in (given.get(key), path.parent / name, recorded.get(key)) if p]
+        places = [p / name if p.is_dir() else p for p in places]
+        found = next((p for p in places if p.is_file()), None)
         if found is None:
+            flag = file_options()[key].flags[0]
             raise ConversionError(
-                f"{path}: the {kind} tokenizer's {name} is not beside it"
-                + (f" nor at the recorded {given}" if given else "")
-                + f"; put {name} beside the checkpoint")
+                f"{path}: the {kind} tokenizer's {name} is not at {' nor '.join(map(str, places))}; "
+                f"give it with {flag} or put it beside the checkpoint")
         files[key] = found
     return files
 
 
-def read_encoder_checkpoint(path, supported) -> EncoderCheckpoint:
+def read_encoder_checkpoint(path, supported, given=None) -> EncoderCheckpoint:
     """Load and check an encoder checkpoint for export; ``supported``: the tokenizer
-    kinds the export has a counterpart for (another kind is refused naming them)."""
+    kinds the export has a counterpart for (another kind is refused naming them);
+    ``given``: tokenizer files by field (``encoder_json``, ``vocab_bpe``, ``wordpiece``)."""
     path = checkpoint_file(path)
     state = load_checkpoint(path, mmap=True)
     check_structure(path, state)
@@ -171,6 +190,6 @@ def read_encoder_checkpoint(path, supported) -> EncoderCheckpoint:
             f"{path}: its tokenizer kind {kind!r} has no Hugging Face counterpart that gives "
             f"the same ids; supported: {', '.join(supported)}")
     rows = tensors[ENC + "embed_tokens.weight"].shape[0]
-    symbols = _dictionary(path, _plain(cfg.get("task")), rows)
+    symbols = _dictionary(path, state, _plain(cfg.get("task")), rows)
     return EncoderCheckpoint(path, dict(tensors), _plain(cfg.get("model")), symbols, kind,
-                             _locate(path, kind, recorded))
+                             _locate(path, kind, recorded, given or {}))

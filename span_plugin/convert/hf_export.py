@@ -260,9 +260,10 @@ def _bert_tokenizer(library, out: Path, max_length: int) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def plan_hf_export(checkpoint) -> HfExport:
-    """Read and check everything; map the tensors. Nothing is written."""
-    ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS)
+def plan_hf_export(checkpoint, files=None) -> HfExport:
+    """Read and check everything; map the tensors. Nothing is written. ``files``: the
+    tokenizer's files by field, for a checkpoint whose own are elsewhere."""
+    ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS, files)
     return (_roberta if ckpt.kind == "gpt2" else _bert)(ckpt)
 
 
@@ -303,11 +304,11 @@ def write_hf_folder(plan: HfExport, out_dir) -> None:
         raise
 
 
-def export_hf(checkpoint, out_dir, force: bool = False) -> HfExport:
+def export_hf(checkpoint, out_dir, force: bool = False, files=None) -> HfExport:
     """Export the encoder ``checkpoint`` (a fairseq model.pt or a folder holding one) to
     ``out_dir`` as a Hugging Face folder. Every check runs before anything is written."""
     out_dir = check_out_dir(out_dir, force)
-    plan = plan_hf_export(checkpoint)
+    plan = plan_hf_export(checkpoint, files)
     plan.config["span_export"] = {"source": str(plan.source.path.resolve()),
                                   "tokenizer": plan.source.kind, "dropped": plan.dropped}
     write_hf_folder(plan, out_dir)
