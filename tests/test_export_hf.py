@@ -212,3 +212,25 @@ def test_refuses_what_has_no_counterpart(roberta, qa_checkpoint, tmp_path, capsy
     err = one_line_error(["hf", str(spm), "--out", str(tmp_path / "x")], capsys)
     assert "'sentencepiece-line'" in err and "supported: gpt2, wordpiece" in err
     assert not (tmp_path / "qa").exists() and not (tmp_path / "x").exists()
+
+
+def test_trained_bert_keeps_its_function(minilm, tmp_path):
+    """A BERT checkpoint changed since span-convert (as training changes it) no longer
+    holds the fold of the kept tables: type 0 stays in the positions, and the features
+    are still the fairseq model's."""
+    _, converted, _ = minilm
+    trained = tmp_path / "trained"
+    shutil.copytree(converted, trained)
+    state = torch.load(trained / "model.pt", weights_only=True)
+    state["model"]["encoder.sentence_encoder.embed_positions.weight"][2:].mul_(1.5)
+    torch.save(state, trained / "model.pt")
+    assert export_main(["hf", str(trained), "--out", str(tmp_path / "out")]) == 0
+    hub, texts = fairseq_hub(trained), sentences(8)
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    model = transformers.AutoModel.from_pretrained(tmp_path / "out").eval()
+    assert not model.embeddings.token_type_embeddings.weight[0].any()
+    for s in texts:
+        with torch.no_grad():
+            want = hub.extract_features(hub.encode(s))
+            got = model(**tok(s, return_tensors="pt")).last_hidden_state
+        assert (want - got).abs().max() < TOL, s
