@@ -58,11 +58,6 @@ class EncoderCheckpoint:
         return 1 + max(int(k[len(ENC + "layers."):].split(".")[0])
                        for k in self.tensors if k.startswith(ENC + "layers."))
 
-    @property
-    def conversion_record(self) -> Dict:
-        return (self.model_cfg.get("bert_conversion") or self.model_cfg.get("hf_conversion")
-                or {})
-
 
 def _plain(value) -> Dict:
     """A cfg section as a dict (``args`` of old checkpoints is a Namespace)."""

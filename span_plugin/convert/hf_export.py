@@ -48,9 +48,9 @@ from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_word
 SUPPORTED_KINDS = ("gpt2", "wordpiece")
 WEIGHTS = "model.safetensors"
 PARTIAL = ".partial-"
-# fairseq activation -> Hugging Face's name of the same formula (hf_source's map, inverted).
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_accurate": "gelu_new"}
-assert all(ACTIVATIONS[hf] == fs for fs, hf in HF_ACTIVATIONS.items())
+# fairseq activation -> Hugging Face's name of the same formula: hf_source's map
+# inverted, the first Hugging Face name of each kept (gelu_accurate -> gelu_new).
+HF_ACTIVATIONS = {fs: hf for hf, fs in reversed(ACTIVATIONS.items())}
 
 
 @dataclass
@@ -267,7 +267,7 @@ def plan_hf_export(checkpoint, files=None) -> HfExport:
     return (_roberta if ckpt.kind == "gpt2" else _bert)(ckpt)
 
 
-def check_out_dir(out_dir, force: bool) -> Path:
+def check_export_dir(out_dir, force: bool) -> Path:
     """``out_dir``: refused when it is a file, or a folder with files unless ``force``."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -307,7 +307,7 @@ def write_hf_folder(plan: HfExport, out_dir) -> None:
 def export_hf(checkpoint, out_dir, force: bool = False, files=None) -> HfExport:
     """Export the encoder ``checkpoint`` (a fairseq model.pt or a folder holding one) to
     ``out_dir`` as a Hugging Face folder. Every check runs before anything is written."""
-    out_dir = check_out_dir(out_dir, force)
+    out_dir = check_export_dir(out_dir, force)
     plan = plan_hf_export(checkpoint, files)
     plan.config["span_export"] = {"source": str(plan.source.path.resolve()),
                                   "tokenizer": plan.source.kind, "dropped": plan.dropped}
