@@ -234,3 +234,27 @@ def test_trained_bert_keeps_its_function(minilm, tmp_path):
             want = hub.extract_features(hub.encode(s))
             got = model(**tok(s, return_tensors="pt")).last_hidden_state
         assert (want - got).abs().max() < TOL, s
+
+
+def test_roberta_only_bert_reads_segment_b_as_fairseq_does(minilm, tmp_path):
+    """span-convert bert --roberta-only leaves segment B out (fairseq's roberta reads
+    every token as segment A): the export's type 1 row is type 0's, so a pair's
+    token_type_ids change nothing, as in fairseq; the tables are still BERT's own and
+    the features fairseq's."""
+    hf, _, _ = minilm
+    assert convert_main(["bert", "--hf-dir", str(hf), "--out", str(tmp_path / "fs"),
+                         "--roberta-only"]) == 0
+    assert export_main(["hf", str(tmp_path / "fs"), "--out", str(tmp_path / "out")]) == 0
+    original = transformers.AutoModel.from_pretrained(hf).embeddings
+    exported = transformers.AutoModel.from_pretrained(tmp_path / "out").eval()
+    assert torch.equal(exported.embeddings.position_embeddings.weight,
+                       original.position_embeddings.weight)
+    assert torch.equal(exported.embeddings.token_type_embeddings.weight,
+                       original.token_type_embeddings.weight[[0, 0]])
+    hub = fairseq_hub(tmp_path / "fs")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    for s in sentences(4):
+        with torch.no_grad():
+            got = exported(**tok(s, return_tensors="pt")).last_hidden_state
+            want = hub.extract_features(hub.encode(s))
+        assert (want - got).abs().max() < TOL, s
