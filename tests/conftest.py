@@ -32,6 +32,22 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     torch.set_num_threads(1)
 
+# The commands set logger levels for their own output (span-predict puts fairseq's at
+# WARNING): a test that runs one in this process must not take fairseq's INFO logs (the
+# progress bar's stats lines) away from the tests after it on the same worker.
+LOGGERS_THE_COMMANDS_SET = ("", "fairseq", "matplotlib", "PIL")
+
+
+@pytest.fixture(autouse=True)
+def _logger_levels_restored():
+    import logging
+
+    levels = {name: logging.getLogger(name).level for name in LOGGERS_THE_COMMANDS_SET}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
 # The two workers take whole files (--dist loadfile) in collection order
 # (--no-loadscope-reorder; xdist would otherwise start files with many tests first and
 # leave the one-test grid runs of two or three minutes to the end, one worker idle).
