@@ -1857,13 +1857,14 @@ def test_injected_io_faults_leave_no_partial_output(work, trained):
 
 
 def test_sigint_and_sigterm_mid_build_leave_the_earlier_folder(work):
-    """Real signals to the console script while it writes (a build of 2,000 real SST-2
-    rows): exit 130 / 2, one line, no traceback, the earlier folder whole, no partial."""
+    """Real signals to the console script while it writes (a build of 20,000 real SST-2
+    rows: seconds of encoding, so the signal lands mid-build on a fast machine too):
+    exit 130 / 2, one line, no traceback, the earlier folder whole, no partial."""
     import signal
 
     root = work / "signals"
     root.mkdir()
-    lines = (GLUE / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[:2001]
+    lines = (GLUE / "SST-2" / "train.tsv").read_text(encoding="utf-8").splitlines()[:20001]
     (root / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = root / "out"
     argv = ["table", "--out", out, "--train", root / "train.tsv", "--text-columns", "sentence",
@@ -1883,7 +1884,7 @@ def test_sigint_and_sigterm_mid_build_leave_the_earlier_folder(work):
         while not list(root.glob("out.partial-*")) and proc.poll() is None \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(0.1)  # reading and encoding 2,000 rows takes seconds
+        time.sleep(0.1)  # reading and encoding 20,000 rows takes seconds
         proc.send_signal(sig)
         output = proc.communicate(timeout=120)[0]
         problem = verdict(proc.returncode, output, expected,
