@@ -11,6 +11,8 @@ import logging
 import shlex
 import sys
 
+from span_plugin.cli.guarded import run_guarded
+
 
 def _parser():
     parser = argparse.ArgumentParser(
@@ -107,24 +109,10 @@ def _hydra(args):
 def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from span_plugin.convert.hf_source import ConversionError
-    from span_plugin.convert.safe_load import CheckpointFileError
-    from span_plugin.formats.lines import BadInputError
-    from span_plugin.formats.outputs import writing
-    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
-
-    try:
-        # The output folder is never the Hugging Face folder read, and has one writer.
-        with stop_on_sigterm(), writing({"--out": getattr(args, "out", None)},
-                                        {"--hf-dir": getattr(args, "hf_dir", None)}):
-            {"bert": _bert, "roberta": _roberta, "flags": _flags, "hydra-overrides": _hydra}[args.cmd](args)
-    except (ConversionError, CheckpointFileError, OSError, BadInputError, KeyboardInterrupt,
-            Stopped) as err:
-        # Bad input (a file that is not a checkpoint, is damaged or holds an object
-        # outside the allow-list; a folder of another model), a full disk, SIGINT or
-        # SIGTERM: one line, exit 2 (130 for SIGINT) as the other commands.
-        return report(f"span-convert {args.cmd}", err)
-    return 0
+    commands = {"bert": _bert, "roberta": _roberta, "flags": _flags, "hydra-overrides": _hydra}
+    # The output folder is never the Hugging Face folder read, and has one writer.
+    return run_guarded(f"span-convert {args.cmd}", {"--out": getattr(args, "out", None)},
+                       {"--hf-dir": getattr(args, "hf_dir", None)}, lambda: commands[args.cmd](args))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import argparse
 import logging
 import sys
 
+from span_plugin.cli.guarded import run_guarded
 from span_plugin.tokenizers import file_options
 from span_plugin.tokenizers.options import add_arguments
 
@@ -51,20 +52,9 @@ def _hf(args):
 def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from span_plugin.convert.hf_source import ConversionError
-    from span_plugin.convert.safe_load import CheckpointFileError
-    from span_plugin.formats.lines import BadInputError
-    from span_plugin.formats.outputs import writing
-    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
-
-    try:
-        # The output is never the checkpoint read (nor holds it), and has one writer.
-        with stop_on_sigterm(), writing({"--out": args.out}, {"CHECKPOINT": args.checkpoint}):
-            _hf(args)
-    except (ConversionError, CheckpointFileError, OSError, BadInputError, KeyboardInterrupt,
-            Stopped) as err:
-        return report(f"span-export {args.cmd}", err)
-    return 0
+    # The output is never the checkpoint read (nor holds it), and has one writer.
+    return run_guarded(f"span-export {args.cmd}", {"--out": args.out},
+                       {"CHECKPOINT": args.checkpoint}, lambda: _hf(args))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,22 @@
+"""How the conversion commands run: outputs guarded, mistakes and stops in one line."""
+
+
+def run_guarded(command, outputs, inputs, action):
+    """``action()`` writing ``outputs`` ({flag: path}; never one of ``inputs``, one writer
+    each), SIGTERM raised as an exception. Bad input (a file that is not a checkpoint, is
+    damaged or holds an object outside the allow-list; a folder of another model), a full
+    disk, SIGINT or SIGTERM: one line naming ``command``, exit 2 (130 for SIGINT), as every
+    command of the package. Returns the exit status."""
+    from span_plugin.convert.hf_source import ConversionError
+    from span_plugin.convert.safe_load import CheckpointFileError
+    from span_plugin.formats.lines import BadInputError
+    from span_plugin.formats.outputs import writing
+    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
+
+    try:
+        with stop_on_sigterm(), writing(outputs, inputs):
+            action()
+    except (ConversionError, CheckpointFileError, OSError, BadInputError, KeyboardInterrupt,
+            Stopped) as err:
+        return report(command, err)
+    return 0
