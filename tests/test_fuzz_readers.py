@@ -1877,9 +1877,13 @@ def test_sigint_and_sigterm_mid_build_leave_the_earlier_folder(work):
     earlier = tree(out)
     failures = []
     for sig, expected in ((signal.SIGINT, 130), (signal.SIGTERM, 2)):
+        # A test worker of pytest-xdist ignores SIGINT, and a child inherits an ignored
+        # signal (Python then keeps it ignored, as a command started with nohup does):
+        # the command is started as from a shell, SIGINT at its default.
         proc = subprocess.Popen([str(BIN / "span-preprocess"), *map(str, argv)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+                                stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 120
         while not list(root.glob("out.partial-*")) and proc.poll() is None \
                 and time.monotonic() < deadline:
