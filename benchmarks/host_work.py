@@ -196,7 +196,7 @@ class ReadCounter(TorchDispatchMode):
         if on_host:
             for t in pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor):
-                    setattr(t, update_reads._HOST_COPY, True)
+                    update_reads.mark_host_copy(t)
         return out
 
 

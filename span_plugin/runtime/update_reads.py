@@ -45,7 +45,7 @@ from span_plugin.runtime.patching import replace
 logger = logging.getLogger(__name__)
 
 OPT_OUT = "SPAN_PLUGIN_FAIRSEQ_UPDATE"
-# The profiler label of the update's one read (benchmarks/host_work.py counts it).
+# The update's one read, as profiler traces show it (benchmarks/gpu_profile.py).
 READ_LABEL = "span_plugin::device_read"
 _HOST_COPY = "_span_host_copy"  # attribute marking a tensor as a copy already on the host
 
@@ -60,13 +60,17 @@ def read_once(*scalars: torch.Tensor) -> list:
     the update's one synchronisation (free on the CPU, where they already are)."""
     with torch.autograd.profiler.record_function(READ_LABEL):
         stacked = torch.stack([s.detach().reshape(()).float() for s in scalars]).cpu()
-    copies = list(stacked.unbind())
-    for copy in copies:
-        setattr(copy, _HOST_COPY, True)
-    return copies
+    return [mark_host_copy(copy) for copy in stacked.unbind()]
+
+
+def mark_host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """Mark ``tensor`` as already read to the host: testing it waits for nothing."""
+    setattr(tensor, _HOST_COPY, True)
+    return tensor
 
 
 def is_host_copy(value) -> bool:
+    """Whether ``value`` is a tensor :func:`read_once` (or :func:`mark_host_copy`) made."""
     return torch.is_tensor(value) and getattr(value, _HOST_COPY, False)
 
 
