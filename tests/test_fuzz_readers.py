@@ -40,7 +40,6 @@ import errno
 import gzip
 import io
 import json
-import logging
 import math
 import os
 import random
@@ -98,9 +97,8 @@ def run(command, argv, cli):
                               text=True, timeout=300, env=dict(os.environ, LOGLEVEL="WARNING"))
         return proc.returncode, proc.stdout + proc.stderr
     out = io.StringIO()
-    # The commands set logger levels for their own output (fairseq's to WARNING): put
-    # them back, or the tests that run after these in this process lose fairseq's logs.
-    levels = {name: logging.getLogger(name).level for name in ("", "fairseq", "matplotlib", "PIL")}
+    # The levels the commands set for their own output are put back after each test
+    # (conftest.py), so the tests after these keep fairseq's logs.
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             code = main(argv) or 0
@@ -111,9 +109,6 @@ def run(command, argv, cli):
         except Exception:  # noqa: BLE001 -- the interpreter would print it: a traceback
             out.write(traceback.format_exc())
             code = 1
-        finally:
-            for name, level in levels.items():
-                logging.getLogger(name).setLevel(level)
     return code, out.getvalue()
 
 
