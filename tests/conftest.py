@@ -33,18 +33,31 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 # The commands set logger levels for their own output (span-predict puts fairseq's at
-# WARNING): a test that runs one in this process must not take fairseq's INFO logs (the
-# progress bar's stats lines) away from the tests after it on the same worker.
+# WARNING): a test, or a module fixture, that runs one in this process must not take
+# fairseq's INFO logs (the progress bar's stats lines) away from the tests after it on the
+# same worker. Every test starts and ends with the levels this process started with (a
+# module fixture runs before a test's own fixtures, so restoring what a test found is not
+# enough).
 LOGGERS_THE_COMMANDS_SET = ("", "fairseq", "matplotlib", "PIL")
+
+
+def _start_levels():
+    import logging
+
+    return {name: logging.getLogger(name).level for name in LOGGERS_THE_COMMANDS_SET}
+
+
+START_LEVELS = _start_levels()
 
 
 @pytest.fixture(autouse=True)
 def _logger_levels_restored():
     import logging
 
-    levels = {name: logging.getLogger(name).level for name in LOGGERS_THE_COMMANDS_SET}
+    for name, level in START_LEVELS.items():
+        logging.getLogger(name).setLevel(level)
     yield
-    for name, level in levels.items():
+    for name, level in START_LEVELS.items():
         logging.getLogger(name).setLevel(level)
 
 
