@@ -103,11 +103,14 @@ def chosen_kind(option, value):
 
 def build_head(kind, args, **options):
     """A head of ``kind`` built from the model arguments, carrying its kind's declared
-    ``inputs`` (read by :func:`head_inputs`)."""
+    ``inputs`` (read by :func:`head_inputs`), its ``kind`` and the ``options`` it was
+    built with (what an export writes to rebuild it without fairseq)."""
     if kind not in HEAD_KINDS:
         raise ValueError(f"unknown head kind {kind!r}: expected one of {sorted(HEAD_KINDS)}")
     head = HEAD_KINDS[kind].build(args, **options)
     head.inputs = HEAD_KINDS[kind].inputs
+    head.kind = kind
+    head.options = dict(options)
     return head
 
 
