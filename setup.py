@@ -39,6 +39,8 @@ setup(
         "test": ["pytest"],
         # --segmentation chunker: NLTK's JSON tagger format (3.9+); data via --nltk-data
         "chunker": ["nltk>=3.9"],
+        # span-export onnx: the dynamo exporter (onnxscript) and the check in ONNX Runtime
+        "onnx": ["onnx>=1.17", "onnxruntime>=1.20", "onnxscript>=0.2"],
     },
     entry_points={
         "console_scripts": [
