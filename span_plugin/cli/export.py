@@ -2,6 +2,8 @@
 
     span-export hf CHECKPOINT --out DIR [--force] [--gpt2-encoder-json F --gpt2-vocab-bpe F |
                                                    --wordpiece F]   # encoder -> HF folder
+    span-export onnx CHECKPOINT --out DIR [--force] [--data D] [tokenizer files]
+                                                   # fine-tuned model -> model.onnx + onnx.json
 """
 
 import argparse
@@ -32,7 +34,26 @@ def _parser():
     add_arguments(p.add_argument_group(
         "tokenizer files (default: beside the checkpoint, else where its record says)"),
         [file_options()[field] for field in TOKENIZER_FIELDS])
+    o = sub.add_parser("onnx", help="a fine-tuned checkpoint (sentence/pair classification, "
+                       "regression, tagging, QA) -> model.onnx with dynamic batch and length "
+                       "axes, and onnx.json (its inputs, outputs, labels and data record)")
+    o.add_argument("checkpoint", help="a fine-tuned checkpoint_*.pt")
+    o.add_argument("--out", required=True, help="output folder: model.onnx, onnx.json")
+    o.add_argument("--force", action="store_true", help="replace a non-empty output folder (whole)")
+    o.add_argument("--data", help="the task folder it was trained on (default: as its record says)")
+    add_arguments(o.add_argument_group("tokenizer files (default: as its record says)"),
+                  [file_options()[field] for field in TOKENIZER_FIELDS])
     return parser
+
+
+def _onnx(args):
+    from span_plugin.inference.onnx_export import export_onnx
+
+    files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
+    meta = export_onnx(args.checkpoint, args.out, force=args.force, data=args.data, **files)
+    print(f"wrote {args.out}: model.onnx ({meta['task']}, head {meta['head_kind']}), inputs "
+          f"{', '.join(meta['inputs'])}; outputs {', '.join(meta['outputs'])}; ONNX Runtime "
+          f"within {meta['check']['max_abs_diff']:.1e} of torch on its check batches")
 
 
 def _hf(args):
@@ -54,7 +75,8 @@ def main(argv=None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # The output is never the checkpoint read (nor holds it), and has one writer.
     return run_guarded(f"span-export {args.cmd}", {"--out": args.out},
-                       {"CHECKPOINT": args.checkpoint}, lambda: _hf(args))
+                       {"CHECKPOINT": args.checkpoint},
+                       lambda: (_onnx if args.cmd == "onnx" else _hf)(args))
 
 
 if __name__ == "__main__":
