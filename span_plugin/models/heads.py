@@ -13,13 +13,18 @@ A head kind is a function ``build(args, **options) -> nn.Module`` registered wit
   (``("--qa-head", "sf")``); :func:`head_choices` lists an option's values,
   :func:`chosen_kind` maps a value to its kind.
 
+The modules and the mapping from model arguments to them are pure torch
+(:mod:`span_plugin.modules.head_builders`, which the fairseq-free loader of exported
+folders shares); a kind here adds fairseq's training-only parts (quant noise, BERT's
+initialisation of the SBO head).
+
 ``RobertaSpanModel.register_head(name, kind, **options)`` builds one and stores it under
 ``name`` (``classification_heads.<name>.*`` in checkpoints).
 
 | kind | choice | module | inputs | output |
 |---|---|---|---|---|
-| ``sentence`` | ``--sentence-head span`` | :class:`SpanClassificationHead` (the paper's) | spans | logits ``[B, C]`` |
-| ``plain`` | ``--sentence-head plain`` | fairseq's ``RobertaClassificationHead``, or :class:`PooledClassificationHead` | | logits ``[B, C]`` |
+| ``sentence`` | ``--sentence-head span`` | ``modules.SpanClassificationHead`` (the paper's) | spans | logits ``[B, C]`` |
+| ``plain`` | ``--sentence-head plain`` | ``modules.PlainClassificationHead`` (fairseq's RoBERTa head), or ``modules.PooledClassificationHead`` | | logits ``[B, C]`` |
 | ``token`` | ``--tagging-head token`` | ``modules.TokenTaggingHead`` | | logits ``[B, T, C]`` |
 | ``sf`` | ``--tagging-head sf`` | ``modules.SpanTokenTaggingHead`` | spans | logits ``[B, T, C]`` |
 | ``span`` | (span_labeling) | ``modules.SpanLabelingHead`` | words | ``(logits [B, W, L, C], valid [B, W, L])`` |
@@ -41,17 +46,12 @@ classifier, and the paper's span head over BERT's pooled output.
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
-import torch
-import torch.nn as nn
-from fairseq import utils
-from fairseq.models.roberta.model import RobertaClassificationHead
 from fairseq.modules.quant_noise import quant_noise as apply_quant_noise_
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
-from span_plugin.modules import SpanBoundaryHead, build_span_encoder
-from span_plugin.modules.qa_heads import BoundaryQAHead, SpanBoundaryQAHead, SpanQAHead
-from span_plugin.modules.span_pair_heads import SpanPairHeads
-from span_plugin.modules.tagging_heads import SpanLabelingHead, SpanTokenTaggingHead, TokenTaggingHead
+from span_plugin.modules.head_builders import build_head_module
+from span_plugin.modules.sentence_heads import (  # noqa: F401  (their home before modules)
+    PlainClassificationHead, PooledClassificationHead, SpanClassificationHead)
 
 HEAD_KINDS = {}  # kind -> HeadKind
 HEAD_CHOICES = {}  # option -> {value: kind}: how users name kinds (--qa-head sf)
@@ -120,192 +120,74 @@ def head_inputs(head):
     return getattr(head, "inputs", ())
 
 
-def _output_layer(input_dim, num_classes, q_noise, qn_block_size, do_spectral_norm):
-    """fairseq's classification-head projection: Linear with optional quant noise or
-    spectral norm."""
-    out_proj = apply_quant_noise_(nn.Linear(input_dim, num_classes), q_noise, qn_block_size)
-    if do_spectral_norm:
-        if q_noise != 0:
+def _with_quant_noise(head, args):
+    """fairseq's quant noise on the head's projection (``--quant-noise-pq``, training
+    only: in eval the projection computes as without it)."""
+    q_noise = args.quant_noise_pq
+    if q_noise:
+        if args.spectral_norm_classification_head:
             raise NotImplementedError("spectral norm together with quant noise")
-        out_proj = torch.nn.utils.spectral_norm(out_proj)
-    return out_proj
-
-
-class SpanClassificationHead(nn.Module):
-    """The paper's head: span encoder -> s; ``[s; x_<s>]`` -> dropout -> dense -> tanh ->
-    dropout -> projection. With BERT's pooler (``pooled_cls``): ``[s; pooled <s>]`` ->
-    dropout -> projection, as the paper's code over BERT.
-
-    Args:
-        input_dim: D, width of the encoder's token features.
-        span_dim: H, width of the span encoder; when it differs from D the features
-            go through a Linear(D, H) first.
-        inner_dim: width of the dense layer (not used with ``pooled_cls``).
-        num_classes: outputs (1 for regression).
-        span_encoder: one of ``SPAN_ENCODERS`` ("cnn" is the no-segmentation control).
-        kernel_size: CNN kernel of the cnn kinds.
-        concat_cls: join s with the ``<s>`` feature (the paper's default); False feeds
-            s alone (the paper's Figure 4 setting).
-        span_dropout: the paper's dropout: on the span vectors (each learned level of
-            the span encoder) and on the classifier input ``[s; <s>]``. 0: the head
-            before it had one (dropout only where ``pooler_dropout`` puts it).
-        pooler_dropout: dropout after the dense layer (fairseq's RoBERTa head: 0).
-        pooled_cls: read BERT's pooled ``<s>`` (``pooled``) and end in one linear layer.
-    """
-
-    def __init__(self, input_dim, span_dim, inner_dim, num_classes, span_encoder="cnn-cnn",
-                 kernel_size=3, concat_cls=True, activation_fn="tanh", pooler_dropout=0.0,
-                 span_dropout=0.0, pooled_cls=False, q_noise=0, qn_block_size=8,
-                 do_spectral_norm=False):
-        super().__init__()
-        self.span_proj = nn.Linear(input_dim, span_dim) if span_dim != input_dim else None
-        self.span_encoder = build_span_encoder(span_encoder, span_dim, kernel_size, span_dropout)
-        self.concat_cls = concat_cls
-        self.reads_pooled = pooled_cls and concat_cls
-        width = span_dim + (input_dim if concat_cls else 0)
-        self.input_dropout = nn.Dropout(p=span_dropout)
-        self.dense = self.activation_fn = None
-        if not pooled_cls:
-            self.dense = nn.Linear(width, inner_dim)
-            self.activation_fn = utils.get_activation_fn(activation_fn)
-            width = inner_dim
-        self.dropout = nn.Dropout(p=pooler_dropout)
-        self.out_proj = _output_layer(width, num_classes, q_noise, qn_block_size, do_spectral_norm)
-
-    def forward(self, features, spans, pooled=None, **unused):
-        """
-        Args:
-            features: ``[B, T, D]`` encoder output; position 0 is ``<s>``.
-            spans: LongTensor ``[B, S, 2]``, (start, end) into T, end exclusive;
-                (0, 0) rows are padding. An example with no span gets s = 0.
-            pooled: ``[B, D]``, BERT's pooled ``<s>`` (read when ``reads_pooled``).
-
-        Returns:
-            logits ``[B, num_classes]``.
-        """
-        if spans.dtype != torch.long:
-            raise TypeError(f"spans must be a LongTensor [B, S, 2], got {spans.dtype}")
-        token_features = features if self.span_proj is None else self.span_proj(features)
-        x = self.span_encoder(token_features, spans)  # [B, H]
-        if self.concat_cls:
-            if self.reads_pooled and pooled is None:
-                raise ValueError("this span head reads BERT's pooled <s> (--bert-pooler): "
-                                 "pass pooled=[B, D]")
-            cls = pooled if self.reads_pooled else features[:, 0, :]
-            x = torch.cat([x, cls], dim=-1)  # [B, H + D]
-        x = self.input_dropout(x)
-        if self.dense is None:
-            return self.out_proj(x)
-        x = self.activation_fn(self.dense(x))
-        x = self.dropout(x)
-        return self.out_proj(x)
-
-
-class PooledClassificationHead(nn.Module):
-    """BERT's sequence classifier over the model's pooled ``<s>``: dropout ->
-    projection (the pooler's dense + tanh is the model's, pretrained)."""
-
-    reads_pooled = True
-
-    def __init__(self, input_dim, num_classes, dropout=0.1, q_noise=0, qn_block_size=8,
-                 do_spectral_norm=False):
-        super().__init__()
-        self.dropout = nn.Dropout(p=dropout)
-        self.out_proj = _output_layer(input_dim, num_classes, q_noise, qn_block_size,
-                                      do_spectral_norm)
-
-    def forward(self, features, pooled=None, **unused):
-        """``features [B, T, D]`` (unused), ``pooled [B, D]`` -> logits ``[B, C]``."""
-        if pooled is None:
-            raise ValueError("the plain head over BERT's pooler reads pooled=[B, D] "
-                             "(the model's pooler output, --bert-pooler)")
-        return self.out_proj(self.dropout(pooled))
+        head.out_proj = apply_quant_noise_(head.out_proj, q_noise, args.quant_noise_pq_block_size)
+    return head
 
 
 @register_head_kind("sentence", inputs=("spans",), choice=("--sentence-head", "span"))
 def sentence_head(args, num_classes, inner_dim=None):
-    return SpanClassificationHead(
-        input_dim=args.encoder_embed_dim,
-        span_dim=args.span_dim or args.encoder_embed_dim,
-        inner_dim=inner_dim or args.encoder_embed_dim,
-        num_classes=num_classes,
-        span_encoder=args.span_encoder,
-        kernel_size=args.span_kernel_size,
-        concat_cls=not args.no_span_cls_concat,
-        activation_fn=args.pooler_activation_fn,
-        pooler_dropout=args.pooler_dropout,
-        span_dropout=args.span_dropout,
-        pooled_cls=args.bert_pooler,
-        q_noise=args.quant_noise_pq,
-        qn_block_size=args.quant_noise_pq_block_size,
-        do_spectral_norm=args.spectral_norm_classification_head,
-    )
+    return _with_quant_noise(
+        build_head_module("sentence", args, num_classes=num_classes, inner_dim=inner_dim), args)
 
 
 @register_head_kind("plain", choice=("--sentence-head", "plain"))
 def plain_head(args, num_classes, inner_dim=None):
-    """The baseline of the span head: BERT's classifier over its pooler, else exactly
-    the head fairseq's own ``roberta`` registers (same arguments, same initialisation)."""
-    noise = dict(q_noise=args.quant_noise_pq, qn_block_size=args.quant_noise_pq_block_size,
-                 do_spectral_norm=args.spectral_norm_classification_head)
-    if args.bert_pooler:
-        return PooledClassificationHead(args.encoder_embed_dim, num_classes,
-                                        dropout=args.pooler_dropout, **noise)
-    return RobertaClassificationHead(
-        input_dim=args.encoder_embed_dim,
-        inner_dim=inner_dim or args.encoder_embed_dim,
-        num_classes=num_classes,
-        activation_fn=args.pooler_activation_fn,
-        pooler_dropout=args.pooler_dropout,
-        **noise,
-    )
+    """The baseline of the span head: BERT's classifier over its pooler, else the head
+    fairseq's own ``roberta`` registers (same arguments, parameters and initialisation)."""
+    return _with_quant_noise(
+        build_head_module("plain", args, num_classes=num_classes, inner_dim=inner_dim), args)
 
 
 @register_head_kind("token", choice=("--tagging-head", "token"))
 def token_head(args, num_classes):
-    return TokenTaggingHead(args.encoder_embed_dim, num_classes, dropout=args.head_dropout)
+    return build_head_module("token", args, num_classes=num_classes)
 
 
 @register_head_kind("sf", inputs=("spans",), choice=("--tagging-head", "sf"))
 def span_token_head(args, num_classes):
-    return SpanTokenTaggingHead(args.encoder_embed_dim, num_classes, span_dim=args.span_dim,
-                                kernel_size=args.span_kernel_size, dropout=args.head_dropout)
+    return build_head_module("sf", args, num_classes=num_classes)
 
 
 @register_head_kind("span", inputs=("words",))
 def span_labeling_head(args, num_classes, max_words=8):
-    return SpanLabelingHead(args.encoder_embed_dim, num_classes, max_words=max_words,
-                            dropout=args.head_dropout)
+    return build_head_module("span", args, num_classes=num_classes, max_words=max_words)
 
 
 @register_head_kind("span_pair", inputs=("phrases",))
 def span_pair_heads(args, phrase_classes, sentence_classes, features="max4", dropout=0.1):
-    return SpanPairHeads(args.encoder_embed_dim, phrase_classes, sentence_classes, features,
-                         dropout)
+    return build_head_module("span_pair", args, phrase_classes=phrase_classes,
+                             sentence_classes=sentence_classes, features=features,
+                             dropout=dropout)
 
 
 @register_head_kind("qa_boundary", inputs=("passage",), choice=("--qa-head", "boundary"))
 def qa_boundary_head(args, max_answer_tokens=30):
-    return BoundaryQAHead(args.encoder_embed_dim, max_answer_tokens, dropout=args.head_dropout)
+    return build_head_module("qa_boundary", args, max_answer_tokens=max_answer_tokens)
 
 
 @register_head_kind("qa_boundary_sf", inputs=("passage", "spans"),
                     choice=("--qa-head", "sf"))
 def qa_boundary_sf_head(args, max_answer_tokens=30):
-    return SpanBoundaryQAHead(args.encoder_embed_dim, max_answer_tokens, span_dim=args.span_dim,
-                              kernel_size=args.span_kernel_size, dropout=args.head_dropout)
+    return build_head_module("qa_boundary_sf", args, max_answer_tokens=max_answer_tokens)
 
 
 @register_head_kind("qa_span", inputs=("passage",), choice=("--qa-head", "span"))
 def qa_span_head(args, max_answer_tokens=30, span_dim=128):
-    return SpanQAHead(args.encoder_embed_dim, max_answer_tokens, span_dim=span_dim,
-                      dropout=args.head_dropout)
+    return build_head_module("qa_span", args, max_answer_tokens=max_answer_tokens,
+                             span_dim=span_dim)
 
 
 @register_head_kind("span_boundary", inputs=("masked_tokens",))
 def span_boundary_head(args, vocab_size):
     """SpanBERT's SBO head (``roberta_spanbert``), BERT-initialised as the rest of
     RoBERTa; its model calls it beside the masked-LM head."""
-    head = SpanBoundaryHead(args.encoder_embed_dim, vocab_size, args.sbo_max_positions)
+    head = build_head_module("span_boundary", args, vocab_size=vocab_size)
     head.apply(init_bert_params)
     return head
