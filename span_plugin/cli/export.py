@@ -1,7 +1,8 @@
 """``span-export``: thin command line over :mod:`span_plugin.convert.hf_export`.
 
-    span-export hf CHECKPOINT --out DIR [--force] [--gpt2-encoder-json F --gpt2-vocab-bpe F |
-                                                   --wordpiece F]   # encoder -> HF folder
+    span-export hf CHECKPOINT --out DIR [--force] [--data D] [--gpt2-encoder-json F
+                       --gpt2-vocab-bpe F | --wordpiece F]   # encoder -> HF folder; fine-tuned
+                       # model -> that folder + heads, labels, data record (docs/EXPORT.md)
     span-export onnx CHECKPOINT --out DIR [--force] [--data D] [tokenizer files]
                                                    # fine-tuned model -> model.onnx + onnx.json
 """
@@ -23,7 +24,9 @@ def _parser():
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("hf", help="an encoder checkpoint (span-convert folder, span "
                        "pre-training run, fairseq RoBERTa model.pt) -> a Hugging Face folder "
-                       "that AutoModel, AutoModelForMaskedLM and AutoTokenizer load")
+                       "that AutoModel, AutoModelForMaskedLM and AutoTokenizer load; a "
+                       "fine-tuned checkpoint of any span task -> that folder plus its heads, "
+                       "labels and data record (docs/EXPORT.md)")
     p.add_argument("checkpoint", help="a fairseq model.pt / checkpoint_*.pt, or a folder with "
                    "model.pt; dict.txt and the tokenizer files beside it or where its record "
                    "says")
@@ -31,6 +34,8 @@ def _parser():
                    help="output folder: config.json, model.safetensors, tokenizer files")
     p.add_argument("--force", action="store_true",
                    help="replace a non-empty output folder (whole)")
+    p.add_argument("--data", help="fine-tuned checkpoints: the task folder it was trained on "
+                   "(default: as its record says); its dictionaries are checked against it")
     add_arguments(p.add_argument_group(
         "tokenizer files (default: beside the checkpoint, else where its record says)"),
         [file_options()[field] for field in TOKENIZER_FIELDS])
@@ -57,14 +62,19 @@ def _onnx(args):
 
 
 def _hf(args):
-    from span_plugin.convert.hf_export import export_hf
+    from span_plugin.inference.model_export import export_model
 
     files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
-    plan = export_hf(args.checkpoint, args.out, force=args.force, files=files)
+    plan, span = export_model(args.checkpoint, args.out, force=args.force, files=files,
+                              data=args.data)
     c = plan.config
     print(f"wrote {args.out}: {c['architectures'][0]}, {c['num_hidden_layers']} layers, "
           f"H={c['hidden_size']}, vocab {c['vocab_size']}, {plan.source.kind} tokenizer "
           f"(from {plan.source.path})")
+    if span is not None:
+        heads = ", ".join(f"{name} ({head['kind']})" for name, head in span["heads"].items())
+        files = ", ".join(f for f in span["files"].values() if f) or "no dictionary"
+        print(f"task {span['task']}: heads {heads}; copied in: {files}")
     if plan.dropped:
         print(f"dropped classification_heads.span_boundary.* ({len(plan.dropped)} tensors): "
               f"the span pre-training objective's head, not part of the encoder")

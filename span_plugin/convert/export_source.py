@@ -77,14 +77,20 @@ def checkpoint_file(path) -> Path:
     return path
 
 
-def _refuse_fine_tuned(path: Path, tensors, cfg: Dict) -> None:
-    heads = sorted({k.split(".")[1] for k in tensors if k.startswith("classification_heads.")}
-                   - {SBO_HEAD})
-    if heads:
+def fine_tuned_heads(tensors) -> List[str]:
+    """The names of a checkpoint's task heads (``classification_heads.<name>.*``), the
+    span pre-training objective's head left out: none for an encoder checkpoint."""
+    return sorted({k.split(".")[1] for k in tensors if k.startswith("classification_heads.")}
+                  - {SBO_HEAD})
+
+
+def _refuse_fine_tuned(path: Path, tensors, cfg: Dict, heads_allowed: bool) -> None:
+    heads = fine_tuned_heads(tensors)
+    if heads and not heads_allowed:
         task = _plain(cfg.get("task")).get("_name") or _plain(cfg.get("args")).get("task")
         raise ConversionError(
-            f"{path}: a fine-tuned model (task {task}, head {', '.join(heads)}); span-export hf "
-            f"exports encoders only: fine-tuned export is not supported yet")
+            f"{path}: a fine-tuned model (task {task}, head {', '.join(heads)}); this reads "
+            f"encoders only: export it with span-export hf (span_plugin.inference.model_export)")
     if ENC + "embed_tokens.weight" not in tensors:
         raise ConversionError(f"{path}: no {ENC}embed_tokens.weight: not a fairseq RoBERTa "
                               f"encoder checkpoint")
@@ -107,11 +113,13 @@ def _bases(path: Path, state) -> List[Path]:
 
 def _dictionary(path: Path, state, task_cfg: Dict, rows: int) -> List[str]:
     """dict.txt beside the checkpoint, in the data folder its record names (an absolute
-    path) or in cfg.task.data (as fairseq-train was given it)."""
+    path) or in cfg.task.data (as fairseq-train was given it); a sentence or pair task's
+    folder holds it in input0/."""
     candidates = [path.parent / "dict.txt"]
     for data in (_data_record(state).get("data_dir"), str(task_cfg.get("data") or "")):
         if data:
-            candidates += [base / data.split(":")[0] / "dict.txt" for base in _bases(path, state)]
+            candidates += [base / data.split(":")[0] / sub / "dict.txt"
+                           for base in _bases(path, state) for sub in ("", "input0")]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         raise ConversionError(f"{path}: no dictionary; expected dict.txt at "
@@ -168,17 +176,19 @@ def _locate(path: Path, kind: str, recorded: Dict[str, Optional[str]],
     return files
 
 
-def read_encoder_checkpoint(path, supported, given=None) -> EncoderCheckpoint:
+def read_encoder_checkpoint(path, supported, given=None,
+                            heads_allowed=False) -> EncoderCheckpoint:
     """Load and check an encoder checkpoint for export; ``supported``: the tokenizer
     kinds the export has a counterpart for (another kind is refused naming them);
-    ``given``: tokenizer files by field (``encoder_json``, ``vocab_bpe``, ``wordpiece``)."""
+    ``given``: tokenizer files by field (``encoder_json``, ``vocab_bpe``, ``wordpiece``);
+    ``heads_allowed``: a fine-tuned checkpoint is read (its encoder), not refused."""
     path = checkpoint_file(path)
     state = load_checkpoint(path, mmap=True)
     check_structure(path, state)
     cfg = _plain(state.get("cfg")) or {"model": _plain(state.get("args")),
                                        "task": _plain(state.get("args"))}
     tensors = state["model"]
-    _refuse_fine_tuned(path, tensors, cfg)
+    _refuse_fine_tuned(path, tensors, cfg, heads_allowed)
     kind, recorded = _kind_and_files(path, state, cfg)
     if kind not in supported:
         raise ConversionError(

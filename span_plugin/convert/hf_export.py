@@ -25,7 +25,8 @@ classification_heads.span_boundary     dropped: the span pre-training objective'
 Tokenizer kinds: ``gpt2`` (RoBERTa's byte-level BPE; ``vocab.json`` maps each BPE token
 to its fairseq index) and ``wordpiece`` (BERT). Another kind has no Hugging Face
 tokenizer that gives the same ids and is refused. A checkpoint with a fine-tuned head is
-refused too (not supported yet).
+planned here for its encoder only (``heads_allowed``); its heads, labels and data record
+are added by :mod:`span_plugin.inference.model_export`, a layer that can load the model.
 """
 
 import json
@@ -33,7 +34,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -260,10 +261,12 @@ def _bert_tokenizer(library, out: Path, max_length: int) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def plan_hf_export(checkpoint, files=None) -> HfExport:
+def plan_hf_export(checkpoint, files=None, heads_allowed=False) -> HfExport:
     """Read and check everything; map the tensors. Nothing is written. ``files``: the
-    tokenizer's files by field, for a checkpoint whose own are elsewhere."""
-    ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS, files)
+    tokenizer's files by field, for a checkpoint whose own are elsewhere;
+    ``heads_allowed``: plan the encoder of a fine-tuned checkpoint (its heads are the
+    caller's: :mod:`span_plugin.inference.model_export`)."""
+    ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS, files, heads_allowed)
     return (_roberta if ckpt.kind == "gpt2" else _bert)(ckpt)
 
 
@@ -278,14 +281,39 @@ def check_export_dir(out_dir, force: bool) -> Path:
     return out_dir
 
 
-def write_hf_folder(plan: HfExport, out_dir) -> None:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_partials(out_dir: Path) -> List[Path]:
+    """Remove the ``OUT.partial-PID`` folders that killed exports left (their process
+    is gone); a live export's is left alone. Returns the folders removed."""
+    removed = []
+    for tmp in out_dir.parent.glob(f"{out_dir.name}{PARTIAL}*"):
+        pid = tmp.name[len(out_dir.name + PARTIAL):]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def write_hf_folder(plan: HfExport, out_dir, finish: Optional[Callable[[Path], None]] = None
+                    ) -> None:
     """Write the folder into a sibling ``OUT.partial-PID`` and rename it into place
     (an existing folder is replaced whole): ``out_dir`` is the old folder or the new
-    one, never part of either."""
+    one, never part of either. ``finish(folder)`` adds the caller's files last (a
+    fine-tuned model's); the partial folders of killed exports are removed first."""
     from safetensors.torch import save_file
 
     out_dir = Path(os.path.normpath(os.path.abspath(out_dir)))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(out_dir)
     tmp = Path(f"{out_dir}{PARTIAL}{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -296,6 +324,8 @@ def write_hf_folder(plan: HfExport, out_dir) -> None:
         (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n",
                                          encoding="utf-8")
         plan.write_tokenizer(tmp)
+        if finish is not None:
+            finish(tmp)
         commit_folder(tmp, out_dir)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,91 @@
+"""The model card (``README.md``) of an exported fine-tuned model folder: what the model
+does (task, heads, labels), what its inputs must be made with (the data record:
+tokenizer, n-gram dictionary, segmentation), its dev results when the run wrote them,
+and the lines that load the folder. Written from ``config.json``'s dict alone."""
+
+import json
+
+# How the folder is loaded without fairseq (span_plugin.portable) and, for the encoder
+# alone, with transformers' own classes.
+LOAD_LINES = ("from span_plugin.portable import load_model",
+              "model = load_model(\"{dir}\")",
+              "model.predict([...])  # the task's inputs, as the hub's predict takes them")
+ENCODER_LINES = ("from transformers import AutoModel, AutoTokenizer",
+                 "tokenizer, encoder = AutoTokenizer.from_pretrained(\"{dir}\"), "
+                 "AutoModel.from_pretrained(\"{dir}\")",
+                 "features = encoder(**tokenizer(\"A sentence.\", return_tensors=\"pt\"))"
+                 ".last_hidden_state")
+
+
+def _record_lines(record):
+    enc = record.get("encoder") or {}
+    lines = [f"- tokenizer: {enc.get('bpe', 'not recorded')}"]
+    ngrams = enc.get("ngrams")
+    if ngrams:
+        built = ngrams.get("built") or {}
+        corpus = f", counted on {built['corpus']}" if built.get("corpus") else ""
+        lines.append(f"- n-gram dictionary: `{ngrams.get('file')}` (sha256 "
+                     f"{ngrams.get('sha256', '')[:12]}, top-k {ngrams.get('top_k')}, "
+                     f"{ngrams.get('words')} words{corpus})")
+    chunker = enc.get("chunker")
+    if chunker:
+        lines.append(f"- chunker: `{chunker.get('file')}` ({chunker.get('chunker')}, model "
+                     f"sha256 {chunker.get('model_sha256', '')[:12]})")
+    lines.append(f"- segmentation: {enc.get('segmentation', 'not recorded')}, seed "
+                 f"{enc.get('seed')}")
+    for key, name in (("task", "data"), ("inputs", "inputs per example"),
+                      ("rows", "rows"), ("command", "made with")):
+        if record.get(key) is not None:
+            value = record[key]
+            lines.append(f"- {name}: " + (f"`{value}`" if key == "command" else
+                                          json.dumps(value) if isinstance(value, dict)
+                                          else str(value)))
+    return lines
+
+
+def model_card(config, results=None, folder="DIR"):
+    """The card's Markdown text for ``config`` (config.json's dict, with its
+    ``span_plugin`` key) and the run's ``results`` (results.json's dict, or None)."""
+    span = config["span_plugin"]
+    family = config.get("model_type", "?")
+    heads = span.get("heads", {})
+    out = [f"# {span['task']} model ({family} encoder, span_plugin export format "
+           f"{span['format']})", "",
+           f"Fine-tuned with the fairseq task `{span['task']}` of span_plugin and exported "
+           f"by `span-export hf`: the encoder is a standard Hugging Face {family} "
+           f"(`{config['architectures'][0]}`, {config['num_hidden_layers']} layers, hidden "
+           f"size {config['hidden_size']}), the task's heads are in `model.safetensors` under "
+           f"`span_heads.`. No file here is a pickle; `files.json` lists the sha256 of every "
+           f"file, checked at load.", "", "## Heads and labels", ""]
+    labels = span.get("labels", {})
+    for name, head in heads.items():
+        options = ", ".join(f"{k}={v}" for k, v in sorted(head["options"].items()))
+        out.append(f"- `{name}`: kind `{head['kind']}` ({options}), reads "
+                   f"{', '.join(['features', *head['inputs']])}")
+        names = labels.get(name)
+        if isinstance(names, dict):
+            for part, values in names.items():
+                out.append(f"  - {part} labels: {', '.join(map(str, values))}")
+        elif names:
+            out.append(f"  - labels (class order): {', '.join(map(str, names))}")
+        else:
+            out.append("  - no label names (regression or answer positions)")
+    out += ["", "## Inputs: the data record", "",
+            "Text must be tokenized and segmented as in training:", "",
+            *_record_lines(span.get("data_record") or {}), ""]
+    out += ["## Dev results", ""]
+    if results:
+        out += ["From the run's `results.json`:", "", "```json",
+                json.dumps(results, indent=2, sort_keys=True), "```", ""]
+    else:
+        out += ["No `results.json` was beside the checkpoint.", ""]
+    out += ["## Load", "", "```python", *(line.format(dir=folder) for line in LOAD_LINES),
+            "```", "", "The encoder alone, with transformers' own classes:", "", "```python",
+            *(line.format(dir=folder) for line in ENCODER_LINES), "```", ""]
+    return "\n".join(out)
+
+
+def write_model_card(path, config, results=None):
+    """Write :func:`model_card` to ``path`` (UTF-8, ``\\n`` line ends)."""
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(model_card(config, results))

@@ -1,0 +1,246 @@
+"""``span-export hf`` of a fine-tuned checkpoint: one self-contained folder (format 1,
+docs/EXPORT.md) that a reader without fairseq loads from JSON and safetensors only.
+
+The encoder goes through part 1's tables (:mod:`span_plugin.convert.hf_export`: the
+Hugging Face config, ``roberta.``/``bert.`` tensors, tokenizer files). The checkpoint is
+then loaded through the hub (:class:`~span_plugin.inference.hub.SpanHubInterface`, the
+package's safe loading; its data folder and files checked against the data record), which
+gives what the checkpoint's tensors alone do not say: each head's kind and options
+(:func:`span_plugin.models.heads.build_head` records them), the label names of the task's
+dictionaries, and the checked n-gram dictionary and chunker. Added to the folder:
+
+- ``model.safetensors``: every head tensor as ``span_heads.<name>.<rest>``, exactly the
+  checkpoint's ``classification_heads.<name>.<rest>``;
+- ``config.json``'s ``span_plugin`` key: format, task, model and task settings (JSON
+  scalars), heads, labels, the data record and the files below;
+- the n-gram dictionary (``ngrams`` + its suffixes) and the chunker (``chunker.json``
+  with the POS tagger's three JSON files) the record names, each checked by sha256;
+- ``README.md`` (:mod:`span_plugin.formats.model_card`) and, last, ``files.json``
+  (:func:`span_plugin.formats.model_folder.write_manifest`).
+
+The folder is checked as a reader checks it before it is renamed into place.
+"""
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Dict, Mapping, Optional
+
+from span_plugin.convert.export_source import SBO_HEAD, checkpoint_file, fine_tuned_heads
+from span_plugin.convert.hf_export import WEIGHTS, check_export_dir, plan_hf_export, write_hf_folder
+from span_plugin.convert.hf_source import ConversionError
+from span_plugin.formats.model_card import write_model_card
+from span_plugin.formats.model_folder import FORMAT, file_sha256, verify_folder, write_manifest
+
+HEADS_PREFIX = "span_heads."
+CHUNKER_FILE = "chunker.json"
+CHUNKER_FORMAT = "span_plugin chunker model 1"
+TAGGER_FILE = "pos_tagger.{part}.json"
+RESULTS = "results.json"
+# Task settings that name this machine's paths, not the model.
+LOCAL_SETTINGS = ("data",)
+
+
+def _scalars(cfg, drop=()) -> Dict:
+    """The JSON scalars of a cfg section (a DictConfig, dict or Namespace), sorted."""
+    if isinstance(cfg, argparse.Namespace):
+        cfg = vars(cfg)
+    out = {}
+    for key in sorted(cfg.keys() if isinstance(cfg, Mapping) or hasattr(cfg, "keys") else []):
+        if key in drop or str(key).startswith("_") and key != "_name":
+            continue
+        try:
+            value = cfg[key]
+        except Exception:  # noqa: BLE001 - an unresolved ??? value: not a setting
+            continue
+        if value is None or isinstance(value, (bool, int, float, str)):
+            out[str(key)] = value
+    return out
+
+
+def _heads(model, path) -> Dict:
+    """``{name: {"kind", "options", "inputs"}}`` of every task head of ``model``."""
+    heads = {}
+    for name, head in model.classification_heads.items():
+        if name == SBO_HEAD:
+            continue
+        kind = getattr(head, "kind", None)
+        if kind is None:
+            raise ConversionError(
+                f"{path}: head {name!r} is fairseq's {type(head).__name__}, not one of the "
+                f"plugin's head kinds: only span_plugin tasks' checkpoints export whole")
+        options = dict(head.options)
+        try:
+            json.dumps(options)
+        except TypeError as err:
+            raise ConversionError(f"{path}: head {name!r} options {options!r} are not "
+                                  f"JSON ({err})") from None
+        heads[name] = {"kind": kind, "options": options, "inputs": list(head.inputs)}
+    return heads
+
+
+def _labels(hub, heads) -> Dict:
+    """``{head: [label names in class-index order]}`` from the task's dictionaries;
+    a span-pair head: ``{"phrasal": [...], "sentential": [...]}`` (each only when that
+    output exists); none for regression and QA."""
+    task, out = hub.task, {}
+    for name, head in heads.items():
+        kind, options = head["kind"], head["options"]
+        if kind in ("sentence", "plain"):
+            if not hub.regression:
+                out[name] = list(hub.labels)
+        elif kind in ("token", "sf"):
+            out[name] = list(task.tag_names)
+        elif kind == "span":
+            out[name] = ["O", *task.entity_types]  # class 0: no entity
+        elif kind == "span_pair":
+            pair = {}
+            if options.get("phrase_classes"):
+                pair["phrasal"] = list(task.phrase_labels)
+            if options.get("sentence_classes"):
+                pair["sentential"] = list(hub.labels)
+            out[name] = pair
+    for name, names in out.items():
+        want = heads[name]["options"].get("num_classes")
+        if isinstance(names, list) and want is not None and len(names) != want:
+            raise ConversionError(f"head {name!r}: {want} classes but the task's dictionary "
+                                  f"names {len(names)}: {names}")
+    return out
+
+
+def _checked_copy(src, dst: Path, sha256: str, what: str) -> None:
+    """Copy ``src`` to ``dst`` and check the copy's sha256 against the record's."""
+    if src is None or not os.path.isfile(src):
+        raise ConversionError(f"{src}: the {what} the checkpoint's data record names is "
+                              f"not there")
+    shutil.copyfile(src, dst)
+    actual = file_sha256(dst)
+    if actual != sha256:
+        raise ConversionError(f"{src}: not the {what} the checkpoint was trained with "
+                              f"(sha256 {actual[:12]}, recorded {sha256[:12]})")
+
+
+def _ngrams_path(entry: Dict) -> str:
+    """Where the recorded n-gram dictionary is: the packaged one of this installation,
+    else the recorded path."""
+    if entry.get("packaged"):
+        from span_plugin.preprocess.segmentation.ngrams import default_ngrams_path
+
+        return str(default_ngrams_path(entry["words"]))
+    return entry["path"]
+
+
+def _ngrams_name(path) -> str:
+    """``ngrams`` with the dictionary's suffixes (``.txt.gz``: the reader opens by them)."""
+    suffixes = Path(path).suffixes
+    return "ngrams" + "".join(suffixes[-2:] if suffixes[-1:] == [".gz"] else suffixes[-1:])
+
+
+def _chunker_files(record: Dict, folder: Path) -> Optional[str]:
+    """The chunker of the record (its POS tagger's files, byte for byte, and the trained
+    model as JSON, checked against the recorded sha256s) into ``folder``."""
+    recorded = (record.get("encoder") or {}).get("chunker")
+    if not recorded:
+        return None
+    from span_plugin.preprocess.segmentation import chunker
+
+    model = chunker.build(recorded["nltk_data"])
+    if model.fingerprint != recorded["model_sha256"]:
+        raise ConversionError(
+            f"the chunker trained from {recorded['nltk_data']} (sha256 {model.fingerprint[:12]}) "
+            f"is not the one the checkpoint was trained with ({recorded['model_sha256'][:12]})")
+    tagger = {}
+    for part, entry in recorded["tagger"].items():
+        tagger[part] = TAGGER_FILE.format(part=part)
+        _checked_copy(entry["path"], folder / tagger[part], entry["sha256"], "POS tagger file")
+    data = {"format": CHUNKER_FORMAT, "model_sha256": model.fingerprint,
+            "nltk": recorded["nltk"], "description": recorded.get("chunker"),
+            "tagger": tagger, "model": model.chunker.to_json()}
+    (folder / CHUNKER_FILE).write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+    return CHUNKER_FILE
+
+
+def _results(path: Path) -> Optional[Dict]:
+    """The run's results.json: beside the checkpoint, or beside its checkpoints/ folder
+    (where the recipes write it)."""
+    for folder in (path.parent, path.parent.parent):
+        candidate = folder / RESULTS
+        if candidate.is_file():
+            try:
+                return json.loads(candidate.read_text(encoding="utf-8"))
+            except ValueError as err:
+                raise ConversionError(f"{candidate}: not JSON ({err})") from None
+    return None
+
+
+def load_hub(path: Path, heads, data=None, files=None):
+    """The checkpoint loaded through the hub (safe loading; its data folder and files
+    checked against the data record)."""
+    from span_plugin.inference.hub import SpanHubInterface
+
+    try:
+        return SpanHubInterface.from_pretrained(path, data=data, head=heads[0], **(files or {}))
+    except (ValueError, FileNotFoundError) as err:  # settings, data folder, weights
+        raise ConversionError(str(err).splitlines()[0]) from err
+
+
+def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None):
+    """Export ``checkpoint`` to ``out_dir``: a fine-tuned checkpoint as the folder of
+    format 1, an encoder as part 1 does (:func:`span_plugin.convert.hf_export.export_hf`).
+    Every check runs before anything is written. Returns the plan and the
+    ``span_plugin`` config (None for an encoder)."""
+    from span_plugin.convert.hf_export import export_hf
+    from span_plugin.convert.safe_load import load_checkpoint
+
+    out_dir = check_export_dir(out_dir, force)
+    path = checkpoint_file(checkpoint)
+    heads = fine_tuned_heads(load_checkpoint(path, mmap=True)["model"])
+    if not heads:
+        return export_hf(path, out_dir, force=force, files=files), None
+    plan = plan_hf_export(path, files, heads_allowed=True)
+    hub = load_hub(path, heads, data, files)
+    tensors = plan.source.tensors
+    head_info = _heads(hub.model, path)
+    for name in head_info:
+        prefix = f"classification_heads.{name}."
+        plan.tensors.update({HEADS_PREFIX + name + "." + k[len(prefix):]: v
+                             for k, v in tensors.items() if k.startswith(prefix)})
+    record = json.loads(json.dumps(hub.record or {}))
+    ngrams = (record.get("encoder") or {}).get("ngrams")
+    ngrams_path = _ngrams_path(ngrams) if ngrams else None
+    task_cfg = hub.task.cfg
+    span = {"format": FORMAT,
+            "task": task_cfg._name if hasattr(task_cfg, "_name") else task_cfg.get("_name"),
+            "model_args": _scalars(hub.model.args),
+            "task_args": _scalars(task_cfg, drop=LOCAL_SETTINGS),
+            "heads": head_info,
+            "labels": _labels(hub, head_info),
+            "data_record": record,
+            "files": {"ngrams": _ngrams_name(ngrams_path) if ngrams else None,
+                      "chunker": CHUNKER_FILE if (record.get("encoder") or {}).get("chunker")
+                      else None}}
+    if ngrams:
+        ngrams["file"] = span["files"]["ngrams"]
+    if span["files"]["chunker"]:
+        record["encoder"]["chunker"]["file"] = CHUNKER_FILE
+    plan.config["span_export"] = {"source": str(path.resolve()), "tokenizer": plan.source.kind,
+                                  "dropped": plan.dropped}
+    plan.config["span_plugin"] = span
+    results = _results(path)
+
+    def finish(folder: Path):
+        if ngrams:
+            _checked_copy(ngrams_path, folder / span["files"]["ngrams"], ngrams["sha256"],
+                          "n-gram dictionary")
+        _chunker_files(record, folder)
+        write_model_card(folder / "README.md", plan.config, results)
+        write_manifest(folder)
+        verify_folder(folder)
+
+    write_hf_folder(plan, out_dir, finish)
+    return plan, span
+
+
+__all__ = ["export_model", "HEADS_PREFIX", "WEIGHTS"]

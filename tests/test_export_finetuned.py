@@ -1,0 +1,290 @@
+"""span-export hf of fine-tuned checkpoints (issue 52, parts 2 and 5): one tiny model of
+every task and head kind, trained here for 2 updates on real rows (GLUE MRPC and STS-B,
+CoNLL-2003, SQuAD, MRPC phrase pairs), exported and checked: every head tensor exactly
+the checkpoint's, the encoder loaded by transformers' Auto classes alone giving the
+fairseq model's last-layer features on raw text, the labels of the task's dictionaries,
+the n-gram dictionary copied by sha256, files.json verifying; and what bad input gets."""
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
+from span_plugin.cli.export import main as export_main
+from span_plugin.formats.model_folder import MANIFEST, PICKLE_SUFFIXES, verify_folder
+from test_ner_recipes import sentences as conll_sentences
+from test_task_data import glue_folder
+from test_task_train import span_args
+
+transformers = pytest.importorskip("transformers")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+pytestmark = pytest.mark.slow
+
+TOL = 1e-5
+
+
+def fairseq_train(argv):
+    """fairseq-train's entry point in this process."""
+    import fairseq_cli.train
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
+        fairseq_cli.train.cli_main()
+
+
+def _common(save):
+    return ["--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
+            "--save-dir", save, "--cpu", "--seed", "1", "--num-workers", "0",
+            "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints",
+            "--disable-validation"]
+
+
+def _sentence(root, task, *extra, num_classes=2):
+    save = root / "ckpt"
+    argv = span_args(glue_folder(task), save, *extra, num_classes=num_classes, max_update=2)
+    fairseq_train([*argv, "--disable-validation"])
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def conll_bin(tmp_path_factory):
+    """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder (GPT-2 BPE,
+    greedy segmentation with the packaged n-gram dictionary)."""
+    from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+
+    root = tmp_path_factory.mktemp("export_conll")
+    files = {}
+    for split, n in (("train", 24), ("valid", 8)):
+        files[split] = root / f"{split}.txt"
+        files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
+    spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
+                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
+    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
+                  str(GPT2_BPE / "dict.txt"), name="conll2003")
+    return root / "bin"
+
+
+def _tagging(root, folder, task, *extra):
+    save = root / "ckpt"
+    fairseq_train([folder, "--user-dir", USER_DIR, "--task", task, "--criterion", task,
+                   "--arch", "roberta_tagging", *TINY_ROBERTA, "--init-token", "0", *extra,
+                   *_common(save)])
+    return save / "checkpoint_last.pt"
+
+
+def _qa(root, qa_folder, head):
+    save = root / "ckpt"
+    fairseq_train([qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
+                   "--criterion", "span_qa", "--arch", "roberta_qa", "--qa-head", head,
+                   "--max-answer-tokens", "12", *TINY_ROBERTA, *_common(save)])
+    return save / "checkpoint_last.pt"
+
+
+def _pair(root, folder):
+    save = root / "ckpt"
+    fairseq_train([folder, "--user-dir", USER_DIR, "--task", "span_pair_classification",
+                   "--criterion", "span_pair_classification", "--arch",
+                   "roberta_span_pair_base", *TINY_ROBERTA, "--num-classes", "2",
+                   "--init-token", "0", "--separator-token", "2", "--shorten-method",
+                   "truncate", *_common(save)])
+    return save / "checkpoint_last.pt"
+
+
+# name -> (build(root, request) -> checkpoint, task, {head: kind})
+CASES = {
+    "mrpc": (lambda root, r: _sentence(root, "MRPC"), "span_classification",
+             {"sentence_classification_head": "sentence"}),
+    "stsb": (lambda root, r: _sentence(root, "STS-B", "--regression-target", num_classes=1),
+             "span_classification", {"sentence_classification_head": "sentence"}),
+    "ner-token": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_tagging",
+                                           "--tagging-head", "token"),
+                  "span_tagging", {"tagging_head": "token"}),
+    "ner-sf": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_tagging",
+                                        "--tagging-head", "sf"),
+               "span_tagging", {"tagging_head": "sf"}),
+    "ner-span": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_labeling",
+                                          "--max-span-words", "4"),
+                 "span_labeling", {"tagging_head": "span"}),
+    "qa-boundary": (lambda root, r: r.getfixturevalue("qa_checkpoint"), "span_qa",
+                    {"qa_head": "qa_boundary"}),
+    "qa-sf": (lambda root, r: _qa(root, r.getfixturevalue("qa_folder"), "sf"), "span_qa",
+              {"qa_head": "qa_boundary_sf"}),
+    "qa-span": (lambda root, r: _qa(root, r.getfixturevalue("qa_folder"), "span"), "span_qa",
+                {"qa_head": "qa_span"}),
+    "pair": (lambda root, r: _pair(root, r.getfixturevalue("pair_folders")["labelled"]),
+             "span_pair_classification", {"span_pair_head": "span_pair"}),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def exported(request, tmp_path_factory):
+    """(case, checkpoint, the fairseq hub, export folder, the command's output)."""
+    from span_plugin.inference.hub import SpanHubInterface
+
+    build, _, _ = CASES[request.param]
+    root = tmp_path_factory.mktemp(f"export_{request.param}")
+    checkpoint = build(root, request)
+    out = root / "out"
+    assert export_main(["hf", str(checkpoint), "--out", str(out)]) == 0
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    heads = sorted({k.split(".")[1] for k in state["model"] if k.startswith("classification_heads.")})
+    hub = SpanHubInterface.from_pretrained(checkpoint, head=heads[0])
+    return request.param, checkpoint, state, hub, out
+
+
+def texts(n=6):
+    """Real MRPC dev sentences."""
+    rows = (GLUE / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:1 + n]
+    return [r.split("\t")[3] for r in rows]
+
+
+def test_folder_is_whole_and_holds_no_pickle(exported):
+    name, _, _, hub, out = exported
+    config = verify_folder(out)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert sorted(manifest["files"]) == sorted(
+        p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and p.name != MANIFEST)
+    assert not [p for p in out.rglob("*") if p.suffix in PICKLE_SUFFIXES]
+    span = config["span_plugin"]
+    _, task, kinds = CASES[name]
+    assert span["format"] == 1 and span["task"] == task
+    assert {h: v["kind"] for h, v in span["heads"].items()} == kinds
+    assert "data" not in span["task_args"] and span["model_args"]["encoder_embed_dim"] == 32
+    record = span["data_record"]
+    assert record["encoder"] == json.loads(json.dumps(hub.record["encoder"])) | (
+        {"ngrams": dict(hub.record["encoder"]["ngrams"], file=span["files"]["ngrams"])}
+        if hub.record["encoder"]["ngrams"] else {})
+    ngrams = record["encoder"]["ngrams"]
+    if ngrams:  # the dictionary training segmented with, copied in by its recorded sha256
+        assert manifest["files"][span["files"]["ngrams"]] == ngrams["sha256"]
+    else:
+        assert span["files"]["ngrams"] is None
+    card = (out / "README.md").read_text()
+    assert task in card and "load_model" in card and "files.json" in card
+
+
+def test_head_tensors_are_the_checkpoints_exactly(exported):
+    _, _, state, _, out = exported
+    saved = safetensors_torch.load_file(str(out / "model.safetensors"))
+    heads = {k: v for k, v in state["model"].items() if k.startswith("classification_heads.")}
+    assert heads
+    got = {k: v for k, v in saved.items() if k.startswith("span_heads.")}
+    assert sorted(got) == sorted("span_heads." + k[len("classification_heads."):] for k in heads)
+    for key, value in heads.items():
+        mine = got["span_heads." + key[len("classification_heads."):]]
+        assert mine.dtype == value.dtype and torch.equal(mine, value), key
+
+
+def test_config_and_encoder_load_with_auto_classes(exported):
+    """No custom code: AutoConfig, AutoTokenizer and AutoModel read the folder, and the
+    encoder gives the fairseq model's last-layer features on raw text."""
+    _, _, _, hub, out = exported
+    config = transformers.AutoConfig.from_pretrained(out)
+    assert config.num_hidden_layers == 2 and config.hidden_size == 32
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    model = transformers.AutoModel.from_pretrained(out).eval()
+    init = hub.task.cfg.init_token
+    for text in texts():
+        symbols, _ = hub.encoder.encode(text)
+        ids = hub.tokens_of(symbols)
+        if init is not None:
+            ids = torch.cat([torch.tensor([init]), ids])
+        with torch.no_grad():
+            want, _ = hub.model(ids[None], features_only=True)
+            got = model(**tok(text, return_tensors="pt")).last_hidden_state
+        assert got.shape == want.shape, text
+        assert (want - got).abs().max() < TOL, text
+
+
+def _dict_symbols(path):
+    return [line.rsplit(" ", 1)[0] for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("madeupword")]
+
+
+def test_labels_are_the_task_dictionarys(exported):
+    name, _, _, hub, out = exported
+    span = verify_folder(out)["span_plugin"]
+    labels, data = span["labels"], hub.data
+    from pathlib import Path
+
+    if name == "mrpc":
+        assert labels == {"sentence_classification_head": _dict_symbols(Path(data) / "label" / "dict.txt")}
+    elif name.startswith("qa") or name == "stsb":
+        assert labels == {}
+    elif name == "ner-span":
+        assert labels == {"tagging_head": ["O", *hub.task.entity_types]}
+        assert hub.task.entity_types == ["LOC", "MISC", "ORG", "PER"]
+    elif name.startswith("ner"):
+        assert labels == {"tagging_head": list(hub.task.tag_names)}
+        assert {"O", "B-PER", "I-PER"} <= set(labels["tagging_head"])
+    else:
+        assert labels == {"span_pair_head": {
+            "phrasal": list(hub.task.phrase_labels),
+            "sentential": _dict_symbols(Path(data) / "label" / "dict.txt")}}
+
+
+# ---- what bad input gets ---------------------------------------------------------------
+
+
+def one_line_error(argv, capsys):
+    assert export_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def mrpc(tmp_path_factory):
+    root = tmp_path_factory.mktemp("export_rules")
+    return _sentence(root, "MRPC")
+
+
+def test_output_rules_and_stale_partials(mrpc, tmp_path, capsys):
+    """A non-empty --out is refused without --force and replaced whole with it; a
+    partial folder a killed export left (its process gone) is removed by the next run, a
+    running export's is not."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    err = one_line_error(["hf", str(mrpc), "--out", str(out)], capsys)
+    assert "not empty" in err and "--force" in err and (out / "notes.txt").exists()
+    dead = tmp_path / "out.partial-999999999"
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"cut short")
+    live = tmp_path / f"out.partial-{os.getppid()}"
+    live.mkdir()
+    assert export_main(["hf", str(mrpc), "--out", str(out), "--force"]) == 0
+    assert not (out / "notes.txt").exists() and verify_folder(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", live.name]
+
+
+def _with_record(checkpoint, path, change):
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    change(state["task_state"]["span_plugin_data_record"]["encoder"])
+    torch.save(state, path)
+    return path
+
+
+def test_ngram_dictionary_checked_by_sha256(mrpc, tmp_path, capsys):
+    """The n-gram dictionary the record names must be there with the recorded bytes."""
+    from span_plugin.preprocess.segmentation.ngrams import default_ngrams_path
+
+    packaged = default_ngrams_path("gpt2")
+    other = tmp_path / "ngrams.txt.gz"
+    other.write_bytes(open(packaged, "rb").read()[:-1] + b"\0")
+
+    def elsewhere(path):
+        def change(enc):
+            enc["ngrams"].update(packaged=None, path=str(path))
+        return change
+
+    for path, why in ((other, "sha256"), (tmp_path / "gone.txt.gz", "")):
+        bad = _with_record(mrpc, tmp_path / "bad.pt", elsewhere(path))
+        err = one_line_error(["hf", str(bad), "--out", str(tmp_path / "x")], capsys)
+        assert str(path) in err and why in err, err
+        assert not (tmp_path / "x").exists()
