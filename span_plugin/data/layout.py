@@ -55,7 +55,8 @@ from fairseq.data import (
 )
 
 from span_plugin.data.phrase_pairs import PhrasePairsDataset
-from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
+from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset
+from span_plugin.modules.span_layout import layout_starts
 
 SHORTEN_METHODS = ("none", "truncate", "random_crop")
 

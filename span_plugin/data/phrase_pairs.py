@@ -12,6 +12,7 @@ from fairseq.data import indexed_dataset
 
 from span_plugin.data.span_datasets import SideDataset
 from span_plugin.data.span_index import SPAN_DTYPE, SpanAlignmentError, load_spans
+from span_plugin.modules.span_layout import place_phrase_pairs
 
 IGNORE = -100  # padding of phrase targets: cross-entropy's ignore_index
 
@@ -92,13 +93,9 @@ class PhrasePairsDataset(SideDataset):
         return len(self.labels)
 
     def __getitem__(self, index):
-        s = torch.as_tensor(np.asarray(self.spans0[index]), dtype=torch.long).view(-1, 2)
-        t = torch.as_tensor(np.asarray(self.spans1[index]), dtype=torch.long).view(-1, 2)
-        y = torch.as_tensor(np.asarray(self.labels[index]), dtype=torch.long).view(-1, 1)
-        item = torch.cat([s + int(self.starts0[index]), t + int(self.starts1[index]), y], 1)
-        if self.max_len is not None:
-            item = item[item[:, 3] <= self.max_len]
-        return item
+        s, t, y = (torch.as_tensor(np.asarray(ds[index]), dtype=torch.long)
+                   for ds in (self.spans0, self.spans1, self.labels))
+        return place_phrase_pairs(s, t, y, self.starts0[index], self.starts1[index], self.max_len)
 
     def collater(self, samples):
         if not samples:

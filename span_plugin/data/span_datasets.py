@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 
-from span_plugin.modules.span_layout import clip_spans
+from span_plugin.modules.span_layout import layout_starts, place_spans  # noqa: F401  (layout_starts: its old home)
 
 
 class CropWindowDataset(BaseWrapperDataset):
@@ -75,25 +75,6 @@ class CropWindowDataset(BaseWrapperDataset):
         return self.size(index)
 
 
-def layout_starts(input_sizes, init_token, separator_token):
-    """Where each input's first token sits in the concatenated sequence.
-
-    input_sizes: list of int arrays ``[N]``, token counts of input0 (and input1) as
-    stored by fairseq-preprocess (own tokens plus the appended ``</s>``).
-    Returns a list of int64 arrays ``[N]``, one per input: input0 starts after
-    ``<s>`` (if an init token is prepended); input1 after input0, its ``</s>`` and the
-    separator (if one is prepended).
-    """
-    starts = [np.full(len(input_sizes[0]), int(init_token is not None), dtype=np.int64)]
-    for k in range(1, len(input_sizes)):
-        starts.append(
-            starts[k - 1]
-            + np.asarray(input_sizes[k - 1], dtype=np.int64)
-            + int(separator_token is not None)
-        )
-    return starts
-
-
 class SideDataset(FairseqDataset):
     """Items that ride along with an example's tokens (spans, phrase pairs): they add
     nothing to its size, so batching by tokens counts the tokens alone."""
@@ -122,7 +103,7 @@ class LayoutSpansDataset(SideDataset):
     crop: the :class:`CropWindowDataset` the tokens go through, or None.
     max_spans (r): keep the first r spans that survive shortening (None or 0: all).
     max_span_tokens (l): cut each span to its first l tokens (None or 0: no limit).
-    Both are applied by :func:`~span_plugin.modules.clip_spans`.
+    Placed by :func:`~span_plugin.modules.span_layout.place_spans`.
 
     ``__getitem__(i)`` -> LongTensor ``[n_i, 2]`` of (start, end), end exclusive,
     positions in the (shortened) token sequence of example i. A span the shortening
@@ -145,16 +126,11 @@ class LayoutSpansDataset(SideDataset):
         return len(self.starts[0])
 
     def __getitem__(self, index):
-        parts = [
-            torch.as_tensor(np.asarray(ds[index]), dtype=torch.long).view(-1, 2) + int(st[index])
-            for ds, st in zip(self.span_datasets, self.starts)
-        ]
-        spans = torch.cat(parts, dim=0) if len(parts) > 1 else parts[0]
-        if self.crop is not None:
-            lo, hi = self.crop.window(index)
-            spans = (spans - lo).clamp_(min=0, max=hi - lo)
-            spans = spans[spans[:, 0] < spans[:, 1]]
-        return clip_spans(spans, self.max_spans, self.max_span_tokens)
+        parts = [torch.as_tensor(np.asarray(ds[index]), dtype=torch.long)
+                 for ds in self.span_datasets]
+        return place_spans(parts, [st[index] for st in self.starts],
+                           None if self.crop is None else self.crop.window(index),
+                           self.max_spans, self.max_span_tokens)
 
     def collater(self, samples):
         if len(samples) == 0:

@@ -16,45 +16,20 @@ dropped in favour of the more probable (:mod:`span_plugin.modules.span_decoding`
 
 ``SpanHubInterface.from_pretrained`` returns a :class:`NerHubInterface` for these tasks
 (encoder and data folder from the checkpoint's record, as for GLUE checkpoints).
-Raw text is cut into CoNLL-like words (:data:`WORD_RE`: runs of letters and digits
-joined by ``-``, ``.`` or ``,``, abbreviations such as ``U.S.``, a clitic such as
-``'s``, and every other character alone); a list of words is encoded exactly as
+Raw text is cut into CoNLL-like words (:data:`span_plugin.formats.text_inputs.WORD_RE`);
+a list of words is encoded exactly as
 ``span-preprocess conll`` encodes a line of them, and cut between words when it is
 longer than the model.
 """
 
-import regex
 import torch
 
 from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.formats.text_inputs import WORD_RE, check_text, word_lists, words_of  # noqa: F401
 from span_plugin.inference import conll_files
 from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
-from span_plugin.inference.inputs import check_text
 from span_plugin.modules import entities as ner
 from span_plugin.preprocess.folders.conll import split_points, word_token_counts
-
-WORD_RE = regex.compile(
-    r"(?:\p{L}\.){2,}|[\p{L}\p{N}]+(?:[-.,][\p{L}\p{N}]+)*|'\p{L}+|\S")
-
-
-def word_lists(sentences):
-    """``sentences`` as a list of word lists, each word a str; a str (raw text, or one
-    sentence given as text) is a TypeError naming what to call instead."""
-    if isinstance(sentences, (str, bytes, bytearray)):
-        raise TypeError(f"sentences is {type(sentences).__name__}, expected a list of word "
-                        f"lists; predict_entities(text) reads raw text")
-    out = []
-    for i, words in enumerate(sentences):
-        if isinstance(words, (str, bytes, bytearray)) or not isinstance(words, (list, tuple)):
-            raise TypeError(f"sentence {i} is {type(words).__name__} ({repr(words)[:40]}), "
-                            f"expected a list of words (str)")
-        out.append([check_text(w, f"sentence {i}, word {k}") for k, w in enumerate(words)])
-    return out
-
-
-def words_of(text):
-    """``[(word, start, end)]`` of raw text, character offsets, end exclusive."""
-    return [(m.group(), m.start(), m.end()) for m in WORD_RE.finditer(text)]
 
 
 @register_adapter("span_tagging", "span_labeling", output=conll_files.OUTPUT)

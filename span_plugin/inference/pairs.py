@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference import pair_files
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
-from span_plugin.inference.inputs import check_text, warn_cut
+from span_plugin.formats.text_inputs import check_text, warn_cut
 from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
 
 

@@ -13,7 +13,7 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference import glue_files
 from span_plugin.inference.hub import (SpanHubInterface, collate_spans, flat_offsets,
                                        register_adapter)
-from span_plugin.inference.inputs import text_examples, warn_cut
+from span_plugin.formats.text_inputs import text_examples, warn_cut
 
 KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
 

@@ -1,13 +1,18 @@
 """Where spans lie on the token axis: per-token span ids, span validity, clipping.
 
+How the spans of each input get into the model's input layout (one example, pure
+torch: the task's datasets and the fairseq-free loader share it): :func:`layout_starts`,
+:func:`place_spans`, :func:`place_phrase_pairs`.
+
 Spans arrive as a LongTensor ``[B, S, 2]`` of ``(start, end)`` token positions, end
 exclusive, sorted and non-overlapping. Rows with ``start >= end`` are empty (the
 collater pads with ``(0, 0)``) and are ignored wherever they sit. Everything here is
 vectorised over examples and spans; nothing loops in Python.
 """
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 NO_SEGMENT = -1  # segment id of a position that belongs to no segment
@@ -119,3 +124,63 @@ def clip_spans(
     packed = spans.new_zeros(spans.size(0), width + 1, 2)
     packed.scatter_(1, target.unsqueeze(-1).expand(-1, -1, 2), torch.stack([start, end], -1))
     return packed[:, :width].contiguous()
+
+
+def layout_starts(input_sizes, init_token, separator_token):
+    """Where each input's first token sits in the concatenated sequence.
+
+    input_sizes: list of int arrays ``[N]``, token counts of input0 (and input1) as
+    stored by fairseq-preprocess (own tokens plus the appended ``</s>``).
+    Returns a list of int64 arrays ``[N]``, one per input: input0 starts after
+    ``<s>`` (if an init token is prepended); input1 after input0, its ``</s>`` and the
+    separator (if one is prepended).
+    """
+    starts = [np.full(len(input_sizes[0]), int(init_token is not None), dtype=np.int64)]
+    for k in range(1, len(input_sizes)):
+        starts.append(
+            starts[k - 1]
+            + np.asarray(input_sizes[k - 1], dtype=np.int64)
+            + int(separator_token is not None)
+        )
+    return starts
+
+
+def place_spans(parts: Sequence[torch.Tensor], starts: Sequence[int],
+                window: Optional[Tuple[int, int]] = None, max_spans: Optional[int] = None,
+                max_span_tokens: Optional[int] = None) -> torch.Tensor:
+    """The spans of one example in its layout.
+
+    Args:
+        parts: one LongTensor ``[n_k, 2]`` per input, (start, end) in that input's own
+            tokens.
+        starts: where each input starts in the sequence (:func:`layout_starts`).
+        window: ``(lo, hi)``, the positions the shortening kept (None: all). A span it
+            cuts through is clipped to it, a span outside it dropped.
+        max_spans, max_span_tokens: the paper's r and l (:func:`clip_spans`).
+
+    Returns:
+        LongTensor ``[n, 2]``, positions in the (shortened) sequence.
+    """
+    placed = [p.view(-1, 2) + int(st) for p, st in zip(parts, starts)]
+    spans = torch.cat(placed, dim=0) if len(placed) > 1 else placed[0]
+    if window is not None:
+        lo, hi = window
+        spans = (spans - lo).clamp_(min=0, max=hi - lo)
+        spans = spans[spans[:, 0] < spans[:, 1]]
+    return clip_spans(spans, max_spans, max_span_tokens)
+
+
+def place_phrase_pairs(sources: torch.Tensor, targets: torch.Tensor, labels: torch.Tensor,
+                       start0: int, start1: int, max_len: Optional[int] = None) -> torch.Tensor:
+    """Phrase pairs of one sentence pair in its layout: ``sources``/``targets``
+    LongTensor ``[P, 2]`` in sentence A's / B's own tokens, ``labels`` ``[P]``.
+
+    Returns LongTensor ``[P', 5]``: source start, end, target start, end (positions in
+    the sequence), label; pairs whose target ends past ``max_len`` (the truncation)
+    are dropped (only targets can be cut: B follows A).
+    """
+    item = torch.cat([sources.view(-1, 2) + int(start0), targets.view(-1, 2) + int(start1),
+                      labels.view(-1, 1)], 1)
+    if max_len is not None:
+        item = item[item[:, 3] <= max_len]
+    return item
