@@ -51,7 +51,20 @@ class GPT2Tokenizer(Tokenizer):
         with open(vocab_bpe, encoding="utf-8") as f:
             lines = f.read().split("\n")
         # First line is a version header, the last is empty.
-        self.ranks = {tuple(m.split()): r for r, m in enumerate(lines[1:-1])}
+        self._tables(self.encoder, [tuple(m.split()) for m in lines[1:-1]])
+
+    @classmethod
+    def from_tables(cls, encoder, merges):
+        """The tokenizer of an ``encoder`` (BPE token -> id, ids distinct) and its
+        ``merges`` (pairs of BPE tokens, highest priority first), as a Hugging Face
+        ``tokenizer.json`` holds them: an exported model folder carries no encoder.json."""
+        self = cls.__new__(cls)
+        self._tables(dict(encoder), [tuple(m) for m in merges])
+        return self
+
+    def _tables(self, encoder, merges):
+        self.encoder = encoder
+        self.ranks = {pair: r for r, pair in enumerate(merges)}
         self.decoder = {v: k for k, v in self.encoder.items()}
         self.byte_map = bytes_to_unicode()
         self.byte_unmap = {c: b for b, c in self.byte_map.items()}

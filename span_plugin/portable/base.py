@@ -1,0 +1,124 @@
+"""The base of the fairseq-free predictors: an exported folder's network, text encoder,
+labels and settings, and the input layout of training on in-memory items.
+
+``<s> A </s>`` (one input) or ``<s> A </s> </s> B </s>`` (two), with the task's
+``--init-token`` / ``--separator-token`` and shortening, the side items (n-gram spans,
+word spans, phrase pairs) moved to their positions by the functions the task's datasets
+use (:mod:`span_plugin.modules.span_layout`).
+"""
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import List, Optional, Tuple
+
+import torch
+
+from span_plugin.modules.span_layout import place_spans
+from span_plugin.portable.batches import pad_tokens
+
+PREDICTORS = {}  # task name -> PortableModel subclass
+
+
+def register_predictor(*tasks):
+    """Class decorator: ``load_model`` returns this class for folders of ``tasks``."""
+    def register(cls):
+        for task in tasks:
+            PREDICTORS[task] = cls
+        return cls
+    return register
+
+
+@dataclass
+class Laid:
+    """One example in the model's layout. ``tokens``: LongTensor ``[T]`` (shortened);
+    ``starts``: where each input starts; ``window``: ``(lo, hi)`` kept by the
+    shortening, None when nothing was cut; ``full``: the length before it."""
+
+    tokens: torch.Tensor
+    starts: List[int]
+    window: Optional[Tuple[int, int]]
+    full: int
+
+    def spans(self, parts, max_spans=None, max_span_tokens=None):
+        """Flat span offsets per input (``[s0, e0, s1, e1, ...]`` in its own tokens) ->
+        LongTensor ``[n, 2]`` in the layout."""
+        return place_spans([torch.as_tensor(p, dtype=torch.long) for p in parts], self.starts,
+                           self.window, max_spans, max_span_tokens)
+
+
+class PortableModel:
+    """A fine-tuned model from an exported folder: ``folder``
+    (:class:`~span_plugin.portable.folder.ModelFolder`), ``encoder`` (the training text
+    encoder), ``vocab`` (its symbols -> the model's ids), ``network``
+    (:class:`~span_plugin.portable.model.PortableNetwork`). Subclasses add their task's
+    predictions, with the names and outputs of the fairseq hub's adapters."""
+
+    default_head = "sentence_classification_head"
+
+    def __init__(self, folder, encoder, vocab, network, head=None):
+        self.folder, self.encoder, self.vocab, self.network = folder, encoder, vocab, network
+        self.record = folder.record
+        self.cfg = SimpleNamespace(**folder.task_args)  # the task's arguments, as task.cfg
+        self.head = head or folder.task_args.get("classification_head_name") or self.default_head
+        if self.head not in folder.heads:
+            raise ValueError(f"{folder.where}: no head {self.head!r}; it has {list(folder.heads)}")
+        self.reads_spans = "spans" in (folder.heads[self.head].get("inputs") or ())
+        self.num_inputs = self.record["inputs"] if self.record else None
+        self.data = None  # no data folder: every input comes with the call
+
+    @property
+    def device(self):
+        return next(self.network.parameters()).device
+
+    @property
+    def head_labels(self):
+        return self.folder.labels.get(self.head)
+
+    @property
+    def max_positions(self):
+        """The model's positions (what the hub's ``model.max_positions()`` gives)."""
+        return int(self.folder.model_args["max_positions"])
+
+    def to(self, device):
+        self.network.to(device)
+        return self
+
+    def tokens_of(self, symbols):
+        """Encoder symbols -> LongTensor ``[len + 1]`` of the model's ids, ``</s>`` last."""
+        return torch.tensor(self.vocab.line(symbols), dtype=torch.long)
+
+    def lay_out(self, inputs, shorten="none", max_len=None, init_token="task",
+                separator_token="task"):
+        """One example's token items (LongTensor ``[T_k]`` per input, each ending in
+        ``</s>``) in the layout -> :class:`Laid`. ``shorten``: "none" or "truncate" to
+        ``max_len``; the init and separator tokens are the task's unless given (fairseq
+        dictionary indices, mapped to the model's ids)."""
+        if init_token == "task":
+            init_token = getattr(self.cfg, "init_token", None)
+        if separator_token == "task":
+            separator_token = getattr(self.cfg, "separator_token", None)
+        init = self.vocab.fairseq_index(init_token)
+        sep = self.vocab.fairseq_index(separator_token)
+        starts = [int(init is not None)]
+        for previous in inputs[:-1]:
+            starts.append(starts[-1] + len(previous) + int(sep is not None))
+        pieces = [] if init is None else [torch.tensor([init])]
+        for k, item in enumerate(inputs):
+            if k and sep is not None:
+                pieces.append(torch.tensor([sep]))
+            pieces.append(item)
+        tokens = torch.cat(pieces)
+        full = len(tokens)
+        window = None
+        if shorten == "truncate" and full > max_len:
+            window = (0, int(max_len))
+            tokens = tokens[:max_len]
+        return Laid(tokens, starts, window, full)
+
+    @torch.no_grad()
+    def forward_batch(self, tokens, head=None, **side):
+        """The head's output on token items (LongTensor ``[T_i]``, right-padded here to
+        ``[B, T]``) and batched side inputs (``spans=[B, S, 2]``, ...)."""
+        side = {name: x.to(self.device) for name, x in side.items()}
+        return self.network(pad_tokens(tokens, self.vocab.pad).to(self.device),
+                            head or self.head, **side)

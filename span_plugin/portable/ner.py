@@ -1,0 +1,109 @@
+"""Named entities from an exported folder (``span_tagging``, ``span_labeling``):
+``predict_entities``, ``predict_words`` and ``decoding`` as
+:class:`span_plugin.inference.ner.NerHubInterface` gives them (words cut as
+``span-preprocess conll`` cuts them, a sentence longer than the model cut between
+words, the checkpoint's decoding unless another is given)."""
+
+import torch
+
+from span_plugin.formats import tags as T
+from span_plugin.formats.text_inputs import check_text, word_lists, words_of
+from span_plugin.modules import entities as ner
+from span_plugin.portable.base import PortableModel, register_predictor
+from span_plugin.portable.batches import pad_rows
+from span_plugin.portable.results import decoding_settings
+from span_plugin.preprocess.folders.conll import split_points, word_token_counts
+
+
+@register_predictor("span_tagging", "span_labeling")
+class NerPredictor(PortableModel):
+    default_head = "tagging_head"
+
+    @property
+    def kind(self):
+        return self.folder.task
+
+    @property
+    def tag_names(self):
+        return list(self.head_labels or [])
+
+    @property
+    def entity_types(self):
+        """The entity types: a span-labeling head's classes after class 0 (no entity,
+        ``"O"``), or the types of a tagging head's IOB2 tags."""
+        names = self.tag_names
+        if self.folder.heads[self.head]["kind"] == "span":
+            return names[1:]
+        return T.types_of(names)
+
+    @property
+    def metric_mode(self):
+        return ner.task_setting(self.cfg, "metric_mode")
+
+    @property
+    def token_decoding(self):
+        return ner.task_setting(self.cfg, "token_decoding")
+
+    def decoding(self, token_decoding=None, overlap=None, span_threshold=None):
+        """This model's decoding settings with the ones given (see
+        :func:`span_plugin.portable.results.decoding_settings`)."""
+        return decoding_settings(self.kind, self.token_decoding, token_decoding, overlap,
+                                 span_threshold)
+
+    def _encode_words(self, words):
+        """One item: ``(tokens [T], spans [S, 2], words [W, 2])`` in the layout."""
+        counts = word_token_counts(self.encoder, words, "input")
+        symbols, spans = self.encoder.encode(" ".join(words))
+        if len(symbols) != sum(counts):
+            raise ValueError(f"{words[:8]}...: the encoder cuts the words apart differently "
+                             f"from the line; cannot align them")
+        laid = self.lay_out([self.tokens_of(symbols)])
+        ends = torch.tensor(counts).cumsum(0)
+        word_offsets = torch.stack([ends - torch.tensor(counts), ends], -1).view(-1)
+        return (laid.tokens, laid.spans([[v for s in spans for v in s]]),
+                laid.spans([word_offsets]))
+
+    def _parts(self, words):
+        """Word ranges of a sentence that each fit the model."""
+        limit = int(self.cfg.max_positions) - 2
+        counts = word_token_counts(self.encoder, words, "input")
+        if sum(counts) <= limit:
+            return [(0, len(words))]
+        bounds = split_points(counts, ["O"] * len(words), limit,
+                              lambda k: word_token_counts(self.encoder, [words[k]], "input")[0])
+        return list(zip(bounds[:-1], bounds[1:]))
+
+    @torch.no_grad()
+    def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,
+                      span_threshold=None):
+        """Entities of word lists: ``[[(first word, last word + 1, type)]]``."""
+        settings = self.decoding(token_decoding, overlap, span_threshold)
+        sentences = word_lists(sentences)
+        items, owner = [], []
+        for n, words in enumerate(sentences):
+            for a, b in self._parts(words) if words else []:
+                items.append((a, self._encode_words(words[a:b])))
+                owner.append(n)
+        out = [[] for _ in sentences]
+        for k in range(0, len(items), batch_size):
+            chunk = items[k:k + batch_size]
+            words = pad_rows([w for _, (_, _, w) in chunk], 2).to(self.device)
+            result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
+                                        spans=pad_rows([s for _, (_, s, _) in chunk], 2))
+            if self.kind == "span_labeling":
+                found = ner.labeling_entities(*result, self.entity_types,
+                                              settings["overlap"], settings["span_threshold"])
+            else:
+                found = ner.tagging_entities(result, words, self.tag_names, self.metric_mode,
+                                             settings["token_decoding"])[1]
+            for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
+                out[n].extend((s + a, e + a, t) for s, e, t in ents)
+        return out
+
+    def predict_entities(self, text, **decoding):
+        """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
+        offsets (end exclusive), in order."""
+        found = words_of(check_text(text, "text"))
+        ents = self.predict_words([[w for w, _, _ in found]], **decoding)[0]
+        return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
+                 "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]

@@ -1,0 +1,104 @@
+"""Extractive QA from an exported folder (``span_qa``): ``predict_answers`` and
+``predict_examples`` as :class:`span_plugin.inference.qa.QAHubInterface` gives them: the
+windows of training (``passage_windows`` with the folder's window size and stride, from
+the data record), each ``<s> Q </s> </s> P </s>``, all windows of a question in one
+batch, and the decoder of the validation metrics."""
+
+import torch
+
+from span_plugin.formats.squad import QAExample
+from span_plugin.formats.text_inputs import question_pairs
+from span_plugin.modules.qa_decoding import answers_of_batch
+from span_plugin.portable.base import PortableModel, register_predictor
+from span_plugin.portable.batches import pad_rows, pad_tokens
+from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
+
+LEGACY_BOUNDARIES = "token"  # a checkpoint made before --answer-boundaries decoded so
+
+
+@register_predictor("span_qa")
+class QAPredictor(PortableModel):
+    default_head = "qa_head"
+
+    @property
+    def qa_labels(self):
+        return (self.record or {}).get("labels") or {}
+
+    @property
+    def window_settings(self):
+        """``(max_positions, doc_stride)`` of the training folder's windows."""
+        labels = self.qa_labels
+        return (labels.get("max_positions") or int(self.cfg.max_positions),
+                labels.get("doc_stride", 128))
+
+    @property
+    def squad_v2(self):
+        return "2.0" in set((self.qa_labels.get("versions") or {}).values())
+
+    @property
+    def answer_boundaries(self):
+        return str(getattr(self.cfg, "answer_boundaries", None) or LEGACY_BOUNDARIES)
+
+    def windows(self, examples):
+        """``[(question index, tokens [T], passage (p0, p1), offsets [P, 2], spans [n,
+        2])]``, every window of every example in order."""
+        positions, stride = self.window_settings
+        bos, eos = 0, 2  # fairseq's <s> and </s>: the QA layout's init and separator
+        out = []
+        for n, ex in enumerate(examples):
+            try:
+                enc = encode_question(self.encoder, ex.question, ex.context)
+                cuts = passage_windows(len(enc.context), len(enc.question), positions, stride)
+            except ValueError as err:
+                raise ValueError(f"{ex.where or 'pair'} {n + 1} ({ex.id}): {err}") from None
+            q_ids = self.tokens_of(enc.question)
+            q_spans = [v for s in enc.question_spans for v in s]
+            for a, b in cuts:
+                laid = self.lay_out([q_ids, self.tokens_of(enc.context[a:b])],
+                                    init_token=bos, separator_token=eos)
+                p_spans = [v for s in spans_in_window(enc.context_spans, a, b) for v in s]
+                p0 = laid.starts[1]
+                out.append((n, laid.tokens, (p0, p0 + b - a),
+                            torch.tensor(enc.offsets[a:b], dtype=torch.long).view(-1, 2),
+                            laid.spans([q_spans, p_spans])))
+        return out
+
+    def batch_outputs(self, examples, batch_size=16):
+        """``(question of each window [N], offsets [N, T, 2], head output)`` of each
+        batch of ``batch_size`` questions, in order."""
+        windows = self.windows(examples)
+        for k in range(0, len(examples), batch_size):
+            chunk = [w for w in windows if k <= w[0] < k + batch_size]
+            tokens = pad_tokens([w[1] for w in chunk], self.vocab.pad)
+            offsets = torch.full((*tokens.shape, 2), -1, dtype=torch.long)
+            for i, (_, _, (p0, p1), offs, _) in enumerate(chunk):
+                offsets[i, p0:p1] = offs
+            output = self.forward_batch(
+                [w[1] for w in chunk], passage=torch.tensor([w[2] for w in chunk]),
+                spans=pad_rows([w[4] for w in chunk], 2))
+            yield torch.tensor([w[0] - k for w in chunk]), offsets, output
+
+    def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16,
+                         answer_boundaries=None):
+        """Answers of ``QAExample`` items, in order (see the hub's ``predict_examples``)."""
+        if null_threshold == "default":
+            null_threshold = float(self.cfg.null_threshold) if self.squad_v2 else None
+        boundaries = answer_boundaries or self.answer_boundaries
+        out = []
+        for k, (question, offsets, output) in zip(range(0, len(examples), batch_size),
+                                                  self.batch_outputs(examples, batch_size)):
+            contexts = [ex.context for ex in examples[k:k + batch_size]]
+            out.extend(answers_of_batch(output, question, offsets, contexts, n_best,
+                                        null_threshold, boundaries))
+        return out
+
+    def predict_answers(self, pairs, n_best=20, null_threshold="default", batch_size=16,
+                        answer_boundaries=None):
+        """Answers of raw ``(question, context)`` pairs: dicts ``text``, ``start``,
+        ``end`` (characters of the context, end exclusive; -1 for no answer), ``score``,
+        ``null_margin``, ``nbest``."""
+        examples = [QAExample(id=str(n), question=q, context=c, answers=[], impossible=False,
+                              where="pair", labelled=False)
+                    for n, (q, c) in enumerate(question_pairs(pairs))]
+        return self.predict_examples(examples, n_best, null_threshold, batch_size,
+                                     answer_boundaries)

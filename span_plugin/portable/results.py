@@ -1,0 +1,49 @@
+"""Predictions as the hub gives them, from a head's output: shared by the fairseq hub's
+adapters (:mod:`span_plugin.inference`) and the fairseq-free predictors here, so the
+two write the same dicts."""
+
+import torch.nn.functional as F
+
+from span_plugin.modules import entities as ner
+
+
+def class_results(logits, names, regression):
+    """Sentence predictions of logits ``[N, C]``: ``[{"score": x}]`` (regression, C = 1)
+    or ``[{"label": name, "probs": {name: p}}]``."""
+    if regression:
+        return [{"score": float(x)} for x in logits[:, 0]]
+    probs = F.softmax(logits, dim=-1)
+    return [{"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
+            for p in probs]
+
+
+def scored(names, logits):
+    """``{"label": best name, "scores": {name: probability}}`` of logits ``[C]``."""
+    p = F.softmax(logits.float(), dim=-1).cpu()
+    return {"label": names[int(p.argmax())], "scores": dict(zip(names, map(float, p)))}
+
+
+def decoding_settings(kind, default_token_decoding, token_decoding=None, overlap=None,
+                      span_threshold=None):
+    """The decoding of a tagging model (``kind`` "span_tagging": ``{"token_decoding"}``,
+    its default the checkpoint's) or a span-labeling one (``{"overlap",
+    "span_threshold"}``) with the settings given; a setting of the other kind is an
+    error."""
+    if kind == "span_labeling":
+        if token_decoding is not None:
+            raise ValueError(f"token decoding (--token-decoding {token_decoding}) applies "
+                             f"to span_tagging checkpoints; this one is span_labeling "
+                             f"(--overlap, --span-threshold)")
+        overlap = overlap or "flat"
+        ner.check_span_output(overlap, span_threshold)
+        if overlap == "nested" and span_threshold is None:
+            span_threshold = ner.DEFAULT_SPAN_THRESHOLD
+        return {"overlap": overlap, "span_threshold": span_threshold}
+    if overlap not in (None, "flat") or span_threshold is not None:
+        raise ValueError("--overlap and --span-threshold apply to span_labeling "
+                         "checkpoints; this one is span_tagging (--token-decoding)")
+    token_decoding = token_decoding or default_token_decoding
+    if token_decoding not in ner.TOKEN_DECODINGS:
+        raise ValueError(f"token decoding {token_decoding!r}: expected one of "
+                         f"{ner.TOKEN_DECODINGS}")
+    return {"token_decoding": token_decoding}

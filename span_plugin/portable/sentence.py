@@ -1,0 +1,82 @@
+"""Sentence(-pair) classification and regression from an exported folder
+(``span_classification``, ``sentence_prediction``): ``predict``, ``predict_logits`` and
+``encode`` as :class:`span_plugin.inference.sentence.SentenceHubInterface` gives them."""
+
+import torch
+
+from span_plugin.formats.text_inputs import text_examples, warn_cut
+from span_plugin.portable.base import PortableModel, register_predictor
+from span_plugin.portable.batches import pad_rows
+from span_plugin.portable.results import class_results
+
+KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
+
+
+@register_predictor("span_classification", "sentence_prediction")
+class SentencePredictor(PortableModel):
+
+    @property
+    def regression(self):
+        return bool(getattr(self.cfg, "regression_target", False))
+
+    @property
+    def labels(self):
+        """Label names in output order (classification)."""
+        return list(self.head_labels or [])
+
+    def encode(self, examples):
+        """Examples (str, or tuples of str for pairs) -> ``[(tokens [T_i], spans [n_i,
+        2])]``, as training lays them out (inputs longer than the model cut as the
+        checkpoint was trained: one :class:`InputCutWarning` counts them)."""
+        examples = text_examples(examples)
+        if not examples:
+            return []
+        widths = {len(e) for e in examples}
+        if len(widths) != 1:
+            raise ValueError("mix of single sentences and pairs in one call")
+        width = widths.pop()
+        expected = self.num_inputs or width
+        if width != expected:
+            raise ValueError(f"this model was trained on {KINDS[expected]}; got "
+                             f"{KINDS[width]}: give it what it was trained on")
+        cfg = self.cfg
+        shorten = "none" if getattr(cfg, "shorten_method", "none") == "none" else "truncate"
+        max_len = getattr(cfg, "max_positions", None)
+        out, full = [], []
+        for e in examples:
+            tokens, spans = [], []
+            for text in e:
+                symbols, offsets = self.encoder.encode(text)
+                tokens.append(self.tokens_of(symbols))
+                spans.append([v for span in offsets for v in span])
+            laid = self.lay_out(tokens, shorten, max_len)
+            full.append(laid.full)
+            out.append((laid.tokens, laid.spans(spans, getattr(cfg, "max_spans", None),
+                                                getattr(cfg, "max_span_tokens", None))))
+        if shorten != "none":
+            warn_cut(full, max_len, f"the first {max_len} kept; trained with --shorten-method "
+                                    f"{cfg.shorten_method}")
+        for i, (t, _) in enumerate(out):
+            if t.numel() > self.max_positions:
+                raise ValueError(
+                    f"example {i} has {t.numel()} tokens, more than the model's "
+                    f"{self.max_positions}; the checkpoint was trained with --shorten-method none")
+        return out
+
+    @torch.no_grad()
+    def predict_logits(self, examples, batch_size=32):
+        """Logits ``[N, C]`` (float32) of the examples, in order, batched."""
+        encoded = self.encode(examples)
+        if not encoded:
+            return torch.zeros(0, int(self.cfg.num_classes))
+        out = []
+        for b in range(0, len(encoded), batch_size):
+            chunk = encoded[b:b + batch_size]
+            side = {"spans": pad_rows([s for _, s in chunk], 2)} if self.reads_spans else {}
+            out.append(self.forward_batch([t for t, _ in chunk], **side).float().cpu())
+        return torch.cat(out, dim=0)
+
+    def predict(self, examples, batch_size=32):
+        """One dict per example: ``{"label", "probs"}``, regression ``{"score"}``."""
+        return class_results(self.predict_logits(examples, batch_size), self.labels,
+                             self.regression)
