@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
+
+NLTK_DATA = DATA / "nltk_data"
 from span_plugin.cli.export import main as export_main
 from span_plugin.formats.model_folder import MANIFEST, PICKLE_SUFFIXES, verify_folder
 from test_ner_recipes import sentences as conll_sentences
@@ -50,23 +52,26 @@ def _sentence(root, task, *extra, num_classes=2):
     return save / "checkpoint_last.pt"
 
 
-@pytest.fixture(scope="module")
-def conll_bin(tmp_path_factory):
-    """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder (GPT-2 BPE,
-    greedy segmentation with the packaged n-gram dictionary)."""
+def _conll(root, **segmentation):
+    """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder (GPT-2 BPE; by
+    default greedy segmentation with the packaged n-gram dictionary)."""
     from span_plugin.preprocess.folders.conll import prepare_conll
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
-    root = tmp_path_factory.mktemp("export_conll")
     files = {}
     for split, n in (("train", 24), ("valid", 8)):
         files[split] = root / f"{split}.txt"
         files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
-                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
+                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"), **segmentation)
     prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
                   str(GPT2_BPE / "dict.txt"), name="conll2003")
     return root / "bin"
+
+
+@pytest.fixture(scope="module")
+def conll_bin(tmp_path_factory):
+    return _conll(tmp_path_factory.mktemp("export_conll"))
 
 
 def _tagging(root, folder, task, *extra):
@@ -110,6 +115,10 @@ CASES = {
     "ner-span": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_labeling",
                                           "--max-span-words", "4"),
                  "span_labeling", {"tagging_head": "span"}),
+    "ner-chunker": (lambda root, r: _tagging(root, _conll(root, segmentation="chunker",
+                                                          nltk_data=str(NLTK_DATA)),
+                                             "span_tagging", "--tagging-head", "sf"),
+                    "span_tagging", {"tagging_head": "sf"}),
     "qa-boundary": (lambda root, r: r.getfixturevalue("qa_checkpoint"), "span_qa",
                     {"qa_head": "qa_boundary"}),
     "qa-sf": (lambda root, r: _qa(root, r.getfixturevalue("qa_folder"), "sf"), "span_qa",
@@ -117,7 +126,7 @@ CASES = {
     "qa-span": (lambda root, r: _qa(root, r.getfixturevalue("qa_folder"), "span"), "span_qa",
                 {"qa_head": "qa_span"}),
     "pair": (lambda root, r: _pair(root, r.getfixturevalue("pair_folders")["labelled"]),
-             "span_pair_classification", {"span_pair_head": "span_pair"}),
+             "span_pair_classification", {"sentence_classification_head": "span_pair"}),
 }
 
 
@@ -156,14 +165,26 @@ def test_folder_is_whole_and_holds_no_pickle(exported):
     assert {h: v["kind"] for h, v in span["heads"].items()} == kinds
     assert "data" not in span["task_args"] and span["model_args"]["encoder_embed_dim"] == 32
     record = span["data_record"]
-    assert record["encoder"] == json.loads(json.dumps(hub.record["encoder"])) | (
-        {"ngrams": dict(hub.record["encoder"]["ngrams"], file=span["files"]["ngrams"])}
-        if hub.record["encoder"]["ngrams"] else {})
-    ngrams = record["encoder"]["ngrams"]
+    ngrams, chunker = record["encoder"]["ngrams"], record["encoder"].get("chunker")
+    # The checkpoint's record, each copied file's name in the folder added.
+    for part, key in ((ngrams, "ngrams"), (chunker, "chunker")):
+        if part:
+            assert part.pop("file") == span["files"][key]
+    assert record == json.loads(json.dumps(hub.record))
     if ngrams:  # the dictionary training segmented with, copied in by its recorded sha256
         assert manifest["files"][span["files"]["ngrams"]] == ngrams["sha256"]
     else:
         assert span["files"]["ngrams"] is None
+    assert span["files"]["chunker"] == (chunker and "chunker.json")
+    if chunker:  # the trained chunker and NLTK's tagger files it tags with, as recorded
+        from span_plugin.preprocess.segmentation.chunker import ChunkTagger
+
+        saved = json.loads((out / "chunker.json").read_text())
+        model = saved["model"]
+        assert ChunkTagger(model["weights"], model["classes"]).fingerprint() == (
+            chunker["model_sha256"] == saved["model_sha256"] and chunker["model_sha256"])
+        for part, name in saved["tagger"].items():
+            assert manifest["files"][name] == chunker["tagger"][part]["sha256"]
     card = (out / "README.md").read_text()
     assert task in card and "load_model" in card and "files.json" in card
 
@@ -188,7 +209,7 @@ def test_config_and_encoder_load_with_auto_classes(exported):
     assert config.num_hidden_layers == 2 and config.hidden_size == 32
     tok = transformers.AutoTokenizer.from_pretrained(out)
     model = transformers.AutoModel.from_pretrained(out).eval()
-    init = hub.task.cfg.init_token
+    init = getattr(hub.task.cfg, "init_token", 0)  # span_qa: always <s>
     for text in texts():
         symbols, _ = hub.encoder.encode(text)
         ids = hub.tokens_of(symbols)
@@ -223,7 +244,7 @@ def test_labels_are_the_task_dictionarys(exported):
         assert labels == {"tagging_head": list(hub.task.tag_names)}
         assert {"O", "B-PER", "I-PER"} <= set(labels["tagging_head"])
     else:
-        assert labels == {"span_pair_head": {
+        assert labels == {"sentence_classification_head": {
             "phrasal": list(hub.task.phrase_labels),
             "sentential": _dict_symbols(Path(data) / "label" / "dict.txt")}}
 
@@ -240,8 +261,13 @@ def one_line_error(argv, capsys):
 
 @pytest.fixture(scope="module")
 def mrpc(tmp_path_factory):
+    """A span_classification checkpoint in a recipe's layout: OUT/checkpoints/ and
+    OUT/results.json."""
     root = tmp_path_factory.mktemp("export_rules")
-    return _sentence(root, "MRPC")
+    checkpoint = _sentence(root, "MRPC")
+    (root / "results.json").write_text(json.dumps(
+        {"task": "MRPC", "metric": "f1", "valid": {"f1": 71.25, "accuracy": 64.5}}))
+    return checkpoint
 
 
 def test_output_rules_and_stale_partials(mrpc, tmp_path, capsys):
@@ -260,6 +286,8 @@ def test_output_rules_and_stale_partials(mrpc, tmp_path, capsys):
     live.mkdir()
     assert export_main(["hf", str(mrpc), "--out", str(out), "--force"]) == 0
     assert not (out / "notes.txt").exists() and verify_folder(out)
+    card = (out / "README.md").read_text()
+    assert '"f1": 71.25' in card and 'load_model("out")' in card
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", live.name]
 
 
@@ -276,7 +304,9 @@ def test_ngram_dictionary_checked_by_sha256(mrpc, tmp_path, capsys):
 
     packaged = default_ngrams_path("gpt2")
     other = tmp_path / "ngrams.txt.gz"
-    other.write_bytes(open(packaged, "rb").read()[:-1] + b"\0")
+    data = bytearray(open(packaged, "rb").read())
+    data[-1] ^= 1
+    other.write_bytes(bytes(data))
 
     def elsewhere(path):
         def change(enc):

@@ -25,7 +25,7 @@ def _record_lines(record):
         built = ngrams.get("built") or {}
         corpus = f", counted on {built['corpus']}" if built.get("corpus") else ""
         lines.append(f"- n-gram dictionary: `{ngrams.get('file')}` (sha256 "
-                     f"{ngrams.get('sha256', '')[:12]}, top-k {ngrams.get('top_k')}, "
+                     f"{ngrams.get('sha256', '')[:12]}, top-k {ngrams.get('top_k') or 'all'}, "
                      f"{ngrams.get('words')} words{corpus})")
     chunker = enc.get("chunker")
     if chunker:
@@ -85,7 +85,8 @@ def model_card(config, results=None, folder="DIR"):
     return "\n".join(out)
 
 
-def write_model_card(path, config, results=None):
-    """Write :func:`model_card` to ``path`` (UTF-8, ``\\n`` line ends)."""
+def write_model_card(path, config, results=None, folder="DIR"):
+    """Write :func:`model_card` to ``path`` (UTF-8, ``\\n`` line ends); ``folder``: the
+    name the load lines give the folder."""
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(model_card(config, results))
+        f.write(model_card(config, results, folder))

@@ -22,6 +22,7 @@ The folder is checked as a reader checks it before it is renamed into place.
 """
 
 import argparse
+import enum
 import json
 import os
 import shutil
@@ -39,8 +40,9 @@ CHUNKER_FILE = "chunker.json"
 CHUNKER_FORMAT = "span_plugin chunker model 1"
 TAGGER_FILE = "pos_tagger.{part}.json"
 RESULTS = "results.json"
-# Task settings that name this machine's paths, not the model.
-LOCAL_SETTINGS = ("data",)
+# Settings that name paths of the training machine, not the model.
+LOCAL_SETTINGS = ("data", "save_dir", "restore_file", "finetune_from_model", "user_dir",
+                  "tensorboard_logdir", "log_file")
 
 
 def _scalars(cfg, drop=()) -> Dict:
@@ -71,7 +73,8 @@ def _heads(model, path) -> Dict:
             raise ConversionError(
                 f"{path}: head {name!r} is fairseq's {type(head).__name__}, not one of the "
                 f"plugin's head kinds: only span_plugin tasks' checkpoints export whole")
-        options = dict(head.options)
+        # fairseq's choice options are Enums: their value is the setting.
+        options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in head.options.items()}
         try:
             json.dumps(options)
         except TypeError as err:
@@ -213,7 +216,7 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
     task_cfg = hub.task.cfg
     span = {"format": FORMAT,
             "task": task_cfg._name if hasattr(task_cfg, "_name") else task_cfg.get("_name"),
-            "model_args": _scalars(hub.model.args),
+            "model_args": _scalars(hub.model.args, drop=LOCAL_SETTINGS),
             "task_args": _scalars(task_cfg, drop=LOCAL_SETTINGS),
             "heads": head_info,
             "labels": _labels(hub, head_info),
@@ -235,7 +238,8 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
             _checked_copy(ngrams_path, folder / span["files"]["ngrams"], ngrams["sha256"],
                           "n-gram dictionary")
         _chunker_files(record, folder)
-        write_model_card(folder / "README.md", plan.config, results)
+        write_model_card(folder / "README.md", plan.config, results,
+                         Path(os.path.abspath(out_dir)).name)
         write_manifest(folder)
         verify_folder(folder)
 
