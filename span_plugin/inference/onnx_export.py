@@ -1,0 +1,228 @@
+"""``span-export onnx``: a fine-tuned checkpoint as ``model.onnx`` plus ``onnx.json``.
+
+The model is loaded as the hub loads it (weights_only, the data record checked), wrapped
+in :class:`span_plugin.inference.onnx_graph.HeadGraph` and traced by torch's dynamo
+exporter with dynamic batch and length axes (and span, word counts). Before anything is
+written, ONNX Runtime runs the graph on batches of other sizes than the traced one and
+must agree with torch within :data:`TOLERANCE`. ``onnx.json`` says how to feed it: input
+names, shapes and meanings, outputs, label names, the special ids and the data record
+(dictionary, tokenizer, segmentation) that made the training inputs.
+"""
+
+import json
+import logging
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from span_plugin.convert.hf_export import PARTIAL, check_export_dir
+from span_plugin.convert.hf_source import ConversionError
+from span_plugin.formats.files import commit_folder
+from span_plugin.formats.stops import named
+from span_plugin.inference.hub import SpanHubInterface
+from span_plugin.inference.ner import NerHubInterface
+from span_plugin.inference.onnx_graph import (DYNAMIC_AXES, EXPORTED, MEANINGS, HeadGraph,
+                                              model_inputs, traceable)
+from span_plugin.inference.qa import QAHubInterface
+
+MODEL = "model.onnx"
+META = "onnx.json"
+OPSET = 18
+EXTERNAL_DATA_BYTES = 1 << 30  # weights above it are written beside the graph
+TOLERANCE = 1e-4  # ONNX Runtime vs torch, fp32, largest absolute difference
+
+# Examples traced (the first two: padding in every dynamic axis) and checked (the third
+# alone: another batch size and length; all three). Real text, nothing of a data set.
+SENTENCES = ["The company said its profit rose sharply in the third quarter of the year.",
+             "He declined to comment.",
+             "Shares of the bank fell 3 percent after the report."]
+PAIRS = [(SENTENCES[0], "Profits climbed in the third quarter, the firm said."),
+         (SENTENCES[1], "She would not comment on it."),
+         (SENTENCES[2], "The bank's stock dropped after the news.")]
+QUESTIONS = [("Who founded the museum in 1902?",
+              "The museum was founded in 1902 by a group of local merchants who wanted the "
+              "city to have a public collection of paintings and maps."),
+             ("Where is it?", "It lies on the north bank of the river."),
+             ("When did the bridge open?", "The bridge opened to traffic in May 1937.")]
+
+
+def example_sets(hub):
+    """The raw examples :func:`model_inputs` encodes for ``hub``'s kind of model."""
+    if isinstance(hub, QAHubInterface):
+        return QUESTIONS
+    if isinstance(hub, NerHubInterface):
+        return [s.replace(",", " ,").replace(".", " .").split() for s in SENTENCES]
+    return PAIRS if hub.num_inputs == 2 else SENTENCES
+
+
+def max_abs_diff(a, b):
+    """Largest ``|a - b|`` of two arrays; infinities must sit at the same places with the
+    same sign (QA's masked scores), else inf."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return float("inf")
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not np.array_equal(a[~finite], b[~finite]):
+        return float("inf")
+    return float(np.abs(a[finite] - b[finite]).max(initial=0.0))
+
+
+def open_session(path, threads=1):
+    """An ONNX Runtime CPU session of ``path`` with ``threads`` intra-op threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def run_session(session, inputs):
+    """``{name: tensor}`` (extra names ignored) -> ``{output name: np.ndarray}``."""
+    feed = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+
+
+def _trace(graph, example, path):
+    """Export ``graph`` on ``example`` ({name: tensor}) to ``path``."""
+    dims = {}
+    shapes = {name: {axis: dims.setdefault(label, torch.export.Dim(label))
+                     for axis, label in DYNAMIC_AXES[name].items()}
+              for name in graph.input_names}
+    # The exporter's notes (passes run, torchvision absent, axes renamed) are not the
+    # user's concern; its failures are raised.
+    for name in ("onnx_ir", "onnxscript", "torch.onnx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # By forward's argument names; an empty *side is not one.
+    by_arg = {"src_tokens": shapes["src_tokens"]}
+    if len(graph.input_names) > 1:
+        by_arg["side"] = tuple(shapes[n] for n in graph.input_names[1:])
+    with traceable(graph.model), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(graph, graph.args_of(example), str(path), dynamo=True,
+                          input_names=list(graph.input_names),
+                          output_names=list(graph.output_names),
+                          dynamic_shapes=by_arg,
+                          opset_version=OPSET, verbose=False,
+                          # protobuf's 2 GB limit: larger weights go to model.onnx.data
+                          external_data=_weight_bytes(graph) > EXTERNAL_DATA_BYTES)
+
+
+def _weight_bytes(module):
+    return sum(t.numel() * t.element_size() for t in module.state_dict().values())
+
+
+def _summary(err):
+    """The line of an exporter error that says what failed (its summary, else its first)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    after = [k for k, line in enumerate(lines) if line.startswith("## Exception summary")]
+    line = lines[after[0] + 1] if after and after[0] + 1 < len(lines) else (lines or [""])[0]
+    return f"{type(err).__name__}: {line[:300]}"
+
+
+def _check(graph, path, batches):
+    """ONNX Runtime vs torch on each batch; ConversionError past :data:`TOLERANCE`.
+    Returns the check's record."""
+    session = open_session(path)
+    worst = 0.0
+    for inputs in batches:
+        with torch.no_grad():
+            ref = graph(*graph.args_of(inputs))
+        got = run_session(session, inputs)
+        for name, r in zip(graph.output_names, ref):
+            diff = max_abs_diff(got[name], r.float().numpy())
+            if not diff <= TOLERANCE:
+                shape = list(inputs["src_tokens"].shape)
+                raise ConversionError(f"{path}: ONNX Runtime's {name} differs from torch's by "
+                                      f"{diff:.3g} on a batch of src_tokens {shape} (expected "
+                                      f"at most {TOLERANCE}); the graph is not written")
+            worst = max(worst, diff)
+    return {"batches": [list(b["src_tokens"].shape) for b in batches], "max_abs_diff": worst,
+            "tolerance": TOLERANCE}
+
+
+def _labels(hub):
+    if isinstance(hub, NerHubInterface):
+        return list(getattr(hub.task, "tag_names", None) or hub.task.entity_types)
+    if isinstance(hub, QAHubInterface) or hub.regression:
+        return None
+    return hub.labels
+
+
+def describe(hub, graph, example, outputs, check):
+    """``onnx.json``'s dict."""
+    d = hub.task.source_dictionary
+    shape = {name: [DYNAMIC_AXES[name].get(k, int(n)) for k, n in enumerate(t.shape)]
+             for name, t in example.items()}
+    return {
+        "format": 1,
+        "task": hub.task.cfg._name,
+        "head": hub.head,
+        "head_kind": graph.head_kind,
+        "inputs": {n: {"dtype": "int64", "shape": shape[n], "meaning": MEANINGS[n]}
+                   for n in graph.input_names},
+        "outputs": {n: {"dtype": str(t.dtype).replace("torch.", ""),
+                        "example_shape": list(t.shape)} for n, t in zip(graph.output_names, outputs)},
+        "labels": _labels(hub),
+        "regression": bool(getattr(hub.task.cfg, "regression_target", False)),
+        "special_ids": {"bos": d.bos(), "pad": d.pad(), "eos": d.eos(), "unk": d.unk()},
+        "max_positions": int(hub.model.max_positions()),
+        "record": hub.record,
+        "opset": OPSET,
+        "check": check,
+    }
+
+
+def load_hub(checkpoint, data=None, **files):
+    """The checkpoint as the hub loads it; its refusals as one ConversionError line."""
+    try:
+        hub = SpanHubInterface.from_pretrained(checkpoint, data=data, **files)
+    except ValueError as err:
+        raise ConversionError(f"{checkpoint}: {err}") from None
+    if not isinstance(hub, EXPORTED):
+        raise ConversionError(f"{checkpoint}: a {hub.task.cfg._name} model; span-export onnx "
+                              f"covers sentence and pair classification, tagging and QA")
+    return hub
+
+
+def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
+    """Export the fine-tuned ``checkpoint`` to ``out_dir`` (``model.onnx``, ``onnx.json``),
+    written whole or not at all; returns ``onnx.json``'s dict. ``data`` and ``files``:
+    as :meth:`SpanHubInterface.from_pretrained` (default: the checkpoint's record)."""
+    out_dir = check_export_dir(out_dir, force)
+    hub = load_hub(checkpoint, data, **files)
+    try:
+        graph = HeadGraph(hub)
+    except ValueError as err:
+        raise ConversionError(f"{checkpoint}: {err}") from None
+    examples = example_sets(hub)
+    example = model_inputs(hub, examples[:2], graph.input_names)
+    with torch.no_grad():
+        outputs = graph(*graph.args_of(example))  # names the outputs
+    checks = [example, model_inputs(hub, examples[2:], graph.input_names),
+              model_inputs(hub, examples, graph.input_names)]
+    out_dir = Path(os.path.normpath(os.path.abspath(out_dir)))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{out_dir}{PARTIAL}{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        try:
+            _trace(graph, example, tmp / MODEL)
+        except Exception as err:  # the exporter's many kinds of refusal: one line
+            raise ConversionError(f"{checkpoint}: head {graph.head_kind} does not trace to "
+                                  f"ONNX ({_summary(err)})") from err
+        meta = describe(hub, graph, example, outputs, _check(graph, tmp / MODEL, checks))
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        commit_folder(tmp, out_dir)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if named(err, out_dir) is not err:
+            raise named(err, out_dir) from err
+        raise
+    return meta
