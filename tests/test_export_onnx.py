@@ -1,0 +1,244 @@
+"""span-export onnx (issue 52, part 4): tiny fine-tuned models of each task and head kind,
+trained here for 2 updates on real rows, exported through the command, and run by ONNX
+Runtime on at least 100 real inputs each (GLUE dev rows, CoNLL-2003 sentences, SQuAD
+questions), encoded by the hub's own code in batches of other sizes and lengths than the
+traced one: every output within 1e-4 of the torch model's. And what bad output folders
+get."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
+from test_ner_recipes import sentences as conll_sentences
+from test_task_data import glue_folder
+from test_task_train import span_args
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from span_plugin.cli.export import main as export_main  # noqa: E402
+from span_plugin.inference.hub import SpanHubInterface  # noqa: E402
+from span_plugin.inference.onnx_export import (META, MODEL, TOLERANCE, max_abs_diff,  # noqa: E402
+                                               open_session, run_session)
+from span_plugin.inference.onnx_graph import HeadGraph, model_inputs  # noqa: E402
+
+BPE = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe", GPT2_BPE / "vocab.bpe"]
+BATCH_SIZES = (1, 7, 32, 3, 16, 5, 24, 12)  # cycled: batches of many sizes and lengths
+N_INPUTS = 100
+
+
+def fairseq_train(argv):
+    """fairseq-train's entry point in this process."""
+    import fairseq_cli.train
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
+        fairseq_cli.train.cli_main()
+
+
+def _common(save):
+    return ["--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
+            "--save-dir", save, "--cpu", "--seed", "1", "--num-workers", "0",
+            "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints",
+            "--disable-validation"]
+
+
+def sentence_checkpoint(save, task, *extra, num_classes=2):
+    argv = span_args(glue_folder(task), save, *extra, num_classes=num_classes, max_update=2)
+    fairseq_train([*argv, "--disable-validation"])
+    return save / "checkpoint_last.pt"
+
+
+def glue_rows(task, columns, n=N_INPUTS):
+    """The first ``n`` dev rows of real GLUE ``task``: a str or a tuple of ``columns``."""
+    lines = (GLUE / task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:n + 1]
+    rows = [tuple(line.split("\t")[c] for c in columns) for line in lines]
+    return [r[0] if len(r) == 1 else r for r in rows]
+
+
+def conll_word_lists(n=N_INPUTS, max_words=40):
+    """The first ``n`` sentences of CoNLL-2003's valid file of at most ``max_words``."""
+    out, words = [], []
+    for line in (DATA / "conll2003" / "valid.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("-DOCSTART-"):
+            words.append(line.split()[0])
+        elif words:
+            if len(words) <= max_words:
+                out.append(words)
+            words = []
+        if len(out) == n:
+            break
+    return out
+
+
+def squad_questions(n=N_INPUTS):
+    """The first ``n`` (question, context) pairs of SQuAD 1.1 dev."""
+    data = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    pairs = [(qa["question"], p["context"]) for article in data["data"]
+             for p in article["paragraphs"] for qa in p["qas"]]
+    return pairs[:n]
+
+
+@pytest.fixture(scope="module")
+def conll_bin(tmp_path_factory):
+    """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder."""
+    from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+
+    root = tmp_path_factory.mktemp("onnx_conll")
+    files = {}
+    for split, n in (("train", 24), ("valid", 8)):
+        files[split] = root / f"{split}.txt"
+        files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
+    spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
+                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
+    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
+                  str(GPT2_BPE / "dict.txt"), name="conll2003")
+    return root / "bin"
+
+
+def tagging_checkpoint(save, folder, head):
+    fairseq_train([folder, "--user-dir", USER_DIR, "--task", "span_tagging", "--criterion",
+                   "span_tagging", "--arch", "roberta_tagging", *TINY_ROBERTA, "--init-token",
+                   "0", "--tagging-head", head, *_common(save)])
+    return save / "checkpoint_last.pt"
+
+
+def qa_checkpoint_of(save, qa_folder, head):
+    fairseq_train([qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
+                   "--criterion", "span_qa", "--arch", "roberta_qa", "--qa-head", head,
+                   "--max-answer-tokens", "12", *TINY_ROBERTA, *_common(save)])
+    return save / "checkpoint_last.pt"
+
+
+def export(checkpoint, out, *extra):
+    assert export_main(["onnx", str(checkpoint), "--out", str(out), *map(str, extra)]) == 0
+    return json.loads((out / META).read_text(encoding="utf-8"))
+
+
+def assert_onnx_matches_torch(checkpoint, out, examples, **files):
+    """ONNX Runtime on ``out``'s graph vs the torch model of ``checkpoint`` on every
+    example, in batches of :data:`BATCH_SIZES`. Returns (rows compared, worst diff)."""
+    hub = SpanHubInterface.from_pretrained(checkpoint, **files)
+    graph = HeadGraph(hub)
+    meta = json.loads((out / META).read_text(encoding="utf-8"))
+    assert tuple(meta["inputs"]) == graph.input_names
+    session = open_session(out / MODEL)
+    assert [i.name for i in session.get_inputs()] == list(graph.input_names)
+    names = [o.name for o in session.get_outputs()]
+    assert names == list(meta["outputs"])
+    if meta["task"] == "span_classification" and not meta["regression"]:
+        assert meta["labels"] == hub.labels  # in the order of the logits
+    rows, worst, shapes, k = 0, 0.0, set(), 0
+    while rows < len(examples):
+        chunk = examples[rows:rows + BATCH_SIZES[k % len(BATCH_SIZES)]]
+        k += 1
+        inputs = model_inputs(hub, chunk, graph.input_names)
+        shapes.add(tuple(inputs["src_tokens"].shape))
+        with torch.no_grad():
+            ref = graph(*graph.args_of(inputs))
+        got = run_session(session, inputs)
+        for name, r in zip(names, ref):
+            diff = max_abs_diff(got[name], r.float().numpy())
+            assert diff <= TOLERANCE, (name, tuple(inputs["src_tokens"].shape), diff)
+            worst = max(worst, diff)
+        rows += len(chunk)
+    assert rows >= N_INPUTS
+    # Sizes and lengths other than the traced batch's (QA windows are mostly full: fewer
+    # lengths).
+    assert len({b for b, _ in shapes}) > 3 and len({t for _, t in shapes}) > 1, shapes
+    return rows, worst
+
+
+BPE_FILES = {"gpt2_encoder_json": GPT2_BPE / "encoder.json",
+             "gpt2_vocab_bpe": GPT2_BPE / "vocab.bpe"}
+
+
+# name -> (train(save, request) -> checkpoint, real examples, head kind, outputs, labels)
+@pytest.fixture(scope="module")
+def mrpc_checkpoint(tmp_path_factory):
+    return sentence_checkpoint(tmp_path_factory.mktemp("onnx_mrpc"), "MRPC")
+
+
+SENTENCE_CASES = {
+    "mrpc-span": (lambda save: None,
+                  lambda: glue_rows("MRPC", (3, 4)), "sentence", ["0", "1"]),
+    "sst2-plain": (lambda save: sentence_checkpoint(save, "SST-2", "--sentence-head", "plain"),
+                   lambda: glue_rows("SST-2", (0,)), "plain", ["0", "1"]),
+    "stsb-regression": (lambda save: sentence_checkpoint(save, "STS-B", "--regression-target",
+                                                         num_classes=1),
+                        lambda: glue_rows("STS-B", (7, 8)), "sentence", None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(SENTENCE_CASES))
+def test_sentence_models_run_in_onnx_runtime_as_in_torch(case, tmp_path, request):
+    train, rows, kind, labels = SENTENCE_CASES[case]
+    checkpoint = train(tmp_path / "ckpt") or request.getfixturevalue("mrpc_checkpoint")
+    meta = export(checkpoint, tmp_path / "onnx", *BPE)
+    assert (meta["head_kind"], meta["regression"]) == (kind, labels is None)
+    assert (sorted(meta["labels"]) if meta["labels"] else None) == labels  # dictionary order
+    assert list(meta["outputs"]) == ["logits"]
+    assert meta["inputs"]["src_tokens"]["shape"] == ["batch", "length"]
+    if kind == "sentence":
+        assert meta["inputs"]["spans"]["shape"] == ["batch", "spans", 2]
+    assert meta["record"]["inputs"] == (1 if case.startswith("sst2") else 2)
+    n, worst = assert_onnx_matches_torch(checkpoint, tmp_path / "onnx", rows(), **BPE_FILES)
+    assert n >= N_INPUTS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", ["token", "sf"])
+def test_tagging_models_run_in_onnx_runtime_as_in_torch(head, conll_bin, tmp_path):
+    checkpoint = tagging_checkpoint(tmp_path / "ckpt", conll_bin, head)
+    meta = export(checkpoint, tmp_path / "onnx")
+    assert meta["head_kind"] == head and "B-PER" in meta["labels"]
+    assert list(meta["outputs"]) == ["logits"]
+    assert list(meta["inputs"]) == (["src_tokens"] if head == "token" else ["src_tokens", "spans"])
+    assert_onnx_matches_torch(checkpoint, tmp_path / "onnx", conll_word_lists())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", ["boundary", "sf"])
+def test_qa_models_run_in_onnx_runtime_as_in_torch(head, qa_folder, tmp_path):
+    checkpoint = qa_checkpoint_of(tmp_path / "ckpt", qa_folder, head)
+    meta = export(checkpoint, tmp_path / "onnx")
+    assert list(meta["outputs"]) == ["start", "end", "scores", "null"]
+    assert meta["inputs"]["passage"]["shape"] == ["batch", 2]
+    assert_onnx_matches_torch(checkpoint, tmp_path / "onnx", squad_questions())
+
+
+@pytest.mark.slow
+def test_qa_span_head_is_refused_in_one_line_before_anything_is_written(qa_folder, tmp_path,
+                                                                        capsys):
+    checkpoint = qa_checkpoint_of(tmp_path / "ckpt", qa_folder, "span")
+    assert export_main(["onnx", str(checkpoint), "--out", str(tmp_path / "onnx")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(qa_span) is not exported to ONNX" in err, err
+    assert "--qa-head boundary and sf export" in err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("onnx")]
+
+
+@pytest.mark.slow
+def test_output_folder_is_guarded_and_replaced_whole(mrpc_checkpoint, tmp_path, capsys):
+    out = tmp_path / "onnx"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    args = ["onnx", str(mrpc_checkpoint), *map(str, BPE)]
+    # A folder with files is refused unless --force; the checkpoint is never the output.
+    assert export_main([*args, "--out", str(out)]) == 2
+    assert "not empty; pass --force" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert export_main([*args, "--out", str(mrpc_checkpoint), "--force"]) == 2
+    assert "span-export onnx" in capsys.readouterr().err
+    assert mrpc_checkpoint.is_file()
+    # --force: the new folder whole, nothing of the old one, no partial folder beside it.
+    assert export_main([*args, "--out", str(out), "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([META, MODEL])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["onnx"]
+    meta = json.loads((out / META).read_text(encoding="utf-8"))
+    assert meta["check"]["max_abs_diff"] <= TOLERANCE and len(meta["check"]["batches"]) == 3
