@@ -80,7 +80,7 @@ def read_folder(path, known_kinds):
                                    f"{', '.join(sorted(known_kinds))}")
     files = section.get("files") or {}
     for key, name in files.items():
-        if name is not None and not os.path.isfile(os.path.join(path, name)):
+        if name is not None and not os.path.exists(os.path.join(path, name)):  # chunker: a folder
             raise ModelFolderError(f"{os.path.join(path, name)}: missing (config.json names "
                                    f"it as the {key} file)")
     return ModelFolder(path=path, config=config, task=task,
