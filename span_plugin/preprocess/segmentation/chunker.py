@@ -30,6 +30,8 @@ seconds on one core; the result is cached as JSON in ``$SPAN_CACHE/chunker`` (de
 ``~/.cache/span_plugin/chunker``) under a key of everything it depends on (sha256 of the
 tagger files, train.txt and test.txt, NLTK's version, passes, seed, feature version), and
 kept in memory per process. A cache file that does not match its key is trained over.
+An NLTK data folder that holds ``chunker_model.json`` in the cache's format (the
+``chunker/`` folder of an exported model, docs/EXPORT.md) is read from it first.
 Its chunk F1 on CoNLL-2000 test (when test.txt is there) is measured at training time and
 recorded with the model and in every data record that uses it.
 
@@ -65,6 +67,7 @@ VERSION = 2  # of the features and training below: part of the cache key
 PASSES = 3  # 5 passes gain 0.1 F1 for 60% more training time
 SEED = 0
 CACHE_FORMAT = "span_plugin chunker 1"
+MODEL_FILE = "chunker_model.json"  # a trained model in an NLTK data folder, used first
 EXTRA = "span_plugin[chunker]"
 
 
@@ -365,6 +368,12 @@ def _read_cache(path, key):
     return data
 
 
+def model_data(model):
+    """What the cache (and :data:`MODEL_FILE`) holds of a :class:`Model`."""
+    return {"format": CACHE_FORMAT, "key": model.key, "model": model.chunker.to_json(),
+            "test_scores": model.scores, "train_seconds": model.train_seconds}
+
+
 def _write_cache(path, data):
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -404,7 +413,11 @@ def build(nltk_data=None, use_cache=True):
     digest = hashlib.sha256(mem[1].encode("utf-8")).hexdigest()[:16]
     path = os.path.join(cache_dir(), f"conll2000-{digest}.json")
     tagger = load_tagger(root)
-    data = _read_cache(path, key) if use_cache else None
+    # An exported model folder's chunker/ holds its trained model beside NLTK's files.
+    kept = os.path.join(root, MODEL_FILE)
+    data = _read_cache(kept, key) if os.path.isfile(kept) else None
+    if data is None and use_cache:
+        data = _read_cache(path, key)
     if data is not None:
         chunker = ChunkTagger(data["model"]["weights"], data["model"]["classes"])
         scores, seconds = data["test_scores"], data["train_seconds"]
