@@ -164,6 +164,11 @@ def test_folder_is_whole_and_holds_no_pickle(exported):
     assert span["format"] == 1 and span["task"] == task
     assert {h: v["kind"] for h, v in span["heads"].items()} == kinds
     assert "data" not in span["task_args"] and span["model_args"]["encoder_embed_dim"] == 32
+    for key, value in span["task_args"].items():  # every setting, choices as their value
+        want = getattr(hub.task.cfg, key)
+        assert value == getattr(want, "value", want), key
+    if task == "span_tagging":
+        assert span["task_args"]["token_decoding"] == "viterbi"
     record = span["data_record"]
     ngrams, chunker = record["encoder"]["ngrams"], record["encoder"].get("chunker")
     # The checkpoint's record, each copied file's name in the folder added.
@@ -175,16 +180,16 @@ def test_folder_is_whole_and_holds_no_pickle(exported):
         assert manifest["files"][span["files"]["ngrams"]] == ngrams["sha256"]
     else:
         assert span["files"]["ngrams"] is None
-    assert span["files"]["chunker"] == (chunker and "chunker.json")
-    if chunker:  # the trained chunker and NLTK's tagger files it tags with, as recorded
-        from span_plugin.preprocess.segmentation.chunker import ChunkTagger
+    assert span["files"]["chunker"] == (chunker and "chunker")
+    if chunker:  # an NLTK data folder: NLTK's files as recorded, and the trained chunker
+        from span_plugin.preprocess.segmentation import chunker as C
 
-        saved = json.loads((out / "chunker.json").read_text())
-        model = saved["model"]
-        assert ChunkTagger(model["weights"], model["classes"]).fingerprint() == (
-            chunker["model_sha256"] == saved["model_sha256"] and chunker["model_sha256"])
-        for part, name in saved["tagger"].items():
-            assert manifest["files"][name] == chunker["tagger"][part]["sha256"]
+        for part, rel in C.TAGGER_FILES.items():
+            assert manifest["files"]["chunker/" + rel] == chunker["tagger"][part]["sha256"]
+        assert manifest["files"]["chunker/" + C.TRAIN_FILE] == chunker["train"]["sha256"]
+        model = json.loads((out / "chunker" / C.MODEL_FILE).read_text())["model"]
+        assert C.ChunkTagger(model["weights"], model["classes"]).fingerprint() == (
+            chunker["model_sha256"])
     card = (out / "README.md").read_text()
     assert task in card and "load_model" in card and "files.json" in card
 

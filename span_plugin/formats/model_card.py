@@ -5,11 +5,30 @@ and the lines that load the folder. Written from ``config.json``'s dict alone.""
 
 import json
 
-# How the folder is loaded without fairseq (span_plugin.portable) and, for the encoder
-# alone, with transformers' own classes.
+# How the folder is loaded without fairseq (span_plugin.portable: the predictor of the
+# task, with the fairseq hub's methods) and, for the encoder alone, with transformers'.
 LOAD_LINES = ("from span_plugin.portable import load_model",
               "model = load_model(\"{dir}\")",
-              "model.predict([...])  # the task's inputs, as the hub's predict takes them")
+              "{call}")
+CALLS = {  # task -> an example call of its predictor
+    "span_classification": {1: "model.predict([\"A fine, funny film.\"])",
+                            2: "model.predict([(\"A man plays a flute.\", "
+                               "\"A man is playing a flute.\")])"},
+    "span_tagging": "model.predict_entities(\"EU rejects German call to boycott British lamb .\")",
+    "span_qa": "model.predict_answers([(\"Who wrote it?\", \"It was written by Ann Lee.\")])",
+    "span_pair_classification": "model.predict_pairs(\"Amrozi accused his brother\", "
+                                "\"Amrozi blamed his brother\", "
+                                "[{\"source\": [7, 14], \"target\": [7, 13]}])",
+}
+CALLS["span_labeling"] = CALLS["span_tagging"]
+
+
+def _call(span):
+    call = CALLS.get(span["task"], "model.predict(...)")
+    if isinstance(call, dict):
+        inputs = (span.get("data_record") or {}).get("inputs")
+        call = call.get(inputs, call[1] + "  # or pairs (a, b)" if inputs is None else call[1])
+    return call
 ENCODER_LINES = ("from transformers import AutoModel, AutoTokenizer",
                  "tokenizer, encoder = AutoTokenizer.from_pretrained(\"{dir}\"), "
                  "AutoModel.from_pretrained(\"{dir}\")",
@@ -79,7 +98,8 @@ def model_card(config, results=None, folder="DIR"):
                 json.dumps(results, indent=2, sort_keys=True), "```", ""]
     else:
         out += ["No `results.json` was beside the checkpoint.", ""]
-    out += ["## Load", "", "```python", *(line.format(dir=folder) for line in LOAD_LINES),
+    out += ["## Load", "", "```python",
+            *(line.format(dir=folder, call=_call(span)) for line in LOAD_LINES),
             "```", "", "The encoder alone, with transformers' own classes:", "", "```python",
             *(line.format(dir=folder) for line in ENCODER_LINES), "```", ""]
     return "\n".join(out)

@@ -13,8 +13,8 @@ dictionaries, and the checked n-gram dictionary and chunker. Added to the folder
   checkpoint's ``classification_heads.<name>.<rest>``;
 - ``config.json``'s ``span_plugin`` key: format, task, model and task settings (JSON
   scalars), heads, labels, the data record and the files below;
-- the n-gram dictionary (``ngrams`` + its suffixes) and the chunker (``chunker.json``
-  with the POS tagger's three JSON files) the record names, each checked by sha256;
+- the n-gram dictionary (``ngrams`` + its suffixes) or the chunker (``chunker/``: an NLTK
+  data folder of its files and trained model) the record names, checked by sha256;
 - ``README.md`` (:mod:`span_plugin.formats.model_card`) and, last, ``files.json``
   (:func:`span_plugin.formats.model_folder.write_manifest`).
 
@@ -36,9 +36,7 @@ from span_plugin.formats.model_card import write_model_card
 from span_plugin.formats.model_folder import FORMAT, file_sha256, verify_folder, write_manifest
 
 HEADS_PREFIX = "span_heads."
-CHUNKER_FILE = "chunker.json"
-CHUNKER_FORMAT = "span_plugin chunker model 1"
-TAGGER_FILE = "pos_tagger.{part}.json"
+CHUNKER_DIR = "chunker"
 RESULTS = "results.json"
 # Settings that name paths of the training machine, not the model.
 LOCAL_SETTINGS = ("data", "save_dir", "restore_file", "finetune_from_model", "user_dir",
@@ -57,6 +55,8 @@ def _scalars(cfg, drop=()) -> Dict:
             value = cfg[key]
         except Exception:  # noqa: BLE001 - an unresolved ??? value: not a setting
             continue
+        if isinstance(value, enum.Enum):  # fairseq's choice fields
+            value = value.value
         if value is None or isinstance(value, (bool, int, float, str)):
             out[str(key)] = value
     return out
@@ -142,27 +142,34 @@ def _ngrams_name(path) -> str:
 
 
 def _chunker_files(record: Dict, folder: Path) -> Optional[str]:
-    """The chunker of the record (its POS tagger's files, byte for byte, and the trained
-    model as JSON, checked against the recorded sha256s) into ``folder``."""
+    """The chunker of the record into ``folder/chunker/``, an NLTK data folder: NLTK's
+    tagger files and CoNLL-2000 train and test, byte for byte (checked against the
+    recorded sha256s), and the trained model (``chunker_model.json``, which the chunker
+    reads before training). Checked by building the chunker from it: the recorded model."""
     recorded = (record.get("encoder") or {}).get("chunker")
     if not recorded:
         return None
     from span_plugin.preprocess.segmentation import chunker
 
-    model = chunker.build(recorded["nltk_data"])
+    model = chunker.build(recorded["nltk_data"])  # the hub's: in memory
     if model.fingerprint != recorded["model_sha256"]:
         raise ConversionError(
-            f"the chunker trained from {recorded['nltk_data']} (sha256 {model.fingerprint[:12]}) "
-            f"is not the one the checkpoint was trained with ({recorded['model_sha256'][:12]})")
-    tagger = {}
-    for part, entry in recorded["tagger"].items():
-        tagger[part] = TAGGER_FILE.format(part=part)
-        _checked_copy(entry["path"], folder / tagger[part], entry["sha256"], "POS tagger file")
-    data = {"format": CHUNKER_FORMAT, "model_sha256": model.fingerprint,
-            "nltk": recorded["nltk"], "description": recorded.get("chunker"),
-            "tagger": tagger, "model": model.chunker.to_json()}
-    (folder / CHUNKER_FILE).write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
-    return CHUNKER_FILE
+            f"{recorded['nltk_data']}: the chunker trained from it now (sha256 "
+            f"{model.fingerprint[:12]}, NLTK {model.key['nltk']}) is not the one the checkpoint "
+            f"was trained with ({recorded['model_sha256'][:12]}, NLTK {recorded['nltk']})")
+    root = folder / CHUNKER_DIR
+    entries = [(rel, recorded["tagger"][part]) for part, rel in chunker.TAGGER_FILES.items()]
+    entries += [(chunker.TRAIN_FILE, recorded["train"])]
+    entries += [(chunker.TEST_FILE, recorded["test"])] if recorded.get("test") else []
+    for rel, entry in entries:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        _checked_copy(entry["path"], root / rel, entry["sha256"], "chunker's NLTK file")
+    (root / chunker.MODEL_FILE).write_text(
+        json.dumps(chunker.model_data(model), separators=(",", ":")), encoding="utf-8")
+    if chunker.build(str(root)).fingerprint != model.fingerprint:  # read back, not trained
+        raise ConversionError(f"{root / chunker.MODEL_FILE}: does not read back as the "
+                              f"chunker written")
+    return CHUNKER_DIR
 
 
 def _results(path: Path) -> Optional[Dict]:
@@ -222,12 +229,12 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
             "labels": _labels(hub, head_info),
             "data_record": record,
             "files": {"ngrams": _ngrams_name(ngrams_path) if ngrams else None,
-                      "chunker": CHUNKER_FILE if (record.get("encoder") or {}).get("chunker")
+                      "chunker": CHUNKER_DIR if (record.get("encoder") or {}).get("chunker")
                       else None}}
     if ngrams:
         ngrams["file"] = span["files"]["ngrams"]
     if span["files"]["chunker"]:
-        record["encoder"]["chunker"]["file"] = CHUNKER_FILE
+        record["encoder"]["chunker"]["file"] = CHUNKER_DIR
     plan.config["span_export"] = {"source": str(path.resolve()), "tokenizer": plan.source.kind,
                                   "dropped": plan.dropped}
     plan.config["span_plugin"] = span
