@@ -1,6 +1,9 @@
 """``span-predict``: predictions of a fine-tuned checkpoint, for the task it records.
 Each task's output, its options and an example command are in its section below.
 
+``--model DIR`` predicts with a folder of ``span-export hf`` instead, without fairseq
+(not even imported): the same outputs and files, the encoder from the folder itself.
+
 The encoder (BPE files, n-gram dictionary, segmentation) is the one the checkpoint's
 data record names; encoder options given here are checked against it (files by their
 content) and a difference is an error naming both. Checkpoints without a record need
@@ -13,8 +16,25 @@ import os
 import sys
 
 
-def build_parser():
-    from span_plugin.inference.hub import adapter_outputs  # the package registers the adapters
+def exported(argv):
+    """Whether the command line names an exported folder (``--model``): then nothing that
+    loads fairseq is imported."""
+    return any(a == "--model" or a.startswith("--model=") for a in argv)
+
+
+def outputs_of(portable):
+    """Every task's output: the adapters' registry (fairseq), or for ``--model`` the same
+    outputs listed without them."""
+    if portable:
+        from span_plugin.inference.task_outputs import task_outputs
+
+        return task_outputs()
+    from span_plugin.inference.hub import adapter_outputs  # registers the adapters
+
+    return adapter_outputs()
+
+
+def build_parser(portable=False):
     from span_plugin.formats.flag_values import count
     from span_plugin.inference.outputs import COMMON
     from span_plugin.tokenizers import TOKENIZERS, file_options
@@ -22,12 +42,16 @@ def build_parser():
 
     p = argparse.ArgumentParser(prog="span-predict", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="fine-tuned checkpoint_*.pt")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="fine-tuned checkpoint_*.pt")
+    source.add_argument("--model", metavar="DIR", help="a folder of span-export hf (fairseq "
+                        "is not loaded)")
     p.add_argument("--data", help="the task folder it was trained on (default: the one "
-                   "its record names; its dict.txt files are checked)")
+                   "its record names; its dict.txt files are checked); with --model, the "
+                   "task folder whose splits are read")
     for flag in COMMON:
         flag.add_to(p)
-    for output in adapter_outputs():
+    for output in outputs_of(portable):
         g = p.add_argument_group(output.title, output.usage)
         for flag in output.flags:
             flag.add_to(g)
@@ -56,7 +80,8 @@ def files_read(args):
     from span_plugin.tokenizers import file_options
 
     options = file_options()
-    return {"--checkpoint": args.checkpoint, "--data": args.data, "--ngrams": args.ngrams,
+    return {"--checkpoint": args.checkpoint, "--model": args.model, "--data": args.data,
+            "--ngrams": args.ngrams,
             **{options[field].flags[0]: path for field, path in encoder_files(args).items()}}
 
 
@@ -83,33 +108,73 @@ def _quiet_logging():
     logging.getLogger("fairseq").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
+def load_exported(args):
+    """The predictor of ``--model DIR`` (no fairseq), its output set as the hub's adapter
+    sets it. The encoder options are the folder's own: giving one is an error."""
+    from span_plugin.inference.task_outputs import TASK_OUTPUTS
+    from span_plugin.portable import load_model
+
+    given = [flag for flag, path in files_read(args).items()
+             if path is not None and flag not in ("--checkpoint", "--model", "--data")]
+    given += ["--" + k.replace("_", "-") for k in ("bpe", "ngrams_top_k", "segmentation", "seed")
+              if getattr(args, k) is not None]
+    if given:
+        raise ValueError(f"{given[0]} does not apply to --model {args.model}: an exported "
+                         f"folder holds its tokenizer, n-gram dictionary and segmentation")
+    if args.from_validation:
+        raise ValueError(f"--from-validation reads a checkpoint's stored validation "
+                         f"predictions; --model {args.model} is an exported folder")
+    if not (args.data or args.input or getattr(args, "glue_dir", None)):
+        raise ValueError(f"--model {args.model} names no data folder to read splits from: "
+                         f"give --input FILE (or --glue-dir DIR --task TASK), or --data "
+                         f"FOLDER, the task folder whose splits to predict")
+    model = load_model(args.model)
+    model.data = args.data
+    model.output = TASK_OUTPUTS[model.folder.task]
+    args.checkpoint = args.model  # what the writers name as the source of the predictions
+    return model
+
+
+def load_hub(args):
+    from span_plugin.inference.hub import SpanHubInterface
+
+    return SpanHubInterface.from_pretrained(
+        args.checkpoint, data=args.data, bpe=args.bpe, ngrams=args.ngrams,
+        ngrams_top_k=args.ngrams_top_k, segmentation=args.segmentation, seed=args.seed,
+        **encoder_files(args))
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    portable = exported(argv)
+    args = build_parser(portable).parse_args(argv)
+    from span_plugin.formats.model_folder import ModelFolderError
     from span_plugin.formats.outputs import writing
     from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
-    from span_plugin.inference.hub import SpanHubInterface, adapter_outputs
     from span_plugin.inference.outputs import paths_given
-    from span_plugin.runtime.checkpoints import DamagedCheckpointError
 
+    errors = (ValueError, OSError, KeyboardInterrupt, Stopped, ModelFolderError)
+    if not portable:
+        from span_plugin.runtime.checkpoints import DamagedCheckpointError
+
+        errors += (DamagedCheckpointError,)
     _quiet_logging()
-    outputs = adapter_outputs()
+    outputs = outputs_of(portable)
     try:
         # No output over an input; one writer of each output (span_plugin.formats.outputs).
         with stop_on_sigterm(), writing(*paths_given(args, outputs, files_read(args))):
-            for output in outputs:
+            for output in outputs if not portable else ():
                 if output.before_load and not output.before_load(args):
                     return 0  # every prediction written without the model
-            hub = SpanHubInterface.from_pretrained(
-                args.checkpoint, data=args.data, bpe=args.bpe, ngrams=args.ngrams,
-                ngrams_top_k=args.ngrams_top_k, segmentation=args.segmentation, seed=args.seed,
-                **encoder_files(args))
+            hub = load_exported(args) if portable else load_hub(args)
             task = hub.task.cfg._name
+            source = args.checkpoint
             if hub.output is None:
-                raise ValueError(f"{args.checkpoint}: span-predict writes no output for task "
+                raise ValueError(f"{source}: span-predict writes no output for task "
                                  f"{task!r}; load it with SpanHubInterface.from_pretrained")
-            check_flags(args, hub.output, outputs, task, args.checkpoint)
+            check_flags(args, hub.output, outputs, task, source)
             hub.output.write(hub, args)
-    except (ValueError, OSError, DamagedCheckpointError, KeyboardInterrupt, Stopped) as err:
+    except errors as err:
         # Settings that differ from the checkpoint's, a damaged checkpoint, a pair
         # model given single sentences, a flag of another task, a missing file, a full
         # disk, SIGINT, SIGTERM: one line, no traceback (outputs are written atomically).

@@ -144,7 +144,9 @@ class SpanHubInterface(nn.Module):
         **encoder_files,
     ):
         """Load ``checkpoint`` (a fine-tuned checkpoint_*.pt) as the adapter of the task
-        it was trained with.
+        it was trained with. A folder of ``span-export hf`` is loaded without fairseq
+        (:func:`span_plugin.portable.load_model`: the same predictions, from the folder
+        alone; ``data`` only names a task folder whose splits span-predict reads).
 
         Every other argument defaults to what the checkpoint's data record says
         (:mod:`span_plugin.preprocess.records.encoder_settings`): ``data`` is the task folder it was
@@ -160,6 +162,10 @@ class SpanHubInterface(nn.Module):
         """
         from fairseq import checkpoint_utils
 
+        if is_exported_folder(checkpoint):
+            return _exported(checkpoint, data, head, bpe=bpe, ngrams=ngrams,
+                             ngrams_top_k=ngrams_top_k, segmentation=segmentation, seed=seed,
+                             **encoder_files)
         files = encoder_settings.given_files(encoder_files, "from_pretrained")  # names checked
         state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
         cfg = state.get("cfg")
@@ -249,6 +255,28 @@ class SpanHubInterface(nn.Module):
         return out
 
 
+def is_exported_folder(path):
+    """Whether ``path`` is a model folder of ``span-export hf`` (it lists its files in
+    ``files.json``)."""
+    from span_plugin.formats.model_folder import MANIFEST
+
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def _exported(folder, data, head, **given):
+    """The predictor of an exported folder; encoder settings cannot be given again (the
+    folder holds the ones it was trained with)."""
+    from span_plugin.portable import load_model
+
+    named = sorted(k for k, v in given.items() if v is not None)
+    if named:
+        raise ValueError(f"{folder} is an exported model folder: it holds its tokenizer, "
+                         f"n-gram dictionary and segmentation; {named[0]}= cannot be given")
+    model = load_model(folder, head=None if head == "sentence_classification_head" else head)
+    model.data = None if data is None else str(data)
+    return model
+
+
 def _data_folder(data, stored, record, checkpoint, task=None):
     """The task folder to read the dictionaries from: ``data`` when given, else the
     folder recorded at training time (absolute), else the path in the checkpoint's
@@ -281,3 +309,8 @@ def _field(cfg, key):
 def _arch(model):
     args = getattr(model, "args", None)
     return getattr(args, "arch", None) or getattr(args, "_name", None) or "unknown arch"
+
+
+# Every adapter registers itself here: importing the hub registers them all (they import
+# this module, which is complete by now).
+from span_plugin.inference import ner, pairs, qa, sentence  # noqa: E402,F401

@@ -29,6 +29,7 @@ from span_plugin.formats.text_inputs import WORD_RE, check_text, word_lists, wor
 from span_plugin.inference import conll_files
 from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.modules import entities as ner
+from span_plugin.portable.results import decoding_settings
 from span_plugin.preprocess.folders.conll import split_points, word_token_counts
 
 
@@ -51,24 +52,8 @@ class NerHubInterface(SpanHubInterface):
         """The decoding settings of this checkpoint with the ones given: a dict with
         ``token_decoding`` (tagging) or ``overlap`` and ``span_threshold`` (span
         labeling). A setting of the other kind of head is an error."""
-        if self.kind == "span_labeling":
-            if token_decoding is not None:
-                raise ValueError(f"token decoding (--token-decoding {token_decoding}) applies "
-                                 f"to span_tagging checkpoints; this one is span_labeling "
-                                 f"(--overlap, --span-threshold)")
-            overlap = overlap or "flat"
-            ner.check_span_output(overlap, span_threshold)
-            if overlap == "nested" and span_threshold is None:
-                span_threshold = ner.DEFAULT_SPAN_THRESHOLD
-            return {"overlap": overlap, "span_threshold": span_threshold}
-        if overlap not in (None, "flat") or span_threshold is not None:
-            raise ValueError("--overlap and --span-threshold apply to span_labeling "
-                             "checkpoints; this one is span_tagging (--token-decoding)")
-        token_decoding = token_decoding or self.token_decoding
-        if token_decoding not in ner.TOKEN_DECODINGS:
-            raise ValueError(f"token decoding {token_decoding!r}: expected one of "
-                             f"{ner.TOKEN_DECODINGS}")
-        return {"token_decoding": token_decoding}
+        return decoding_settings(self.kind, self.token_decoding, token_decoding, overlap,
+                                 span_threshold)
 
     @property
     def kind(self):

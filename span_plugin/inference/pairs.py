@@ -16,11 +16,11 @@ training fed it. Files: :mod:`span_plugin.inference.pair_files` (``span-predict 
 """
 
 import torch
-import torch.nn.functional as F
 
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference import pair_files
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
+from span_plugin.portable.results import scored
 from span_plugin.formats.text_inputs import check_text, warn_cut
 from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
 
@@ -113,9 +113,3 @@ class PairHubInterface(SpanHubInterface):
         if out.get("sentential") is not None:
             result["sentence"] = scored(self.labels, out["sentential"][0])
         return result
-
-
-def scored(names, logits):
-    """``{"label": best name, "scores": {name: probability}}`` of logits ``[C]``."""
-    p = F.softmax(logits.float(), dim=-1).cpu()
-    return {"label": names[int(p.argmax())], "scores": dict(zip(names, map(float, p)))}

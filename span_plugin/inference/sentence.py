@@ -7,13 +7,13 @@
 """
 
 import torch
-import torch.nn.functional as F
 
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference import glue_files
 from span_plugin.inference.hub import (SpanHubInterface, collate_spans, flat_offsets,
                                        register_adapter)
 from span_plugin.formats.text_inputs import text_examples, warn_cut
+from span_plugin.portable.results import class_results
 
 KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
 
@@ -95,11 +95,4 @@ class SentenceHubInterface(SpanHubInterface):
         span-preprocess hold score / 5).
         """
         logits = self.predict_logits(examples, batch_size=batch_size)
-        if self.regression:
-            return [{"score": float(x)} for x in logits[:, 0]]
-        probs = F.softmax(logits, dim=-1)
-        names = self.labels
-        return [
-            {"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
-            for p in probs
-        ]
+        return class_results(logits, None if self.regression else self.labels, self.regression)

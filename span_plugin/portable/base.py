@@ -64,7 +64,14 @@ class PortableModel:
             raise ValueError(f"{folder.where}: no head {self.head!r}; it has {list(folder.heads)}")
         self.reads_spans = "spans" in (folder.heads[self.head].get("inputs") or ())
         self.num_inputs = self.record["inputs"] if self.record else None
-        self.data = None  # no data folder: every input comes with the call
+        self.data = None  # a task folder to read splits' raw rows from (span-predict --data)
+        self.output = None  # what span-predict writes for it (set by the command)
+
+    @property
+    def task(self):
+        """What the hub's ``hub.task`` gives the ``span-predict`` writers (``cfg``, QA's
+        ``qa_labels``): this model holds them itself."""
+        return self
 
     @property
     def device(self):

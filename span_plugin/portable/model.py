@@ -41,12 +41,15 @@ def load_encoder(path):
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    level = hf_logging.get_verbosity()
+    level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # the heads' tensors read as "unused weights"
+    hf_logging.disable_progress_bar()
     try:
         return AutoModel.from_pretrained(path, local_files_only=True, use_safetensors=True)
     finally:
         hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
 
 
 class PortableNetwork(nn.Module):
