@@ -100,10 +100,10 @@ def conll_bin(tmp_path_factory):
     return root / "bin"
 
 
-def tagging_checkpoint(save, folder, head):
-    fairseq_train([folder, "--user-dir", USER_DIR, "--task", "span_tagging", "--criterion",
-                   "span_tagging", "--arch", "roberta_tagging", *TINY_ROBERTA, "--init-token",
-                   "0", "--tagging-head", head, *_common(save)])
+def tagging_checkpoint(save, folder, task, *extra):
+    fairseq_train([folder, "--user-dir", USER_DIR, "--task", task, "--criterion", task,
+                   "--arch", "roberta_tagging", *TINY_ROBERTA, "--init-token", "0", *extra,
+                   *_common(save)])
     return save / "checkpoint_last.pt"
 
 
@@ -191,14 +191,28 @@ def test_sentence_models_run_in_onnx_runtime_as_in_torch(case, tmp_path, request
     assert n >= N_INPUTS
 
 
+# head -> (task, its training flags, inputs, outputs)
+TAGGING_CASES = {
+    "token": ("span_tagging", ["--tagging-head", "token"], ["src_tokens"], ["logits"]),
+    "sf": ("span_tagging", ["--tagging-head", "sf"], ["src_tokens", "spans"], ["logits"]),
+    "span": ("span_labeling", ["--max-span-words", "4"], ["src_tokens", "words"],
+             ["logits", "valid"]),
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("head", ["token", "sf"])
+@pytest.mark.parametrize("head", list(TAGGING_CASES))
 def test_tagging_models_run_in_onnx_runtime_as_in_torch(head, conll_bin, tmp_path):
-    checkpoint = tagging_checkpoint(tmp_path / "ckpt", conll_bin, head)
+    task, flags, inputs, outputs = TAGGING_CASES[head]
+    checkpoint = tagging_checkpoint(tmp_path / "ckpt", conll_bin, task, *flags)
     meta = export(checkpoint, tmp_path / "onnx")
-    assert meta["head_kind"] == head and "B-PER" in meta["labels"]
-    assert list(meta["outputs"]) == ["logits"]
-    assert list(meta["inputs"]) == (["src_tokens"] if head == "token" else ["src_tokens", "spans"])
+    assert (meta["task"], meta["head_kind"]) == (task, head)
+    assert (list(meta["inputs"]), list(meta["outputs"])) == (inputs, outputs)
+    if task == "span_tagging":
+        assert meta["labels"][0] == "O" and "B-PER" in meta["labels"]
+    else:  # class 0: no entity, then the types
+        assert meta["labels"] == ["O", "LOC", "MISC", "ORG", "PER"]
+        assert meta["outputs"]["logits"]["example_shape"][2:] == [4, 5]
     assert_onnx_matches_torch(checkpoint, tmp_path / "onnx", conll_word_lists())
 
 

@@ -147,8 +147,12 @@ def _check(graph, path, batches):
 
 
 def _labels(hub):
+    """Class names in logit order: tags (tagging), "O" then the entity types (span
+    labeling: class 0 is no entity), the task's labels; None for regression and QA."""
     if isinstance(hub, NerHubInterface):
-        return list(getattr(hub.task, "tag_names", None) or hub.task.entity_types)
+        if hub.kind == "span_labeling":
+            return ["O", *hub.task.entity_types]
+        return list(hub.task.tag_names)
     if isinstance(hub, QAHubInterface) or hub.regression:
         return None
     return hub.labels
@@ -178,6 +182,15 @@ def describe(hub, graph, example, outputs, check):
     }
 
 
+def _require_packages():
+    import importlib.util
+
+    missing = [p for p in ("onnx", "onnxruntime", "onnxscript") if importlib.util.find_spec(p) is None]
+    if missing:
+        raise ConversionError(f"span-export onnx needs {', '.join(missing)} (not installed): "
+                              f"pip install 'span_plugin[onnx]' or requirements.txt")
+
+
 def load_hub(checkpoint, data=None, **files):
     """The checkpoint as the hub loads it; its refusals as one ConversionError line."""
     try:
@@ -195,6 +208,7 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
     written whole or not at all; returns ``onnx.json``'s dict. ``data`` and ``files``:
     as :meth:`SpanHubInterface.from_pretrained` (default: the checkpoint's record)."""
     out_dir = check_export_dir(out_dir, force)
+    _require_packages()
     hub = load_hub(checkpoint, data, **files)
     try:
         graph = HeadGraph(hub)
