@@ -60,6 +60,9 @@ FIGURES = {
         rf"update CPU time torch_adamw / adam \(median\): {NUMBER}"],
     "ngram_counting.py": [
         rf"ngram counting throughput: {NUMBER} tokens/s at 20,000 tokens"],
+    "onnx_inference.py": [
+        r"largest \|ONNX Runtime - torch\| logit over all pairs: [\d.]+e[-+]\d+",
+        rf"ONNX Runtime / torch eager, pairs/s: batch 1: {NUMBER}x, batch 32: {NUMBER}x"],
 }
 
 
