@@ -101,7 +101,10 @@ def parser():
     p.add_argument("--baseline-results", default=str(ROOT / "experiments" / "results" / "qa_minilm.jsonl"),
                    help="qa_grid's records of the converted model: its boundary runs of the "
                    "same settings are the 'none' condition")
-    p.add_argument("--qa-seeds", nargs="+", type=int, default=[1, 2, 3])
+    p.add_argument("--qa-seeds", nargs="+", type=int, default=[1, 2, 3, 4, 5])
+    p.add_argument("--none-runs", action=argparse.BooleanOptionalAction, default=True,
+                   help="fine-tune the converted model itself (the 'none' condition) at the "
+                   "seeds its grid lacks, after the conditions, into --baseline-results")
     p.add_argument("--squad-dev", default=qa_grid.parser().get_default("squad_dev"))
     p.add_argument("--qa-device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--report", action="store_true", help="only write the report")
@@ -234,6 +237,18 @@ def condition_args(name, args):
     return argparse.Namespace(**{**vars(args), "lr": LR_OF.get(name, args.lr)})
 
 
+def none_argv(args, max_runs):
+    """qa_grid's options for the "none" condition: the converted model itself, the
+    settings of :func:`qa_argv`, into the converted model's own results file (where
+    qa_grid's earlier seeds are)."""
+    argv = qa_argv(args, args.model_dir, None, max_runs)
+    at = argv.index("--encoder-record")
+    del argv[at:at + 2]
+    argv[argv.index("--results") + 1] = args.baseline_results
+    argv[argv.index("--work-dir") + 1] = str(Path(args.work_dir).expanduser().resolve() / "qa-none")
+    return argv
+
+
 def recorded(name, args, text_info):
     """The latest pre-training record of condition ``name`` made with these options."""
     args = condition_args(name, args)
@@ -286,6 +301,9 @@ def chain(args):
         if left != 0:
             made += qa_grid.run(qa_grid.parser().parse_args(
                 qa_argv(args, provenance.parent, provenance, left)))
+    left = None if args.max_runs is None else args.max_runs - made
+    if args.none_runs and left != 0:
+        made += qa_grid.run(qa_grid.parser().parse_args(none_argv(args, left)))
     held.close()
     return made
 
@@ -377,6 +395,12 @@ def report(args, pretraining, runs, figure=None):
                       "| condition | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
             lines += [f"| {c} | " + " | ".join(f"{moved[c]['relative_change'][g]:.4f}" for g in groups) + " |"
                       for c in order if c in moved]
+            if DRIFT_MATCHED in moved and "span+sbo" in moved:
+                ratio = [moved[DRIFT_MATCHED]["relative_change"][g] / moved["span+sbo"]["relative_change"][g]
+                         for g in groups if g != "embeddings"]
+                lines += ["", f"Drift match: {DRIFT_MATCHED}'s transformer layers moved "
+                          f"{min(ratio):.3f}-{max(ratio):.3f} times as far as span+sbo's (mean "
+                          f"{sum(ratio) / len(ratio):.3f}; 1 is a perfect match)."]
         if figure:
             masking_report.plot(recs, Path(figure), title="the pre-training objectives")
             lines += ["", f"![pre-training curves]({os.path.relpath(figure, Path(args.report_file).parent)})"]
@@ -401,9 +425,11 @@ def report(args, pretraining, runs, figure=None):
         if not common:
             lines.append(f"\n{x} - {y}: no seed with both runs yet")
             continue
-        for key, get in (("EM", qa_grid.exact_of), ("F1", lambda r: r["f1"])):
-            diffs = [get(runs[x][s]) - get(runs[y][s]) for s in common]
-            lines.append(paired_line(f"{x} - {y}, {key}", diffs))
+        # the first three seeds (the report's earlier verdict) and, once there are more, all
+        for subset in ([common[:3], common] if len(common) > 3 else [common]):
+            for key, get in (("EM", qa_grid.exact_of), ("F1", lambda r: r["f1"])):
+                diffs = [get(runs[x][s]) - get(runs[y][s]) for s in subset]
+                lines.append(paired_line(f"{x} - {y}, {key}, seeds {','.join(map(str, subset))}", diffs))
     lines += ["", *can_say(args, pretraining)]
     return "\n".join(lines) + "\n"
 

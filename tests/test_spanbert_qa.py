@@ -39,7 +39,7 @@ def chain_argv(tmp, model_dir):
             "--report-file", str(tmp / "report.md"), "--drift-results", str(tmp / "drift.jsonl"), "--figure", str(tmp / "curves.png"),
             "--updates", "4", "--warmup", "1", "--interval", "2", "--log-interval", "1",
             "--batch", "4", "--tokens", "64", "--train-lines", "40", "--valid-lines", "20",
-            "--conditions", "span+sbo", "--qa-seeds", "1", "--squad-dev", str(tiny_squad(tmp / "dev.json")),
+            "--conditions", "span+sbo", "--qa-seeds", "1", "--no-none-runs", "--squad-dev", str(tiny_squad(tmp / "dev.json")),
             "--qa-extra", "--max-update", "2"]
 
 
@@ -157,7 +157,7 @@ def test_report_pairs_by_seed_and_shows_missing_runs_as_missing(tmp_path):
     """Records of two objectives (token seeds 1-3, span seeds 1-2, span+sbo none) and the
     converted model's runs: only boundary runs of exactly the grid's settings, model and
     device are 'none'; an encoder of an earlier pre-training of a condition is left out."""
-    a = _args(tmp_path)
+    a = _args(tmp_path, "--qa-seeds", "1", "2", "3")
     old = json.loads((ROOT / "experiments" / "results" / "masking_ablation.jsonl").read_text().splitlines()[0])
     pretraining = {c: dict(old, condition=c, checkpoint_sha256=f"ck-{c}", tokens_seen=4_000_000)
                    for c in ("token", "span")}
@@ -183,21 +183,56 @@ def test_report_pairs_by_seed_and_shows_missing_runs_as_missing(tmp_path):
             f.writelines(json.dumps(r) + "\n" for r in records)
     runs = spanbert_qa.qa_runs(a, pretraining)
     assert {c: sorted(v) for c, v in runs.items()} == {"none": [1], "token": [1, 2, 3], "span": [1, 2],
-                                                       "span+sbo": []}
+                                                       "span+sbo": [], "token-dm": []}
     text = spanbert_qa.report(a, pretraining, runs)
     assert "| none | 42.00 / 58.00 | missing | missing | 42.00 (one run) | 58.00 (one run) |" in text
     assert "| token | 41.00 / 57.00 | 42.00 / 58.00 | 43.00 / 59.00 | 42.00 +- 1.00 | 58.00 +- 1.00 |" in text
     assert "| span | 43.00 / 58.50 | 42.50 / 60.00 | missing |" in text
     assert "| span+sbo | missing | missing | missing | missing | missing |" in text
-    assert "span - token, EM: +1.25 +- 1.06 (2 of 2), 95% CI [-8.28, +10.78], paired t p = 0.34" in text
-    assert "token - none, F1: -1.00 (0 of 1)" in text
+    assert "span - token, EM, seeds 1,2: +1.25 +- 1.06 (2 of 2), 95% CI [-8.28, +10.78], paired t p = 0.34" in text
+    assert "token - none, F1, seeds 1: -1.00 (0 of 1)" in text
     assert "span+sbo - token: no seed with both runs yet" in text
-    assert "- Pre-training: 2 of 3 conditions recorded (token, span); missing: span+sbo." in text
-    assert "- SQuAD fine-tunings: 5 of 9 runs; 'none'" in text and "1 of 3 seeds" in text
+    assert "span+sbo - token-dm: no seed with both runs yet" in text
+    assert ("- Pre-training: 2 of 4 conditions recorded (token, span); missing: span+sbo, token-dm."
+            in text)
+    assert "- SQuAD fine-tunings: 5 of 12 runs; 'none'" in text and "1 of 3 seeds" in text
     assert "about 4.0M tokens" in text and "99.00" not in text
     # nothing at all yet
     empty = spanbert_qa.report(a, {}, {c: {} for c in ("none", *spanbert_qa.CONDITIONS)})
-    assert "No condition recorded yet." in empty and "0 of 9 runs" in empty
+    assert "No condition recorded yet." in empty and "0 of 12 runs" in empty
+
+
+def test_pairs_are_reported_at_the_first_three_seeds_and_at_all(tmp_path):
+    """Five paired seeds: each difference at seeds 1-3 (the earlier verdict) and at 1-5."""
+    a = _args(tmp_path)
+    runs = {c: {} for c in ("none", *spanbert_qa.CONDITIONS)}
+    for s in range(1, 6):
+        for c, em in (("span+sbo", 40.0 + s), ("token-dm", 39.0 + s)):
+            runs[c][s] = {"exact_match": em, "f1": em + 15}
+    text = spanbert_qa.report(a, {}, runs)
+    assert "span+sbo - token-dm, EM, seeds 1,2,3: +1.00 +- 0.00 (3 of 3)" in text
+    assert "span+sbo - token-dm, EM, seeds 1,2,3,4,5: +1.00 +- 0.00 (5 of 5)" in text
+
+
+def test_none_runs_fine_tune_the_converted_model_into_its_own_results(tmp_path):
+    """The 'none' condition's missing seeds: the converted model itself, the conditions'
+    QA settings, no encoder record, the baseline results file."""
+    a = _args(tmp_path)
+    q = qa_grid.parser().parse_args(spanbert_qa.none_argv(a, None))
+    cond = qa_grid.parser().parse_args(spanbert_qa.qa_argv(a, tmp_path / "enc", tmp_path / "enc.json", None))
+    assert q.model_dir == a.model_dir and q.encoder_record is None
+    assert q.results == a.baseline_results and q.seeds == [1, 2, 3, 4, 5]
+    same = ("heads", "answer_boundaries", "decode", "seeds", "lr", "batch_size", "epochs",
+            "max_positions", "doc_stride", "split_articles", "device")
+    assert {k: getattr(q, k) for k in same} == {k: getattr(cond, k) for k in same}
+
+
+def test_the_drift_matched_condition_trains_token_masking_at_its_own_rate(tmp_path):
+    a = _args(tmp_path)
+    own = spanbert_qa.condition_args("token-dm", a)
+    assert own.lr == spanbert_qa.DRIFT_MATCHED_LR and a.lr == 1e-4
+    assert spanbert_qa.condition_args("token", a).lr == 1e-4
+    assert masking_ablation.CONDITIONS["token-dm"] == masking_ablation.CONDITIONS["token"]
 
 
 def test_parse_log_keeps_the_last_entry_of_each_update():
