@@ -45,11 +45,16 @@ def _common(save):
             "--disable-validation"]
 
 
+_TRAINED = {}  # task -> checkpoint: the MRPC one serves two fixtures
+
+
 def _sentence(root, task, *extra, num_classes=2):
-    save = root / "ckpt"
-    argv = span_args(glue_folder(task), save, *extra, num_classes=num_classes, max_update=2)
-    fairseq_train([*argv, "--disable-validation"])
-    return save / "checkpoint_last.pt"
+    if task not in _TRAINED:
+        save = root / "ckpt"
+        argv = span_args(glue_folder(task), save, *extra, num_classes=num_classes, max_update=2)
+        fairseq_train([*argv, "--disable-validation"])
+        _TRAINED[task] = save / "checkpoint_last.pt"
+    return _TRAINED[task]
 
 
 def _conll(root, **segmentation):
@@ -146,7 +151,7 @@ def exported(request, tmp_path_factory):
     return request.param, checkpoint, state, hub, out
 
 
-def texts(n=6):
+def texts(n=4):
     """Real MRPC dev sentences."""
     rows = (GLUE / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:1 + n]
     return [r.split("\t")[3] for r in rows]
@@ -268,9 +273,8 @@ def one_line_error(argv, capsys):
 def mrpc(tmp_path_factory):
     """A span_classification checkpoint in a recipe's layout: OUT/checkpoints/ and
     OUT/results.json."""
-    root = tmp_path_factory.mktemp("export_rules")
-    checkpoint = _sentence(root, "MRPC")
-    (root / "results.json").write_text(json.dumps(
+    checkpoint = _sentence(tmp_path_factory.mktemp("export_rules"), "MRPC")
+    (checkpoint.parent.parent / "results.json").write_text(json.dumps(
         {"task": "MRPC", "metric": "f1", "valid": {"f1": 71.25, "accuracy": 64.5}}))
     return checkpoint
 
@@ -323,3 +327,25 @@ def test_ngram_dictionary_checked_by_sha256(mrpc, tmp_path, capsys):
         err = one_line_error(["hf", str(bad), "--out", str(tmp_path / "x")], capsys)
         assert str(path) in err and why in err, err
         assert not (tmp_path / "x").exists()
+
+
+def test_model_card_lines_load_and_predict(mrpc, tmp_path, monkeypatch):
+    """The card's three lines, run as written in the folder's parent, load the folder
+    without fairseq's hub and predict the hub's label."""
+    from span_plugin.inference.hub import SpanHubInterface
+
+    out = tmp_path / "MRPC-export"
+    assert export_main(["hf", str(mrpc), "--out", str(out)]) == 0
+    card = (out / "README.md").read_text()
+    block = card.split("```python\n")[1].split("```")[0].strip().splitlines()
+    assert len(block) == 3 and 'load_model("MRPC-export")' in block[1]
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec("\n".join(block[:2]), scope)
+    got = eval(block[2], scope)
+    hub = SpanHubInterface.from_pretrained(mrpc)
+    pair = eval(block[2].split("predict(", 1)[1].rsplit(")", 1)[0])
+    want = hub.predict(pair)
+    assert [g["label"] for g in got] == [w["label"] for w in want]
+    for g, w in zip(got, want):
+        assert g["probs"] == pytest.approx(w["probs"], abs=1e-4)
