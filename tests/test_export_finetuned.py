@@ -109,7 +109,9 @@ def _pair(root, folder):
 CASES = {
     "mrpc": (lambda root, r: _sentence(root, "MRPC"), "span_classification",
              {"sentence_classification_head": "sentence"}),
-    "stsb": (lambda root, r: _sentence(root, "STS-B", "--regression-target", num_classes=1),
+    # with BERT's parts: segment B added to the tokens, the head over the pooled <s>
+    "stsb": (lambda root, r: _sentence(root, "STS-B", "--regression-target", "--bert-pooler",
+                                       "--bert-token-types", num_classes=1),
              "span_classification", {"sentence_classification_head": "sentence"}),
     "ner-token": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_tagging",
                                            "--tagging-head", "token"),
@@ -230,6 +232,17 @@ def test_config_and_encoder_load_with_auto_classes(exported):
             got = model(**tok(text, return_tensors="pt")).last_hidden_state
         assert got.shape == want.shape, text
         assert (want - got).abs().max() < TOL, text
+    if hub.model.token_types is not None:  # a pair: segment B's row; BERT's pooler
+        from span_plugin.modules.bert_segment_pooler import segment_ids
+
+        ids = hub.encode([tuple(texts(2))])[0][0][None]
+        with torch.no_grad():
+            want, _ = hub.model(ids, features_only=True)
+            got = model(input_ids=ids, token_type_ids=segment_ids(
+                ids, hub.task.source_dictionary.eos()))
+        assert config.type_vocab_size == 2 and hub.model.token_types.weight[1].any()
+        assert (want - got.last_hidden_state).abs().max() < TOL
+        assert (hub.model.pooler(want[:, 0]) - got.pooler_output).abs().max() < TOL
 
 
 def _dict_symbols(path):

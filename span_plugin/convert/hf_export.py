@@ -15,8 +15,9 @@ sentence_encoder.embed_tokens          embeddings.word_embeddings (WordPiece: ro
 sentence_encoder.embed_positions       embeddings.position_embeddings (RoBERTa: as is; BERT:
                                          rows 2..)
 (none: type 0 is in the positions)     embeddings.token_type_embeddings row 0, zero
-token_types.weight row 1 (plugin)      BERT's token_type_embeddings row 1 (zero without one)
-pooler.dense (plugin)                  BERT's pooler.dense
+token_types.weight row 1 (plugin)      token_type_embeddings row 1 (BERT: zero without one;
+                                         RoBERTa: type_vocab_size 2 only with it)
+pooler.dense (plugin)                  pooler.dense (BERT's; RoBERTa's when fine-tuned with it)
 lm_head.{dense,layer_norm,bias}        lm_head.* / cls.predictions.{transform.*,bias}; the
                                          decoder is tied to the word embeddings in both
 classification_heads.span_boundary     dropped: the span pre-training objective's head
@@ -123,12 +124,17 @@ def _dropped(t) -> List[str]:
 def _roberta(ckpt: EncoderCheckpoint) -> HfExport:
     t, p = ckpt.tensors, "roberta."
     hidden = t[ENC + "embed_tokens.weight"].shape[1]
+    # A model fine-tuned with the plugin's BERT parts (--bert-token-types: segment rows
+    # relative to type 0, row 0 zero; --bert-pooler) keeps them in RoBERTa's own places.
+    types = t[TOKEN_TYPES] if TOKEN_TYPES in t else torch.zeros(
+        1, hidden, dtype=t[ENC + "embed_tokens.weight"].dtype)
     tensors = {p + "embeddings.word_embeddings.weight": t[ENC + "embed_tokens.weight"],
                # Both tables start at padding_idx + 1 = 2; token type 0 is already in them.
                p + "embeddings.position_embeddings.weight": t[ENC + "embed_positions.weight"],
-               p + "embeddings.token_type_embeddings.weight": torch.zeros(
-                   1, hidden, dtype=t[ENC + "embed_tokens.weight"].dtype)}
+               p + "embeddings.token_type_embeddings.weight": types}
     tensors.update({p + k: v for k, v in hf_layers(t, ckpt.layers).items()})
+    if POOLER + "weight" in t:
+        tensors.update({f"{p}pooler.dense.{k}": t[POOLER + k] for k in ("weight", "bias")})
     tensors.update(_lm_head(t, {"dense.weight": "lm_head.dense.weight",
                                 "dense.bias": "lm_head.dense.bias",
                                 "layer_norm.weight": "lm_head.layer_norm.weight",
@@ -136,7 +142,7 @@ def _roberta(ckpt: EncoderCheckpoint) -> HfExport:
                                 "bias": "lm_head.bias"}))
     positions = t[ENC + "embed_positions.weight"].shape[0]
     config = _config(ckpt, "Roberta", positions, {
-        "type_vocab_size": 1, "pad_token_id": FAIRSEQ_PAD, "bos_token_id": 0,
+        "type_vocab_size": types.shape[0], "pad_token_id": FAIRSEQ_PAD, "bos_token_id": 0,
         "eos_token_id": 2})
     return HfExport(ckpt, tensors, config, lambda out: _gpt2_tokenizer(ckpt, out), _dropped(t))
 
