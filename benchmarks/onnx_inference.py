@@ -151,14 +151,15 @@ def main(argv=None):
             for b in BATCH_SIZES:
                 for name in order:
                     rates[(b, name)].append(throughput(sides[name], batches[b], len(pairs)))
-        print(f"\n| batch | torch eager pairs/s | ONNX Runtime pairs/s | ONNX / torch |  "
-              f"(one thread, median of {args.rounds} rounds)")
-        print("|---|---|---|---|")
+        print(f"\n| batch | torch eager pairs/s | ONNX Runtime pairs/s | ONNX / torch | rounds "
+              f"(torch/ONNX) |  (one thread, medians of {args.rounds} rounds)")
+        print("|---|---|---|---|---|")
         ratios = {}
         for b in BATCH_SIZES:
             t, o = (statistics.median(rates[(b, n)]) for n in sides)
             ratios[b] = o / t
-            print(f"| {b} | {t:.1f} | {o:.1f} | {o / t:.2f} |")
+            each = ", ".join(f"{x:.1f}/{y:.1f}" for x, y in zip(*(rates[(b, n)] for n in sides)))
+            print(f"| {b} | {t:.1f} | {o:.1f} | {o / t:.2f} | {each} |")
         print("ONNX Runtime / torch eager, pairs/s: "
               + ", ".join(f"batch {b}: {ratios[b]:.2f}x" for b in BATCH_SIZES))
 
