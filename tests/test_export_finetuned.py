@@ -105,6 +105,27 @@ def _pair(root, folder):
     return save / "checkpoint_last.pt"
 
 
+def _minilm(root, model_dir):
+    """The README's first run, in small: the converted all-MiniLM-L6-v2 fine-tuned on
+    MRPC as recipes/glue/MRPC.sh fine-tunes it (WordPiece folder, BERT's layout, its
+    sizes, segment B and pooler; from the pretrained weights), 2 updates."""
+    from conftest import run_cli
+    from span_plugin.convert.flags import checkpoint_train_flags
+    from test_task_data import mini_glue
+
+    run_cli("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(),
+            "--out", root / "bin", "--bpe", "wordpiece", "--wordpiece", model_dir,
+            "--srcdict", model_dir / "dict.txt", "--workers", "1")
+    save = root / "ckpt"
+    fairseq_train([root / "bin", "--user-dir", USER_DIR, "--task", "span_classification",
+                   "--criterion", "span_classification", "--arch", "roberta_span",
+                   "--num-classes", "2", "--init-token", "0", "--max-positions", "512",
+                   *checkpoint_train_flags(model_dir / "model.pt"), "--shorten-method",
+                   "truncate", "--max-spans", "64", "--max-span-tokens", "16",
+                   "--finetune-from-model", model_dir / "model.pt", *_common(save)])
+    return save / "checkpoint_last.pt"
+
+
 # name -> (build(root, request) -> checkpoint, task, {head: kind})
 CASES = {
     "mrpc": (lambda root, r: _sentence(root, "MRPC"), "span_classification",
@@ -116,16 +137,17 @@ CASES = {
     "ner-token": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_tagging",
                                            "--tagging-head", "token"),
                   "span_tagging", {"tagging_head": "token"}),
-    "ner-sf": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_tagging",
-                                        "--tagging-head", "sf"),
-               "span_tagging", {"tagging_head": "sf"}),
     "ner-span": (lambda root, r: _tagging(root, r.getfixturevalue("conll_bin"), "span_labeling",
                                           "--max-span-words", "4"),
                  "span_labeling", {"tagging_head": "span"}),
+    # the sf head, on chunker segmentation
     "ner-chunker": (lambda root, r: _tagging(root, _conll(root, segmentation="chunker",
                                                           nltk_data=str(NLTK_DATA)),
                                              "span_tagging", "--tagging-head", "sf"),
                     "span_tagging", {"tagging_head": "sf"}),
+    # a pretrained BERT: WordPiece, segment B, pooler
+    "minilm": (lambda root, r: _minilm(root, r.getfixturevalue("converted_minilm")),
+                      "span_classification", {"sentence_classification_head": "sentence"}),
     "qa-boundary": (lambda root, r: r.getfixturevalue("qa_checkpoint"), "span_qa",
                     {"qa_head": "qa_boundary"}),
     "qa-sf": (lambda root, r: _qa(root, r.getfixturevalue("qa_folder"), "sf"), "span_qa",
@@ -170,7 +192,8 @@ def test_folder_is_whole_and_holds_no_pickle(exported):
     _, task, kinds = CASES[name]
     assert span["format"] == 1 and span["task"] == task
     assert {h: v["kind"] for h, v in span["heads"].items()} == kinds
-    assert "data" not in span["task_args"] and span["model_args"]["encoder_embed_dim"] == 32
+    assert "data" not in span["task_args"]
+    assert span["model_args"]["encoder_embed_dim"] == hub.model.args.encoder_embed_dim
     for key, value in span["task_args"].items():  # every setting, choices as their value
         want = getattr(hub.task.cfg, key)
         assert value == getattr(want, "value", want), key
@@ -218,7 +241,9 @@ def test_config_and_encoder_load_with_auto_classes(exported):
     encoder gives the fairseq model's last-layer features on raw text."""
     _, _, _, hub, out = exported
     config = transformers.AutoConfig.from_pretrained(out)
-    assert config.num_hidden_layers == 2 and config.hidden_size == 32
+    args = hub.model.args
+    assert (config.num_hidden_layers, config.hidden_size) == (args.encoder_layers,
+                                                              args.encoder_embed_dim)
     tok = transformers.AutoTokenizer.from_pretrained(out)
     model = transformers.AutoModel.from_pretrained(out).eval()
     init = getattr(hub.task.cfg, "init_token", 0)  # span_qa: always <s>
@@ -235,11 +260,14 @@ def test_config_and_encoder_load_with_auto_classes(exported):
     if hub.model.token_types is not None:  # a pair: segment B's row; BERT's pooler
         from span_plugin.modules.bert_segment_pooler import segment_ids
 
-        ids = hub.encode([tuple(texts(2))])[0][0][None]
+        a, b = texts(2)
+        ids = hub.encode([(a, b)])[0][0][None]
+        inputs = tok(a, b, return_tensors="pt")  # BERT's tokenizer gives the segments
+        if "token_type_ids" not in inputs:  # RoBERTa's: as the plugin's model reads them
+            inputs["token_type_ids"] = segment_ids(inputs["input_ids"], tok.sep_token_id)
         with torch.no_grad():
             want, _ = hub.model(ids, features_only=True)
-            got = model(input_ids=ids, token_type_ids=segment_ids(
-                ids, hub.task.source_dictionary.eos()))
+            got = model(**inputs)
         assert config.type_vocab_size == 2 and hub.model.token_types.weight[1].any()
         assert (want - got.last_hidden_state).abs().max() < TOL
         assert (hub.model.pooler(want[:, 0]) - got.pooler_output).abs().max() < TOL
@@ -256,7 +284,7 @@ def test_labels_are_the_task_dictionarys(exported):
     labels, data = span["labels"], hub.data
     from pathlib import Path
 
-    if name == "mrpc":
+    if name in ("mrpc", "minilm"):
         assert labels == {"sentence_classification_head": _dict_symbols(Path(data) / "label" / "dict.txt")}
     elif name.startswith("qa") or name == "stsb":
         assert labels == {}
