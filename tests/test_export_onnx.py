@@ -188,6 +188,8 @@ def test_sentence_models_run_in_onnx_runtime_as_in_torch(case, tmp_path, request
     if kind == "sentence":
         assert meta["inputs"]["spans"]["shape"] == ["batch", "spans", 2]
     assert meta["record"]["inputs"] == (1 if case.startswith("sst2") else 2)
+    # The export's own check ran the shortest input: <s> Yes </s> [</s> No </s>].
+    assert meta["check"]["batches"][-1] == [1, 3 if case.startswith("sst2") else 6]
     hub, session = assert_onnx_matches_torch(checkpoint, tmp_path / "onnx", rows(), **BPE_FILES)
     # The graph's logits are the hub's predictions' (its own batching of raw text).
     pairs = rows()[:32]
@@ -259,4 +261,4 @@ def test_output_folder_is_guarded_and_replaced_whole(mrpc_checkpoint, tmp_path, 
     assert sorted(p.name for p in out.iterdir()) == sorted([META, MODEL])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["onnx"]
     meta = json.loads((out / META).read_text(encoding="utf-8"))
-    assert meta["check"]["max_abs_diff"] <= TOLERANCE and len(meta["check"]["batches"]) == 3
+    assert meta["check"]["max_abs_diff"] <= TOLERANCE and len(meta["check"]["batches"]) == 4

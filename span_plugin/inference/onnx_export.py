@@ -36,7 +36,8 @@ EXTERNAL_DATA_BYTES = 1 << 30  # weights above it are written beside the graph
 TOLERANCE = 1e-4  # ONNX Runtime vs torch, fp32, largest absolute difference
 
 # Examples traced (the first two: padding in every dynamic axis) and checked (the third
-# alone: another batch size and length; all three). Real text, nothing of a data set.
+# alone: another batch size and length; all three; the shortest input, one word a
+# side: one token, one span). Real text, nothing of a data set.
 SENTENCES = ["The company said its profit rose sharply in the third quarter of the year.",
              "He declined to comment.",
              "Shares of the bank fell 3 percent after the report."]
@@ -48,15 +49,20 @@ QUESTIONS = [("Who founded the museum in 1902?",
               "city to have a public collection of paintings and maps."),
              ("Where is it?", "It lies on the north bank of the river."),
              ("When did the bridge open?", "The bridge opened to traffic in May 1937.")]
+SHORTEST = {"sentence": "Yes", "pair": ("Yes", "No"), "words": ["Yes"], "qa": ("Who?", "Ann")}
 
 
 def example_sets(hub):
-    """The raw examples :func:`model_inputs` encodes for ``hub``'s kind of model."""
+    """``(examples, shortest)``: the raw examples :func:`model_inputs` encodes for
+    ``hub``'s kind of model, and its shortest input."""
     if isinstance(hub, QAHubInterface):
-        return QUESTIONS
+        return QUESTIONS, SHORTEST["qa"]
     if isinstance(hub, NerHubInterface):
-        return [s.replace(",", " ,").replace(".", " .").split() for s in SENTENCES]
-    return PAIRS if hub.num_inputs == 2 else SENTENCES
+        words = [s.replace(",", " ,").replace(".", " .").split() for s in SENTENCES]
+        return words, SHORTEST["words"]
+    if hub.num_inputs == 2:
+        return PAIRS, SHORTEST["pair"]
+    return SENTENCES, SHORTEST["sentence"]
 
 
 def max_abs_diff(a, b):
@@ -214,12 +220,12 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
         graph = HeadGraph(hub)
     except ValueError as err:
         raise ConversionError(f"{checkpoint}: {err}") from None
-    examples = example_sets(hub)
+    examples, shortest = example_sets(hub)
     example = model_inputs(hub, examples[:2], graph.input_names)
     with torch.no_grad():
         outputs = graph(*graph.args_of(example))  # names the outputs
-    checks = [example, model_inputs(hub, examples[2:], graph.input_names),
-              model_inputs(hub, examples, graph.input_names)]
+    checks = [example] + [model_inputs(hub, x, graph.input_names)
+                          for x in (examples[2:], examples, [shortest])]
     out_dir = Path(os.path.normpath(os.path.abspath(out_dir)))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(f"{out_dir}{PARTIAL}{os.getpid()}")
