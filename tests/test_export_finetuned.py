@@ -368,6 +368,15 @@ def test_ngram_dictionary_checked_by_sha256(mrpc, tmp_path, capsys):
         err = one_line_error(["hf", str(bad), "--out", str(tmp_path / "x")], capsys)
         assert str(path) in err and why in err, err
         assert not (tmp_path / "x").exists()
+    # A dictionary that moved is given again, and checked.
+    moved = tmp_path / "moved.txt.gz"
+    moved.write_bytes(open(packaged, "rb").read())
+    assert export_main(["hf", str(bad), "--out", str(tmp_path / "x"), "--ngrams", str(moved)]) == 0
+    assert verify_folder(tmp_path / "x")["span_plugin"]["files"]["ngrams"] == "ngrams.txt.gz"
+    assert (tmp_path / "x" / "ngrams.txt.gz").read_bytes() == moved.read_bytes()
+    err = one_line_error(["hf", str(bad), "--out", str(tmp_path / "y"), "--ngrams", str(other)],
+                         capsys)
+    assert str(other) in err and "sha256" in err, err
 
 
 def test_model_card_lines_load_and_predict(mrpc, tmp_path, monkeypatch):

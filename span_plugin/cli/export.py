@@ -36,6 +36,8 @@ def _parser():
                    help="replace a non-empty output folder (whole)")
     p.add_argument("--data", help="fine-tuned checkpoints: the task folder it was trained on "
                    "(default: as its record says); its dictionaries are checked against it")
+    p.add_argument("--ngrams", help="fine-tuned checkpoints: the n-gram dictionary it was "
+                   "trained with, when it moved (default: as its record says; checked by sha256)")
     add_arguments(p.add_argument_group(
         "tokenizer files (default: beside the checkpoint, else where its record says)"),
         [file_options()[field] for field in TOKENIZER_FIELDS])
@@ -66,7 +68,7 @@ def _hf(args):
 
     files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
     plan, span = export_model(args.checkpoint, args.out, force=args.force, files=files,
-                              data=args.data)
+                              data=args.data, ngrams=args.ngrams)
     c = plan.config
     print(f"wrote {args.out}: {c['architectures'][0]}, {c['num_hidden_layers']} layers, "
           f"H={c['hidden_size']}, vocab {c['vocab_size']}, {plan.source.kind} tokenizer "

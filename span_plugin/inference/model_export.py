@@ -185,22 +185,24 @@ def _results(path: Path) -> Optional[Dict]:
     return None
 
 
-def load_hub(path: Path, heads, data=None, files=None):
+def load_hub(path: Path, heads, data=None, files=None, ngrams=None):
     """The checkpoint loaded through the hub (safe loading; its data folder and files
     checked against the data record)."""
     from span_plugin.inference.hub import SpanHubInterface
 
     try:
-        return SpanHubInterface.from_pretrained(path, data=data, head=heads[0], **(files or {}))
+        return SpanHubInterface.from_pretrained(path, data=data, head=heads[0], ngrams=ngrams,
+                                                **(files or {}))
     except (ValueError, FileNotFoundError) as err:  # settings, data folder, weights
         raise ConversionError(str(err).splitlines()[0]) from err
 
 
-def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None):
+def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None, ngrams=None):
     """Export ``checkpoint`` to ``out_dir``: a fine-tuned checkpoint as the folder of
     format 1, an encoder as part 1 does (:func:`span_plugin.convert.hf_export.export_hf`).
-    Every check runs before anything is written. Returns the plan and the
-    ``span_plugin`` config (None for an encoder)."""
+    ``data``, ``ngrams``: the task folder and n-gram dictionary when they moved (checked
+    against the record). Every check runs before anything is written. Returns the plan
+    and the ``span_plugin`` config (None for an encoder)."""
     from span_plugin.convert.hf_export import export_hf
     from span_plugin.convert.safe_load import load_checkpoint
 
@@ -210,7 +212,7 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
     if not heads:
         return export_hf(path, out_dir, force=force, files=files), None
     plan = plan_hf_export(path, files, heads_allowed=True)
-    hub = load_hub(path, heads, data, files)
+    hub = load_hub(path, heads, data, files, ngrams)
     tensors = plan.source.tensors
     head_info = _heads(hub.model, path)
     for name in head_info:
@@ -218,8 +220,8 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
         plan.tensors.update({HEADS_PREFIX + name + "." + k[len(prefix):]: v
                              for k, v in tensors.items() if k.startswith(prefix)})
     record = json.loads(json.dumps(hub.record or {}))
-    ngrams = (record.get("encoder") or {}).get("ngrams")
-    ngrams_path = _ngrams_path(ngrams) if ngrams else None
+    given_ngrams, ngrams = ngrams, (record.get("encoder") or {}).get("ngrams")
+    ngrams_path = (given_ngrams or _ngrams_path(ngrams)) if ngrams else None
     task_cfg = hub.task.cfg
     span = {"format": FORMAT,
             "task": task_cfg._name if hasattr(task_cfg, "_name") else task_cfg.get("_name"),
