@@ -334,6 +334,7 @@ def test_output_rules_and_stale_partials(mrpc, tmp_path, capsys):
     (dead / "model.safetensors").write_bytes(b"cut short")
     live = tmp_path / f"out.partial-{os.getppid()}"
     live.mkdir()
+    (tmp_path / "out.old-999999999").mkdir()  # killed between its two renames
     assert export_main(["hf", str(mrpc), "--out", str(out), "--force"]) == 0
     assert not (out / "notes.txt").exists() and verify_folder(out)
     card = (out / "README.md").read_text()

@@ -50,6 +50,7 @@ from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_word
 SUPPORTED_KINDS = ("gpt2", "wordpiece")
 WEIGHTS = "model.safetensors"
 PARTIAL = ".partial-"
+OLD = ".old-"  # formats.files.commit_folder's name for the folder it replaces
 # fairseq activation -> Hugging Face's name of the same formula: hf_source's map
 # inverted, the first Hugging Face name of each kept (gelu_accurate -> gelu_new).
 HF_ACTIVATIONS = {fs: hf for hf, fs in reversed(ACTIVATIONS.items())}
@@ -299,11 +300,17 @@ def _alive(pid: int) -> bool:
 
 def remove_stale_partials(out_dir: Path) -> List[Path]:
     """Remove the ``OUT.partial-PID`` folders that killed exports left (their process
-    is gone); a live export's is left alone. Returns the folders removed."""
+    is gone), and their ``OUT.old-PID`` (the folder replaced, moved aside) while ``OUT``
+    is there (else it is the only copy, left to the user); a live export's are left
+    alone. Returns the folders removed."""
     removed = []
-    for tmp in out_dir.parent.glob(f"{out_dir.name}{PARTIAL}*"):
-        pid = tmp.name[len(out_dir.name + PARTIAL):]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+    for suffix in (PARTIAL, OLD):
+        for tmp in out_dir.parent.glob(f"{out_dir.name}{suffix}*"):
+            pid = tmp.name[len(out_dir.name + suffix):]
+            if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+                continue
+            if suffix == OLD and not out_dir.is_dir():
+                continue
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed
