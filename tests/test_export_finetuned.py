@@ -130,6 +130,8 @@ def _minilm(root, model_dir):
 CASES = {
     "mrpc": (lambda root, r: _sentence(root, "MRPC"), "span_classification",
              {"sentence_classification_head": "sentence"}),
+    "sst2-plain": (lambda root, r: _sentence(root, "SST-2", "--sentence-head", "plain"),
+                   "span_classification", {"sentence_classification_head": "plain"}),
     # with BERT's parts: segment B added to the tokens, the head over the pooled <s>
     "stsb": (lambda root, r: _sentence(root, "STS-B", "--regression-target", "--bert-pooler",
                                        "--bert-token-types", num_classes=1),
@@ -284,7 +286,7 @@ def test_labels_are_the_task_dictionarys(exported):
     labels, data = span["labels"], hub.data
     from pathlib import Path
 
-    if name in ("mrpc", "minilm"):
+    if name in ("mrpc", "minilm", "sst2-plain"):
         assert labels == {"sentence_classification_head": _dict_symbols(Path(data) / "label" / "dict.txt")}
     elif name.startswith("qa") or name == "stsb":
         assert labels == {}
