@@ -8,6 +8,7 @@ the n-gram dictionary copied by sha256, files.json verifying; and what bad input
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -172,7 +173,8 @@ def exported(request, tmp_path_factory):
     out = root / "out"
     assert export_main(["hf", str(checkpoint), "--out", str(out)]) == 0
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    heads = sorted({k.split(".")[1] for k in state["model"] if k.startswith("classification_heads.")})
+    heads = sorted({k.split(".")[1] for k in state["model"]
+                    if k.startswith("classification_heads.")})
     hub = SpanHubInterface.from_pretrained(checkpoint, head=heads[0])
     return request.param, checkpoint, state, hub, out
 
@@ -283,11 +285,9 @@ def _dict_symbols(path):
 def test_labels_are_the_task_dictionarys(exported):
     name, _, _, hub, out = exported
     span = verify_folder(out)["span_plugin"]
-    labels, data = span["labels"], hub.data
-    from pathlib import Path
-
+    labels, data = span["labels"], Path(hub.data)
     if name in ("mrpc", "minilm", "sst2-plain"):
-        assert labels == {"sentence_classification_head": _dict_symbols(Path(data) / "label" / "dict.txt")}
+        assert labels == {"sentence_classification_head": _dict_symbols(data / "label" / "dict.txt")}
     elif name.startswith("qa") or name == "stsb":
         assert labels == {}
     elif name == "ner-span":
@@ -299,7 +299,7 @@ def test_labels_are_the_task_dictionarys(exported):
     else:
         assert labels == {"sentence_classification_head": {
             "phrasal": list(hub.task.phrase_labels),
-            "sentential": _dict_symbols(Path(data) / "label" / "dict.txt")}}
+            "sentential": _dict_symbols(data / "label" / "dict.txt")}}
 
 
 # ---- what bad input gets ---------------------------------------------------------------

@@ -68,7 +68,7 @@ def _hf(args):
 
     files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
     plan, span = export_model(args.checkpoint, args.out, force=args.force, files=files,
-                              data=args.data, ngrams=args.ngrams)
+                              data=args.data, ngrams_given=args.ngrams)
     c = plan.config
     print(f"wrote {args.out}: {c['architectures'][0]}, {c['num_hidden_layers']} layers, "
           f"H={c['hidden_size']}, vocab {c['vocab_size']}, {plan.source.kind} tokenizer "

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Dict, Mapping, Optional
 
 from span_plugin.convert.export_source import SBO_HEAD, checkpoint_file, fine_tuned_heads
-from span_plugin.convert.hf_export import WEIGHTS, check_export_dir, plan_hf_export, write_hf_folder
+from span_plugin.convert.hf_export import check_export_dir, plan_hf_export, write_hf_folder
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.formats.model_card import write_model_card
 from span_plugin.formats.model_folder import FORMAT, file_sha256, verify_folder, write_manifest
@@ -197,10 +197,11 @@ def load_hub(path: Path, heads, data=None, files=None, ngrams=None):
         raise ConversionError(str(err).splitlines()[0]) from err
 
 
-def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None, ngrams=None):
+def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None,
+                 ngrams_given=None):
     """Export ``checkpoint`` to ``out_dir``: a fine-tuned checkpoint as the folder of
     format 1, an encoder as part 1 does (:func:`span_plugin.convert.hf_export.export_hf`).
-    ``data``, ``ngrams``: the task folder and n-gram dictionary when they moved (checked
+    ``data``, ``ngrams_given``: the task folder and n-gram dictionary when they moved (checked
     against the record). Every check runs before anything is written. Returns the plan
     and the ``span_plugin`` config (None for an encoder)."""
     from span_plugin.convert.hf_export import export_hf
@@ -212,31 +213,27 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
     if not heads:
         return export_hf(path, out_dir, force=force, files=files), None
     plan = plan_hf_export(path, files, heads_allowed=True)
-    hub = load_hub(path, heads, data, files, ngrams)
+    hub = load_hub(path, heads, data, files, ngrams_given)
     tensors = plan.source.tensors
     head_info = _heads(hub.model, path)
     for name in head_info:
         prefix = f"classification_heads.{name}."
         plan.tensors.update({HEADS_PREFIX + name + "." + k[len(prefix):]: v
                              for k, v in tensors.items() if k.startswith(prefix)})
-    record = json.loads(json.dumps(hub.record or {}))
-    given_ngrams, ngrams = ngrams, (record.get("encoder") or {}).get("ngrams")
-    ngrams_path = (given_ngrams or _ngrams_path(ngrams)) if ngrams else None
-    task_cfg = hub.task.cfg
-    span = {"format": FORMAT,
-            "task": task_cfg._name if hasattr(task_cfg, "_name") else task_cfg.get("_name"),
+    record = json.loads(json.dumps(hub.record or {}))  # a copy, of JSON types only
+    encoder = record.get("encoder") or {}
+    ngrams = encoder.get("ngrams")
+    ngrams_path = (ngrams_given or _ngrams_path(ngrams)) if ngrams else None
+    copied = {"ngrams": _ngrams_name(ngrams_path) if ngrams else None,
+              "chunker": CHUNKER_DIR if encoder.get("chunker") else None}
+    for key, name in copied.items():  # the record says where its files are in DIR
+        if name:
+            encoder[key]["file"] = name
+    span = {"format": FORMAT, "task": getattr(hub.task.cfg, "_name", None),
             "model_args": _scalars(hub.model.args, drop=LOCAL_SETTINGS),
-            "task_args": _scalars(task_cfg, drop=LOCAL_SETTINGS),
-            "heads": head_info,
-            "labels": _labels(hub, head_info),
-            "data_record": record,
-            "files": {"ngrams": _ngrams_name(ngrams_path) if ngrams else None,
-                      "chunker": CHUNKER_DIR if (record.get("encoder") or {}).get("chunker")
-                      else None}}
-    if ngrams:
-        ngrams["file"] = span["files"]["ngrams"]
-    if span["files"]["chunker"]:
-        record["encoder"]["chunker"]["file"] = CHUNKER_DIR
+            "task_args": _scalars(hub.task.cfg, drop=LOCAL_SETTINGS),
+            "heads": head_info, "labels": _labels(hub, head_info), "data_record": record,
+            "files": copied}
     plan.config["span_export"] = {"source": str(path.resolve()), "tokenizer": plan.source.kind,
                                   "dropped": plan.dropped}
     plan.config["span_plugin"] = span
@@ -244,7 +241,7 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
 
     def finish(folder: Path):
         if ngrams:
-            _checked_copy(ngrams_path, folder / span["files"]["ngrams"], ngrams["sha256"],
+            _checked_copy(ngrams_path, folder / copied["ngrams"], ngrams["sha256"],
                           "n-gram dictionary")
         _chunker_files(record, folder)
         write_model_card(folder / "README.md", plan.config, results,
@@ -254,6 +251,3 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
 
     write_hf_folder(plan, out_dir, finish)
     return plan, span
-
-
-__all__ = ["export_model", "HEADS_PREFIX", "WEIGHTS"]
