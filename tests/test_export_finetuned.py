@@ -402,3 +402,16 @@ def test_model_card_lines_load_and_predict(mrpc, tmp_path, monkeypatch):
     assert [g["label"] for g in got] == [w["label"] for w in want]
     for g, w in zip(got, want):
         assert g["probs"] == pytest.approx(w["probs"], abs=1e-4)
+
+
+def test_checkpoint_without_data_record_is_refused(mrpc, tmp_path, capsys):
+    """Without its data record nobody knows how its inputs were made: refused."""
+    state = torch.load(mrpc, map_location="cpu", weights_only=True)
+    del state["task_state"]["span_plugin_data_record"]
+    torch.save(state, tmp_path / "old.pt")
+    data = str(glue_folder("MRPC"))
+    err = one_line_error(["hf", str(tmp_path / "old.pt"), "--out", str(tmp_path / "x"),
+                          "--data", data, "--gpt2-encoder-json", str(GPT2_BPE / "encoder.json"),
+                          "--gpt2-vocab-bpe", str(GPT2_BPE / "vocab.bpe")], capsys)
+    assert "no data record" in err and "fine-tune again" in err and str(tmp_path / "old.pt") in err
+    assert not (tmp_path / "x").exists()

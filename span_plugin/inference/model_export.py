@@ -214,13 +214,19 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
         return export_hf(path, out_dir, force=force, files=files), None
     plan = plan_hf_export(path, files, heads_allowed=True)
     hub = load_hub(path, heads, data, files, ngrams_given)
+    if not hub.record:
+        raise ConversionError(
+            f"{path}: holds no data record (its folder was made before span_plugin 0.2): the "
+            f"tokenizer, n-gram dictionary and segmentation of its inputs are not known, so "
+            f"no folder could encode text as training did; rebuild the folder with "
+            f"span-preprocess and fine-tune again")
     tensors = plan.source.tensors
     head_info = _heads(hub.model, path)
     for name in head_info:
         prefix = f"classification_heads.{name}."
         plan.tensors.update({HEADS_PREFIX + name + "." + k[len(prefix):]: v
                              for k, v in tensors.items() if k.startswith(prefix)})
-    record = json.loads(json.dumps(hub.record or {}))  # a copy, of JSON types only
+    record = json.loads(json.dumps(hub.record))  # a copy, of JSON types only
     encoder = record.get("encoder") or {}
     ngrams = encoder.get("ngrams")
     ngrams_path = (ngrams_given or _ngrams_path(ngrams)) if ngrams else None
