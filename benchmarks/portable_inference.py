@@ -2,7 +2,8 @@
 folder through :func:`span_plugin.portable.load_model`, against the fairseq hub on the
 checkpoint it was exported from, and a plain ``transformers`` forward of the same encoder
 (``AutoTokenizer`` + ``AutoModel`` + a linear layer on the first token), on MRPC dev
-pairs, one thread, each measurement in a fresh process.
+pairs, one thread, each measurement in a fresh process; and ONNX Runtime on the graph
+``span-export onnx`` makes of the same checkpoint, fed by the portable encoder.
 
 - cold start: from the child's first line to a model ready to predict (imports + load);
 - pairs/s at batch 32, then at batch 1, over the same pairs in order, after one
@@ -29,9 +30,9 @@ ROOT = os.path.dirname(HERE)
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 GLUE = os.path.join(DATA, "glue")
 BIN = os.path.dirname(sys.executable)
-PATHS = ("portable", "hub", "plain")
+PATHS = ("portable", "hub", "plain", "onnx")
 NAMES = {"portable": "portable (no fairseq)", "hub": "fairseq hub",
-         "plain": "plain transformers"}
+         "plain": "plain transformers", "onnx": "ONNX Runtime"}
 TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
         "--encoder-attention-heads", "2", "--max-positions", "128"]
 
@@ -69,7 +70,8 @@ def prepare(work, quick):
     """``(checkpoint, exported folder)`` in ``work``, built when missing."""
     checkpoint = os.path.join(work, "run", "checkpoints", "checkpoint_last.pt")
     folder = os.path.join(work, "hf")
-    if os.path.isfile(os.path.join(folder, "files.json")):
+    if os.path.isfile(os.path.join(folder, "files.json")) and \
+            os.path.isfile(os.path.join(onnx_folder(work), "model.onnx")):
         return checkpoint, folder
     if quick:
         gpt2 = os.path.join(DATA, "gpt2_bpe")
@@ -90,7 +92,12 @@ def prepare(work, quick):
                                          "OUT_DIR": os.path.join(work, "run"),
                                          "TEST_PREDICTIONS": "0", "NUM_GPUS": "0"})
     run("span-export", "hf", checkpoint, "--out", folder, "--force")
+    run("span-export", "onnx", checkpoint, "--out", onnx_folder(work), "--force")
     return checkpoint, folder
+
+
+def onnx_folder(work):
+    return os.path.join(work, "onnx")
 
 
 # ---------------------------------------------------------------------------------------
@@ -108,6 +115,31 @@ def child(path, checkpoint, folder, n):
 
         model = load_model(folder)
         forward = model.predict_logits
+    elif path == "onnx":
+        # span-export onnx's graph in ONNX Runtime, fed by the portable encoder (the
+        # layout of training); load_model also reads the torch weights, which this path
+        # leaves unused: its cold start is an upper bound.
+        import onnxruntime as ort
+
+        from span_plugin.portable import load_model
+        from span_plugin.portable.batches import pad_rows, pad_tokens
+
+        model = load_model(folder)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        session = ort.InferenceSession(os.path.join(onnx_folder(os.path.dirname(folder)),
+                                                    "model.onnx"), options,
+                                       providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+
+        def forward(pairs, batch_size):
+            encoded, out = model.encode(pairs), []
+            for b in range(0, len(encoded), batch_size):
+                chunk = encoded[b:b + batch_size]
+                feed = {"src_tokens": pad_tokens([t for t, _ in chunk], model.vocab.pad),
+                        "spans": pad_rows([sp for _, sp in chunk], 2)}
+                out.append(session.run(None, {n: feed[n].numpy() for n in names})[0])
+            return out
     elif path == "hub":
         from span_plugin.hub import SpanHubInterface
 
@@ -204,6 +236,9 @@ def report(args):
           f"{med['portable']['batch32'] / med['plain']['batch32']:.2f} (goal >= 0.95)")
     print(f"pairs/s portable / hub: batch 1 {med['portable']['batch1'] / med['hub']['batch1']:.2f}, "
           f"batch 32 {med['portable']['batch32'] / med['hub']['batch32']:.2f}")
+    print(f"pairs/s ONNX Runtime / portable: batch 1 "
+          f"{med['onnx']['batch1'] / med['portable']['batch1']:.2f}, batch 32 "
+          f"{med['onnx']['batch32'] / med['portable']['batch32']:.2f}")
 
 
 if __name__ == "__main__":
