@@ -24,7 +24,8 @@ FIGURES = {
         rf"step-time ratio compiled / eager \(process CPU time, median\): {NUMBER}"],
     "portable_inference.py": [
         rf"cold start portable / hub: {NUMBER} \(goal <= 0.7\)",
-        rf"pairs/s portable / plain transformers: batch 1 {NUMBER}, batch 32 {NUMBER}"],
+        rf"pairs/s portable / plain transformers: batch 1 {NUMBER}, batch 32 {NUMBER}",
+        rf"pairs/s ONNX Runtime / portable: batch 1 {NUMBER}, batch 32 {NUMBER}"],
     "preprocess_speed.py": [
         rf"\| WikiText-2\+GLUE x N \| 300 \| {NUMBER} \|",
         rf"span preprocessing time / fairseq BPE\+preprocess time: {NUMBER}"],
