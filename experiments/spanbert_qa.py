@@ -42,8 +42,10 @@ would be 90-107 minutes, too close to 2 hours under load). Each QA fine-tuning i
 50 minutes more (qa_grid's boundary runs), so a whole condition is about 4 hours.
 
 Resumable: a relaunch skips recorded conditions and QA runs, resumes an unfinished
-pre-training from its checkpoint_last.pt and an unfinished fine-tuning from its own; one
-chain at a time holds WORK/lock. Relaunch in the background (``--max-runs N`` stops after
+pre-training from its checkpoint_last.pt and an unfinished fine-tuning from its own, and
+trains a recorded condition whose final checkpoint is gone again (:func:`remade`: it must
+retrace the record's losses; its new record names the lost checkpoint, whose QA runs stay
+paired); one chain at a time holds WORK/lock. Relaunch in the background (``--max-runs N`` stops after
 N new runs, a pre-training and a fine-tuning seed each counting one):
 
     mkdir -p ~/.cache/span_plugin/experiments
@@ -60,6 +62,7 @@ import fcntl
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import masking_ablation
@@ -257,6 +260,43 @@ def recorded(name, args, text_info):
     return found[-1] if found else None
 
 
+def same_sources(record):
+    """The checkpoint digests whose QA runs and drift belong to ``record``'s pre-training:
+    its own and, for a re-made run (:func:`remade`), the lost one it reproduces."""
+    return {record.get("checkpoint_sha256"), record.get("reproduces")} - {None}
+
+
+def remade(name, record, args, work):
+    """Condition ``name``'s recorded pre-training, trained again into this work folder
+    because its final checkpoint is gone (a machine whose cache was emptied). Seeded, on one
+    thread and on the same batches, it must retrace the record: every logged training loss
+    (3 decimals, every --log-interval updates) equal, else it stops naming the first update
+    that differs. A checkpoint's bytes name its folders, so its sha256 cannot match the lost
+    one: the new record (appended) keeps it as ``reproduces``, and the lost checkpoint's QA
+    runs and drift stay paired with it (:func:`same_sources`)."""
+    from span_plugin.preprocess.file_records import sha256
+
+    out = masking_ablation.run_dir(name, work)
+    print(f"re-making {name}: {record['checkpoint']} is gone ...", flush=True)
+    masking_ablation.launch(name, args, work)
+    train, _ = masking_ablation.parse_log((out / "train.log").read_text(encoding="utf-8"))
+    now = {x["num_updates"]: x["loss"] for x in train}
+    for then in record["train_curve"]:
+        if now.get(then["num_updates"]) != then["loss"]:
+            raise SystemExit(
+                f"{name}: the re-made run in {out} logged loss {now.get(then['num_updates'])} at "
+                f"update {then['num_updates']:g}, the record {then['loss']} ({args.results}): it does "
+                "not retrace the lost pre-training, so the QA runs of that one cannot pair with it")
+    masking_ablation.record_interrupted(out)
+    last = out / "checkpoints" / "checkpoint_last.pt"
+    again = {**record, "checkpoint": str(last), "checkpoint_sha256": sha256(last),
+             "reproduces": record["checkpoint_sha256"], "remade": time.strftime("%Y-%m-%d %H:%M"),
+             "remade_launches": read_results(out / "launches.jsonl")}
+    append_result(args.results, again)
+    masking_ablation.clean(name, work)
+    return again
+
+
 def lock(work):
     """Hold WORK/lock for this process's life: a second chain on the same folder stops."""
     work.mkdir(parents=True, exist_ok=True)
@@ -290,6 +330,10 @@ def chain(args):
         if left == 0:
             break
         record = recorded(name, args, text_info)
+        if record is not None and not Path(record["checkpoint"]).is_file():
+            record = remade(name, record, condition_args(name, args), work)
+            made += 1
+            left = None if left is None else left - 1
         if record is None:
             own = condition_args(name, args)
             print(f"pre-training {name} ({own.updates} updates, peak lr {own.lr:g}) ...", flush=True)
@@ -332,7 +376,7 @@ def qa_runs(args, pretraining):
     for r in cpt:
         p = r["pretraining"]
         source = pretraining.get(p["objective"])
-        if source is not None and p["source_sha256"] == source.get("checkpoint_sha256"):
+        if source is not None and p["source_sha256"] in same_sources(source):
             runs[p["objective"]][r["seed"]] = r
     flags = {r.get("model_flags") for r in cpt} or None
     model = Path(args.model_dir).name
@@ -384,7 +428,7 @@ def report(args, pretraining, runs, figure=None):
                          f"{f'{per:.2f}' if per else '-'} | {len(r.get('launches') or [])} | "
                          f"{', '.join(sorted(sha)) or 'no QA run yet'} |")
         moved = {c: r for r in read_results(args.drift_results) for c in order
-                 if r["source_sha256"] == pretraining[c].get("checkpoint_sha256")}
+                 if r["source_sha256"] in same_sources(pretraining[c])}
         if moved:
             groups = ["embeddings", *sorted((g for g in next(iter(moved.values()))["relative_change"]
                                              if g != "embeddings"), key=lambda g: int(g.split()[1]))]

@@ -336,3 +336,50 @@ def test_drift_is_recorded_once_per_encoder_and_reported(chain):
         assert value == pytest.approx(float(change / scale), abs=1e-5) and value > 0, group
     assert sorted(record["relative_change"]) == ["embeddings", *(f"layer {i}" for i in range(6))]
     assert f"| span+sbo | {record['relative_change']['embeddings']:.4f} |" in (chain["tmp"] / "report.md").read_text()
+
+
+def _fake_relaunch(monkeypatch, losses):
+    """masking_ablation.launch replaced by one that writes what a finished launch leaves:
+    fairseq's train_inner lines with these losses and a final checkpoint."""
+    def launch(name, args, work, extra=()):
+        out = masking_ablation.run_dir(name, work)
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"weights of the re-made run")
+        (out / "checkpoints" / "checkpoint_1_50.pt").write_bytes(b"an interval checkpoint")
+        (out / "train.log").write_text("".join(
+            f"2026-11-27 16:50:49 | INFO | train_inner | epoch 001:  {u} / 3308 loss={loss}, "
+            f"mlm_loss={loss}, num_updates={u}, lr=1e-4\n" for u, loss in losses), encoding="utf-8")
+
+    monkeypatch.setattr(masking_ablation, "launch", launch)
+
+
+def test_a_lost_pretraining_is_remade_and_keeps_its_qa_runs(tmp_path, monkeypatch):
+    """The recorded checkpoint is gone: the run is trained again, must log the record's
+    losses, and its new record names the lost checkpoint it reproduces, so the QA runs of
+    that one still pair with it."""
+    a = _args(tmp_path)
+    work = tmp_path / "work"
+    record = {"condition": "token", "checkpoint": str(tmp_path / "gone" / "checkpoint_last.pt"),
+              "checkpoint_sha256": "lost", "train_curve": [{"num_updates": 50.0, "loss": 9.1},
+                                                           {"num_updates": 100.0, "loss": 8.25}]}
+    _fake_relaunch(monkeypatch, [(50, 9.1), (100, 8.25)])
+    again = spanbert_qa.remade("token", record, a, work)
+    run = masking_ablation.run_dir("token", work)
+    assert again["reproduces"] == "lost" and again["checkpoint"] == str(run / "checkpoints" / "checkpoint_last.pt")
+    assert again["checkpoint_sha256"] != "lost"
+    assert json.loads((tmp_path / "pretrain.jsonl").read_text().splitlines()[-1]) == again
+    assert not (run / "checkpoints" / "checkpoint_1_50.pt").exists()  # cleaned like a first run
+    qa = {"head": "boundary", "seed": 1, "exact_match": 40.0, "f1": 55.0,
+          "hparams": spanbert_qa.qa_hparams(a), "pretraining": {"objective": "token", "source_sha256": "lost"}}
+    (tmp_path / "qa.jsonl").write_text(json.dumps(qa) + "\n")
+    assert sorted(spanbert_qa.qa_runs(a, {"token": again})["token"]) == [1]
+
+
+def test_a_remade_pretraining_that_does_not_retrace_the_record_stops(tmp_path, monkeypatch):
+    a = _args(tmp_path)
+    record = {"condition": "token", "checkpoint": str(tmp_path / "gone.pt"), "checkpoint_sha256": "lost",
+              "train_curve": [{"num_updates": 50.0, "loss": 9.1}, {"num_updates": 100.0, "loss": 8.25}]}
+    _fake_relaunch(monkeypatch, [(50, 9.1), (100, 8.26)])
+    with pytest.raises(SystemExit, match=r"logged loss 8.26 at update 100, the record 8.25"):
+        spanbert_qa.remade("token", record, a, tmp_path / "work")
+    assert not (tmp_path / "pretrain.jsonl").exists()
