@@ -31,8 +31,8 @@ DYNAMIC_AXES = {
     "passage": {0: "batch"},
 }
 MEANINGS = {
-    "src_tokens": "token ids in the layout of training (<s> A </s> [</s> B </s>]), "
-                  "right-padded with padding_idx",
+    "src_tokens": "token ids in the layout of training (<s> A </s>, then B as the model "
+                  "was trained for pairs), right-padded with special_ids.pad",
     "spans": "(start, end) token positions of the n-gram spans, end exclusive; (0, 0) "
              "rows are padding",
     "words": "(start, end) token positions of each word, end exclusive; (0, 0) rows are "
