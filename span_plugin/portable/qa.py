@@ -66,9 +66,11 @@ class QAPredictor(PortableModel):
     def batch_outputs(self, examples, batch_size=16):
         """``(question of each window [N], offsets [N, T, 2], head output)`` of each
         batch of ``batch_size`` questions, in order."""
-        windows = self.windows(examples)
+        batches = {}
+        for w in self.windows(examples):
+            batches.setdefault(w[0] // batch_size, []).append(w)
         for k in range(0, len(examples), batch_size):
-            chunk = [w for w in windows if k <= w[0] < k + batch_size]
+            chunk = batches[k // batch_size]
             tokens = pad_tokens([w[1] for w in chunk], self.vocab.pad)
             offsets = torch.full((*tokens.shape, 2), -1, dtype=torch.long)
             for i, (_, _, (p0, p1), offs, _) in enumerate(chunk):
