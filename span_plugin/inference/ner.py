@@ -29,6 +29,7 @@ from span_plugin.formats.text_inputs import WORD_RE, check_text, word_lists, wor
 from span_plugin.inference import conll_files
 from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.modules import entities as ner
+from span_plugin.portable.ner import text_entities
 from span_plugin.portable.results import decoding_settings
 from span_plugin.preprocess.folders.conll import split_points, word_token_counts
 
@@ -116,7 +117,4 @@ class NerHubInterface(SpanHubInterface):
         """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
         offsets into ``text`` (end exclusive), in order; ``decoding``: the keyword
         arguments of :meth:`decoding`."""
-        found = words_of(check_text(text, "text"))
-        ents = self.predict_words([[w for w, _, _ in found]], **decoding)[0]
-        return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
-                 "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]
+        return text_entities(self.predict_words, text, **decoding)

@@ -18,11 +18,11 @@ training fed it. Files: :mod:`span_plugin.inference.pair_files` (``span-predict 
 import torch
 
 from span_plugin.data.in_memory import TensorListDataset
+from span_plugin.formats.text_inputs import warn_cut
 from span_plugin.inference import pair_files
 from span_plugin.inference.hub import SpanHubInterface, register_adapter
+from span_plugin.portable.pairs import phrase_token_ranges, read_sentences
 from span_plugin.portable.results import scored
-from span_plugin.formats.text_inputs import check_text, warn_cut
-from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
 
 
 @register_adapter("span_pair_classification", output=pair_files.OUTPUT)
@@ -32,37 +32,6 @@ class PairHubInterface(SpanHubInterface):
     @property
     def phrase_labels(self):
         return list(self.task.phrase_labels)
-
-    def _phrase_tokens(self, texts, shifts, encoded, phrase_pairs):
-        """Character ranges -> per-sentence token ranges, ``[(s0, e0), (s1, e1)]`` each."""
-        out = []
-        for j, pair in enumerate(phrase_pairs):
-            if isinstance(pair, dict):
-                missing = [k for k in ("source", "target") if k not in pair]
-                if missing:
-                    raise ValueError(f"phrase pair {j} has no {missing[0]!r}: expected "
-                                     f"{{'source': [start, end], 'target': [start, end]}}")
-                ranges = (pair["source"], pair["target"])
-            else:
-                ranges = tuple(pair)
-                if len(ranges) != 2:
-                    raise ValueError(f"phrase pair {j} is {pair!r}: expected (source range, "
-                                     f"target range) or a dict with source and target")
-            spans = []
-            for side, (key, rng) in enumerate(zip(("source", "target"), ranges)):
-                if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
-                    raise ValueError(f"phrase pair {j} {key} {rng!r}: expected [start, end]")
-                lo, hi = rng
-                if all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
-                    lo, hi = lo - shifts[side], hi - shifts[side]
-                offsets = encoded[side][1]
-                try:
-                    spans.append(range_to_tokens(offsets, [o[0] for o in offsets],
-                                                 [o[1] for o in offsets], texts[side], lo, hi))
-                except _BadRange as bad:
-                    raise ValueError(f"phrase pair {j} {key} (sentence{side + 1}): {bad}") from None
-            out.append(spans)
-        return out
 
     @torch.no_grad()
     def predict_pairs(self, sentence1, sentence2, phrase_pairs):
@@ -75,13 +44,9 @@ class PairHubInterface(SpanHubInterface):
         None}``. A pair that the truncation to the model's positions would cut is an
         error (training leaves such pairs out).
         """
-        texts, shifts = [], []
-        for t in (check_text(sentence1, "sentence1"), check_text(sentence2, "sentence2")):
-            t = t.replace("\r", " ").replace("\n", " ")  # as span-preprocess pairs reads it
-            texts.append(t.strip())
-            shifts.append(len(t) - len(t.lstrip()))
+        texts, shifts = read_sentences(sentence1, sentence2)
         encoded = [self.encoder.tokenizer.tokens_with_offsets(t) for t in texts]
-        pairs = self._phrase_tokens(texts, shifts, encoded, list(phrase_pairs))
+        pairs = phrase_token_ranges(texts, shifts, encoded, list(phrase_pairs))
         layout = self.lay_out(
             [TensorListDataset([self.tokens_of(tokens)]) for tokens, _ in encoded],
             "truncate" if self.task.cfg.shorten_method == "truncate" else "none")

@@ -103,7 +103,13 @@ class NerPredictor(PortableModel):
     def predict_entities(self, text, **decoding):
         """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
         offsets (end exclusive), in order."""
-        found = words_of(check_text(text, "text"))
-        ents = self.predict_words([[w for w, _, _ in found]], **decoding)[0]
-        return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
-                 "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]
+        return text_entities(self.predict_words, text, **decoding)
+
+
+def text_entities(predict_words, text, **decoding):
+    """``predict_words`` on the CoNLL-like words of raw ``text``, its entities as
+    ``[{"text", "type", "start", "end"}]`` with character offsets (end exclusive)."""
+    found = words_of(check_text(text, "text"))
+    ents = predict_words([[w for w, _, _ in found]], **decoding)[0]
+    return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
+             "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]

@@ -13,6 +13,53 @@ from span_plugin.portable.results import scored
 from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
 
 
+def read_sentences(sentence1, sentence2):
+    """``(texts, shifts)``: the two sentences as ``span-preprocess pairs`` reads them (line
+    breaks as spaces, stripped) and the characters stripped in front of each."""
+    texts, shifts = [], []
+    for t in (check_text(sentence1, "sentence1"), check_text(sentence2, "sentence2")):
+        t = t.replace("\r", " ").replace("\n", " ")
+        texts.append(t.strip())
+        shifts.append(len(t) - len(t.lstrip()))
+    return texts, shifts
+
+
+def phrase_token_ranges(texts, shifts, encoded, phrase_pairs):
+    """Phrase pairs' character ranges -> per-sentence token ranges, ``[(s0, e0), (s1,
+    e1)]`` each, by the code of ``span-preprocess pairs``. ``texts``: the two sentences as
+    :func:`read_sentences` gives them, ``shifts`` the characters it stripped in front,
+    ``encoded``: ``(tokens, offsets)`` of each; a range that is not one is a ValueError
+    naming the pair."""
+    out = []
+    for j, pair in enumerate(phrase_pairs):
+        if isinstance(pair, dict):
+            missing = [k for k in ("source", "target") if k not in pair]
+            if missing:
+                raise ValueError(f"phrase pair {j} has no {missing[0]!r}: expected "
+                                 f"{{'source': [start, end], 'target': [start, end]}}")
+            ranges = (pair["source"], pair["target"])
+        else:
+            ranges = tuple(pair)
+            if len(ranges) != 2:
+                raise ValueError(f"phrase pair {j} is {pair!r}: expected (source range, "
+                                 f"target range) or a dict with source and target")
+        spans = []
+        for side, (key, rng) in enumerate(zip(("source", "target"), ranges)):
+            if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
+                raise ValueError(f"phrase pair {j} {key} {rng!r}: expected [start, end]")
+            lo, hi = rng
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
+                lo, hi = lo - shifts[side], hi - shifts[side]
+            offsets = encoded[side][1]
+            try:
+                spans.append(range_to_tokens(offsets, [o[0] for o in offsets],
+                                             [o[1] for o in offsets], texts[side], lo, hi))
+            except _BadRange as bad:
+                raise ValueError(f"phrase pair {j} {key} (sentence{side + 1}): {bad}") from None
+        out.append(spans)
+    return out
+
+
 @register_predictor("span_pair_classification")
 class PairPredictor(PortableModel):
     default_head = "span_pair_head"
@@ -29,48 +76,13 @@ class PairPredictor(PortableModel):
     def labels(self):
         return self._names("sentential")
 
-    def _phrase_tokens(self, texts, shifts, encoded, phrase_pairs):
-        """Character ranges -> per-sentence token ranges, ``[(s0, e0), (s1, e1)]`` each."""
-        out = []
-        for j, pair in enumerate(phrase_pairs):
-            if isinstance(pair, dict):
-                missing = [k for k in ("source", "target") if k not in pair]
-                if missing:
-                    raise ValueError(f"phrase pair {j} has no {missing[0]!r}: expected "
-                                     f"{{'source': [start, end], 'target': [start, end]}}")
-                ranges = (pair["source"], pair["target"])
-            else:
-                ranges = tuple(pair)
-                if len(ranges) != 2:
-                    raise ValueError(f"phrase pair {j} is {pair!r}: expected (source range, "
-                                     f"target range) or a dict with source and target")
-            spans = []
-            for side, (key, rng) in enumerate(zip(("source", "target"), ranges)):
-                if not (isinstance(rng, (list, tuple)) and len(rng) == 2):
-                    raise ValueError(f"phrase pair {j} {key} {rng!r}: expected [start, end]")
-                lo, hi = rng
-                if all(isinstance(v, int) and not isinstance(v, bool) for v in (lo, hi)):
-                    lo, hi = lo - shifts[side], hi - shifts[side]
-                offsets = encoded[side][1]
-                try:
-                    spans.append(range_to_tokens(offsets, [o[0] for o in offsets],
-                                                 [o[1] for o in offsets], texts[side], lo, hi))
-                except _BadRange as bad:
-                    raise ValueError(f"phrase pair {j} {key} (sentence{side + 1}): {bad}") from None
-            out.append(spans)
-        return out
-
     @torch.no_grad()
     def predict_pairs(self, sentence1, sentence2, phrase_pairs):
         """``{"phrases": [{"label", "scores"}], "sentence": {...} or None}`` of one
         sentence pair and its phrase pairs (character ranges of sentence1 / sentence2)."""
-        texts, shifts = [], []
-        for t in (check_text(sentence1, "sentence1"), check_text(sentence2, "sentence2")):
-            t = t.replace("\r", " ").replace("\n", " ")  # as span-preprocess pairs reads it
-            texts.append(t.strip())
-            shifts.append(len(t) - len(t.lstrip()))
+        texts, shifts = read_sentences(sentence1, sentence2)
         encoded = [self.encoder.tokenizer.tokens_with_offsets(t) for t in texts]
-        pairs = self._phrase_tokens(texts, shifts, encoded, list(phrase_pairs))
+        pairs = phrase_token_ranges(texts, shifts, encoded, list(phrase_pairs))
         truncate = getattr(self.cfg, "shorten_method", "none") == "truncate"
         max_len = int(self.cfg.max_positions)
         laid = self.lay_out([self.tokens_of(tokens) for tokens, _ in encoded],
