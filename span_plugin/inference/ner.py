@@ -29,9 +29,9 @@ from span_plugin.formats.text_inputs import WORD_RE, check_text, word_lists, wor
 from span_plugin.inference import conll_files
 from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.modules import entities as ner
-from span_plugin.portable.ner import text_entities
+from span_plugin.portable.ner import text_entities, word_parts
 from span_plugin.portable.results import decoding_settings
-from span_plugin.preprocess.folders.conll import split_points, word_token_counts
+from span_plugin.preprocess.folders.conll import word_token_counts
 
 
 @register_adapter("span_tagging", "span_labeling", output=conll_files.OUTPUT)
@@ -77,13 +77,7 @@ class NerHubInterface(SpanHubInterface):
 
     def _parts(self, words):
         """Word ranges of a sentence that each fit the model."""
-        limit = self.task.cfg.max_positions - 2
-        counts = word_token_counts(self.encoder, words, "input")
-        if sum(counts) <= limit:
-            return [(0, len(words))]
-        bounds = split_points(counts, ["O"] * len(words), limit,
-                              lambda k: word_token_counts(self.encoder, [words[k]], "input")[0])
-        return list(zip(bounds[:-1], bounds[1:]))
+        return word_parts(self.encoder, words, self.task.cfg.max_positions)
 
     @torch.no_grad()
     def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,

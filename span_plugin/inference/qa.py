@@ -21,11 +21,12 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.formats.squad import QAExample
+from span_plugin.formats.text_inputs import question_pairs
 from span_plugin.inference import qa_files
 from span_plugin.inference.hub import SpanHubInterface, flat_offsets, register_adapter
-from span_plugin.formats.text_inputs import question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
-from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
+from span_plugin.portable.qa import question_windows
+from span_plugin.preprocess.folders.qa import spans_in_window
 
 
 @register_adapter("span_qa", output=qa_files.OUTPUT)
@@ -39,11 +40,7 @@ class QAHubInterface(SpanHubInterface):
             "question", "passage", "offsets", "answer", "question_spans", "passage_spans")}
         window_question = []
         for n, ex in enumerate(examples):
-            try:
-                enc = encode_question(self.encoder, ex.question, ex.context)
-                windows = passage_windows(len(enc.context), len(enc.question), positions, stride)
-            except ValueError as err:
-                raise ValueError(f"{ex.where or 'pair'} {n + 1} ({ex.id}): {err}") from None
+            enc, windows = question_windows(self.encoder, ex, n, positions, stride)
             q_ids = self.tokens_of(enc.question)
             q_spans = flat_offsets(enc.question_spans)
             for a, b in windows:

@@ -64,14 +64,7 @@ class NerPredictor(PortableModel):
                 laid.spans([word_offsets]))
 
     def _parts(self, words):
-        """Word ranges of a sentence that each fit the model."""
-        limit = int(self.cfg.max_positions) - 2
-        counts = word_token_counts(self.encoder, words, "input")
-        if sum(counts) <= limit:
-            return [(0, len(words))]
-        bounds = split_points(counts, ["O"] * len(words), limit,
-                              lambda k: word_token_counts(self.encoder, [words[k]], "input")[0])
-        return list(zip(bounds[:-1], bounds[1:]))
+        return word_parts(self.encoder, words, int(self.cfg.max_positions))
 
     @torch.no_grad()
     def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,
@@ -104,6 +97,18 @@ class NerPredictor(PortableModel):
         """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
         offsets (end exclusive), in order."""
         return text_entities(self.predict_words, text, **decoding)
+
+
+def word_parts(encoder, words, max_positions):
+    """Word ranges ``[(a, b)]`` of a sentence that each fit ``max_positions`` with
+    ``<s>`` and ``</s>``, cut as ``span-preprocess conll`` cuts a long sentence."""
+    limit = max_positions - 2
+    counts = word_token_counts(encoder, words, "input")
+    if sum(counts) <= limit:
+        return [(0, len(words))]
+    bounds = split_points(counts, ["O"] * len(words), limit,
+                          lambda k: word_token_counts(encoder, [words[k]], "input")[0])
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def text_entities(predict_words, text, **decoding):

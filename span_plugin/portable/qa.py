@@ -16,6 +16,17 @@ from span_plugin.preprocess.folders.qa import encode_question, passage_windows, 
 LEGACY_BOUNDARIES = "token"  # a checkpoint made before --answer-boundaries decoded so
 
 
+def question_windows(encoder, example, n, positions, stride):
+    """``(encoded question, [(a, b)] context token ranges of its windows)`` of the
+    ``n``-th ``QAExample``, as ``span-preprocess qa`` cuts them; a question that leaves
+    no room is a ValueError naming it."""
+    try:
+        enc = encode_question(encoder, example.question, example.context)
+        return enc, passage_windows(len(enc.context), len(enc.question), positions, stride)
+    except ValueError as err:
+        raise ValueError(f"{example.where or 'pair'} {n + 1} ({example.id}): {err}") from None
+
+
 @register_predictor("span_qa")
 class QAPredictor(PortableModel):
     default_head = "qa_head"
@@ -46,11 +57,7 @@ class QAPredictor(PortableModel):
         bos, eos = 0, 2  # fairseq's <s> and </s>: the QA layout's init and separator
         out = []
         for n, ex in enumerate(examples):
-            try:
-                enc = encode_question(self.encoder, ex.question, ex.context)
-                cuts = passage_windows(len(enc.context), len(enc.question), positions, stride)
-            except ValueError as err:
-                raise ValueError(f"{ex.where or 'pair'} {n + 1} ({ex.id}): {err}") from None
+            enc, cuts = question_windows(self.encoder, ex, n, positions, stride)
             q_ids = self.tokens_of(enc.question)
             q_spans = [v for s in enc.question_spans for v in s]
             for a, b in cuts:
