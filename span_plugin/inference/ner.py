@@ -27,7 +27,7 @@ import torch
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.formats.text_inputs import WORD_RE, check_text, word_lists, words_of  # noqa: F401
 from span_plugin.inference import conll_files
-from span_plugin.inference.hub import SpanHubInterface, collate_spans, register_adapter
+from span_plugin.inference.base import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.modules import entities as ner
 from span_plugin.portable.ner import text_entities, word_parts
 from span_plugin.portable.results import decoding_settings

@@ -20,7 +20,7 @@ import torch
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.formats.text_inputs import warn_cut
 from span_plugin.inference import pair_files
-from span_plugin.inference.hub import SpanHubInterface, register_adapter
+from span_plugin.inference.base import SpanHubInterface, register_adapter
 from span_plugin.portable.pairs import phrase_token_ranges, read_sentences
 from span_plugin.portable.results import scored
 

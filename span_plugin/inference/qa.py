@@ -23,7 +23,7 @@ from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.formats.squad import QAExample
 from span_plugin.formats.text_inputs import question_pairs
 from span_plugin.inference import qa_files
-from span_plugin.inference.hub import SpanHubInterface, flat_offsets, register_adapter
+from span_plugin.inference.base import SpanHubInterface, flat_offsets, register_adapter
 from span_plugin.modules.qa_decoding import answers_of_batch
 from span_plugin.portable.qa import question_windows
 from span_plugin.preprocess.folders.qa import spans_in_window

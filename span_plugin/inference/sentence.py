@@ -10,7 +10,7 @@ import torch
 
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference import glue_files
-from span_plugin.inference.hub import (SpanHubInterface, collate_spans, flat_offsets,
+from span_plugin.inference.base import (SpanHubInterface, collate_spans, flat_offsets,
                                        register_adapter)
 from span_plugin.formats.text_inputs import text_examples, warn_cut
 from span_plugin.portable.results import class_results
