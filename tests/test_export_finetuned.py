@@ -5,8 +5,10 @@ the checkpoint's, the encoder loaded by transformers' Auto classes alone giving 
 fairseq model's last-layer features on raw text, the labels of the task's dictionaries,
 the n-gram dictionary copied by sha256, files.json verifying; and what bad input gets."""
 
+import ast
 import json
 import os
+import runpy
 import sys
 from pathlib import Path
 
@@ -393,11 +395,11 @@ def test_model_card_lines_load_and_predict(mrpc, tmp_path, monkeypatch):
     block = card.split("```python\n")[1].split("```")[0].strip().splitlines()
     assert len(block) == 3 and 'load_model("MRPC-export")' in block[1]
     monkeypatch.chdir(tmp_path)
-    scope = {}
-    exec("\n".join(block[:2]), scope)
-    got = eval(block[2], scope)
+    script = tmp_path / "card_lines.py"  # the card's lines as a user pastes them into a file
+    script.write_text("\n".join([*block[:2], f"result = {block[2]}"]) + "\n")
+    got = runpy.run_path(str(script))["result"]
     hub = SpanHubInterface.from_pretrained(mrpc)
-    pair = eval(block[2].split("predict(", 1)[1].rsplit(")", 1)[0])
+    pair = ast.literal_eval(block[2].split("predict(", 1)[1].rsplit(")", 1)[0])
     want = hub.predict(pair)
     assert [g["label"] for g in got] == [w["label"] for w in want]
     for g, w in zip(got, want):
