@@ -37,11 +37,25 @@ def stop_on_sigterm():
             os.kill(os.getpid(), signal.SIGTERM)
         raise Stopped("SIGTERM")
 
+    stop.forked_workers_default = True  # see _worker_ends_on_sigterm
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _worker_ends_on_sigterm():
+    """In a process forked inside :func:`stop_on_sigterm` (a pool's worker), SIGTERM is
+    back at the kernel's default. A Python handler runs only between bytecodes: a worker
+    idle in its wait for a task misses a SIGTERM that lands just before the wait begins,
+    and the pool's terminate() then waits on it for ever (seen in CI: span-preprocess qa
+    --workers 2 hung in Pool.__exit__)."""
+    if getattr(signal.getsignal(signal.SIGTERM), "forked_workers_default", False):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+os.register_at_fork(after_in_child=_worker_ends_on_sigterm)
 
 
 def named(err, path):
