@@ -138,7 +138,8 @@ def test_qa_records_name_the_encoder_and_the_relaunch_adds_nothing(chain):
     assert "| token | missing | missing | missing |" in report
     assert "| none | missing | missing | missing |" in report
     assert "span+sbo - token: no seed with both runs yet" in report
-    assert "- Pre-training: 1 of 3 conditions recorded (span+sbo); missing: token, span." in report
+    assert ("- Pre-training: 1 of 4 conditions recorded (span+sbo); missing: token, span, token-dm."
+            in report)
     assert entry["sha256"][:12] in report and (chain["tmp"] / "curves.png").exists()
 
 
