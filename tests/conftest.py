@@ -241,3 +241,20 @@ def pair_folders(tmp_path_factory):
                       root / "train.jsonl", "--valid", root / "valid.jsonl", *labels, *encoder)
         assert "phrase pairs" in out.stdout
     return folders
+
+
+def fairseq_train(argv):
+    """fairseq-train's entry point in this process (a process start less per model)."""
+    import fairseq_cli.train
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
+        fairseq_cli.train.cli_main()
+
+
+def tiny_train_args(save):
+    """fairseq-train options of the export tests' tiny runs: 2 CPU updates, no validation."""
+    return ["--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
+            "--save-dir", save, "--cpu", "--seed", "1", "--num-workers", "0",
+            "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints",
+            "--disable-validation"]

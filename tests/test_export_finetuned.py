@@ -9,13 +9,13 @@ import ast
 import json
 import os
 import runpy
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
+from conftest import fairseq_train, tiny_train_args
 
 NLTK_DATA = DATA / "nltk_data"
 from span_plugin.cli.export import main as export_main
@@ -32,20 +32,6 @@ pytestmark = pytest.mark.slow
 TOL = 1e-5
 
 
-def fairseq_train(argv):
-    """fairseq-train's entry point in this process."""
-    import fairseq_cli.train
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
-        fairseq_cli.train.cli_main()
-
-
-def _common(save):
-    return ["--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
-            "--save-dir", save, "--cpu", "--seed", "1", "--num-workers", "0",
-            "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints",
-            "--disable-validation"]
 
 
 _TRAINED = {}  # task -> checkpoint: the MRPC one serves two fixtures
@@ -86,7 +72,7 @@ def _tagging(root, folder, task, *extra):
     save = root / "ckpt"
     fairseq_train([folder, "--user-dir", USER_DIR, "--task", task, "--criterion", task,
                    "--arch", "roberta_tagging", *TINY_ROBERTA, "--init-token", "0", *extra,
-                   *_common(save)])
+                   *tiny_train_args(save)])
     return save / "checkpoint_last.pt"
 
 
@@ -94,7 +80,7 @@ def _qa(root, qa_folder, head):
     save = root / "ckpt"
     fairseq_train([qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
                    "--criterion", "span_qa", "--arch", "roberta_qa", "--qa-head", head,
-                   "--max-answer-tokens", "12", *TINY_ROBERTA, *_common(save)])
+                   "--max-answer-tokens", "12", *TINY_ROBERTA, *tiny_train_args(save)])
     return save / "checkpoint_last.pt"
 
 
@@ -104,7 +90,7 @@ def _pair(root, folder):
                    "--criterion", "span_pair_classification", "--arch",
                    "roberta_span_pair_base", *TINY_ROBERTA, "--num-classes", "2",
                    "--init-token", "0", "--separator-token", "2", "--shorten-method",
-                   "truncate", *_common(save)])
+                   "truncate", *tiny_train_args(save)])
     return save / "checkpoint_last.pt"
 
 
@@ -125,7 +111,7 @@ def _minilm(root, model_dir):
                    "--num-classes", "2", "--init-token", "0", "--max-positions", "512",
                    *checkpoint_train_flags(model_dir / "model.pt"), "--shorten-method",
                    "truncate", "--max-spans", "64", "--max-span-tokens", "16",
-                   "--finetune-from-model", model_dir / "model.pt", *_common(save)])
+                   "--finetune-from-model", model_dir / "model.pt", *tiny_train_args(save)])
     return save / "checkpoint_last.pt"
 
 

@@ -6,12 +6,12 @@ traced one: every output within 1e-4 of the torch model's. And what bad output f
 get."""
 
 import json
-import sys
 
 import pytest
 import torch
 
 from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
+from conftest import fairseq_train, tiny_train_args
 from test_ner_recipes import sentences as conll_sentences
 from test_task_data import glue_folder
 from test_task_train import span_args
@@ -30,20 +30,6 @@ BATCH_SIZES = (1, 7, 32, 3, 16, 5, 24, 12)  # cycled: batches of many sizes and 
 N_INPUTS = 100
 
 
-def fairseq_train(argv):
-    """fairseq-train's entry point in this process."""
-    import fairseq_cli.train
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
-        fairseq_cli.train.cli_main()
-
-
-def _common(save):
-    return ["--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
-            "--save-dir", save, "--cpu", "--seed", "1", "--num-workers", "0",
-            "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints",
-            "--disable-validation"]
 
 
 def sentence_checkpoint(save, task, *extra, num_classes=2):
@@ -103,14 +89,14 @@ def conll_bin(tmp_path_factory):
 def tagging_checkpoint(save, folder, task, *extra):
     fairseq_train([folder, "--user-dir", USER_DIR, "--task", task, "--criterion", task,
                    "--arch", "roberta_tagging", *TINY_ROBERTA, "--init-token", "0", *extra,
-                   *_common(save)])
+                   *tiny_train_args(save)])
     return save / "checkpoint_last.pt"
 
 
 def qa_checkpoint_of(save, qa_folder, head):
     fairseq_train([qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
                    "--criterion", "span_qa", "--arch", "roberta_qa", "--qa-head", head,
-                   "--max-answer-tokens", "12", *TINY_ROBERTA, *_common(save)])
+                   "--max-answer-tokens", "12", *TINY_ROBERTA, *tiny_train_args(save)])
     return save / "checkpoint_last.pt"
 
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
+from conftest import fairseq_train, tiny_train_args
 from test_ner_recipes import sentences as conll_sentences
 from test_task_data import glue_folder
 from test_task_train import span_args
@@ -53,20 +54,6 @@ json.dump(out, open(sys.argv[2], "w", encoding="utf-8"))
 """
 
 
-def fairseq_train(argv):
-    """fairseq-train's entry point in this process (a process start less per model)."""
-    import fairseq_cli.train
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
-        fairseq_cli.train.cli_main()
-
-
-def _common(save):
-    return ["--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
-            "--save-dir", save, "--cpu", "--seed", "1", "--num-workers", "0",
-            "--no-progress-bar", "--log-format", "simple", "--no-epoch-checkpoints",
-            "--disable-validation"]
 
 
 def _glue_rows(task, columns, n=N):
@@ -128,7 +115,7 @@ def _checkpoints(root, request):
         save = root / name
         fairseq_train([request.getfixturevalue("conll_bin"), "--user-dir", USER_DIR, "--task",
                        task, "--criterion", task, "--arch", "roberta_tagging", *TINY_ROBERTA,
-                       "--init-token", "0", *extra, *_common(save)])
+                       "--init-token", "0", *extra, *tiny_train_args(save)])
         return save / "checkpoint_last.pt"
 
     def sentence(name, task, *extra, num_classes=2):
@@ -143,7 +130,7 @@ def _checkpoints(root, request):
                    "span_pair_classification", "--arch", "roberta_span_pair_base",
                    *TINY_ROBERTA, "--num-classes", "2", "--init-token", "0",
                    "--separator-token", "2", "--shorten-method", "truncate",
-                   *_common(pair_save)])
+                   *tiny_train_args(pair_save)])
     return {
         "mrpc": sentence("mrpc", "MRPC"),
         "stsb": sentence("stsb", "STS-B", "--regression-target", num_classes=1),
