@@ -33,6 +33,7 @@ Records made before the word decoding existed hold ``em`` (now ``exact_match``) 
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -151,7 +152,10 @@ def run_one(args, head, seed, boundaries, device):
     extra = ["--log-interval", "50", "--num-workers", "0", *args.extra]
     if device == "cpu":
         extra.append("--cpu")
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     minutes = run_recipe("recipes/qa/squad.sh", env, extra, out_dir, f"{head} seed {seed}")
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the recipe's whole process tree
+    cpu_minutes = round((cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / 60, 1)
     scores = json.loads((out_dir / "results.json").read_text())
     decoded = {boundaries: scored(out_dir / "results.json", out_dir / "nbest.json", valid_file)}
     for other in args.decode:
@@ -165,6 +169,7 @@ def run_one(args, head, seed, boundaries, device):
                           "split_articles": args.split_articles, "answer_boundaries": boundaries,
                           "extra": args.extra},
               "encoder": model, "device": device, "minutes": minutes,
+              "cpu_minutes": cpu_minutes,
               **({"pretraining": args.encoder} if args.encoder else {}),
               **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt")}
     if not args.keep_checkpoints:

@@ -206,7 +206,8 @@ def drift(provenance, args):
     prefix = "encoder.sentence_encoder."
     groups = {}
     for key, w0 in start.items():
-        if key.startswith(prefix) and w0.is_floating_point():
+        # (fairseq's "version" buffer is a float tensor, not a weight)
+        if key.startswith(prefix) and w0.is_floating_point() and not key.endswith(".version"):
             part = key[len(prefix):].split(".")
             group = f"layer {part[1]}" if part[0] == "layers" else "embeddings"
             num, den = groups.get(group, (0.0, 0.0))

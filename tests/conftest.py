@@ -181,6 +181,36 @@ def converted_minilm(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_bert_hf(tmp_path_factory):
+    """A Hugging Face BERT folder with all-MiniLM-L6-v2's config, WordPiece vocabulary and
+    tokenizer files, but 2 layers of width 32 (random weights, seed 0)."""
+    import shutil
+
+    import torch
+    import transformers
+
+    hf = tmp_path_factory.mktemp("tiny_bert_hf")
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_dir() / name, hf / name)
+    config = transformers.BertConfig.from_pretrained(minilm_dir())
+    config.update({"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                   "intermediate_size": 64})
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(hf)
+    return hf
+
+
+@pytest.fixture(scope="session")
+def converted_tiny_bert(tiny_bert_hf, tmp_path_factory):
+    """:func:`tiny_bert_hf` converted by ``span-convert bert``: the grid tests check the
+    grids' bookkeeping (records, subsets, resumes, reports) on the real WordPiece and
+    conversion path, without MiniLM's six layers of compute per run."""
+    out = tmp_path_factory.mktemp("tiny_bert") / "tiny-bert"
+    run_cli("span-convert", "bert", "--hf-dir", tiny_bert_hf, "--out", out)
+    return out
+
+
 # Folders and checkpoints that several test files read: built once per worker.
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
-"""The GLUE grid and its report (experiments/), end to end on real MRPC rows with the
-converted all-MiniLM-L6-v2: runs land in the results file, a relaunch skips them, and
+"""The GLUE grid and its report (experiments/), end to end on real MRPC rows with a
+converted BERT of MiniLM's WordPiece (tests/conftest.py's tiny one): runs land in the results file, a relaunch skips them, and
 the report's table, plot and McNemar tests come from the stored dev predictions."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, minilm_dir, run_cli
+from conftest import ROOT, run_cli
 from test_task_data import mini_glue
 
 import grid_lib
@@ -69,9 +69,9 @@ def test_model_settings_keep_heads_dropouts_and_span_encoder(tmp_path):
 
 
 @pytest.mark.slow
-def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
+def test_grid_appends_skips_and_reports(converted_tiny_bert, tiny_bert_hf, tmp_path):
     results = tmp_path / "grid.jsonl"
-    grid = [ROOT / "experiments" / "glue_grid.py", "--model-dir", converted_minilm,
+    grid = [ROOT / "experiments" / "glue_grid.py", "--model-dir", converted_tiny_bert,
             "--glue-dir", mini_glue(), "--tasks", "MRPC", "--variants", "plain", "sf",
             "--seeds", "1", "--epochs", "1", "--batch-size", "80", "--lr", "5e-5",
             "--workers", "1", "--device", "cpu", "--results", results,
@@ -110,10 +110,10 @@ def test_grid_appends_skips_and_reports(converted_minilm, tmp_path):
     # flags, and the same grid given another conversion of the same checkpoint (segment A
     # only, no pooler) stops before running, naming the file and line.
     assert {r["model_flags"] for r in runs} == {
-        " ".join(run_cli("span-convert", "flags", converted_minilm).stdout.split())}
+        " ".join(run_cli("span-convert", "flags", converted_tiny_bert).stdout.split())}
     assert "--bert-token-types --bert-pooler" in runs[0]["model_flags"]
     other = tmp_path / "segment-a"
-    run_cli("span-convert", "bert", "--hf-dir", minilm_dir(), "--out", other, "--roberta-only")
+    run_cli("span-convert", "bert", "--hf-dir", tiny_bert_hf, "--out", other, "--roberta-only")
     model_at = grid.index("--model-dir") + 1
     refused = run_cli(sys.executable, *grid[:model_at], other, *grid[model_at + 1:], check=False)
     assert refused.returncode != 0 and f"{results}:1: a run of a model with flags" in refused.stdout

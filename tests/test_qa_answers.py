@@ -131,8 +131,8 @@ def test_qa_grid_report_compares_word_and_token_decoding_of_the_same_checkpoints
 
 @pytest.mark.slow
 def test_qa_grid_runs_a_cell_and_scores_both_decodings_of_its_checkpoint(tmp_path,
-                                                                          converted_minilm):
-    """A smoke cell of the grid through the real recipe (converted MiniLM, 2 updates, 3
+                                                                          converted_tiny_bert):
+    """A smoke cell of the grid through the real recipe (a converted tiny BERT of MiniLM's WordPiece, 2 updates, 3
     real dev articles split 2/1): one record with the official names, both decodings of
     the same checkpoint and their word cuts; a relaunch skips it; the report pairs them."""
     import qa_grid
@@ -140,7 +140,7 @@ def test_qa_grid_runs_a_cell_and_scores_both_decodings_of_its_checkpoint(tmp_pat
     data = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
     data["data"] = data["data"][:3]
     (tmp_path / "dev.json").write_text(json.dumps(data))
-    args = ["--model-dir", str(converted_minilm), "--squad-dev", str(tmp_path / "dev.json"),
+    args = ["--model-dir", str(converted_tiny_bert), "--squad-dev", str(tmp_path / "dev.json"),
             "--split-articles", "2", "--heads", "boundary", "--seeds", "1",
             "--results", str(tmp_path / "r.jsonl"), "--work-dir", str(tmp_path / "w"),
             "--report-file", str(tmp_path / "report.md"), "--max-positions", "96",
@@ -154,11 +154,11 @@ def test_qa_grid_runs_a_cell_and_scores_both_decodings_of_its_checkpoint(tmp_pat
     assert decoded["word"]["exact_match"] == record["exact_match"]
     assert decoded["word"]["inside_word"] == 0
     assert decoded["word"]["answers"] == decoded["token"]["answers"] == record["questions"]
-    run = tmp_path / "w" / "runs" / f"{converted_minilm.name}-boundary-lr5e-05-e1-p96-word-s1"
+    run = tmp_path / "w" / "runs" / f"{converted_tiny_bert.name}-boundary-lr5e-05-e1-p96-word-s1"
     token = json.loads((run / "decoded-token" / "results.json").read_text())
     assert token["answer_boundaries"] == "token" and token["f1"] == decoded["token"]["f1"]
     assert not (run / "checkpoints").exists()  # not kept unless asked
-    folder = tmp_path / "w" / "data" / f"{converted_minilm.name}-96-32"
+    folder = tmp_path / "w" / "data" / f"{converted_tiny_bert.name}-96-32"
     ngrams = json.loads((folder / "provenance.json").read_text())["encoder"]["ngrams"]
     assert record["data_record"]["encoder"]["ngrams"] == ngrams
     assert record["model_settings"]["qa_head"] == "boundary"

@@ -119,7 +119,7 @@ def test_report_of_the_committed_records_says_their_dictionary_is_not_recorded()
 
 
 @pytest.mark.slow
-def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
+def test_smoke_grid_no_cls_and_dictionary_cut(converted_tiny_bert, tmp_path):
     # full counts of a Wikipedia slice stand in for runs/dictionaries/wiki.bert.txt.gz
     dicts = tmp_path / "dicts"
     dicts.mkdir()
@@ -129,7 +129,7 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_minilm, tmp_path):
     run_cli("span-preprocess", "ngrams", "--words", "bert", "--text", corpus, "--min-count",
             "3", "--workers", "1", "--out", dicts / "wiki.bert.txt.gz")
     results = tmp_path / "sf.jsonl"
-    grid = [ROOT / "experiments" / "sf_grid.py", "--model-dir", converted_minilm,
+    grid = [ROOT / "experiments" / "sf_grid.py", "--model-dir", converted_tiny_bert,
             "--dictionaries", dicts, "--glue-dir", mini_glue(), "--variants", "sf", "nocat",
             "dict20k", "--lrs", "5e-5", "--max-seed", "1", "--epochs", "1",
             "--batch-size", "64", "--workers", "1", "--device", "cpu", "--results", results,

@@ -1,5 +1,6 @@
 """The transfer fine-tuning grid and its report (experiments/transfer_grid.py) on real
-MRPC and STS-B rows with the converted all-MiniLM-L6-v2: subsets, overlap filter, the
+MRPC and STS-B rows with a converted BERT of MiniLM's WordPiece (tests/conftest.py's tiny
+one): subsets, overlap filter, the
 compute-matched control, aligner versions kept apart."""
 
 import json
@@ -33,7 +34,7 @@ def test_reports_p_is_scipys_paired_t_test():
 
 
 @pytest.mark.slow
-def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_path):
+def test_transfer_grid_shares_subsets_and_filters_overlap(converted_tiny_bert, tmp_path):
     """The transfer grid on real MRPC/STS-B rows: one 50% subset drawn, recorded and used
     by the runs with and without transfer and the compute-matched one (as many extra
     updates as the transfer run made); the transfer run trained on STS-B pairs only;
@@ -41,7 +42,7 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     conditions by seed and keeps aligner versions apart."""
     glue = mini_glue()
     results, subsets = tmp_path / "transfer.jsonl", tmp_path / "subsets.json"
-    grid = [ROOT / "experiments" / "transfer_grid.py", "--model-dir", converted_minilm,
+    grid = [ROOT / "experiments" / "transfer_grid.py", "--model-dir", converted_tiny_bert,
             "--glue-dir", glue, "--targets", "MRPC", "--shares", "50", "--seeds", "1",
             "--small-epochs", "1", "--batch-size", "80", "--transfer-epochs", "1",
             "--transfer-batch-size", "80", "--conditions", "none", "transfer", "matched",
@@ -111,7 +112,7 @@ def test_transfer_grid_shares_subsets_and_filters_overlap(converted_minilm, tmp_
     last = json.loads(results.read_text().splitlines()[-1])
     assert last["reused_from"] == "none.jsonl" and last["value"] == plain["value"]
     assert "1 of 1 runs already" in run_cli(sys.executable, *full).stdout
-    glue_grid = [ROOT / "experiments" / "glue_grid.py", "--model-dir", converted_minilm,
+    glue_grid = [ROOT / "experiments" / "glue_grid.py", "--model-dir", converted_tiny_bert,
                  "--glue-dir", glue, "--tasks", "MRPC", "--variants", "plain", "--seeds", "1",
                  "--results", tmp_path / "none.jsonl", "--work-dir", tmp_path / "grid"]
     assert "1 of 1 runs already" in run_cli(sys.executable, *glue_grid).stdout
