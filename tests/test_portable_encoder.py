@@ -25,6 +25,7 @@ safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from span_plugin.modules.bert_encoder import EncoderConfigError, load_bert_encoder  # noqa: E402
 from span_plugin.modules.bert_segment_pooler import segment_ids  # noqa: E402
+from span_plugin.portable.batches import pad_tokens  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -97,16 +98,12 @@ def case(request):
     return name, ours, theirs, items, vocab, name.endswith("-types")
 
 
-def pad(items, value):
-    from span_plugin.portable.batches import pad_tokens
-
-    return pad_tokens(items, value)
-
-
 @torch.no_grad()
 def test_features_and_pooler_equal_transformers(case):
+    """16 MRPC dev pairs in one padded batch: every real token's last-layer feature, and
+    the pooled <s> where the folder has a pooler, within 1e-5 of transformers'."""
     name, ours, theirs, items, vocab, types_on = case
-    tokens = pad(items, vocab.pad)
+    tokens = pad_tokens(items, vocab.pad)
     real = tokens.ne(vocab.pad)
     assert not real.all()  # the batch is padded: the mask is exercised
     types = segment_ids(tokens, vocab.eos) if types_on else None
@@ -129,7 +126,7 @@ def test_padding_changes_no_row(case):
     """A pair alone (no padding, no mask) gives the features it gets in the padded
     batch: the shortest, the longest and two more."""
     _, ours, _, items, vocab, types_on = case
-    tokens = pad(items, vocab.pad)
+    tokens = pad_tokens(items, vocab.pad)
     batch = ours(tokens, segment_ids(tokens, vocab.eos) if types_on else None)
     lengths = [len(t) for t in items]
     assert len(set(lengths)) > 1
@@ -160,7 +157,7 @@ def test_gelu_new_as_transformers_computes_it(fine_tuned, tmp_path):
         (folders[act] / "config.json").write_text(json.dumps({**config, "hidden_act": act}),
                                                   encoding="utf-8")
     model = load_model(folder)
-    tokens = pad([t for t, _ in model.encode(mrpc_pairs(4))], model.vocab.pad)
+    tokens = pad_tokens([t for t, _ in model.encode(mrpc_pairs(4))], model.vocab.pad)
     real = tokens.ne(model.vocab.pad)
     ours, theirs = both_encoders(folders["gelu_new"])
     assert theirs.config.hidden_act == "gelu_new"
