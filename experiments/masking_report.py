@@ -13,7 +13,8 @@ from pathlib import Path
 from grid_lib import ROOT, dictionary_lines, read_results, write_report
 
 ORDER = ["span+sbo", "span", "whole-word", "token"]
-COLORS = {"span+sbo": "tab:red", "span": "tab:orange", "whole-word": "tab:blue", "token": "tab:green"}
+COLORS = {"span+sbo": "tab:red", "span": "tab:orange", "whole-word": "tab:blue", "token": "tab:green",
+          "token-dm": "tab:olive"}
 
 
 def latest(records):

@@ -236,6 +236,20 @@ def test_the_drift_matched_condition_trains_token_masking_at_its_own_rate(tmp_pa
     assert masking_ablation.CONDITIONS["token-dm"] == masking_ablation.CONDITIONS["token"]
 
 
+def test_the_pretraining_figure_draws_every_condition(tmp_path):
+    """Each condition of the chain has its own curve colour (the report's figure once
+    stopped at token-dm's first record)."""
+    import masking_report
+
+    curve = [{"num_updates": u, "mlm_loss": 7.0} for u in (2, 4)]
+    fixed = [{"num_updates": u, "token": 7.0, "span": 8.0} for u in (2, 4)]
+    records = [{"condition": c, "train_curve": curve, "valid_curve": curve, "fixed_curve": fixed,
+                "updates": 4, "batch": 4, "tokens_per_sample": 64} for c in spanbert_qa.CONDITIONS]
+    masking_report.plot(records, tmp_path / "curves.png", title="the pre-training objectives")
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    assert len({masking_report.COLORS[c] for c in spanbert_qa.CONDITIONS}) == len(spanbert_qa.CONDITIONS)
+
+
 def test_parse_log_keeps_the_last_entry_of_each_update():
     """A resumed run's log repeats the updates after its last checkpoint: one entry each."""
     line = "2026-01-01 | INFO | train_inner | epoch 001: loss={l}, mlm_loss={l}, wpb=100, num_updates={u}, train_wall=2"
