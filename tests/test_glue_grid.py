@@ -1,6 +1,7 @@
 """The GLUE grid and its report (experiments/), end to end on real MRPC rows with a
-converted BERT of MiniLM's WordPiece (tests/conftest.py's tiny one): runs land in the results file, a relaunch skips them, and
-the report's table, plot and McNemar tests come from the stored dev predictions."""
+converted BERT of MiniLM's WordPiece (tests/conftest.py's tiny one): runs land in the
+results file, a relaunch skips them, and the report's table, plot and McNemar tests come
+from the stored dev predictions."""
 
 import json
 import re

@@ -132,9 +132,10 @@ def test_qa_grid_report_compares_word_and_token_decoding_of_the_same_checkpoints
 @pytest.mark.slow
 def test_qa_grid_runs_a_cell_and_scores_both_decodings_of_its_checkpoint(tmp_path,
                                                                           converted_tiny_bert):
-    """A smoke cell of the grid through the real recipe (a converted tiny BERT of MiniLM's WordPiece, 2 updates, 3
-    real dev articles split 2/1): one record with the official names, both decodings of
-    the same checkpoint and their word cuts; a relaunch skips it; the report pairs them."""
+    """A smoke cell of the grid through the real recipe (a converted tiny BERT of MiniLM's
+    WordPiece, 2 updates, 3 real dev articles split 2/1): one record with the official
+    names and its wall and CPU minutes, both decodings of the same checkpoint and their
+    word cuts; a relaunch skips it; the report pairs them."""
     import qa_grid
 
     data = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
@@ -149,6 +150,7 @@ def test_qa_grid_runs_a_cell_and_scores_both_decodings_of_its_checkpoint(tmp_pat
     assert qa_grid.main(args) == 0
     [record] = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert record["hparams"]["answer_boundaries"] == "word" and "em" not in record
+    assert 0 < record["cpu_minutes"] and 0 < record["minutes"]
     decoded = record["decoded"]
     assert set(decoded) == {"word", "token"}
     assert decoded["word"]["exact_match"] == record["exact_match"]
