@@ -273,13 +273,77 @@ def pair_folders(tmp_path_factory):
     return folders
 
 
-def fairseq_train(argv):
-    """fairseq-train's entry point in this process (a process start less per model)."""
-    import fairseq_cli.train
+# Commands whose entry function a test may call in this process, as fairseq's own tests
+# call train.main: the function the console script calls, on the same argv, its exit
+# status and its stdout, stderr and logs in one string, as run_cli returns them. Saves the
+# process start (importing fairseq is ~4 s of CPU) where the test is about the command's
+# work, not its process: signals, concurrent runs, a clean interpreter and the smoke tests
+# keep run_cli.
+IN_PROCESS = ("fairseq-train", "fairseq-validate", "fairseq-preprocess", "span-predict")
+# what fairseq_cli's modules set up before they import fairseq (fairseq_cli/train.py)
+FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 
+
+def run_main(name, *args, cwd=None, env=None, check=True):
+    """``name``'s console-script entry function called in this process with ``args``:
+    a ``CompletedProcess`` like :func:`run_cli`'s (``returncode``, ``stdout`` with stderr
+    and the log lines). ``env`` is set around the call: variables read at import time do
+    not apply, except ``LOGLEVEL`` for fairseq's commands."""
+    import contextlib
+    import io
+    import logging
+    import traceback
+    from importlib.metadata import entry_points
+
+    assert name in IN_PROCESS, f"{name} is not run in process here; use run_cli"
+    (entry,) = entry_points(group="console_scripts", name=name)
+    argv = [str(a) for a in args]
+    out = io.StringIO()
+    root = logging.getLogger()
+    saved = root.handlers[:], {n: logging.getLogger(n).level for n in LOGGERS_THE_COMMANDS_SET}
+    for handler in saved[0]:
+        root.removeHandler(handler)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
-        fairseq_cli.train.cli_main()
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        if cwd is not None:
+            patch.chdir(cwd)
+        patch.setattr(sys, "argv", [name, *argv])
+        for logger, level in START_LEVELS.items():
+            logging.getLogger(logger).setLevel(level)
+        if entry.module.startswith("fairseq_cli."):  # a fresh process's logging, to `out`
+            handler = logging.StreamHandler(out)
+            handler.setFormatter(logging.Formatter(FAIRSEQ_LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
+            root.addHandler(handler)
+            root.setLevel(os.environ.get("LOGLEVEL", "INFO").upper())
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                try:
+                    code = entry.load()()
+                except SystemExit as stop:  # as the interpreter ends on it
+                    code = stop.code
+                    if code is not None and not isinstance(code, int):
+                        print(code, file=sys.stderr)
+                        code = 1
+                except Exception:  # noqa: BLE001 -- the interpreter would print it
+                    traceback.print_exc()
+                    code = 1
+        finally:
+            for handler in root.handlers[:]:
+                root.removeHandler(handler)
+            for handler in saved[0]:
+                root.addHandler(handler)
+            for logger, level in saved[1].items():
+                logging.getLogger(logger).setLevel(level)
+    proc = subprocess.CompletedProcess([name, *argv], code or 0, out.getvalue())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{name} exited {proc.returncode}:\n{proc.stdout[-6000:]}")
+    return proc
+
+
+def fairseq_train(argv):
+    """fairseq-train in this process (:func:`run_main`); its output."""
+    return run_main("fairseq-train", *argv).stdout
 
 
 def tiny_train_args(save):

@@ -6,7 +6,7 @@ the reason, then predicted as usual) wherever they cannot stand in for it."""
 import pytest
 import torch
 
-from conftest import GPT2_BPE, run_cli
+from conftest import GPT2_BPE, run_main
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -17,7 +17,7 @@ ENCODER = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
 
 
 def predict_valid(checkpoint, out, *extra):
-    proc = run_cli("span-predict", "--checkpoint", checkpoint, "--split", "valid",
+    proc = run_main("span-predict", "--checkpoint", checkpoint, "--split", "valid",
                    "--output", out, *ENCODER, *extra)
     return out.read_text().splitlines(), proc.stdout
 
@@ -29,7 +29,7 @@ def runs(tmp_path_factory):
     for task, extra, classes, metric in (("MRPC", (), 2, "f1"),
                                          ("STS-B", ("--regression-target",), 1, "pearson")):
         save = tmp_path_factory.mktemp(task)
-        run_cli("fairseq-train", *span_args(glue_folder(task), save, *extra, num_classes=classes,
+        run_main("fairseq-train", *span_args(glue_folder(task), save, *extra, num_classes=classes,
                                             max_update=2, metric=metric))
         out[task] = save / "checkpoint_last.pt"
     return out
