@@ -163,7 +163,7 @@ def train_args(data, save_dir, *extra, num_classes=2, max_update=4):
         "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16",
         "--max-update", max_update, "--save-dir", save_dir, "--cpu", "--seed", "1",
         "--no-progress-bar", "--log-interval", "1", "--log-format", "simple",
-        "--no-epoch-checkpoints", *extra,
+        "--no-epoch-checkpoints", "--num-workers", "0", *extra,
     ]
 
 
@@ -284,6 +284,20 @@ IN_PROCESS = ("fairseq-train", "fairseq-validate", "fairseq-preprocess", "span-p
 FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 
 
+def fresh_fairseq_state():
+    """Forget what an earlier run in this process left in fairseq's function attributes:
+    the best validation figure so far (checkpoint_best.pt is saved only above it) and the
+    early-stopping count."""
+    import fairseq_cli.train
+    from fairseq import checkpoint_utils
+
+    for function, names in ((checkpoint_utils.save_checkpoint, ("best",)),
+                            (fairseq_cli.train.should_stop_early, ("best", "num_runs"))):
+        for attribute in names:
+            if hasattr(function, attribute):
+                delattr(function, attribute)
+
+
 def run_main(name, *args, cwd=None, env=None, check=True):
     """``name``'s console-script entry function called in this process with ``args``:
     a ``CompletedProcess`` like :func:`run_cli`'s (``returncode``, ``stdout`` with stderr
@@ -298,6 +312,10 @@ def run_main(name, *args, cwd=None, env=None, check=True):
     assert name in IN_PROCESS, f"{name} is not run in process here; use run_cli"
     (entry,) = entry_points(group="console_scripts", name=name)
     argv = [str(a) for a in args]
+    # A data loader's worker processes outlive the run in this process, and joining them
+    # when collected costs seconds each (fairseq's default is one worker).
+    assert name not in ("fairseq-train", "fairseq-validate") or "--num-workers" in argv, (
+        f"{name} in process: give --num-workers 0")
     out = io.StringIO()
     root = logging.getLogger()
     saved = root.handlers[:], {n: logging.getLogger(n).level for n in LOGGERS_THE_COMMANDS_SET}
@@ -311,7 +329,9 @@ def run_main(name, *args, cwd=None, env=None, check=True):
         patch.setattr(sys, "argv", [name, *argv])
         for logger, level in START_LEVELS.items():
             logging.getLogger(logger).setLevel(level)
-        if entry.module.startswith("fairseq_cli."):  # a fresh process's logging, to `out`
+        if entry.module.startswith("fairseq_cli."):
+            fresh_fairseq_state()
+            # a fresh process's logging, to `out`
             handler = logging.StreamHandler(out)
             handler.setFormatter(logging.Formatter(FAIRSEQ_LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
             root.addHandler(handler)

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from conftest import GPT2_BPE, ROOT, TINY_ROBERTA, USER_DIR, run_cli
+from conftest import GPT2_BPE, ROOT, TINY_ROBERTA, USER_DIR, run_cli, run_main
 from test_task_data import glue_folder, mini_glue
 from test_task_train import span_args, valid_stats
 
@@ -81,8 +81,8 @@ def test_bf16_trainer_has_a_bf16_model_and_no_loss_scaler():
 
 @pytest.mark.slow
 def test_fairseq_train_bf16_on_cpu(tmp_path):
-    log = run_cli("fairseq-train", *span_args(glue_folder("MRPC"), tmp_path, "--bf16",
-                                              "--span-encoder", "attn-attn", metric="f1")).stdout
+    log = run_main("fairseq-train", *span_args(glue_folder("MRPC"), tmp_path, "--bf16",
+                                               "--span-encoder", "attn-attn", metric="f1")).stdout
     assert "--bf16 without torch_xla: bfloat16 on the CPU" in log
     losses = train_losses(log)
     assert len(losses) == 6 and torch.isfinite(torch.tensor(losses)).all(), log[-3000:]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BIN, GLUE, GPT2_BPE, ROOT, TINY_ROBERTA, minilm_dir, run_cli
+from conftest import BIN, GLUE, GPT2_BPE, ROOT, TINY_ROBERTA, minilm_dir, run_cli, run_main
 
 from span_plugin.convert.safe_load import (
     DamagedCheckpointError, NotACheckpointError, UnsafeCheckpointError, load_checkpoint)
@@ -325,8 +325,8 @@ def test_a_damaged_training_checkpoint_says_how_to_resume(tmp_path):
 @pytest.mark.parametrize("kind", sorted(PROBLEMS))
 def test_span_predict_gives_each_message_without_a_traceback(kind, tmp_path):
     path = _broken(kind, tmp_path)
-    proc = run_cli("span-predict", "--checkpoint", path, "--input", tmp_path / "x.tsv",
-                   "--output", tmp_path / "out.tsv", check=False)
+    proc = run_main("span-predict", "--checkpoint", path, "--input", tmp_path / "x.tsv",
+                    "--output", tmp_path / "out.tsv", check=False)
     assert proc.returncode == 2, proc.stdout[-3000:]
     assert "Traceback" not in proc.stdout and PROBLEMS[kind] in proc.stdout, proc.stdout[-3000:]
     assert f"span-predict: error: " in proc.stdout and str(path) in proc.stdout

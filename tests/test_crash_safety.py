@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from conftest import BIN, ROOT, run_cli
+from conftest import BIN, ROOT, run_main
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -90,7 +90,7 @@ def assert_same(a_path, b_path):
 def test_killed_runs_resume_and_end_like_an_uninterrupted_run(tmp_path, capsys):
     data = glue_folder("MRPC")  # 160 train rows, batch 8
     straight = tmp_path / "straight"
-    run_cli("fairseq-train", *span_args(data, straight, *SCHEDULE, max_update=UPDATES, metric="f1"))
+    run_main("fairseq-train", *span_args(data, straight, *SCHEDULE, max_update=UPDATES, metric="f1"))
 
     save = tmp_path / "killed"
     args = span_args(data, save, *SCHEDULE, max_update=UPDATES, metric="f1")
@@ -134,7 +134,7 @@ def test_killed_runs_resume_and_end_like_an_uninterrupted_run(tmp_path, capsys):
     last = save / "checkpoint_last.pt"
     with open(last, "r+b") as f:
         f.truncate(last.stat().st_size // 3)
-    proc = run_cli("fairseq-train", *args, check=False)
+    proc = run_main("fairseq-train", *args, check=False)
     assert proc.returncode != 0
     assert f"checkpoint {last} is damaged" in proc.stdout, proc.stdout[-3000:]
     assert f"python -m span_plugin.runtime.checkpoints resume {save}" in proc.stdout

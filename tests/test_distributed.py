@@ -6,7 +6,7 @@ import socket
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_main
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -45,7 +45,7 @@ def test_two_workers_match_each_other_and_one_process(tmp_path):
     # ...against one process accumulating the same two batches of 8 per update.
     one = span_args(data, tmp_path / "one", *DETERMINISTIC, "--batch-size", "8",
                     "--update-freq", "2", max_update=4, metric="f1")
-    run_cli("fairseq-train", *one)
+    run_main("fairseq-train", *one)
     single = torch.load(tmp_path / "one" / "checkpoint_last.pt")["model"]
     saved = torch.load(tmp_path / "two" / "checkpoint_last.pt")["model"]
     assert all(torch.equal(saved[k], rank0[k]) for k in saved)  # the harness saw the end

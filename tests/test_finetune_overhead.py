@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BIN, ROOT, USER_DIR, run_cli
+from conftest import BIN, ROOT, USER_DIR, run_cli, run_main
 from test_recipes import RECIPES, TINY, recipe_env
 from test_task_data import ROWS, mini_glue
 
@@ -132,10 +132,11 @@ def recipe_args(*extra):
 
 def validate(out):
     """fairseq-validate's figures of checkpoint_best.pt, as the recipe computed them."""
-    log = run_cli("fairseq-validate", out.parent.parent / "data-bin" / "MRPC", "--user-dir",
-                  USER_DIR, "--task", "sentence_prediction", "--criterion", "span_classification",
-                  "--path", out / "checkpoints" / "checkpoint_best.pt", "--valid-subset", "valid",
-                  "--batch-size", "32", "--log-format", "json", "--cpu").stdout
+    log = run_main("fairseq-validate", out.parent.parent / "data-bin" / "MRPC", "--user-dir",
+                   USER_DIR, "--task", "sentence_prediction", "--criterion", "span_classification",
+                   "--path", out / "checkpoints" / "checkpoint_best.pt", "--valid-subset", "valid",
+                   "--batch-size", "32", "--log-format", "json", "--cpu",
+                   "--num-workers", "0").stdout
     sys.path.insert(0, str(RECIPES))
     from write_results import parse
 

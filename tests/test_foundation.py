@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_ROBERTA, USER_DIR, num_updates, run_cli, train_args
+from conftest import TINY_ROBERTA, USER_DIR, num_updates, run_cli, run_main, train_args
 
 @pytest.mark.smoke
 def test_plugin_imports_and_allows_fairseq_checkpoint_types():
@@ -58,19 +58,19 @@ def test_last_batch_is_kept():
 @pytest.mark.slow
 def test_train_resume_and_restore(sst2_bin, tmp_path):
     save = tmp_path / "run"
-    log = run_cli("fairseq-train", *train_args(sst2_bin, save)).stdout
+    log = run_main("fairseq-train", *train_args(sst2_bin, save)).stdout
     assert (save / "checkpoint_last.pt").is_file()
     assert max(num_updates(log)) == 4
 
     # Resume: fairseq finds checkpoint_last.pt in save_dir and goes on from update 4.
-    log = run_cli("fairseq-train", *train_args(sst2_bin, save, max_update=8)).stdout
+    log = run_main("fairseq-train", *train_args(sst2_bin, save, max_update=8)).stdout
     assert re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ 4 updates\)", log), log
     assert max(num_updates(log)) == 8
 
     # A new run restored from it, with a 3-class head: the old head is dropped and a
     # fresh one trained, the encoder weights come from the checkpoint.
     new = tmp_path / "restored"
-    log = run_cli(
+    log = run_main(
         "fairseq-train",
         *train_args(
             sst2_bin, new, "--restore-file", save / "checkpoint_last.pt",
@@ -93,15 +93,16 @@ def test_restore_pretrained_masked_lm(sst2_bin, tmp_path):
     """A RoBERTa pretrained with masked_lm (no classification head, like
     roberta.base/model.pt) starts a sentence_prediction run with a fresh head."""
     lm = tmp_path / "lm"
-    run_cli(
+    run_main(
         "fairseq-train", sst2_bin / "input0", "--user-dir", USER_DIR, "--task", "masked_lm",
         "--criterion", "masked_lm", "--arch", "roberta_base", *TINY_ROBERTA,
         "--tokens-per-sample", "64", "--sample-break-mode", "eos",
         "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "16", "--max-update", "2",
         "--save-dir", lm, "--cpu", "--no-progress-bar", "--no-epoch-checkpoints",
+        "--num-workers", "0",
     )
     ft = tmp_path / "ft"
-    log = run_cli(
+    log = run_main(
         "fairseq-train",
         *train_args(
             sst2_bin, ft, "--restore-file", lm / "checkpoint_last.pt",
@@ -173,7 +174,7 @@ def test_checkpoint_with_foreign_object_is_refused(sst2_bin, tmp_path):
             return (pathlib.Path.touch, (marker,))
 
     torch.save({"model": {}, "args": None, "extra": Payload()}, tmp_path / "evil.pt")
-    proc = run_cli(
+    proc = run_main(
         "fairseq-train",
         *train_args(sst2_bin, tmp_path / "run", "--restore-file", tmp_path / "evil.pt",
                     "--reset-optimizer", "--reset-dataloader", "--reset-meters"),

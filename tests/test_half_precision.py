@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from conftest import run_cli
+from conftest import run_main
 from test_task_data import glue_folder
 from test_task_train import span_args, valid_stats
 
@@ -20,7 +20,7 @@ from test_task_train import span_args, valid_stats
 @pytest.mark.slow
 @pytest.mark.parametrize("encoder", ["cnn-cnn", "attn-attn"])
 def test_memory_efficient_fp16_training(encoder, tmp_path):
-    log = run_cli(
+    log = run_main(
         "fairseq-train",
         *span_args(glue_folder("MRPC"), tmp_path, "--memory-efficient-fp16",
                    "--span-encoder", encoder, max_update=6, metric="f1"),

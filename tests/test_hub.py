@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, run_cli
+from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, run_cli, run_main
 from test_task_data import glue_folder, mini_glue
 from test_task_train import span_args
 
@@ -59,8 +59,8 @@ def test_predict_pairs_batched(hub):
 
 @pytest.mark.slow
 def test_regression_hub_scores(tmp_path):
-    run_cli("fairseq-train", *span_args(glue_folder("STS-B"), tmp_path, "--regression-target",
-                                        num_classes=1, max_update=1, metric="spearman"))
+    run_main("fairseq-train", *span_args(glue_folder("STS-B"), tmp_path, "--regression-target",
+                                         num_classes=1, max_update=1, metric="spearman"))
     hub = SpanHubInterface.from_pretrained(tmp_path / "checkpoint_last.pt", **BPE)
     out = hub.predict([("A man plays a flute.", "A man is playing a flute.")])
     assert set(out[0]) == {"score"} and isinstance(out[0]["score"], float)
@@ -89,7 +89,7 @@ def test_plain_roberta_checkpoint_predicts_without_spans(tmp_path):
     """The baseline (fairseq's roberta, task sentence_prediction) goes through the same
     hub: same tokens, no spans, and the logits its own forward gives on the folder."""
     data = glue_folder("SST-2")
-    run_cli(
+    run_main(
         "fairseq-train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
         "--criterion", "sentence_prediction", "--arch", "roberta_base", *TINY_ROBERTA,
         "--num-classes", "2", "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from conftest import GPT2_BPE, run_cli
+from conftest import GPT2_BPE, run_main
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -120,8 +120,8 @@ def test_sentence_tasks_read_phrase_pair_folders(tmp_path):
 
 
 def _refused(checkpoint, folder, kind, needs, *args):
-    proc = run_cli("span-predict", "--checkpoint", checkpoint, "--data", folder, *args,
-                   check=False)
+    proc = run_main("span-predict", "--checkpoint", checkpoint, "--data", folder, *args,
+                    check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stdout, proc.stdout[-3000:]
     assert f"{folder} is {KINDS[kind]}, but {checkpoint} was trained with task" in proc.stdout
     assert f"which reads {KINDS[needs]}" in proc.stdout, proc.stdout
@@ -133,7 +133,7 @@ def _refused(checkpoint, folder, kind, needs, *args):
 @pytest.mark.slow
 def test_sentence_hub_inputs_and_folder_kind(tmp_path, qa_folder):
     data = glue_folder("SST-2")
-    run_cli("fairseq-train", *span_args(data, tmp_path, max_update=1))
+    run_main("fairseq-train", *span_args(data, tmp_path, max_update=1))
     from span_plugin.inference.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(tmp_path / "checkpoint_last.pt", data=data, **BPE)

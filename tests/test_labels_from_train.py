@@ -14,7 +14,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import DATA, GLUE, GPT2_BPE, run_cli
+from conftest import DATA, GLUE, GPT2_BPE, run_cli, run_main
 from test_ner_recipes import sentences
 from test_span_pair_data import _make_jsonl, mrpc_rows
 from test_task_train import span_args, valid_stats
@@ -152,7 +152,7 @@ def test_table_skip_lists_the_rows_and_the_folder_trains(sst_table, tmp_path):
     assert lines(out / "raw" / "valid.input0") == [x.strip() for x, _ in kept]
     assert lines(out / "raw" / "valid.label") == [y for _, y in kept]
     assert [x.split()[0] for x in lines(out / "label" / "dict.txt")][:2] in (["0", "1"], ["1", "0"])
-    log = run_cli("fairseq-train", *span_args(out, tmp_path / "ckpt", max_update=1)).stdout
+    log = run_main("fairseq-train", *span_args(out, tmp_path / "ckpt", max_update=1)).stdout
     assert "accuracy" in valid_stats(log)
     assert (tmp_path / "ckpt" / "checkpoint_best.pt").is_file()
 

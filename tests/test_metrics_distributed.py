@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import USER_DIR, run_cli
+from conftest import USER_DIR, run_main
 from test_distributed import torchrun
 from test_task_data import glue_folder
 from test_task_train import span_args, valid_stats
@@ -29,12 +29,13 @@ def test_two_workers_report_the_metrics_of_one_process(task, names, tmp_path):
     assert "distributed init (rank 1)" in log, log[-3000:]
     two = _metrics(valid_stats(log), names)
 
-    one = run_cli(
+    one = run_main(
         "fairseq-validate", data, "--path", tmp_path / "two" / "checkpoint_last.pt",
         "--user-dir", USER_DIR, "--task", "span_classification", "--criterion", "span_classification",
         "--num-classes", num_classes, "--init-token", "0", "--separator-token", "2",
         "--max-positions", "128", "--shorten-method", "truncate", "--max-spans", "64",
-        "--max-span-tokens", "16", "--batch-size", "8", "--valid-subset", "valid", "--cpu", *extra,
+        "--max-span-tokens", "16", "--batch-size", "8", "--valid-subset", "valid", "--cpu",
+        "--num-workers", "0", *extra,
     ).stdout
     line = [x for x in one.splitlines() if "valid on 'valid' subset" in x][-1]
     single = {k: float(v) for k, v in re.findall(r"\| (\w+) ([-\d.]+)", line) if k in names}

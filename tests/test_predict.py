@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import run_cli
+from conftest import run_main
 from test_span_pair_train import pair_args
 
 from span_plugin.cli import predict
@@ -18,7 +18,7 @@ from span_plugin.inference.pairs import PairHubInterface
 @pytest.fixture(scope="module")
 def pair_ckpt(pair_folders, tmp_path_factory):
     save = tmp_path_factory.mktemp("pair_ckpt")
-    run_cli("fairseq-train", *pair_args(pair_folders["labelled"], save, "--max-update", "1"))
+    run_main("fairseq-train", *pair_args(pair_folders["labelled"], save, "--max-update", "1"))
     return save / "checkpoint_last.pt"
 
 
@@ -26,7 +26,7 @@ def pair_ckpt(pair_folders, tmp_path_factory):
 def test_span_predict_writes_span_pair_predictions(pair_folders, pair_ckpt, tmp_path):
     rows_file = pair_folders["labelled"].parent / "valid.jsonl"
     out = tmp_path / "out" / "pairs.jsonl"
-    run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output", out)
+    run_main("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output", out)
     rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines()]
     got = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [g["line"] for g in got] == list(range(1, len(rows) + 1))
@@ -45,11 +45,11 @@ def test_span_predict_writes_span_pair_predictions(pair_folders, pair_ckpt, tmp_
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"sentence1": "a b", "sentence2": "a b",
                                "phrases": [{"source": [0, 1]}]}) + "\n")
-    proc = run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", bad, "--output",
-                   tmp_path / "x.jsonl", check=False)
+    proc = run_main("span-predict", "--checkpoint", pair_ckpt, "--input", bad, "--output",
+                    tmp_path / "x.jsonl", check=False)
     assert proc.returncode == 2 and f"{bad}:1: phrase pair 0 has no 'target'" in proc.stdout, proc.stdout
-    proc = run_cli("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output",
-                   tmp_path / "x.jsonl", "--conll-out", tmp_path / "x.conll", check=False)
+    proc = run_main("span-predict", "--checkpoint", pair_ckpt, "--input", rows_file, "--output",
+                    tmp_path / "x.jsonl", "--conll-out", tmp_path / "x.conll", check=False)
     assert proc.returncode == 2, proc.stdout
     assert ("--conll-out does not apply to a span_pair_classification checkpoint" in proc.stdout
             and "it takes --input, --output" in proc.stdout), proc.stdout
@@ -60,8 +60,8 @@ def test_span_predict_refuses_a_task_without_adapter(pair_ckpt, tmp_path):
     state = torch.load(pair_ckpt, map_location="cpu", weights_only=True)
     state["cfg"]["task"]["_name"] = "masked_lm"
     torch.save(state, tmp_path / "other.pt")
-    proc = run_cli("span-predict", "--checkpoint", tmp_path / "other.pt", "--input", "x.jsonl",
-                   "--output", tmp_path / "x.jsonl", check=False)
+    proc = run_main("span-predict", "--checkpoint", tmp_path / "other.pt", "--input", "x.jsonl",
+                    "--output", tmp_path / "x.jsonl", check=False)
     assert proc.returncode == 2, proc.stdout
     assert "trained with task 'masked_lm' and model 'roberta_span_pair_base'" in proc.stdout
     for served in ("span_classification", "sentence_prediction", "span_tagging",

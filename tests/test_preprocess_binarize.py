@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from fairseq.data import indexed_dataset
 
-from conftest import GLUE, GPT2_BPE, run_cli
+from conftest import GLUE, GPT2_BPE, run_cli, run_main
 from span_plugin.data import span_index
 from span_plugin.preprocess import EncoderSpec
 from span_plugin.formats.lines import BadInputError, line_offsets
@@ -48,8 +48,8 @@ def test_tokens_identical_to_recipe_bpe_and_fairseq_preprocess(tmp_path):
                     "--vocab-bpe", SPEC.vocab_bpe, "--inputs", str(raw), "--outputs",
                     str(tmp_path / "train.bpe"), "--workers", "2", "--keep-empty"], check=True,
                    capture_output=True)
-    run_cli("fairseq-preprocess", "--only-source", "--trainpref", tmp_path / "train.bpe",
-            "--destdir", tmp_path / "fs", "--srcdict", DICT, "--workers", "2")
+    run_main("fairseq-preprocess", "--only-source", "--trainpref", tmp_path / "train.bpe",
+             "--destdir", tmp_path / "fs", "--srcdict", DICT, "--workers", "2")
     for workers in (1, 2, 3):
         out = tmp_path / f"ours{workers}"
         summary = binarize_file(raw, out / "train", SPEC, DICT, workers=workers,

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
+from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli, run_main
 from test_task_data import mini_glue, spec_args
 from test_task_train import span_args
 
@@ -39,14 +39,14 @@ def made(tmp_path_factory):
     run_cli("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(), "--out", data,
             *spec_args(), "--ngrams", ngrams)
     span = root / "span"
-    run_cli("fairseq-train", *span_args(data, span, max_update=1, metric="f1"))
+    run_main("fairseq-train", *span_args(data, span, max_update=1, metric="f1"))
     plain = root / "plain"
-    run_cli("fairseq-train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
-            "--criterion", "span_classification", "--arch", "roberta_base", *TINY_ROBERTA,
-            "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
-            "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "1",
-            "--save-dir", plain, "--cpu", "--no-epoch-checkpoints", "--num-workers", "0",
-            "--disable-validation")
+    run_main("fairseq-train", data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
+             "--criterion", "span_classification", "--arch", "roberta_base", *TINY_ROBERTA,
+             "--num-classes", "2", "--init-token", "0", "--separator-token", "2",
+             "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "1",
+             "--save-dir", plain, "--cpu", "--no-epoch-checkpoints", "--num-workers", "0",
+             "--disable-validation")
     return root, data, ngrams, span / "checkpoint_last.pt", plain / "checkpoint_last.pt"
 
 
@@ -92,8 +92,8 @@ def test_a_changed_dictionary_or_setting_is_refused(made, tmp_path):
     with pytest.raises(SettingsMismatch, match=r"gpt2_encoder_json=.*dict.txt \(sha256 \w+\) is not the file"):
         SpanHubInterface.from_pretrained(span, gpt2_encoder_json=GPT2_BPE / "dict.txt")
     # span-predict says the same in one line, exit status 2.
-    proc = run_cli("span-predict", "--checkpoint", span, "--split", "valid", "--output",
-                   tmp_path / "x.tsv", "--ngrams", changed, check=False)
+    proc = run_main("span-predict", "--checkpoint", span, "--split", "valid", "--output",
+                    tmp_path / "x.tsv", "--ngrams", changed, check=False)
     assert proc.returncode == 2 and "span-predict: error: ngrams=" in proc.stdout, proc.stdout
     # The recorded file itself edited after training: refused, and how to go on is said.
     moved = root / "moved"
@@ -121,7 +121,7 @@ def test_training_checks_the_folder_and_warns_without_a_record(made, tmp_path):
     raw = bytearray(valid.read_bytes())
     raw[8] ^= 1  # still well-formed spans, but not the file span-preprocess made
     valid.write_bytes(bytes(raw))
-    proc = run_cli("fairseq-train", *span_args(folder, tmp_path / "ckpt", max_update=1, metric="f1"), check=False)
+    proc = run_main("fairseq-train", *span_args(folder, tmp_path / "ckpt", max_update=1, metric="f1"), check=False)
     assert proc.returncode != 0
     assert f"{valid}: its content (sha256 " in proc.stdout and "provenance.json records" in proc.stdout, proc.stdout[-3000:]
 
@@ -129,8 +129,8 @@ def test_training_checks_the_folder_and_warns_without_a_record(made, tmp_path):
     # the encoder settings given.
     shutil.copy(data / "input1" / "valid.spans.bin", valid)
     (folder / "provenance.json").unlink()
-    log = run_cli("fairseq-train", *span_args(folder, tmp_path / "old", max_update=1, metric="f1",),
-                  "--positive-label", "1").stdout
+    log = run_main("fairseq-train", *span_args(folder, tmp_path / "old", max_update=1, metric="f1",),
+                   "--positive-label", "1").stdout
     assert "has no provenance.json (made before span_plugin 0.2" in log
     old = tmp_path / "old" / "checkpoint_last.pt"
     with pytest.raises(ValueError, match="holds no data record: give the encoder files"):

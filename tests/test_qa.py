@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import DATA, ROOT, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
+from conftest import DATA, ROOT, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli, run_main
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import squad_scores
 from span_plugin.modules.qa_decoding import cuts_word, decode_answers, word_boundaries
@@ -393,22 +393,24 @@ def test_batches_point_at_the_gold_answers(qa_folder):
 def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     """fairseq-train's validation EM/F1 (criterion) equal the official scores of the
     predictions.json span-predict writes from the saved checkpoint."""
+    # the smoke case starts the console scripts; the others call them in this process
+    run = run_cli if head == "sf" else run_main
     save = tmp_path / "ckpt"
-    log = run_cli("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR,
-                  "--task", "span_qa", "--criterion", "span_qa", "--arch", "roberta_qa",
-                  "--qa-head", head, "--max-answer-tokens", "12", *TINY_ROBERTA,
-                  "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
-                  "--max-update", "3", "--save-dir", save, "--cpu", "--seed", "1",
-                  "--no-progress-bar", "--log-interval", "1", "--log-format", "json",
-                  "--best-checkpoint-metric", "f1", "--maximize-best-checkpoint-metric",
-                  "--no-epoch-checkpoints").stdout
+    log = run("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR,
+              "--task", "span_qa", "--criterion", "span_qa", "--arch", "roberta_qa",
+              "--qa-head", head, "--max-answer-tokens", "12", *TINY_ROBERTA,
+              "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
+              "--max-update", "3", "--save-dir", save, "--cpu", "--seed", "1",
+              "--no-progress-bar", "--log-interval", "1", "--log-format", "json",
+              "--best-checkpoint-metric", "f1", "--maximize-best-checkpoint-metric",
+              "--no-epoch-checkpoints", "--num-workers", "0").stdout
     valid = [json.loads(line.split("|")[-1]) for line in log.splitlines()
              if '"valid_f1"' in line]
     assert valid, log[-3000:]
     out = tmp_path / "pred"
-    run_cli("span-predict", "--checkpoint", save / "checkpoint_last.pt",
-            "--input", qa_folder / "valid.json", "--output", out / "predictions.json",
-            "--nbest", out / "nbest.json", "--results", out / "scores.json")
+    run("span-predict", "--checkpoint", save / "checkpoint_last.pt",
+        "--input", qa_folder / "valid.json", "--output", out / "predictions.json",
+        "--nbest", out / "nbest.json", "--results", out / "scores.json")
     predictions = json.loads((out / "predictions.json").read_text())
     examples = read_qa(qa_folder / "valid.json").examples
     assert set(predictions) == {ex.id for ex in examples}
@@ -429,9 +431,9 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     found = [(context[qid], a["start"], a["end"]) for qid, answers in nbest.items() for a in answers]
     gold = [(ex.context, s, s + len(t)) for ex in examples for t, s in ex.answers]
     assert _inside_word_rate(found)[0] == 0 <= _inside_word_rate(gold)[0]
-    run_cli("span-predict", "--checkpoint", save / "checkpoint_last.pt", "--input",
-            qa_folder / "valid.json", "--output", out / "token.json", "--results",
-            out / "token-scores.json", "--answer-boundaries", "token")
+    run("span-predict", "--checkpoint", save / "checkpoint_last.pt", "--input",
+        qa_folder / "valid.json", "--output", out / "token.json", "--results",
+        out / "token-scores.json", "--answer-boundaries", "token")
     token = json.loads((out / "token-scores.json").read_text())
     assert token["answer_boundaries"] == "token"
     assert token["f1"] == pytest.approx(squad_scores(
@@ -540,12 +542,12 @@ def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, convert
         # v2: selected by exact match under its old name, as a run from before the
         # official names would be resumed: that name is logged too
         select = ["--best-checkpoint-metric", "HasAns_em", "--maximize-best-checkpoint-metric"]
-        log = run_cli("fairseq-train", folder, "--user-dir", USER_DIR, "--task", "span_qa",
-                      "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
-                      "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
-                      "--max-update", "2", "--save-dir", tmp_path / f"ckpt-{name}", "--cpu",
-                      "--no-progress-bar", "--log-format", "simple",
-                      "--no-epoch-checkpoints", *(select if name == "v2" else ())).stdout
+        log = run_main("fairseq-train", folder, "--user-dir", USER_DIR, "--task", "span_qa",
+                       "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
+                       "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8",
+                       "--max-update", "2", "--save-dir", tmp_path / f"ckpt-{name}", "--cpu",
+                       "--no-progress-bar", "--log-format", "simple", "--num-workers", "0",
+                       "--no-epoch-checkpoints", *(select if name == "v2" else ())).stdout
         valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
         assert valid and " f1 " in valid[-1] and " exact_match " in valid[-1], log[-2000:]
         if name == "v2":
@@ -557,9 +559,9 @@ def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, convert
         else:
             assert "NoAns" not in valid[-1] and "_em " not in valid[-1]
     out = tmp_path / "pred-v2"
-    run_cli("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
-            "--input", tmp_path / "v2.json", "--output", out / "predictions.json",
-            "--results", out / "scores.json", "--null-threshold", "tune")
+    run_main("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
+             "--input", tmp_path / "v2.json", "--output", out / "predictions.json",
+             "--results", out / "scores.json", "--null-threshold", "tune")
     scores = json.loads((out / "scores.json").read_text())
     assert {"best_f1_thresh", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"} <= set(scores)
     predictions = json.loads((out / "predictions.json").read_text())
@@ -577,14 +579,14 @@ def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, convert
     bare.write_text(json.dumps(raw))
     threshold = str(scores["best_f1_thresh"])
     for name, file in (("gold", tmp_path / "v2.json"), ("bare", bare)):
-        run_cli("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
-                "--input", file, "--output", out / f"{name}.json", "--null-threshold", threshold)
+        run_main("span-predict", "--checkpoint", tmp_path / "ckpt-v2" / "checkpoint_last.pt",
+                 "--input", file, "--output", out / f"{name}.json", "--null-threshold", threshold)
     assert json.loads((out / "bare.json").read_text()) == json.loads(
         (out / "gold.json").read_text())
     for flags in (("--results", out / "s.json"), ("--null-threshold", "tune")):
-        proc = run_cli("span-predict", "--checkpoint",
-                       tmp_path / "ckpt-v2" / "checkpoint_last.pt", "--input", bare,
-                       "--output", out / "x.json", *flags, check=False)
+        proc = run_main("span-predict", "--checkpoint",
+                        tmp_path / "ckpt-v2" / "checkpoint_last.pt", "--input", bare,
+                        "--output", out / "x.json", *flags, check=False)
         first = raw["data"][0]["paragraphs"][0]["qas"][0]["id"]
         assert proc.returncode != 0 and "Traceback" not in proc.stdout, proc.stdout[-2000:]
         assert (f"test-v2.json: article 1 (t), paragraph 1, question 1: question {first!r} "

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import TINY_ROBERTA, USER_DIR, run_cli
+from conftest import TINY_ROBERTA, USER_DIR, run_main
 
 
 def pair_args(data, save_dir, *extra):
@@ -30,9 +30,9 @@ def valid_stats(log):
 
 @pytest.mark.slow
 def test_train_both_heads(pair_folders, tmp_path):
-    log = run_cli("fairseq-train", *pair_args(
-        pair_folders["labelled"], tmp_path, "--best-checkpoint-metric", "phrasal_accuracy",
-        "--maximize-best-checkpoint-metric")).stdout
+    log = run_main("fairseq-train", *pair_args(
+         pair_folders["labelled"], tmp_path, "--best-checkpoint-metric", "phrasal_accuracy",
+         "--maximize-best-checkpoint-metric")).stdout
     stats = valid_stats(log)
     assert {"loss", "phrasal_loss", "phrasal_accuracy", "sentential_loss",
             "sentential_accuracy", "sentential_f1", "best_phrasal_accuracy"} <= set(stats), stats
@@ -47,9 +47,9 @@ def test_train_both_heads(pair_folders, tmp_path):
 def test_train_phrasal_only_mean_features_with_truncation(pair_folders, tmp_path):
     """No sentence labels: --sentential-weight 0; a short --max-positions cuts pairs,
     which are counted and left out."""
-    log = run_cli("fairseq-train", *pair_args(
-        pair_folders["phrasal"], tmp_path, "--sentential-weight", "0",
-        "--phrase-features", "mean2", "--max-positions", "40")).stdout
+    log = run_main("fairseq-train", *pair_args(
+         pair_folders["phrasal"], tmp_path, "--sentential-weight", "0",
+         "--phrase-features", "mean2", "--max-positions", "40")).stdout
     stats = valid_stats(log)
     assert "phrasal_accuracy" in stats and "sentential_loss" not in stats, stats
     assert re.search(r"train: truncation to 40 tokens cuts \d+ phrase pairs", log)
@@ -60,6 +60,6 @@ def test_train_phrasal_only_mean_features_with_truncation(pair_folders, tmp_path
 
 @pytest.mark.slow
 def test_no_sentence_labels_needs_sentential_weight_zero(pair_folders, tmp_path):
-    proc = run_cli("fairseq-train", *pair_args(pair_folders["phrasal"], tmp_path), check=False)
+    proc = run_main("fairseq-train", *pair_args(pair_folders["phrasal"], tmp_path), check=False)
     assert proc.returncode != 0
     assert "--sentential-weight 0" in proc.stdout

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from conftest import GPT2_BPE, ROOT, TINY_ROBERTA, USER_DIR, run_cli
+from conftest import GPT2_BPE, ROOT, TINY_ROBERTA, USER_DIR, run_cli, run_main
 from span_pretrain_fixtures import wikitext_lines
 
 TINY = TINY_ROBERTA  # 2 layers, H = 32, 128 positions
@@ -69,7 +69,7 @@ def test_pretrained_checkpoint_fine_tunes_with_span_classification(tmp_path_fact
 
     cwd, _ = pretrain_run(tmp_path_factory)
     pretrained = cwd / "runs" / "pretrain" / "wiki-geometric" / "checkpoints" / "checkpoint_best.pt"
-    log = run_cli(
+    log = run_main(
         "fairseq-train", glue_folder("CoLA"), "--user-dir", USER_DIR, "--task", "span_classification",
         "--criterion", "span_classification", "--arch", "roberta_span_base", *TINY,
         "--num-classes", "2", "--init-token", "0", "--separator-token", "2",

@@ -12,7 +12,7 @@ import string
 
 import pytest
 
-from conftest import DATA, run_cli
+from conftest import DATA, run_cli, run_main
 
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
@@ -305,9 +305,9 @@ def test_span_predict_prints_what_the_official_scripts_compute(qa_checkpoint, tm
         path = tmp_path / f"user-{name}.json"
         path.write_text(json.dumps(dataset), encoding="utf-8")
         out = tmp_path / name
-        proc = run_cli("span-predict", "--checkpoint", qa_checkpoint,
-                       "--input", path, "--output", out / "predictions.json",
-                       "--results", out / "scores.json", "--nbest", out / "nbest.json")
+        proc = run_main("span-predict", "--checkpoint", qa_checkpoint,
+                        "--input", path, "--output", out / "predictions.json",
+                        "--results", out / "scores.json", "--nbest", out / "nbest.json")
         predictions = json.loads((out / "predictions.json").read_text())
         want = official(dataset, predictions)
         # word-level answers (the default) of the real dev contexts: none cuts a word (a

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import GLUE, GPT2_BPE, run_cli
+from conftest import GLUE, GPT2_BPE, run_cli, run_main
 
 from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
 from span_plugin.preprocess.binary.span_files import SpanIndexWriter
@@ -83,7 +83,7 @@ def write_folder(out, split_rows, regression, words_per_span=2):
                     ids, spans = encode_with_spans(sentences[k], words_per_span)
                     h.write(" ".join(map(str, ids)) + "\n")
                     w.add(spans)
-        run_cli(
+        run_main(
             "fairseq-preprocess", "--only-source", "--srcdict", GPT2_BPE / "dict.txt",
             *[a for split in split_rows for a in (f"--{split}pref", raw / f"{split}.input{k}")],
             "--destdir", out / f"input{k}", "--workers", "1",
@@ -96,7 +96,7 @@ def write_folder(out, split_rows, regression, words_per_span=2):
             with open(out / "label" / f"{split}.label", "w") as h:
                 h.writelines(f"{float(label)}\n" for _, label in rows)
     if not regression:
-        run_cli(
+        run_main(
             "fairseq-preprocess", "--only-source",
             *[a for split in split_rows for a in (f"--{split}pref", raw / f"{split}.label")],
             "--destdir", out / "label", "--workers", "1",

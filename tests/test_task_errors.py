@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.data import data_utils
 
-from conftest import run_cli
+from conftest import run_main
 from test_model_span import build
 from test_task_data import read_rows, write_folder
 from test_task_train import span_args
@@ -82,7 +82,7 @@ def test_corrupted_span_file(folder, tmp_path):
 def test_fairseq_train_reports_misalignment(folder, tmp_path):
     data = _copy(folder, tmp_path)
     _rewrite_spans(data / "input0" / "train.spans", [[(0, 1)]] * 3)
-    proc = run_cli("fairseq-train", *span_args(data, tmp_path / "ckpt"), check=False)
+    proc = run_main("fairseq-train", *span_args(data, tmp_path / "ckpt"), check=False)
     assert proc.returncode != 0
     assert "train.spans.bin: 3 span items but the token file has 8 sentences" in proc.stdout
 

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from conftest import TINY_ROBERTA, USER_DIR, run_cli
+from conftest import TINY_ROBERTA, USER_DIR, run_cli, run_main
 from test_task_data import glue_folder
 
 
@@ -36,7 +36,7 @@ def valid_stats(log):
 
 @pytest.mark.slow
 def test_train_single_sentence_reports_mcc(tmp_path):
-    log = run_cli("fairseq-train", *span_args(glue_folder("CoLA"), tmp_path, metric="mcc")).stdout
+    log = run_main("fairseq-train", *span_args(glue_folder("CoLA"), tmp_path, metric="mcc")).stdout
     stats = valid_stats(log)
     assert {"accuracy", "mcc", "f1"} <= set(stats), stats
     assert "best_mcc" in stats
@@ -45,7 +45,7 @@ def test_train_single_sentence_reports_mcc(tmp_path):
 
 @pytest.mark.slow
 def test_train_pair_reports_f1_with_cnn_max(tmp_path):
-    log = run_cli(
+    log = run_main(
         "fairseq-train",
         *span_args(glue_folder("MRPC"), tmp_path, "--span-encoder", "cnn-max", metric="f1"),
     ).stdout
@@ -58,7 +58,7 @@ def test_train_pair_reports_f1_with_cnn_max(tmp_path):
 
 @pytest.mark.slow
 def test_train_regression_reports_pearson_spearman(tmp_path):
-    log = run_cli(
+    log = run_main(
         "fairseq-train",
         *span_args(glue_folder("STS-B"), tmp_path, "--regression-target", num_classes=1, metric="spearman"),
     ).stdout
@@ -136,7 +136,7 @@ def test_restore_plain_roberta_checkpoint_gives_fresh_span_head(tmp_path):
     checkpoint's and the span head is new."""
     data = glue_folder("SST-2")
     pre = tmp_path / "pretrained"
-    run_cli(
+    run_main(
         "fairseq-train", data / "input0", "--user-dir", USER_DIR, "--task", "masked_lm",
         "--arch", "roberta_base", *TINY_ROBERTA, "--tokens-per-sample", "128",
         "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "1",
@@ -147,7 +147,7 @@ def test_restore_plain_roberta_checkpoint_gives_fresh_span_head(tmp_path):
     assert not any(k.startswith("classification_heads") for k in plain)
 
     run = tmp_path / "run"
-    log = run_cli(
+    log = run_main(
         "fairseq-train",
         *span_args(data, run, "--restore-file", pre / "checkpoint_last.pt", "--reset-optimizer",
                    "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler", "--lr", "1e-12",
@@ -172,8 +172,8 @@ def test_restore_plain_roberta_checkpoint_gives_fresh_span_head(tmp_path):
     ):
         source = foreign if not extra else pre / "checkpoint_last.pt"
         save = tmp_path / f"refused{len(extra)}"
-        out = run_cli("fairseq-train", *span_args(data, save, "--finetune-from-model", source,
-                                                  *extra, max_update=1), check=False)
+        out = run_main("fairseq-train", *span_args(data, save, "--finetune-from-model", source,
+                                                   *extra, max_update=1), check=False)
         assert out.returncode != 0
         assert re.search(message, out.stdout), out.stdout[-3000:]
         assert "num_updates" not in out.stdout and not list(save.glob("*.pt"))

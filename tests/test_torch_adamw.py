@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import run_cli
+from conftest import run_main
 from test_task_data import glue_folder
 from test_task_train import span_args, valid_stats
 
@@ -180,7 +180,7 @@ def test_fairseq_train_torch_adamw_matches_adam_and_resumes(tmp_path):
     for name in ("adam", "torch_adamw"):
         args = span_args(glue_folder("MRPC"), tmp_path / name, *common, metric="f1")
         args[args.index("--optimizer") + 1] = name
-        logs[name] = run_cli("fairseq-train", *args).stdout
+        logs[name] = run_main("fairseq-train", *args).stdout
     ours, theirs = train_losses(logs["torch_adamw"]), train_losses(logs["adam"])
     assert len(ours) == len(theirs) == 6, logs["torch_adamw"][-3000:]
     assert ours[0] == theirs[0]  # the same model and batch before any step
@@ -190,7 +190,7 @@ def test_fairseq_train_torch_adamw_matches_adam_and_resumes(tmp_path):
 
     args = span_args(glue_folder("MRPC"), tmp_path / "torch_adamw", *common, metric="f1", max_update=8)
     args[args.index("--optimizer") + 1] = "torch_adamw"
-    log = run_cli("fairseq-train", *args).stdout
+    log = run_main("fairseq-train", *args).stdout
     assert "Loaded checkpoint" in log and re.search(r"num_updates 8\b", log), log[-3000:]
     resumed = train_losses(log)
     assert len(resumed) == 2 and all(x == x for x in resumed)  # updates 7 and 8, finite

@@ -61,9 +61,10 @@ def read_questions(hub, input_path=None, split=None):
     return read_records(path), versions.get(split, "1.1"), []
 
 
-def report_notes(notes, source, stream=sys.stderr, shown=SHOWN):
+def report_notes(notes, source, stream=None, shown=SHOWN):
     """Print how many notes of each kind ``source`` gave and the first ``shown`` of
-    each, one line each (place, id, what)."""
+    each, one line each (place, id, what), to ``stream`` (the current ``sys.stderr``)."""
+    stream = stream or sys.stderr
     for kind in NOTE_KINDS:
         of_kind = [n for n in notes if n.kind == kind]
         if not of_kind:
