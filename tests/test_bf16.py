@@ -48,7 +48,8 @@ def bf16_span_trainer(*extra):
         "--task", "span_classification", "--criterion", "span_classification",
         "--arch", "roberta_span_base", "--num-classes", "2", "--init-token", "0",
         "--separator-token", "2", "--shorten-method", "truncate", "--optimizer", "adam",
-        "--lr", "1e-3", "--batch-size", "8", "--cpu", "--seed", "1", "--bf16", *extra])
+        "--lr", "1e-3", "--batch-size", "8", "--cpu", "--seed", "1", "--num-workers", "0",
+        "--bf16", *extra])
     cfg = convert_namespace_to_omegaconf(args)
     assert cfg.common.tpu  # fairseq's parser: --bf16 implies --tpu
     assert bf16_off_tpu(cfg)  # fairseq-train does this in call_main

@@ -50,6 +50,7 @@ def build_trainer(save_dir, precision, *extra):
         "--arch", "roberta_span_base", "--num-classes", "2", "--init-token", "0",
         "--separator-token", "2", "--shorten-method", "truncate", "--optimizer", "torch_adamw",
         "--lr", "1e-3", "--clip-norm", "0.5", "--batch-size", "8", "--cpu", "--seed", "1",
+        "--num-workers", "0",
         "--save-dir", str(save_dir), *PRECISIONS[precision], *extra])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
