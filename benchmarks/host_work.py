@@ -259,7 +259,9 @@ def loop_reads(data, save_dir, size, span, precision, optimizer, one_read, updat
         "--optimizer", optimizer, "--lr", "1e-5", "--clip-norm", "1.0", "--batch-size", "8", "--cpu",
         "--max-update", str(updates), "--log-interval", str(log_interval), "--log-format", "simple",
         "--no-progress-bar", "--disable-validation", "--no-save", "--save-dir", save_dir, "--seed", "1",
-        *PRECISION_FLAGS[precision]])
+        # batches loaded in this process: a loader worker reads no device, and one left
+        # behind by a run that stops mid-epoch costs seconds to join when collected
+        "--num-workers", "0", *PRECISION_FLAGS[precision]])
     cfg = convert_namespace_to_omegaconf(args)
     counter = ReadCounter()
     train_step = Trainer.train_step
