@@ -1,16 +1,11 @@
 """Label files written without fairseq (span_plugin.preprocess.binary.labels) are byte for byte
 what fairseq-preprocess --only-source writes from the same label files."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from conftest import run_main
 from span_plugin.preprocess.binary.labels import binarize_labels, write_label_dict
 from span_plugin.preprocess.binary.vocab import Vocab
-
-BIN = Path(sys.executable).parent
 
 # Ties (b/a, x/y), code-point order (Z before a, é after z), a label fairseq treats as a
 # special symbol (<unk>), an unknown label in valid, an empty line and a CR line end.
@@ -24,10 +19,9 @@ def _write(path, lines):
 
 
 def _fairseq_preprocess(tmp_path, train, valid, dest, srcdict=None):
-    argv = [BIN / "fairseq-preprocess", "--only-source", "--destdir", dest, "--workers", "1",
-            "--validpref", valid]
+    argv = ["--only-source", "--destdir", dest, "--workers", "1", "--validpref", valid]
     argv += ["--srcdict", srcdict] if srcdict else ["--trainpref", train]
-    subprocess.run([str(a) for a in argv], check=True, capture_output=True)
+    run_main("fairseq-preprocess", *argv)
 
 
 @pytest.mark.parametrize("train", [TRAIN, ["1", "0", "0"], [f"c{i}" for i in range(13)]])
