@@ -7,14 +7,13 @@ run per scheme."""
 
 import gzip
 import hashlib
-import logging
 
 import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import DATA, TINY_ROBERTA, USER_DIR, minilm_dir
+from conftest import DATA, TINY_ROBERTA, USER_DIR, minilm_dir, run_main
 from span_plugin.data.masked_blocks import LinePiecesDataset
 from span_plugin.data.span_masking import SpanMasker, words_from_starts
 from span_plugin.tasks.spanbert_masked_lm import SpanBertMaskedLMConfig, SpanBertMaskedLMTask
@@ -334,30 +333,18 @@ def test_ngram_segments_follow_cut_lines(wiki):
 # ---- end to end: fairseq-train --------------------------------------------------------------
 
 
-def fairseq_train(monkeypatch, argv):
-    """fairseq-train's own entry point (fairseq_cli.train.cli_main), in this process."""
-    import sys
-
-    import fairseq_cli.train
-
-    monkeypatch.setattr(sys, "argv", ["fairseq-train", *map(str, argv)])
-    fairseq_cli.train.cli_main()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme, sbo", [("span", 1), ("span", 0), ("whole-word", 1), ("token", 1)])
-def test_fairseq_train_two_updates(wiki, tmp_path, monkeypatch, caplog, scheme, sbo):
-    caplog.set_level(logging.INFO)
-    fairseq_train(monkeypatch, [
+def test_fairseq_train_two_updates(wiki, tmp_path, scheme, sbo):
+    log = run_main("fairseq-train", *[
         wiki, "--user-dir", USER_DIR, "--task", "spanbert_masked_lm", "--criterion", "spanbert_masked_lm",
         "--arch", "roberta_spanbert_base", *TINY_ROBERTA, "--masking", scheme, "--sbo-weight", sbo,
         "--tokens-per-sample", "64", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3",
         "--max-update", "2", "--cpu", "--num-workers", "0", "--seed", "1", "--save-dir", tmp_path,
         "--no-epoch-checkpoints", "--log-format", "simple", "--log-interval", "1",
-        "--validate-interval-updates", "2", "--no-progress-bar"])
-    log = caplog.text
+        "--validate-interval-updates", "2", "--no-progress-bar"]).stdout
     assert "num_updates 2" in log or "num_updates=2" in log, log[-3000:]
-    valid = [r.getMessage() for r in caplog.records if "valid on 'valid' subset" in r.getMessage()]
+    valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
     assert valid and "mlm_loss" in valid[-1]
     assert ("sbo_loss" in valid[-1]) == bool(sbo)
     state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=True)
