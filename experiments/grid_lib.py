@@ -25,8 +25,15 @@ def read_results(path):
 
 def append_result(path, record):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    line = (json.dumps(record) + "\n").encode("utf-8")
+    # one write(2) on an O_APPEND descriptor: two chains appending to one results file
+    # (experiments/spanbert_qa.py on two work folders) never interleave their lines
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if os.write(fd, line) != len(line):
+            raise OSError(f"{path}: short write of a result line (disk full?)")
+    finally:
+        os.close(fd)
 
 
 def run_recipe(recipe, env, extra, out_dir, what):
