@@ -146,7 +146,7 @@ def sst2_bin(tmp_path_factory):
         (root / f"{split}.input0").write_text("".join(s + "\n" for s, _ in rows))
         (root / f"{split}.label").write_text("".join(y + "\n" for _, y in rows))
     for column in ("input0", "label"):
-        run_cli(
+        run_main(
             "fairseq-preprocess", "--only-source", "--workers", "1",
             "--trainpref", root / f"train.{column}", "--validpref", root / f"dev.{column}",
             "--destdir", root / "data" / column,
@@ -242,11 +242,12 @@ def qa_checkpoint(qa_folder, tmp_path_factory):
     """checkpoint_last.pt of 2 fairseq-train updates of a tiny span_qa model on
     ``qa_folder``, without validation."""
     save = tmp_path_factory.mktemp("qa_ckpt")
-    run_cli("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
-            "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
-            "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
-            "--save-dir", save, "--cpu", "--seed", "1", "--no-progress-bar",
-            "--log-format", "simple", "--no-epoch-checkpoints", "--disable-validation")
+    run_main("fairseq-train", qa_folder / "bin", "--user-dir", USER_DIR, "--task", "span_qa",
+             "--criterion", "span_qa", "--arch", "roberta_qa", *TINY_ROBERTA,
+             "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "8", "--max-update", "2",
+             "--save-dir", save, "--cpu", "--seed", "1", "--no-progress-bar",
+             "--log-format", "simple", "--no-epoch-checkpoints", "--disable-validation",
+             "--num-workers", "0")
     return save / "checkpoint_last.pt"
 
 
@@ -279,7 +280,8 @@ def pair_folders(tmp_path_factory):
 # process start (importing fairseq is ~4 s of CPU) where the test is about the command's
 # work, not its process: signals, concurrent runs, a clean interpreter and the smoke tests
 # keep run_cli.
-IN_PROCESS = ("fairseq-train", "fairseq-validate", "fairseq-preprocess", "span-predict")
+IN_PROCESS = ("fairseq-train", "fairseq-validate", "fairseq-preprocess", "fairseq-hydra-train",
+              "span-predict")
 # what fairseq_cli's modules set up before they import fairseq (fairseq_cli/train.py)
 FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 
@@ -287,15 +289,31 @@ FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 def fresh_fairseq_state():
     """Forget what an earlier run in this process left in fairseq's function attributes:
     the best validation figure so far (checkpoint_best.pt is saved only above it) and the
-    early-stopping count."""
+    early-stopping count; and close its tensorboard writers, which fairseq keeps for the
+    process keyed by "train" and "valid" only (a second run would write into the first
+    one's folder)."""
     import fairseq_cli.train
     from fairseq import checkpoint_utils
+    from fairseq.logging import progress_bar
+
+    progress_bar._close_writers()
+    progress_bar._tensorboard_writers.clear()
 
     for function, names in ((checkpoint_utils.save_checkpoint, ("best",)),
                             (fairseq_cli.train.should_stop_early, ("best", "num_runs"))):
         for attribute in names:
             if hasattr(function, attribute):
                 delattr(function, attribute)
+
+
+def forget_hydra():
+    """What a hydra run leaves in this process and a second one would trip over: the
+    global instance (initialized once a process) and the job's config."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    GlobalHydra.instance().clear()
+    HydraConfig.instance().cfg = None
 
 
 def run_main(name, *args, cwd=None, env=None, check=True):
@@ -316,6 +334,8 @@ def run_main(name, *args, cwd=None, env=None, check=True):
     # when collected costs seconds each (fairseq's default is one worker).
     assert name not in ("fairseq-train", "fairseq-validate") or "--num-workers" in argv, (
         f"{name} in process: give --num-workers 0")
+    assert name != "fairseq-hydra-train" or any(a.startswith("dataset.num_workers=") for a in argv), (
+        f"{name} in process: give dataset.num_workers=0")
     out = io.StringIO()
     root = logging.getLogger()
     saved = root.handlers[:], {n: logging.getLogger(n).level for n in LOGGERS_THE_COMMANDS_SET}
@@ -349,8 +369,14 @@ def run_main(name, *args, cwd=None, env=None, check=True):
                     traceback.print_exc()
                     code = 1
         finally:
+            if entry.module.startswith("fairseq_cli."):
+                fresh_fairseq_state()  # the run's event files closed: whole when read
+            if name == "fairseq-hydra-train":
+                forget_hydra()
             for handler in root.handlers[:]:
                 root.removeHandler(handler)
+                if handler not in saved[0]:
+                    handler.close()  # hydra's job log file among them
             for handler in saved[0]:
                 root.addHandler(handler)
             for logger, level in saved[1].items():

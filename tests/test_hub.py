@@ -15,7 +15,7 @@ BPE = {"gpt2_encoder_json": GPT2_BPE / "encoder.json", "gpt2_vocab_bpe": GPT2_BP
 @pytest.fixture(scope="module")
 def mrpc_ckpt(tmp_path_factory):
     save = tmp_path_factory.mktemp("hub_mrpc")
-    run_cli("fairseq-train", *span_args(glue_folder("MRPC"), save, max_update=2, metric="f1"))
+    run_main("fairseq-train", *span_args(glue_folder("MRPC"), save, max_update=2, metric="f1"))
     return save / "checkpoint_last.pt"
 
 

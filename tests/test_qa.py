@@ -638,12 +638,13 @@ def test_recipe_smoke_run_resumes_and_its_hydra_twin(tmp_path, qa_folder):
     again = run_cli("bash", ROOT / "recipes" / "qa" / "squad.sh", *tiny, env=env).stdout
     # (stopped by --max-update inside the epoch, fairseq takes one more step on resuming)
     assert re.search(r"Loaded checkpoint \S+checkpoint_last.pt \(epoch \d+ @ 2 updates\)", again)
-    run_cli("fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "hydra",
+    run_main("fairseq-hydra-train", "--config-dir", ROOT / "recipes" / "hydra",
             "--config-name", "qa_squad", f"task.data={tmp_path / 'data'}", "common.fp16=false",
             "common.cpu=true", f"common.user_dir={USER_DIR}", "optimization.max_update=1",
             "+model.encoder_layers=2", "+model.encoder_embed_dim=32",
             "+model.encoder_ffn_embed_dim=64", "+model.encoder_attention_heads=2",
-            f"checkpoint.save_dir={tmp_path / 'hydra' / 'checkpoints'}", cwd=tmp_path)
+            f"checkpoint.save_dir={tmp_path / 'hydra' / 'checkpoints'}", "dataset.num_workers=0",
+            cwd=tmp_path)
     assert (tmp_path / "hydra" / "checkpoints" / "checkpoint_last.pt").exists()
 
 

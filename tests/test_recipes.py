@@ -7,7 +7,7 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import GLUE, GPT2_BPE, ROOT, USER_DIR, run_cli
+from conftest import GLUE, GPT2_BPE, ROOT, USER_DIR, run_cli, run_main
 from glue_fixtures import FIXTURE_TASKS
 
 RECIPES = ROOT / "recipes" / "glue"
@@ -193,11 +193,11 @@ def test_recipe_smoke_run_and_its_hydra_twin(task, tmp_path_factory):
 
     if task not in HYDRA_RUNS:
         return
-    log = run_cli(
+    log = run_main(
         "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", hydra_name(task),
         f"common.user_dir={USER_DIR}", "common.cpu=true", "common.fp16=false",
         "optimization.max_update=4", "checkpoint.save_dir=runs/hydra/checkpoints", *TINY_HYDRA,
-        cwd=cwd,
+        "dataset.num_workers=0", cwd=cwd,
     ).stdout
     assert valid_line(log) == shell_valid
     assert (cwd / "runs" / "hydra" / "checkpoints" / "checkpoint_best.pt").is_file()

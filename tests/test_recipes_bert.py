@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import USER_DIR, run_cli
+from conftest import USER_DIR, run_cli, run_main
 from test_recipes import HYDRA, RECIPES, valid_line
 from test_task_data import glue_folder, mini_glue
 
@@ -116,7 +116,7 @@ def test_hydra_twin_of_a_model_dir_run(span_run, converted_minilm):
     assert {"++model.bert_token_types=true", "++model.bert_pooler=true"} <= set(overrides)
     # --batch-size 8 made the recipe count its own schedule (recipes/glue/common.sh).
     updates, warmup = re.search(r"schedule: (\d+) updates .*?, (\d+) of warm-up", span_log).groups()
-    log = run_cli(
+    log = run_main(
         "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", "mrpc", *overrides,
         f"task.data={cwd / 'data-bin' / 'minilm' / 'MRPC'}", f"common.user_dir={USER_DIR}",
         "common.cpu=true", "common.fp16=false", "common.log_interval=1",

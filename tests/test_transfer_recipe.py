@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import GLUE, GPT2_BPE, ROOT, USER_DIR, run_cli
+from conftest import GLUE, GPT2_BPE, ROOT, USER_DIR, run_cli, run_main
 
 RECIPE = ROOT / "recipes" / "transfer" / "paraphrase.sh"
 GLUE_RECIPE = ROOT / "recipes" / "glue" / "MRPC.sh"
@@ -97,7 +97,7 @@ def test_hydra_twin_gives_the_same_validation(transfer):
     total = re.search(r"'total_num_update': '?(\d+)", log).group(1)
     warmup = re.search(r"'warmup_updates': (\d+)", log).group(1)
     cwd = transfer["cwd"]
-    hydra_log = run_cli(
+    hydra_log = run_main(
         "fairseq-hydra-train", "--config-dir", HYDRA, "--config-name", "transfer_paraphrase",
         f"common.user_dir={USER_DIR}", "common.cpu=true", "common.fp16=false",
         f"task.data={transfer['data']}", "optimization.max_update=2",
