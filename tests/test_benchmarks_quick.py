@@ -1,13 +1,14 @@
 """Every benchmark of benchmarks/ runs in its quick mode (seconds) and prints its figure
 lines, so a refactoring cannot silently break one (preprocess_speed.py once failed with
-an ImportError that nothing ran into). Each runs as its own process, as a user starts
-it; two at a time, since most of their time is starting Python, torch and fairseq."""
+an ImportError that nothing ran into). They run one after another in one interpreter
+(tests/script_runner.py: each as __main__ with its own argv and output, the environment
+and working directory put back), since importing torch and fairseq in a process of its
+own was most of each one's time; the processes each starts are its own as ever."""
 
 import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,8 +17,7 @@ from conftest import ROOT
 BENCHMARKS = ROOT / "benchmarks"
 NUMBER = r"[-+]?[\d,]+(\.\d+)?"
 
-# script -> the figure lines its quick run prints (regular expressions), the longest
-# runs first so that the two at a time finish together
+# script -> the figure lines its quick run prints (regular expressions)
 FIGURES = {
     "compile_speed.py": [
         rf"compiled: first step {NUMBER} s \(graph built\)",
@@ -74,22 +74,25 @@ FIGURES = {
 }
 
 
-def run_quick(script):
-    # one thread a process: two run at once on the test worker's share of the cores
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return subprocess.run([sys.executable, BENCHMARKS / script, "--quick"], cwd=ROOT, env=env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
-def quick_runs():
-    """script -> its finished quick run; and whether benchmarks/RESULTS.md was left as
-    it was (quick figures are not results)."""
+def quick_runs(tmp_path_factory):
+    """script -> its finished quick run (returncode, stdout with stderr); and whether
+    benchmarks/RESULTS.md was left as it was (quick figures are not results)."""
     results_md = BENCHMARKS / "RESULTS.md"
     before = results_md.read_bytes()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = dict(zip(FIGURES, pool.map(run_quick, FIGURES)))
+    out = tmp_path_factory.mktemp("quick_runs")
+    # one thread, as each benchmark's timings assume on a test worker's share of the cores
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    subprocess.run([sys.executable, ROOT / "tests" / "script_runner.py", out, "--quick", "--",
+                    *(BENCHMARKS / script for script in FIGURES)], cwd=ROOT, env=env,
+                   stdin=subprocess.DEVNULL, check=True, timeout=1200)
+    runs = {}
+    for script in FIGURES:
+        status = out / f"{script}.status"
+        assert status.is_file(), f"{script} never finished (tests/script_runner.py stopped before it)"
+        runs[script] = subprocess.CompletedProcess(
+            [script, "--quick"], int(status.read_text()),
+            (out / f"{script}.log").read_text(encoding="utf-8", errors="replace"))
     return runs, results_md.read_bytes() == before
 
 
