@@ -177,7 +177,7 @@ def converted_minilm(tmp_path_factory):
     """all-MiniLM-L6-v2 converted by ``span-convert bert`` (model.pt, dict.txt and its
     tokenizer), once per session."""
     out = tmp_path_factory.mktemp("minilm") / "minilm"
-    run_cli("span-convert", "bert", "--hf-dir", minilm_dir(), "--out", out)
+    run_main("span-convert", "bert", "--hf-dir", minilm_dir(), "--out", out)
     return out
 
 
@@ -207,7 +207,7 @@ def converted_tiny_bert(tiny_bert_hf, tmp_path_factory):
     grids' bookkeeping (records, subsets, resumes, reports) on the real WordPiece and
     conversion path, without MiniLM's six layers of compute per run."""
     out = tmp_path_factory.mktemp("tiny_bert") / "tiny-bert"
-    run_cli("span-convert", "bert", "--hf-dir", tiny_bert_hf, "--out", out)
+    run_main("span-convert", "bert", "--hf-dir", tiny_bert_hf, "--out", out)
     return out
 
 
@@ -230,7 +230,7 @@ def qa_folder(tmp_path_factory, converted_minilm):
     rest["data"][0]["paragraphs"] = rest["data"][0]["paragraphs"][:4]
     rest["data"] = rest["data"][:1]
     (root / "valid.json").write_text(json.dumps(rest))
-    run_cli("span-preprocess", "qa", "--out", root / "bin", "--train", root / "train.json",
+    run_main("span-preprocess", "qa", "--out", root / "bin", "--train", root / "train.json",
             "--valid", root / "valid.json", "--bpe", "wordpiece", "--wordpiece", converted_minilm,
             "--srcdict", converted_minilm / "dict.txt", "--max-positions", "96",
             "--doc-stride", "32", "--workers", "1")
@@ -281,7 +281,7 @@ def pair_folders(tmp_path_factory):
 # work, not its process: signals, concurrent runs, a clean interpreter and the smoke tests
 # keep run_cli.
 IN_PROCESS = ("fairseq-train", "fairseq-validate", "fairseq-preprocess", "fairseq-hydra-train",
-              "span-predict")
+              "span-predict", "span-preprocess", "span-convert", "span-export")
 # what fairseq_cli's modules set up before they import fairseq (fairseq_cli/train.py)
 FAIRSEQ_LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
 
@@ -336,6 +336,9 @@ def run_main(name, *args, cwd=None, env=None, check=True):
         f"{name} in process: give --num-workers 0")
     assert name != "fairseq-hydra-train" or any(a.startswith("dataset.num_workers=") for a in argv), (
         f"{name} in process: give dataset.num_workers=0")
+    # nor may a pool fork this process (a test worker, with threads of its own)
+    assert name != "span-preprocess" or "--workers" in argv and argv[argv.index("--workers") + 1] == "1", (
+        f"{name} in process: give --workers 1")
     out = io.StringIO()
     root = logging.getLogger()
     saved = root.handlers[:], {n: logging.getLogger(n).level for n in LOGGERS_THE_COMMANDS_SET}

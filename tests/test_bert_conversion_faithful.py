@@ -23,7 +23,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import TINY_ROBERTA, USER_DIR, minilm_dir, run_cli
+from conftest import TINY_ROBERTA, USER_DIR, minilm_dir, run_cli, run_main
 from test_convert import (
     CASED,
     UNCASED,
@@ -436,7 +436,7 @@ def test_old_conversion_loads_with_a_clear_log_line(minilm_old, minilm_data, glu
         flags = checkpoint_train_flags(minilm_old)
     assert flags == strip_bert_flags(flags) and flags[-1] == "512"
     assert "converted before span-convert kept its segment-B embedding and pooler" in caplog.text
-    cli = run_cli("span-convert", "flags", minilm_old / "model.pt")
+    cli = run_main("span-convert", "flags", minilm_old / "model.pt")
     assert cli.stdout.splitlines()[-1] == " ".join(flags)
     assert "re-convert it with span-convert bert" in cli.stdout  # (stderr merged)
 

@@ -613,7 +613,7 @@ def test_fairseq_train_finetunes_from_converted_minilm(minilm_out, tmp_path):
     assert torch.equal(torch.cat([torch.tensor([0]), *first]), to_fs[bert_ids])
 
     # (run_cli merges stderr, where fairseq's import logs: the flags are the last line)
-    flags = run_cli("span-convert", "flags", minilm_out / "model.pt").stdout.splitlines()[-1]
+    flags = run_main("span-convert", "flags", minilm_out / "model.pt").stdout.splitlines()[-1]
     flags = flags.split()
     assert flags == checkpoint_train_flags(minilm_out) and "--bert-token-types" in flags
     log = run_main(

@@ -15,7 +15,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import DATA, GLUE, run_cli
+from conftest import DATA, GLUE, run_cli, run_main
 from test_convert import load_fairseq
 from span_plugin.cli.convert import main as cli_main
 from span_plugin.tokenizers import words as W
@@ -329,7 +329,7 @@ def ngram_files(tmp_path_factory):
     out = {}
     for scheme in ("gpt2", "spm"):
         out[scheme] = folder / f"ngrams.{scheme}.txt"
-        run_cli("span-preprocess", "ngrams", "--text", text, "--out", out[scheme],
+        run_main("span-preprocess", "ngrams", "--text", text, "--out", out[scheme],
                 "--words", scheme, "--min-count", "3", "--workers", "1")
     return out
 
@@ -353,7 +353,7 @@ def test_ngram_dictionary_counts_in_the_tokenizers_words(family, ngram_files):
     multi = [s for s in spans if len(s) > 1]
     assert all(tuple(s) in ngrams for s in multi)
     assert len(multi) > 50, f"{len(multi)} multi-word spans in 200 sentences"
-    log = run_cli("span-preprocess", "encode", *encoder_args(out), "--srcdict", out / "dict.txt",
+    log = run_main("span-preprocess", "encode", *encoder_args(out), "--srcdict", out / "dict.txt",
                   "--ngrams", ngram_files[scheme], "--workers", "1",
                   "Amrozi accused his brother of deliberately distorting his evidence .").stdout
     assert " | " in log and any(len(span.split()) > 1 for span in log.strip().splitlines()[-1].split(" | "))
@@ -441,7 +441,7 @@ def test_span_preprocess_glue_on_the_converted_xlmr(family, ngram_files, tmp_pat
     if name != "xlmr":
         pytest.skip("one sentencepiece family is enough")
     data = tmp_path / "MRPC"
-    run_cli("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(), "--out", data,
+    run_main("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(), "--out", data,
             *encoder_args(out), "--srcdict", out / "dict.txt", "--ngrams", ngram_files["spm"],
             "--workers", "1")
     encoder = json.loads((data / "provenance.json").read_text(encoding="utf-8"))["encoder"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
+from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR, run_main
 from conftest import fairseq_train, tiny_train_args
 
 NLTK_DATA = DATA / "nltk_data"
@@ -102,7 +102,7 @@ def _minilm(root, model_dir):
     from span_plugin.convert.flags import checkpoint_train_flags
     from test_task_data import mini_glue
 
-    run_cli("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(),
+    run_main("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(),
             "--out", root / "bin", "--bpe", "wordpiece", "--wordpiece", model_dir,
             "--srcdict", model_dir / "dict.txt", "--workers", "1")
     save = root / "ckpt"

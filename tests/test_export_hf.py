@@ -14,7 +14,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import DATA, GLUE, minilm_dir, run_cli
+from conftest import DATA, GLUE, minilm_dir, run_cli, run_main
 from span_plugin.cli.convert import main as convert_main
 from span_plugin.cli.export import main as export_main
 
@@ -65,7 +65,7 @@ def roberta(tmp_path_factory):
     root = tmp_path_factory.mktemp("export_roberta")
     make_roberta(root / "hf")
     assert convert_main(["roberta", "--hf-dir", str(root / "hf"), "--out", str(root / "fs")]) == 0
-    run_cli("span-export", "hf", root / "fs", "--out", root / "out")
+    run_main("span-export", "hf", root / "fs", "--out", root / "out")
     return root / "hf", root / "fs", root / "out"
 
 

@@ -32,7 +32,7 @@ def mrpc_wordpiece(converted_minilm, tmp_path_factory):
     """First rows of real MRPC in all-MiniLM-L6-v2's WordPiece (BERT pair layout), as
     the grid prepares them."""
     out = tmp_path_factory.mktemp("overhead") / "MRPC-greedy"
-    run_cli("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(),
+    run_main("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(),
             "--out", out, "--bpe", "wordpiece", "--wordpiece", converted_minilm,
             "--srcdict", converted_minilm / "dict.txt", "--workers", "1")
     return out

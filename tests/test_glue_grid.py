@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, run_main
 from test_task_data import mini_glue
 
 import grid_lib
@@ -111,10 +111,10 @@ def test_grid_appends_skips_and_reports(converted_tiny_bert, tiny_bert_hf, tmp_p
     # flags, and the same grid given another conversion of the same checkpoint (segment A
     # only, no pooler) stops before running, naming the file and line.
     assert {r["model_flags"] for r in runs} == {
-        " ".join(run_cli("span-convert", "flags", converted_tiny_bert).stdout.split())}
+        " ".join(run_main("span-convert", "flags", converted_tiny_bert).stdout.split())}
     assert "--bert-token-types --bert-pooler" in runs[0]["model_flags"]
     other = tmp_path / "segment-a"
-    run_cli("span-convert", "bert", "--hf-dir", tiny_bert_hf, "--out", other, "--roberta-only")
+    run_main("span-convert", "bert", "--hf-dir", tiny_bert_hf, "--out", other, "--roberta-only")
     model_at = grid.index("--model-dir") + 1
     refused = run_cli(sys.executable, *grid[:model_at], other, *grid[model_at + 1:], check=False)
     assert refused.returncode != 0 and f"{results}:1: a run of a model with flags" in refused.stdout

@@ -533,7 +533,7 @@ def test_squad_v2_and_mrqa_train_with_no_answer_metrics(tmp_path, squad, convert
     _mrqa_fixture(tmp_path / "mrqa.jsonl.gz", squad)
     for name, train in (("v2", tmp_path / "v2.json"), ("mrqa", tmp_path / "mrqa.jsonl.gz")):
         folder = tmp_path / f"bin-{name}"
-        run_cli("span-preprocess", "qa", "--out", folder, "--train", train, "--valid", train,
+        run_main("span-preprocess", "qa", "--out", folder, "--train", train, "--valid", train,
                 "--bpe", "wordpiece", "--wordpiece", converted_minilm,
                 "--srcdict", converted_minilm / "dict.txt", "--max-positions", "128",
                 "--doc-stride", "32", "--workers", "1")

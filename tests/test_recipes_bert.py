@@ -110,7 +110,7 @@ def test_hydra_twin_of_a_model_dir_run(span_run, converted_minilm):
     runs what MODEL_DIR=... recipes/glue/MRPC.sh ran: the same validation after the same
     updates on the same folder."""
     cwd, span_log = span_run
-    overrides = run_cli("span-convert", "hydra-overrides", converted_minilm).stdout.split()
+    overrides = run_main("span-convert", "hydra-overrides", converted_minilm).stdout.split()
     assert f"checkpoint.restore_file={converted_minilm}/model.pt" in overrides
     assert "++model.encoder_layers=6" in overrides and "task.separator_token=null" in overrides
     assert {"++model.bert_token_types=true", "++model.bert_pooler=true"} <= set(overrides)

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import DATA, ROOT, run_cli
+from conftest import DATA, ROOT, run_cli, run_main
 from test_task_data import mini_glue
 
 import sf_grid
@@ -126,7 +126,7 @@ def test_smoke_grid_no_cls_and_dictionary_cut(converted_tiny_bert, tmp_path):
     corpus = tmp_path / "wiki.txt"
     with gzip.open(DATA / "wikipedia" / "wiki.AA.txt.gz", "rt", encoding="utf-8") as f:
         corpus.write_text("".join(next(f) for _ in range(4000)), encoding="utf-8")
-    run_cli("span-preprocess", "ngrams", "--words", "bert", "--text", corpus, "--min-count",
+    run_main("span-preprocess", "ngrams", "--words", "bert", "--text", corpus, "--min-count",
             "3", "--workers", "1", "--out", dicts / "wiki.bert.txt.gz")
     results = tmp_path / "sf.jsonl"
     grid = [ROOT / "experiments" / "sf_grid.py", "--model-dir", converted_tiny_bert,

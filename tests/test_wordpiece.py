@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from conftest import GLUE, GPT2_BPE, minilm_dir, run_cli
+from conftest import GLUE, GPT2_BPE, minilm_dir, run_cli, run_main
 
 from span_plugin.preprocess import load_ngrams, make_encoder
 from span_plugin.tokenizers import words as W
@@ -130,7 +130,7 @@ def test_ngrams_counted_over_bert_words(tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("Don't go to New York's zoo.\n" * 3 + "We don't go.\n")
     out = tmp_path / "d.txt"
-    run_cli("span-preprocess", "ngrams", "--text", text, "--out", out, "--words", "bert",
+    run_main("span-preprocess", "ngrams", "--text", text, "--out", out, "--words", "bert",
             "--min-count", "3", "--workers", "1")
     d = load_ngrams(out)
     assert d.words == "bert"
