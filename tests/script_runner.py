@@ -1,14 +1,15 @@
 """Run Python scripts one after another in this one interpreter, each as ``__main__``
 with its own argv, its output (file descriptors 1 and 2, so its child processes' too) in
-OUT/<script>.log and its exit status in OUT/<script>.status; the environment, sys.path,
+OUT/<name>.log and its exit status in OUT/<name>.status; the environment, sys.path,
 working directory and torch's thread count are put back between scripts. Imports stay:
 that is the point (importing torch and fairseq is most of a quick benchmark's time).
 
-    python tests/script_runner.py OUT ARG -- script.py [script.py ...]
+    python tests/script_runner.py RUNS.json OUT
 
-runs each ``script.py ARG`` (ARG: the one option every script gets, e.g. --quick).
+RUNS.json: ``{name: [script.py, arg, ...], ...}``, run in that order.
 """
 
+import json
 import os
 import runpy
 import sys
@@ -16,8 +17,9 @@ import traceback
 from pathlib import Path
 
 
-def run_one(script, arg, log):
-    """``script arg`` as __main__, output to ``log``; its exit status."""
+def run_one(argv, log):
+    """``argv`` (a script and its arguments) as __main__, output to ``log``; its exit
+    status."""
     env, path, cwd = dict(os.environ), list(sys.path), os.getcwd()
     threads = None
     if "torch" in sys.modules:
@@ -28,10 +30,11 @@ def run_one(script, arg, log):
     with open(log, "wb") as f:
         os.dup2(f.fileno(), 1)
         os.dup2(f.fileno(), 2)
-    sys.argv = [str(script), arg]
+    script = str(argv[0])
+    sys.argv = [script, *map(str, argv[1:])]
     sys.path.insert(0, str(Path(script).parent))  # as python puts a script's folder first
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
@@ -57,14 +60,33 @@ def run_one(script, arg, log):
 
 
 def main(argv):
-    out, arg, sep, *scripts = argv
-    assert sep == "--", "usage: script_runner.py OUT ARG -- script.py [script.py ...]"
+    runs, out = argv
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for script in scripts:
-        name = Path(script).name
-        code = run_one(script, arg, out / f"{name}.log")
+    for name, script_argv in json.loads(Path(runs).read_text()).items():
+        code = run_one(script_argv, out / f"{name}.log")
         (out / f"{name}.status").write_text(str(code))
+
+
+def run_scripts(runs, out, env=None, cwd=None):
+    """``runs`` ({name: [script, arg, ...]}) through this file in a fresh interpreter;
+    {name: CompletedProcess} (returncode, stdout with stderr) of each."""
+    import subprocess
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "runs.json"
+    spec.write_text(json.dumps({name: [str(a) for a in argv] for name, argv in runs.items()}))
+    subprocess.run([sys.executable, __file__, spec, out], env=env, cwd=cwd,
+                   stdin=subprocess.DEVNULL, check=True, timeout=1800)
+    done = {}
+    for name, argv in runs.items():
+        status = out / f"{name}.status"
+        assert status.is_file(), f"{name} never finished (tests/script_runner.py stopped before it)"
+        done[name] = subprocess.CompletedProcess(
+            argv, int(status.read_text()),
+            (out / f"{name}.log").read_text(encoding="utf-8", errors="replace"))
+    return done
 
 
 if __name__ == "__main__":

@@ -7,12 +7,11 @@ own was most of each one's time; the processes each starts are its own as ever."
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from conftest import ROOT
+from script_runner import run_scripts
 
 BENCHMARKS = ROOT / "benchmarks"
 NUMBER = r"[-+]?[\d,]+(\.\d+)?"
@@ -80,19 +79,10 @@ def quick_runs(tmp_path_factory):
     benchmarks/RESULTS.md was left as it was (quick figures are not results)."""
     results_md = BENCHMARKS / "RESULTS.md"
     before = results_md.read_bytes()
-    out = tmp_path_factory.mktemp("quick_runs")
     # one thread, as each benchmark's timings assume on a test worker's share of the cores
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    subprocess.run([sys.executable, ROOT / "tests" / "script_runner.py", out, "--quick", "--",
-                    *(BENCHMARKS / script for script in FIGURES)], cwd=ROOT, env=env,
-                   stdin=subprocess.DEVNULL, check=True, timeout=1200)
-    runs = {}
-    for script in FIGURES:
-        status = out / f"{script}.status"
-        assert status.is_file(), f"{script} never finished (tests/script_runner.py stopped before it)"
-        runs[script] = subprocess.CompletedProcess(
-            [script, "--quick"], int(status.read_text()),
-            (out / f"{script}.log").read_text(encoding="utf-8", errors="replace"))
+    runs = run_scripts({script: [BENCHMARKS / script, "--quick"] for script in FIGURES},
+                       tmp_path_factory.mktemp("quick_runs"), env=env, cwd=ROOT)
     return runs, results_md.read_bytes() == before
 
 

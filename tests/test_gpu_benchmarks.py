@@ -3,24 +3,53 @@ modes, so a refactoring cannot silently break them), and the span model's host w
 update stays within plain RoBERTa's synchronisations."""
 
 import re
-import sys
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from script_runner import run_scripts
 
 BENCHMARKS = ROOT / "benchmarks"
+DATA = "{data}"  # in a run's argv: a folder of its own for the pairs it builds
+
+# test -> the benchmark command it reads; those of the collected tests run one after
+# another in one interpreter (tests/script_runner.py), once for the module
+RUNS = {
+    "test_span_model_synchronises_no_more_often_than_plain":
+        ["host_work.py", "--quick", "--optimizers", "adam", "torch_adamw"],
+    "test_gpu_throughput_without_a_gpu_says_so_and_exits_0": ["gpu_throughput.py", "--results", ""],
+    "test_gpu_compile_check_quick_compiled_equals_eager": ["gpu_compile_check.py", "--quick", "--data", DATA],
+    "test_gpu_throughput_quick_trains_every_variant": ["gpu_throughput.py", "--quick", "--data", DATA],
+    "test_hf_peer_quick_trains_on_the_same_pairs": ["hf_peer.py", "--quick", "--data", DATA],
+    "test_host_work_loop_counts_one_read_an_update": ["host_work.py", "--loop", "--quick"],
+    "test_gpu_profile_quick_reports_each_phase": ["gpu_profile.py", "--quick", "--variants", "span"],
+    "test_gpu_head_quick_times_each_formulation": ["gpu_head.py", "--quick", "--top", "200"],
+}
 
 
-def bench(script, *args):
-    return run_cli(sys.executable, BENCHMARKS / script, *args).stdout
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory):
+    wanted = {item.originalname for item in request.session.items
+              if getattr(item, "module", None) is request.module} & set(RUNS)
+    root = tmp_path_factory.mktemp("gpu_benchmarks")
+    argvs = {name: [BENCHMARKS / argv[0], *(str(root / name / "pairs") if a == DATA else a
+                                             for a in argv[1:])]
+             for name, argv in RUNS.items() if name in wanted}
+    return run_scripts(argvs, root, cwd=ROOT)
 
 
-def test_span_model_synchronises_no_more_often_than_plain():
+@pytest.fixture
+def out(runs, request):
+    """The output of this test's benchmark command (RUNS), which exited 0."""
+    run = runs[request.node.originalname]
+    assert run.returncode == 0, f"{run.args} exited {run.returncode}:\n{run.stdout[-4000:]}"
+    return run.stdout
+
+
+def test_span_model_synchronises_no_more_often_than_plain(out):
     """fairseq's Trainer.train_step of a tiny span model against plain RoBERTa, counted
     by the torch profiler: no nonzero / item() of the plugin's own per update; with
     --optimizer torch_adamw fewer operators than with fairseq's adam, no more syncs."""
-    out = bench("host_work.py", "--quick", "--optimizers", "adam", "torch_adamw")
     rows = {(m, o): (float(ops), float(kernels), float(syncs), detail) for m, o, ops, kernels, syncs, detail in
             re.findall(r"^\s+tiny\s+(span|plain)\s+(\w+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*(.*)$", out, re.M)}
     assert set(rows) == {(m, o) for m in ("span", "plain") for o in ("adam", "torch_adamw")}, out
@@ -33,44 +62,39 @@ def test_span_model_synchronises_no_more_often_than_plain():
         assert rows[m, "torch_adamw"][2] <= rows[m, "adam"][2], out
 
 
-def test_gpu_throughput_without_a_gpu_says_so_and_exits_0():
-    out = bench("gpu_throughput.py", "--results", "")
+def test_gpu_throughput_without_a_gpu_says_so_and_exits_0(out):
     assert "no GPU on this machine" in out
 
 
-def test_gpu_compile_check_quick_compiled_equals_eager(tmp_path):
+def test_gpu_compile_check_quick_compiled_equals_eager(out):
     """The GPU check's own code, on the CPU with aot_eager: real batches of a long-pair
     folder it builds (Wikipedia paragraphs), compiled against eager within tolerance."""
-    out = bench("gpu_compile_check.py", "--quick", "--data", tmp_path / "pairs")
     assert "compiled = eager within tolerance" in out, out[-2000:]
 
 
 @pytest.mark.slow
-def test_gpu_throughput_quick_trains_every_variant(tmp_path):
+def test_gpu_throughput_quick_trains_every_variant(out):
     """Builds its long-pair folder from the shared Wikipedia text, then fairseq-train of
     the span and plain tiny models, and the span model with --amp and torch_adamw,
     through its own launch code."""
-    out = bench("gpu_throughput.py", "--quick", "--data", tmp_path / "pairs")
     assert "quick check: every run trained" in out, out[-3000:]
     for variant in ("span", "plain", "span\\+amp"):
         assert re.search(rf"\| tiny \| {variant} \| 1 \| [\d,]+ \|", out), out[-3000:]
 
 
 @pytest.mark.slow
-def test_hf_peer_quick_trains_on_the_same_pairs(tmp_path):
+def test_hf_peer_quick_trains_on_the_same_pairs(out):
     """The peer benchmark's own code: Hugging Face's Trainer of a tiny
     RobertaForSequenceClassification on gpu_throughput's pairs, read back from fairseq's
     binarized folder, on the CPU."""
-    out = bench("hf_peer.py", "--quick", "--data", tmp_path / "pairs")
     assert re.search(r"HF Trainer RobertaForSequenceClassification tiny, batch 4: [\d.]+ updates/s", out), out[-3000:]
 
 
 @pytest.mark.slow
-def test_host_work_loop_counts_one_read_an_update():
+def test_host_work_loop_counts_one_read_an_update(out):
     """fairseq-train's own loop (fairseq_cli.train.main) of a tiny span and plain model
     under --amp: fairseq's update reads the device several times an update, the plugin's
     once."""
-    out = bench("host_work.py", "--loop", "--quick")
     counts = re.search(r"fairseq -> plugin: tiny span amp: (\d+) -> (\d+); tiny plain amp: (\d+) -> (\d+)", out)
     assert counts, out[-3000:]
     span_before, span_after, plain_before, plain_after = map(int, counts.groups())
@@ -78,10 +102,9 @@ def test_host_work_loop_counts_one_read_an_update():
     assert span_before > 1 and plain_before > 1
 
 
-def test_gpu_profile_quick_reports_each_phase():
+def test_gpu_profile_quick_reports_each_phase(out):
     """The profile's own code on the CPU (no device events there): fairseq's Trainer of
     the tiny span model, its phases found by their record_function names."""
-    out = bench("gpu_profile.py", "--quick", "--variants", "span")
     assert re.search(r"== span: [\d.]+ ms/update", out), out[-3000:]
     for phase in ("forward", "backward", "optimizer", "other"):
         assert re.search(rf"phase {phase}: [\d.]+ ms host", out), out[-3000:]
@@ -91,13 +114,12 @@ def test_gpu_profile_quick_reports_each_phase():
     assert re.search(r"== span: [\d.]+ ms/update \([\d.]+ updates/s, \d+ tokens an update\)", out), out[-3000:]
 
 
-def test_gpu_head_quick_times_each_formulation():
+def test_gpu_head_quick_times_each_formulation(out):
     """The head-only benchmark on the CPU: the packed and dense heads compute the same
     function on segmenter-like spans, each is timed against a transformer layer, and the
     packed head's largest operators are listed."""
     # Every operator listed (the ranking of tiny CPU operators is noise): the packed
     # head's within-span max is among them.
-    out = bench("gpu_head.py", "--quick", "--top", "200")
     gap = float(re.search(r"packed against dense output: max \|difference\| (\S+)", out).group(1))
     assert gap < 1e-5, out[-3000:]
     for name in ("transformer layer", "packed", "dense"):

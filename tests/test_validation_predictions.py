@@ -3,10 +3,12 @@ made, kept in the checkpoint by the span_classification criterion, written witho
 second pass over the dev set; equal to the forward pass they replace, and refused (with
 the reason, then predicted as usual) wherever they cannot stand in for it."""
 
+import sys
+
 import pytest
 import torch
 
-from conftest import GPT2_BPE, run_main
+from conftest import GPT2_BPE, run_cli, run_main
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -51,6 +53,27 @@ def test_stored_validation_equals_a_forward_pass(runs, task, tmp_path):
     else:  # STS-B: the model's output times the folder's scale (5), clipped to [0, 5]
         assert [float(g) for g in got] == pytest.approx([float(w) for w in want], abs=2e-3)
         assert all(0.0 <= float(g) <= 5.0 for g in got)
+
+
+@pytest.mark.slow
+def test_stored_validation_alone_never_imports_fairseq(runs, tmp_path):
+    """The span-predict of a recipe's end (split valid from the stored pass) in a fresh
+    interpreter: written without importing fairseq, equal to the forward pass; with a split
+    that needs the model as well, fairseq is loaded for that one."""
+    code = ("import sys; from span_plugin.cli.predict import main; status = main(sys.argv[1:]); "
+            "print('fairseq imported:', 'fairseq' in sys.modules); sys.exit(status)")
+    forward, _ = predict_valid(runs["MRPC"], tmp_path / "forward.tsv")
+    common = ["--checkpoint", runs["MRPC"], *ENCODER, "--from-validation"]
+    alone = run_cli(sys.executable, "-c", code, *common, "--split", "valid",
+                    "--output", tmp_path / "stored.tsv").stdout
+    assert "fairseq imported: False" in alone, alone
+    assert (tmp_path / "stored.tsv").read_text().splitlines() == forward
+    both = run_cli(sys.executable, "-c", code, *common, "--split", "valid", "test",
+                   "--output", tmp_path / "dev.tsv", tmp_path / "test.tsv").stdout
+    assert "fairseq imported: True" in both, both
+    assert (tmp_path / "dev.tsv").read_text().splitlines() == forward
+    rows = len((glue_folder("MRPC") / "raw" / "test.input0").read_text().splitlines())
+    assert len((tmp_path / "test.tsv").read_text().splitlines()) == 1 + rows
 
 
 def _altered(checkpoint, tmp_path, change):

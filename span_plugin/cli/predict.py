@@ -23,8 +23,9 @@ def exported(argv):
 
 
 def outputs_of(portable):
-    """Every task's output: the adapters' registry (fairseq), or for ``--model`` the same
-    outputs listed without them."""
+    """Every task's output: the adapters' registry (fairseq), or (``portable``: for
+    ``--model``, and to try ``--from-validation`` without a model) the same outputs listed
+    without them."""
     if portable:
         from span_plugin.inference.task_outputs import task_outputs
 
@@ -144,10 +145,23 @@ def load_hub(args):
         **encoder_files(args))
 
 
+def parse(argv, portable):
+    """``(args, light)``: the command line parsed, and whether the outputs listed without
+    fairseq parse it. ``--from-validation`` tries them first: its stored predictions are
+    written without the model, and then fairseq is never imported (about 3 s of a
+    recipe's end); a flag only an adapter's registration declares takes the full list."""
+    if portable or "--from-validation" not in argv:
+        return build_parser(portable).parse_args(argv), portable
+    args, unknown = build_parser(True).parse_known_args(argv)
+    if unknown:
+        return build_parser(False).parse_args(argv), False
+    return args, True
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     portable = exported(argv)
-    args = build_parser(portable).parse_args(argv)
+    args, light = parse(argv, portable)
     from span_plugin.formats.model_folder import ModelFolderError
     from span_plugin.formats.outputs import writing
     from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
@@ -159,7 +173,7 @@ def main(argv=None):
 
         errors += (DamagedCheckpointError,)
     _quiet_logging()
-    outputs = outputs_of(portable)
+    outputs = outputs_of(light)  # the same Output objects either way
     try:
         # No output over an input; one writer of each output (span_plugin.formats.outputs).
         with stop_on_sigterm(), writing(*paths_given(args, outputs, files_read(args))):
