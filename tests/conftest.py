@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import span_plugin
+from script_runner import exit_status
 
 # Tests call fairseq's entry points in-process after importing span_plugin: register the
 # stack fixes (torch.load of fairseq checkpoints), tasks, models and criterions first.
@@ -363,11 +364,8 @@ def run_main(name, *args, cwd=None, env=None, check=True):
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 try:
                     code = entry.load()()
-                except SystemExit as stop:  # as the interpreter ends on it
-                    code = stop.code
-                    if code is not None and not isinstance(code, int):
-                        print(code, file=sys.stderr)
-                        code = 1
+                except SystemExit as stop:
+                    code = exit_status(stop)
                 except Exception:  # noqa: BLE001 -- the interpreter would print it
                     traceback.print_exc()
                     code = 1

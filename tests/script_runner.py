@@ -17,6 +17,15 @@ import traceback
 from pathlib import Path
 
 
+def exit_status(stop):
+    """The status the interpreter ends with on SystemExit ``stop``: its code, 0 for None;
+    any other object is printed to stderr and gives 1."""
+    if stop.code is None or isinstance(stop.code, int):
+        return stop.code or 0
+    print(stop.code, file=sys.stderr)
+    return 1
+
+
 def run_one(argv, log):
     """``argv`` (a script and its arguments) as __main__, output to ``log``; its exit
     status."""
@@ -37,9 +46,7 @@ def run_one(argv, log):
         runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if not isinstance(stop.code, (int, type(None))):
-            print(stop.code, file=sys.stderr)
+        code = exit_status(stop)
     except BaseException:  # noqa: BLE001 -- reported as the interpreter would
         traceback.print_exc()
         code = 1

@@ -10,7 +10,7 @@ from conftest import ROOT
 from script_runner import run_scripts
 
 BENCHMARKS = ROOT / "benchmarks"
-DATA = "{data}"  # in a run's argv: a folder of its own for the pairs it builds
+PAIRS = "{pairs}"  # in a run's argv: a folder of its own for the pairs it builds
 
 # test -> the benchmark command it reads; those of the collected tests run one after
 # another in one interpreter (tests/script_runner.py), once for the module
@@ -18,9 +18,9 @@ RUNS = {
     "test_span_model_synchronises_no_more_often_than_plain":
         ["host_work.py", "--quick", "--optimizers", "adam", "torch_adamw"],
     "test_gpu_throughput_without_a_gpu_says_so_and_exits_0": ["gpu_throughput.py", "--results", ""],
-    "test_gpu_compile_check_quick_compiled_equals_eager": ["gpu_compile_check.py", "--quick", "--data", DATA],
-    "test_gpu_throughput_quick_trains_every_variant": ["gpu_throughput.py", "--quick", "--data", DATA],
-    "test_hf_peer_quick_trains_on_the_same_pairs": ["hf_peer.py", "--quick", "--data", DATA],
+    "test_gpu_compile_check_quick_compiled_equals_eager": ["gpu_compile_check.py", "--quick", "--data", PAIRS],
+    "test_gpu_throughput_quick_trains_every_variant": ["gpu_throughput.py", "--quick", "--data", PAIRS],
+    "test_hf_peer_quick_trains_on_the_same_pairs": ["hf_peer.py", "--quick", "--data", PAIRS],
     "test_host_work_loop_counts_one_read_an_update": ["host_work.py", "--loop", "--quick"],
     "test_gpu_profile_quick_reports_each_phase": ["gpu_profile.py", "--quick", "--variants", "span"],
     "test_gpu_head_quick_times_each_formulation": ["gpu_head.py", "--quick", "--top", "200"],
@@ -32,7 +32,7 @@ def runs(request, tmp_path_factory):
     wanted = {item.originalname for item in request.session.items
               if getattr(item, "module", None) is request.module} & set(RUNS)
     root = tmp_path_factory.mktemp("gpu_benchmarks")
-    argvs = {name: [BENCHMARKS / argv[0], *(str(root / name / "pairs") if a == DATA else a
+    argvs = {name: [BENCHMARKS / argv[0], *(str(root / name / "pairs") if a == PAIRS else a
                                              for a in argv[1:])]
              for name, argv in RUNS.items() if name in wanted}
     return run_scripts(argvs, root, cwd=ROOT)
