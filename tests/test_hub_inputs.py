@@ -12,6 +12,7 @@ from conftest import GPT2_BPE, run_main
 from test_task_data import glue_folder
 from test_task_train import span_args
 
+from span_plugin.formats.text_inputs import example_width
 from span_plugin.inference.folder_kinds import KINDS, check_folder_kind, folder_kind
 from span_plugin.inference.inputs import (InputCutWarning, as_list, question_pairs,
                                           text_examples, warn_cut)
@@ -49,6 +50,18 @@ def test_what_is_not_text_is_named(examples, message):
 def test_a_tuple_of_three_texts_is_refused():
     with pytest.raises(ValueError, match="example 0 has 3 texts"):
         text_examples([("a", "b", "c")])
+
+
+def test_one_width_per_call_and_the_trained_one():
+    assert example_width(text_examples(["a", "b"])) == 1
+    assert example_width(text_examples([("a", "b")]), trained=2) == 2
+    with pytest.raises(ValueError, match="mix of single sentences and pairs in one call"):
+        example_width(text_examples(["a", ("b", "c")]))
+    with pytest.raises(ValueError, match=r"trained on sentence pairs \(\(a, b\) tuples\); got "
+                                         r"single sentences \(one string each\)"):
+        example_width(text_examples(["a"]), trained=2)
+    with pytest.raises(ValueError, match="trained on single sentences .*; got sentence pairs"):
+        example_width(text_examples([("a", "b")]), trained=1)
 
 
 @pytest.mark.parametrize("pairs,error,message", [

@@ -79,6 +79,23 @@ def text_examples(examples):
     return out
 
 
+INPUT_KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
+
+
+def example_width(examples, trained=None):
+    """How many texts each of ``examples`` (:func:`text_examples`' list, not empty) holds:
+    1 or 2, the same for every example and, where ``trained`` (the number of inputs the
+    model was trained on) is given, equal to it; else a ValueError saying what it takes."""
+    widths = {len(e) for e in examples}
+    if len(widths) != 1:
+        raise ValueError("mix of single sentences and pairs in one call")
+    width = widths.pop()
+    if trained and width != trained:
+        raise ValueError(f"this model was trained on {INPUT_KINDS[trained]}; got "
+                         f"{INPUT_KINDS[width]}: give it what it was trained on")
+    return width
+
+
 def question_pairs(pairs):
     """QA inputs -> ``[(question, context)]``; a question or context that is empty
     (white space only) is a ValueError, as ``span-preprocess qa`` refuses it."""

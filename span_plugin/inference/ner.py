@@ -29,13 +29,15 @@ from span_plugin.formats.text_inputs import WORD_RE, check_text, word_lists, wor
 from span_plugin.inference import conll_files
 from span_plugin.inference.base import SpanHubInterface, collate_spans, register_adapter
 from span_plugin.modules import entities as ner
-from span_plugin.portable.ner import text_entities, word_parts
-from span_plugin.portable.results import decoding_settings
+from span_plugin.portable.ner import EntityPredictions, word_parts
 from span_plugin.preprocess.folders.conll import word_token_counts
 
 
 @register_adapter("span_tagging", "span_labeling", output=conll_files.OUTPUT)
-class NerHubInterface(SpanHubInterface):
+class NerHubInterface(EntityPredictions, SpanHubInterface):
+    """Entities from a fairseq checkpoint; ``decoding``, ``predict_words`` and
+    ``predict_entities`` are :class:`span_plugin.portable.ner.EntityPredictions`'."""
+
     head_from_task = True
 
     @property
@@ -49,16 +51,17 @@ class NerHubInterface(SpanHubInterface):
         """How a tagging head's tags are read from its scores (``--token-decoding``)."""
         return ner.task_setting(self.task.cfg, "token_decoding")
 
-    def decoding(self, token_decoding=None, overlap=None, span_threshold=None):
-        """The decoding settings of this checkpoint with the ones given: a dict with
-        ``token_decoding`` (tagging) or ``overlap`` and ``span_threshold`` (span
-        labeling). A setting of the other kind of head is an error."""
-        return decoding_settings(self.kind, self.token_decoding, token_decoding, overlap,
-                                 span_threshold)
-
     @property
     def kind(self):
         return self.task.cfg._name
+
+    @property
+    def tag_names(self):
+        return self.task.tag_names
+
+    @property
+    def entity_types(self):
+        return self.task.entity_types
 
     def _encode_words(self, words):
         """One item: ``(tokens [T], spans [S, 2], words [W, 2])``, positions in the
@@ -79,36 +82,7 @@ class NerHubInterface(SpanHubInterface):
         """Word ranges of a sentence that each fit the model."""
         return word_parts(self.encoder, words, self.task.cfg.max_positions)
 
-    @torch.no_grad()
-    def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,
-                      span_threshold=None):
-        """Entities of word lists: ``[[(first word, last word + 1, type)]]``, decoded as
-        :meth:`decoding` says (``overlap="nested"``: possibly nested)."""
-        settings = self.decoding(token_decoding, overlap, span_threshold)
-        sentences = word_lists(sentences)
-        items, owner = [], []
-        for n, words in enumerate(sentences):
-            for a, b in self._parts(words) if words else []:
-                items.append((a, self._encode_words(words[a:b])))
-                owner.append(n)
-        out = [[] for _ in sentences]
-        for k in range(0, len(items), batch_size):
-            chunk = items[k:k + batch_size]
-            words = collate_spans([w for _, (_, _, w) in chunk]).to(self.device)
-            result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
-                                        spans=collate_spans([s for _, (_, s, _) in chunk]))
-            if self.kind == "span_labeling":
-                found = ner.labeling_entities(*result, self.task.entity_types,
-                                              settings["overlap"], settings["span_threshold"])
-            else:
-                found = ner.tagging_entities(result, words, self.task.tag_names,
-                                             self.metric_mode, settings["token_decoding"])[1]
-            for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
-                out[n].extend((s + a, e + a, t) for s, e, t in ents)
-        return out
-
-    def predict_entities(self, text, **decoding):
-        """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
-        offsets into ``text`` (end exclusive), in order; ``decoding``: the keyword
-        arguments of :meth:`decoding`."""
-        return text_entities(self.predict_words, text, **decoding)
+    @staticmethod
+    def _collate_rows(items):
+        """Row items ``[n_i, 2]`` -> ``[B, S, 2]`` by the task's own collater."""
+        return collate_spans(items)

@@ -12,10 +12,8 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference import glue_files
 from span_plugin.inference.base import (SpanHubInterface, collate_spans, flat_offsets,
                                        register_adapter)
-from span_plugin.formats.text_inputs import text_examples, warn_cut
+from span_plugin.formats.text_inputs import example_width, text_examples, warn_cut
 from span_plugin.portable.results import class_results
-
-KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
 
 
 @register_adapter("span_classification", "sentence_prediction", output=glue_files.OUTPUT)
@@ -42,16 +40,7 @@ class SentenceHubInterface(SpanHubInterface):
         examples = text_examples(examples)
         if not examples:
             return []
-        widths = {len(e) for e in examples}
-        if len(widths) != 1:
-            raise ValueError("mix of single sentences and pairs in one call")
-        width = widths.pop()
-        if width not in (1, 2):
-            raise ValueError(f"examples must be one sentence or a pair, got {width} texts")
-        expected = self.num_inputs or width
-        if width != expected:
-            raise ValueError(f"this model was trained on {KINDS[expected]}; got "
-                             f"{KINDS[width]}: give it what it was trained on")
+        width = example_width(examples, self.num_inputs)
         cfg = self.task.cfg
         inputs = [self._encode_input([e[k] for e in examples]) for k in range(width)]
         layout = self.lay_out([toks for toks, _ in inputs],

@@ -1,8 +1,8 @@
 """Named entities from an exported folder (``span_tagging``, ``span_labeling``):
-``predict_entities``, ``predict_words`` and ``decoding`` as
-:class:`span_plugin.inference.ner.NerHubInterface` gives them (words cut as
-``span-preprocess conll`` cuts them, a sentence longer than the model cut between
-words, the checkpoint's decoding unless another is given)."""
+``predict_entities``, ``predict_words`` and ``decoding`` by the code
+:class:`span_plugin.inference.ner.NerHubInterface` runs too (:class:`EntityPredictions`:
+words cut as ``span-preprocess conll`` cuts them, a sentence longer than the model cut
+between words, the checkpoint's decoding unless another is given)."""
 
 import torch
 
@@ -15,8 +15,62 @@ from span_plugin.portable.results import decoding_settings
 from span_plugin.preprocess.folders.conll import split_points, word_token_counts
 
 
+class EntityPredictions:
+    """``decoding``, ``predict_words`` and ``predict_entities``, shared by the hub of a
+    fairseq checkpoint and the predictor of an exported folder. The class using it gives
+    ``kind`` (the task's name), ``token_decoding``, ``metric_mode``, ``entity_types``,
+    ``tag_names``, ``device``, ``forward_batch``, ``_parts(words)``,
+    ``_encode_words(words)`` and ``_collate_rows(items)`` (row items ``[n_i, 2]`` ->
+    ``[B, S, 2]``)."""
+
+    def decoding(self, token_decoding=None, overlap=None, span_threshold=None):
+        """The model's decoding settings with the ones given: a dict with
+        ``token_decoding`` (tagging) or ``overlap`` and ``span_threshold`` (span
+        labeling); a setting of the other kind of head is an error
+        (:func:`span_plugin.portable.results.decoding_settings`)."""
+        return decoding_settings(self.kind, self.token_decoding, token_decoding, overlap,
+                                 span_threshold)
+
+    @torch.no_grad()
+    def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,
+                      span_threshold=None):
+        """Entities of word lists: ``[[(first word, last word + 1, type)]]``, decoded as
+        :meth:`decoding` says (``overlap="nested"``: possibly nested)."""
+        settings = self.decoding(token_decoding, overlap, span_threshold)
+        sentences = word_lists(sentences)
+        items, owner = [], []
+        for n, words in enumerate(sentences):
+            for a, b in self._parts(words) if words else []:
+                items.append((a, self._encode_words(words[a:b])))
+                owner.append(n)
+        out = [[] for _ in sentences]
+        for k in range(0, len(items), batch_size):
+            chunk = items[k:k + batch_size]
+            words = self._collate_rows([w for _, (_, _, w) in chunk]).to(self.device)
+            result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
+                                        spans=self._collate_rows([s for _, (_, s, _) in chunk]))
+            if self.kind == "span_labeling":
+                found = ner.labeling_entities(*result, self.entity_types,
+                                              settings["overlap"], settings["span_threshold"])
+            else:
+                found = ner.tagging_entities(result, words, self.tag_names, self.metric_mode,
+                                             settings["token_decoding"])[1]
+            for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
+                out[n].extend((s + a, e + a, t) for s, e, t in ents)
+        return out
+
+    def predict_entities(self, text, **decoding):
+        """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
+        offsets into ``text`` (end exclusive), in order; ``decoding``: the keyword
+        arguments of :meth:`decoding`."""
+        found = words_of(check_text(text, "text"))
+        ents = self.predict_words([[w for w, _, _ in found]], **decoding)[0]
+        return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
+                 "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]
+
+
 @register_predictor("span_tagging", "span_labeling")
-class NerPredictor(PortableModel):
+class NerPredictor(EntityPredictions, PortableModel):
     default_head = "tagging_head"
 
     @property
@@ -44,12 +98,6 @@ class NerPredictor(PortableModel):
     def token_decoding(self):
         return ner.task_setting(self.cfg, "token_decoding")
 
-    def decoding(self, token_decoding=None, overlap=None, span_threshold=None):
-        """This model's decoding settings with the ones given (see
-        :func:`span_plugin.portable.results.decoding_settings`)."""
-        return decoding_settings(self.kind, self.token_decoding, token_decoding, overlap,
-                                 span_threshold)
-
     def _encode_words(self, words):
         """One item: ``(tokens [T], spans [S, 2], words [W, 2])`` in the layout."""
         counts = word_token_counts(self.encoder, words, "input")
@@ -66,37 +114,9 @@ class NerPredictor(PortableModel):
     def _parts(self, words):
         return word_parts(self.encoder, words, int(self.cfg.max_positions))
 
-    @torch.no_grad()
-    def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,
-                      span_threshold=None):
-        """Entities of word lists: ``[[(first word, last word + 1, type)]]``."""
-        settings = self.decoding(token_decoding, overlap, span_threshold)
-        sentences = word_lists(sentences)
-        items, owner = [], []
-        for n, words in enumerate(sentences):
-            for a, b in self._parts(words) if words else []:
-                items.append((a, self._encode_words(words[a:b])))
-                owner.append(n)
-        out = [[] for _ in sentences]
-        for k in range(0, len(items), batch_size):
-            chunk = items[k:k + batch_size]
-            words = pad_rows([w for _, (_, _, w) in chunk], 2).to(self.device)
-            result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
-                                        spans=pad_rows([s for _, (_, s, _) in chunk], 2))
-            if self.kind == "span_labeling":
-                found = ner.labeling_entities(*result, self.entity_types,
-                                              settings["overlap"], settings["span_threshold"])
-            else:
-                found = ner.tagging_entities(result, words, self.tag_names, self.metric_mode,
-                                             settings["token_decoding"])[1]
-            for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
-                out[n].extend((s + a, e + a, t) for s, e, t in ents)
-        return out
-
-    def predict_entities(self, text, **decoding):
-        """Entities in raw text: ``[{"text", "type", "start", "end"}]``, character
-        offsets (end exclusive), in order."""
-        return text_entities(self.predict_words, text, **decoding)
+    @staticmethod
+    def _collate_rows(items):
+        return pad_rows(items, 2)
 
 
 def word_parts(encoder, words, max_positions):
@@ -109,12 +129,3 @@ def word_parts(encoder, words, max_positions):
     bounds = split_points(counts, ["O"] * len(words), limit,
                           lambda k: word_token_counts(encoder, [words[k]], "input")[0])
     return list(zip(bounds[:-1], bounds[1:]))
-
-
-def text_entities(predict_words, text, **decoding):
-    """``predict_words`` on the CoNLL-like words of raw ``text``, its entities as
-    ``[{"text", "type", "start", "end"}]`` with character offsets (end exclusive)."""
-    found = words_of(check_text(text, "text"))
-    ents = predict_words([[w for w, _, _ in found]], **decoding)[0]
-    return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
-             "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]

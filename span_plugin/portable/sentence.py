@@ -4,12 +4,10 @@
 
 import torch
 
-from span_plugin.formats.text_inputs import text_examples, warn_cut
+from span_plugin.formats.text_inputs import example_width, text_examples, warn_cut
 from span_plugin.portable.base import PortableModel, register_predictor
 from span_plugin.portable.batches import pad_rows
 from span_plugin.portable.results import class_results
-
-KINDS = {1: "single sentences (one string each)", 2: "sentence pairs ((a, b) tuples)"}
 
 
 @register_predictor("span_classification", "sentence_prediction")
@@ -31,14 +29,7 @@ class SentencePredictor(PortableModel):
         examples = text_examples(examples)
         if not examples:
             return []
-        widths = {len(e) for e in examples}
-        if len(widths) != 1:
-            raise ValueError("mix of single sentences and pairs in one call")
-        width = widths.pop()
-        expected = self.num_inputs or width
-        if width != expected:
-            raise ValueError(f"this model was trained on {KINDS[expected]}; got "
-                             f"{KINDS[width]}: give it what it was trained on")
+        example_width(examples, self.num_inputs)
         cfg = self.cfg
         shorten = "none" if getattr(cfg, "shorten_method", "none") == "none" else "truncate"
         max_len = getattr(cfg, "max_positions", None)
