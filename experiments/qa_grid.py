@@ -169,12 +169,19 @@ def run_one(args, head, seed, boundaries, device):
                           "split_articles": args.split_articles, "answer_boundaries": boundaries,
                           "extra": args.extra},
               "encoder": model, "device": device, "minutes": minutes,
-              "cpu_minutes": cpu_minutes,
+              "cpu_minutes": cpu_minutes, "threads": recipe_threads(),
               **({"pretraining": args.encoder} if args.encoder else {}),
               **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt")}
     if not args.keep_checkpoints:
         shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     return record
+
+
+def recipe_threads():
+    """The CPU threads the recipe's fairseq-train runs with (OMP_NUM_THREADS, which its
+    torch reads); None where unset (torch's default, a thread a core)."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() else None
 
 
 def report(records):

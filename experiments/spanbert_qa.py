@@ -110,6 +110,10 @@ def parser():
                    "seeds its grid lacks, after the conditions, into --baseline-results")
     p.add_argument("--squad-dev", default=qa_grid.parser().get_default("squad_dev"))
     p.add_argument("--qa-device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--qa-threads", type=int, default=None,
+                   help="CPU threads of each fine-tuning (default: --threads, which the "
+                   "pre-training keeps: a re-made pre-training retraces its record on one thread "
+                   "only); recorded in each QA record")
     p.add_argument("--report", action="store_true", help="only write the report")
     p.add_argument("--drift", action="store_true",
                    help="only record the drift of the exported encoders (the chain does it after "
@@ -321,8 +325,8 @@ def chain(args):
         raise SystemExit(f"{args.model_dir}/model.pt not found: convert the packaged model first "
                          "(span-convert bert --roberta-only --out ... --hf-dir ..., "
                          "experiments/RESULTS_QA_MINILM.md)")
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the fine-tunings' threads too
-        os.environ[var] = str(args.threads)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the fine-tunings' threads
+        os.environ[var] = str(args.qa_threads or args.threads)
     held = lock(Path(args.work_dir).expanduser().resolve())
     work, text_info, fixed = masking_ablation.prepare(args)
     made = 0

@@ -40,7 +40,7 @@ def chain_argv(tmp, model_dir):
             "--updates", "4", "--warmup", "1", "--interval", "2", "--log-interval", "1",
             "--batch", "4", "--tokens", "64", "--train-lines", "40", "--valid-lines", "20",
             "--conditions", "span+sbo", "--qa-seeds", "1", "--no-none-runs", "--squad-dev", str(tiny_squad(tmp / "dev.json")),
-            "--qa-extra", "--max-update", "2"]
+            "--qa-threads", "2", "--qa-extra", "--max-update", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +127,8 @@ def test_qa_records_name_the_encoder_and_the_relaunch_adds_nothing(chain):
     assert qa["pretraining"] == entry and qa["head"] == "boundary" and qa["seed"] == 1
     assert qa["hparams"]["answer_boundaries"] == "word" and qa["questions"] == 3
     assert qa["hparams"]["extra"] == ["--max-update", "2"]
+    # --qa-threads: the fine-tuning on 2 threads, the pre-training on --threads' one
+    assert qa["threads"] == 2 and json.loads(chain["lines"]["pretrain.jsonl"][-1])["threads"] == 1
     log = next((chain["work"] / "qa" / "runs").glob("span-sbo-u4-boundary-*-s1")) / "train.log"
     text = log.read_text()
     assert f"Loaded checkpoint {entry['path']} (epoch 1 @ 0 updates)" in text
