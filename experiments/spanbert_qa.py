@@ -43,7 +43,7 @@ would be 90-107 minutes, too close to 2 hours under load). Each QA fine-tuning i
 
 Resumable: a relaunch skips recorded conditions and QA runs, resumes an unfinished
 pre-training from its checkpoint_last.pt and an unfinished fine-tuning from its own, and
-trains a recorded condition whose final checkpoint is gone again (:func:`remade`: it must
+trains a recorded condition whose final checkpoint is gone or changed again (:func:`remade`: it must
 retrace the record's losses; its new record names the lost checkpoint, whose QA runs stay
 paired); one chain at a time holds WORK/lock. Relaunch in the background (``--max-runs N`` stops after
 N new runs, a pre-training and a fine-tuning seed each counting one):
@@ -267,22 +267,35 @@ def recorded(name, args, text_info):
 
 def same_sources(record):
     """The checkpoint digests whose QA runs and drift belong to ``record``'s pre-training:
-    its own and, for a re-made run (:func:`remade`), the lost one it reproduces."""
-    return {record.get("checkpoint_sha256"), record.get("reproduces")} - {None}
+    its own and, for a re-made run (:func:`remade`), every lost one it retraces (a list;
+    a single digest in records written before a run could be re-made twice)."""
+    earlier = record.get("reproduces") or []
+    return {record.get("checkpoint_sha256"), *([earlier] if isinstance(earlier, str) else earlier)} - {None}
+
+
+def intact(record):
+    """Whether ``record``'s final checkpoint is still the one it recorded. A file of other
+    bytes is not: a re-made run cut off in the record's own folder leaves its unfinished
+    checkpoint_last.pt at the recorded path (the chain then resumes the re-make)."""
+    from span_plugin.preprocess.file_records import sha256
+
+    path = Path(record["checkpoint"])
+    return path.is_file() and sha256(path) == record["checkpoint_sha256"]
 
 
 def remade(name, record, args, work):
     """Condition ``name``'s recorded pre-training, trained again into this work folder
-    because its final checkpoint is gone (a machine whose cache was emptied). Seeded, on one
-    thread and on the same batches, it must retrace the record: every logged training loss
-    (3 decimals, every --log-interval updates) equal, else it stops naming the first update
-    that differs. A checkpoint's bytes name its folders, so its sha256 cannot match the lost
-    one: the new record (appended) keeps it as ``reproduces``, and the lost checkpoint's QA
-    runs and drift stay paired with it (:func:`same_sources`)."""
+    because its final checkpoint is gone (a machine whose cache was emptied) or changed
+    (:func:`intact`). Seeded, on one thread and on the same batches, it must retrace the
+    record: every logged training loss (3 decimals, every --log-interval updates) equal,
+    else it stops naming the first update that differs. A checkpoint's bytes name its folders, so its sha256 cannot match the lost
+    one: the new record (appended) lists it, with any the record itself retraced, as
+    ``reproduces``, and the lost checkpoints' QA runs and drift stay paired with it
+    (:func:`same_sources`)."""
     from span_plugin.preprocess.file_records import sha256
 
     out = masking_ablation.run_dir(name, work)
-    print(f"re-making {name}: {record['checkpoint']} is gone ...", flush=True)
+    print(f"re-making {name}: {record['checkpoint']} is gone or not the recorded one ...", flush=True)
     masking_ablation.launch(name, args, work)
     train, _ = masking_ablation.parse_log((out / "train.log").read_text(encoding="utf-8"))
     now = {x["num_updates"]: x["loss"] for x in train}
@@ -295,7 +308,7 @@ def remade(name, record, args, work):
     masking_ablation.record_interrupted(out)
     last = out / "checkpoints" / "checkpoint_last.pt"
     again = {**record, "checkpoint": str(last), "checkpoint_sha256": sha256(last),
-             "reproduces": record["checkpoint_sha256"], "remade": time.strftime("%Y-%m-%d %H:%M"),
+             "reproduces": sorted(same_sources(record)), "remade": time.strftime("%Y-%m-%d %H:%M"),
              "remade_launches": read_results(out / "launches.jsonl")}
     append_result(args.results, again)
     masking_ablation.clean(name, work)
@@ -335,7 +348,7 @@ def chain(args):
         if left == 0:
             break
         record = recorded(name, args, text_info)
-        if record is not None and not Path(record["checkpoint"]).is_file():
+        if record is not None and not intact(record):
             record = remade(name, record, condition_args(name, args), work)
             made += 1
             left = None if left is None else left - 1

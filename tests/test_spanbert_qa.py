@@ -383,7 +383,7 @@ def test_a_lost_pretraining_is_remade_and_keeps_its_qa_runs(tmp_path, monkeypatc
     _fake_relaunch(monkeypatch, [(50, 9.1), (100, 8.25)])
     again = spanbert_qa.remade("token", record, a, work)
     run = masking_ablation.run_dir("token", work)
-    assert again["reproduces"] == "lost" and again["checkpoint"] == str(run / "checkpoints" / "checkpoint_last.pt")
+    assert again["reproduces"] == ["lost"] and again["checkpoint"] == str(run / "checkpoints" / "checkpoint_last.pt")
     assert again["checkpoint_sha256"] != "lost"
     assert json.loads((tmp_path / "pretrain.jsonl").read_text().splitlines()[-1]) == again
     assert not (run / "checkpoints" / "checkpoint_1_50.pt").exists()  # cleaned like a first run
@@ -391,6 +391,39 @@ def test_a_lost_pretraining_is_remade_and_keeps_its_qa_runs(tmp_path, monkeypatc
           "hparams": spanbert_qa.qa_hparams(a), "pretraining": {"objective": "token", "source_sha256": "lost"}}
     (tmp_path / "qa.jsonl").write_text(json.dumps(qa) + "\n")
     assert sorted(spanbert_qa.qa_runs(a, {"token": again})["token"]) == [1]
+
+
+def test_a_pretraining_remade_twice_keeps_the_qa_runs_of_both_lost_checkpoints(tmp_path, monkeypatch):
+    """A cache emptied twice: the second re-make retraces a record that was itself re-made
+    (``reproduces`` a single digest, as records written before lists were), and the QA runs
+    of the first pre-training and of the first re-make both stay paired with it."""
+    a = _args(tmp_path)
+    first = {"condition": "token", "checkpoint": str(tmp_path / "gone.pt"), "checkpoint_sha256": "remade once",
+             "reproduces": "original", "train_curve": [{"num_updates": 50.0, "loss": 9.1}]}
+    _fake_relaunch(monkeypatch, [(50, 9.1)])
+    again = spanbert_qa.remade("token", first, a, tmp_path / "work")
+    assert again["reproduces"] == ["original", "remade once"]
+    qa = [{"head": "boundary", "seed": seed, "exact_match": 40.0, "f1": 55.0, "hparams": spanbert_qa.qa_hparams(a),
+           "pretraining": {"objective": "token", "source_sha256": source}}
+          for seed, source in ((1, "original"), (4, "remade once"), (5, "another run"))]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qa))
+    assert sorted(spanbert_qa.qa_runs(a, {"token": again})["token"]) == [1, 4]
+
+
+def test_a_recorded_checkpoint_is_intact_only_with_its_recorded_bytes(tmp_path):
+    """A re-make cut off in the record's own folder leaves an unfinished checkpoint at the
+    recorded path: that file is not the record's, so the chain re-makes (resumes) it
+    instead of exporting it."""
+    from span_plugin.preprocess.file_records import sha256
+
+    path = tmp_path / "checkpoint_last.pt"
+    record = {"checkpoint": str(path), "checkpoint_sha256": "will be set"}
+    assert not spanbert_qa.intact(record)  # gone
+    path.write_bytes(b"the recorded weights")
+    record["checkpoint_sha256"] = sha256(path)
+    assert spanbert_qa.intact(record)
+    path.write_bytes(b"an unfinished re-make at update 1,250")
+    assert not spanbert_qa.intact(record)
 
 
 def test_a_remade_pretraining_that_does_not_retrace_the_record_stops(tmp_path, monkeypatch):
