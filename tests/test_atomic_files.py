@@ -34,3 +34,37 @@ def test_without_hard_links_it_copies(tmp_path, monkeypatch):
     src.write_bytes(b"x" * 1000)
     atomic_link(src, dst)
     assert dst.read_bytes() == b"x" * 1000 and os.stat(dst).st_ino != os.stat(src).st_ino
+
+
+def test_a_staged_folder_replaces_whole_or_leaves_the_old_one(tmp_path):
+    """staged_folder, the one way every builder (span-preprocess, the Hugging Face and
+    ONNX exports) writes a folder: committed whole when the block ends; a failure leaves
+    the old folder and no partial one, and a write error that names no file names the
+    folder; what a killed builder left is removed, a live one's is not."""
+    import errno
+
+    import pytest
+
+    from span_plugin.formats.files import staged_folder
+
+    out = tmp_path / "out[1]"  # glob characters in the name
+    out.mkdir()
+    (out / "old.txt").write_text("the old folder")
+    dead = tmp_path / "out[1].partial-999999999"
+    dead.mkdir()
+    dead_old = tmp_path / "out[1].old-999999999"  # killed between commit_folder's renames
+    dead_old.mkdir()
+    live = tmp_path / f"out[1].partial-{os.getppid()}"
+    live.mkdir()
+    with pytest.raises(OSError, match=r"No space left") as err:
+        with staged_folder(out) as tmp:
+            assert tmp.parent == tmp_path and tmp.name == f"out[1].partial-{os.getpid()}"
+            (tmp / "new.txt").write_text("half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert err.value.filename == str(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name])
+    assert [p.name for p in out.iterdir()] == ["old.txt"]
+    with staged_folder(out) as tmp:
+        (tmp / "new.txt").write_text("whole")
+    assert [p.name for p in out.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([out.name, live.name])

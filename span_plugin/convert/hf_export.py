@@ -31,8 +31,6 @@ are added by :mod:`span_plugin.inference.model_export`, a layer that can load th
 """
 
 import json
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -43,14 +41,11 @@ from span_plugin.convert.bert import EMBEDDINGS_FILE, POOLER, TOKEN_TYPES, UNFOL
 from span_plugin.convert.encoder_map import ENC, FAIRSEQ_PAD, LM, POSITION_OFFSET, hf_layers
 from span_plugin.convert.export_source import SBO_HEAD, EncoderCheckpoint, read_encoder_checkpoint
 from span_plugin.convert.hf_source import ACTIVATIONS, ConversionError
-from span_plugin.formats.files import commit_folder
-from span_plugin.formats.stops import named
+from span_plugin.formats.files import staged_folder
 from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece
 
 SUPPORTED_KINDS = ("gpt2", "wordpiece")
 WEIGHTS = "model.safetensors"
-PARTIAL = ".partial-"
-OLD = ".old-"  # formats.files.commit_folder's name for the folder it replaces
 # fairseq activation -> Hugging Face's name of the same formula: hf_source's map
 # inverted, the first Hugging Face name of each kept (gelu_accurate -> gelu_new).
 HF_ACTIVATIONS = {fs: hf for hf, fs in reversed(ACTIVATIONS.items())}
@@ -288,34 +283,6 @@ def check_export_dir(out_dir, force: bool) -> Path:
     return out_dir
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def remove_stale_partials(out_dir: Path) -> List[Path]:
-    """Remove the ``OUT.partial-PID`` folders that killed exports left (their process
-    is gone), and their ``OUT.old-PID`` (the folder replaced, moved aside) while ``OUT``
-    is there (else it is the only copy, left to the user); a live export's are left
-    alone. Returns the folders removed."""
-    removed = []
-    for suffix in (PARTIAL, OLD):
-        for tmp in out_dir.parent.glob(f"{out_dir.name}{suffix}*"):
-            pid = tmp.name[len(out_dir.name + suffix):]
-            if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
-                continue
-            if suffix == OLD and not out_dir.is_dir():
-                continue
-            shutil.rmtree(tmp, ignore_errors=True)
-            removed.append(tmp)
-    return removed
-
-
 def write_hf_folder(plan: HfExport, out_dir, finish: Optional[Callable[[Path], None]] = None
                     ) -> None:
     """Write the folder into a sibling ``OUT.partial-PID`` and rename it into place
@@ -324,13 +291,7 @@ def write_hf_folder(plan: HfExport, out_dir, finish: Optional[Callable[[Path], N
     fine-tuned model's); the partial folders of killed exports are removed first."""
     from safetensors.torch import save_file
 
-    out_dir = Path(os.path.normpath(os.path.abspath(out_dir)))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(out_dir)
-    tmp = Path(f"{out_dir}{PARTIAL}{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with staged_folder(out_dir) as tmp:
         # Own storage per tensor: safetensors refuses shared or strided ones.
         save_file({k: v.contiguous().clone() for k, v in plan.tensors.items()},
                   str(tmp / WEIGHTS), metadata={"format": "pt"})
@@ -339,12 +300,6 @@ def write_hf_folder(plan: HfExport, out_dir, finish: Optional[Callable[[Path], N
         plan.write_tokenizer(tmp)
         if finish is not None:
             finish(tmp)
-        commit_folder(tmp, out_dir)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if named(err, out_dir) is not err:
-            raise named(err, out_dir) from err
-        raise
 
 
 def export_hf(checkpoint, out_dir, force: bool = False, files=None) -> HfExport:

@@ -8,16 +8,23 @@ leaves behind (``span_plugin.runtime.checkpoints.prepare_resume`` removes them).
 
 :func:`commit_folder` does the same for a folder built elsewhere on the same file
 system: it takes the place of the old one, which is moved aside and removed.
+:func:`staged_folder` builds a folder that way: in ``NAME.partial-PID``, committed when
+the block ends, removed when it fails; what killed builders left (``.partial-PID``,
+``.old-PID`` of a process that is gone) is removed first.
 """
 
 import contextlib
+import glob
 import io
 import os
 import shutil
+from pathlib import Path
 
 from span_plugin.formats.stops import named
 
 TMP_SUFFIX = ".tmp"
+PARTIAL = ".partial-"  # NAME.partial-PID: a folder being built (staged_folder)
+OLD = ".old-"  # NAME.old-PID: the folder commit_folder replaces, moved aside
 
 
 def temporary_name(path) -> str:
@@ -138,7 +145,7 @@ def commit_folder(tmp, path):
     tmp, path = os.path.normpath(os.fspath(tmp)), os.path.normpath(os.fspath(path))
     old = None
     if os.path.lexists(path):
-        old = f"{path}.old-{os.getpid()}"
+        old = f"{path}{OLD}{os.getpid()}"
         shutil.rmtree(old, ignore_errors=True)
         os.replace(path, old)
     try:
@@ -153,3 +160,56 @@ def commit_folder(tmp, path):
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.remove(old)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_partials(path) -> list:
+    """Remove the ``PATH.partial-PID`` folders that killed builders left (their process is
+    gone), and their ``PATH.old-PID`` (the folder being replaced, moved aside) while
+    ``PATH`` is there (else it is the only copy, left to the user); a live builder's are
+    left alone. Returns the paths removed."""
+    path = os.path.normpath(os.fspath(path))
+    removed = []
+    for suffix in (PARTIAL, OLD):
+        for stale in glob.glob(glob.escape(path) + suffix + "*"):
+            pid = stale[len(path + suffix):]
+            if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+                continue
+            if suffix == OLD and not os.path.isdir(path):
+                continue
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale)
+    return removed
+
+
+@contextlib.contextmanager
+def staged_folder(path):
+    """Build the folder ``path`` whole or not at all: yields ``PATH.partial-PID`` (a
+    sibling: the same file system), a Path to write into; when the block ends without an
+    exception it takes ``path``'s place (:func:`commit_folder`, an existing folder replaced
+    whole), else it is removed, and a failed write that names no file names ``path``
+    (SIGINT and SIGTERM arrive as exceptions: formats/stops.py). What callers check of an
+    existing ``path`` (is it theirs to replace?) they check before."""
+    path = os.path.normpath(os.path.abspath(os.fspath(path)))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    remove_stale_partials(path)
+    tmp = f"{path}{PARTIAL}{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        yield Path(tmp)
+        commit_folder(tmp, path)
+    except BaseException as err:  # SIGINT, SIGTERM, a full disk
+        shutil.rmtree(tmp, ignore_errors=True)
+        if named(err, path) is not err:
+            raise named(err, path) from err
+        raise

@@ -11,18 +11,14 @@ names, shapes and meanings, outputs, label names, the special ids and the data r
 
 import json
 import logging
-import os
-import shutil
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from span_plugin.convert.hf_export import PARTIAL, check_export_dir
+from span_plugin.convert.hf_export import check_export_dir
 from span_plugin.convert.hf_source import ConversionError
-from span_plugin.formats.files import commit_folder
-from span_plugin.formats.stops import named
+from span_plugin.formats.files import staged_folder
 from span_plugin.inference.hub import SpanHubInterface
 from span_plugin.inference.ner import NerHubInterface
 from span_plugin.inference.onnx_graph import (DYNAMIC_AXES, EXPORTED, MEANINGS, HeadGraph,
@@ -226,12 +222,7 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
         outputs = graph(*graph.args_of(example))  # names the outputs
     checks = [example] + [model_inputs(hub, x, graph.input_names)
                           for x in (examples[2:], examples, [shortest])]
-    out_dir = Path(os.path.normpath(os.path.abspath(out_dir)))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(f"{out_dir}{PARTIAL}{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with staged_folder(out_dir) as tmp:
         try:
             _trace(graph, example, tmp / MODEL)
         except Exception as err:  # the exporter's many kinds of refusal: one line
@@ -239,10 +230,4 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
                                   f"ONNX ({_summary(err)})") from err
         meta = describe(hub, graph, example, outputs, _check(graph, tmp / MODEL, checks))
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        commit_folder(tmp, out_dir)
-    except BaseException as err:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if named(err, out_dir) is not err:
-            raise named(err, out_dir) from err
-        raise
     return meta

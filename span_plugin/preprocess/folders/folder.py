@@ -26,16 +26,14 @@ ever taken for a prepared one.
 
 import contextlib
 import functools
-import glob
 import logging
 import os
 import shutil
 import sys
 
-from span_plugin.formats.files import commit_folder
+from span_plugin.formats.files import staged_folder
 from span_plugin.formats.outputs import locked
 from span_plugin.formats.lines import BadInputError
-from span_plugin.formats.stops import named
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
 from span_plugin.preprocess.binary.labels import binarize_labels, write_label_dict
@@ -46,27 +44,9 @@ logger = logging.getLogger(__name__)
 UNKNOWN_LABELS = ("error", "skip")
 
 
-PARTIAL = ".partial-"
-
-
 def folder_name(out_dir):
     """The default task name of a folder: its own name (``data-bin/RTE`` -> ``RTE``)."""
     return os.path.basename(os.path.normpath(str(out_dir)))
-
-
-def _remove_stale_partials(out_dir):
-    """Remove ``OUT.partial-PID`` folders that a killed build left (PID not running)."""
-    for stale in glob.glob(glob.escape(out_dir) + PARTIAL + "*"):
-        pid = stale.rsplit(PARTIAL, 1)[1]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # a build still running
-        except ProcessLookupError:
-            shutil.rmtree(stale, ignore_errors=True)
-        except OSError:  # running under another user
-            continue
 
 
 @contextlib.contextmanager
@@ -74,7 +54,7 @@ def whole_folder(out_dir):
     """Build a folder whole or not at all: yields the temporary folder
     ``OUT.partial-PID`` (same parent, so the same file system) to write into; when
     the block ends without an exception it takes ``OUT``'s place
-    (:func:`span_plugin.formats.files.commit_folder`), else it is removed.
+    (:func:`span_plugin.formats.files.staged_folder`), else it is removed.
 
     An existing ``OUT`` is replaced only when it is empty or holds a data record (a
     folder span-preprocess made); any other folder or file is refused before anything
@@ -99,20 +79,8 @@ def _replacing(out_dir):
                 f"{out_dir}: exists and is not a folder span-preprocess made (it has no "
                 f"{provenance.RECORD_NAME}: files of your own, or a build that did not "
                 f"finish); it is not replaced. Remove it or give another --out")
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    _remove_stale_partials(out_dir)
-    tmp = f"{out_dir}{PARTIAL}{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    try:
-        yield tmp
-        commit_folder(tmp, out_dir)
-    except BaseException as err:  # SIGINT, SIGTERM (formats/stops.py), a full disk
-        shutil.rmtree(tmp, ignore_errors=True)
-        if named(err, out_dir) is not err:  # a failed write names no file
-            raise named(err, out_dir) from err
-        raise
+    with staged_folder(out_dir) as tmp:
+        yield os.fspath(tmp)
 
 
 def builds_whole_folder(prepare):
