@@ -338,3 +338,24 @@ def test_aligner_words_fit_the_encoder(tmp_path, converted_minilm):
                 a, b = p[side]
                 text = row[key][a:b]
                 assert text == text.strip() and text, (row, p)
+
+
+def test_phrase_pairs_past_the_truncation_are_named_not_dropped():
+    """At prediction (hub and exported folder alike), a phrase pair whose target the
+    truncation cuts is an error naming it: training left such pairs out, and a silently
+    shorter result would misalign the answers with the pairs asked about."""
+    import torch
+
+    from span_plugin.modules.span_layout import place_phrase_pairs
+    from span_plugin.portable.pairs import refuse_cut_pairs
+
+    pairs = [[(0, 2), (0, 1)], [(1, 3), (4, 6)], [(2, 3), (1, 2)], [(0, 1), (5, 7)]]
+    sides = [torch.tensor([o for p in pairs for o in p[k]]) for k in (0, 1)]
+    starts = (1, 6)  # <s> A(4) </s> </s> B: B's tokens begin at 7 - 1
+    item = place_phrase_pairs(sides[0], sides[1], torch.zeros(len(pairs), dtype=torch.long),
+                              *starts, max_len=11)
+    assert len(item) == 2
+    with pytest.raises(ValueError, match=r"phrase pairs \[1, 3\] lie past the model's 11 positions"):
+        refuse_cut_pairs(pairs, item, starts, 11)
+    whole = place_phrase_pairs(sides[0], sides[1], torch.zeros(len(pairs), dtype=torch.long), *starts)
+    refuse_cut_pairs(pairs, whole, starts, None)  # nothing cut: no error

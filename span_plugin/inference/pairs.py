@@ -21,8 +21,8 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.formats.text_inputs import warn_cut
 from span_plugin.inference import pair_files
 from span_plugin.inference.base import SpanHubInterface, register_adapter
-from span_plugin.portable.pairs import phrase_token_ranges, read_sentences
-from span_plugin.portable.results import scored
+from span_plugin.portable.pairs import (pair_result, phrase_token_ranges, read_sentences,
+                                        refuse_cut_pairs)
 
 
 @register_adapter("span_pair_classification", output=pair_files.OUTPUT)
@@ -63,18 +63,7 @@ class PairHubInterface(SpanHubInterface):
         labels = TensorListDataset([torch.zeros(len(pairs), dtype=torch.int32)])
         ds = layout.phrase_pairs(flat[0], flat[1], labels, "phrases")
         item = ds[0]
-        if len(item) != len(pairs):
-            starts = [int(layout.starts[k][0]) for k in (0, 1)]
-            kept = {tuple(r) for r in item[:, :4].tolist()}
-            cut = [j for j, p in enumerate(pairs)
-                   if (p[0][0] + starts[0], p[0][1] + starts[0],
-                       p[1][0] + starts[1], p[1][1] + starts[1]) not in kept]
-            raise ValueError(f"phrase pairs {cut} lie past the model's {layout.truncated_at} "
-                             f"positions (the pair is truncated there); shorten the sentences")
+        refuse_cut_pairs(pairs, item, [int(layout.starts[k][0]) for k in (0, 1)],
+                         layout.truncated_at)
         out = self.forward_batch([tokens], phrases=ds.collater([item]))
-        result = {"phrases": [], "sentence": None}
-        if out.get("phrasal") is not None:
-            result["phrases"] = [scored(self.phrase_labels, x) for x in out["phrasal"]]
-        if out.get("sentential") is not None:
-            result["sentence"] = scored(self.labels, out["sentential"][0])
-        return result
+        return pair_result(out, self.phrase_labels, self.labels)

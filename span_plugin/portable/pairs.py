@@ -60,6 +60,34 @@ def phrase_token_ranges(texts, shifts, encoded, phrase_pairs):
     return out
 
 
+def refuse_cut_pairs(pairs, item, starts, truncated_at):
+    """A ValueError naming the phrase pairs (indices into ``pairs``, token ranges per
+    sentence) that the layout left out of ``item`` (its rows: the kept pairs' positions in
+    the laid-out pair, ``(n_kept, 4+)``) because the pair is truncated at
+    ``truncated_at``; ``starts``: where each sentence begins in it. Training leaves such
+    pairs out; a prediction for them cannot be given."""
+    if len(item) == len(pairs):
+        return
+    kept = {tuple(r) for r in item[:, :4].tolist()}
+    cut = [j for j, p in enumerate(pairs)
+           if (p[0][0] + starts[0], p[0][1] + starts[0], p[1][0] + starts[1], p[1][1] + starts[1])
+           not in kept]
+    raise ValueError(f"phrase pairs {cut} lie past the model's {truncated_at} "
+                     f"positions (the pair is truncated there); shorten the sentences")
+
+
+def pair_result(out, phrase_labels, labels):
+    """``{"phrases": [{"label", "scores"}], "sentence": {...} or None}`` of one sentence
+    pair from the model's outputs (``phrasal``: ``(n_pairs, n_phrase_labels)``,
+    ``sentential``: ``(1, n_labels)``, each present when the model has that head)."""
+    result = {"phrases": [], "sentence": None}
+    if out.get("phrasal") is not None:
+        result["phrases"] = [scored(phrase_labels, x) for x in out["phrasal"]]
+    if out.get("sentential") is not None:
+        result["sentence"] = scored(labels, out["sentential"][0])
+    return result
+
+
 @register_predictor("span_pair_classification")
 class PairPredictor(PortableModel):
     default_head = "span_pair_head"
@@ -97,17 +125,6 @@ class PairPredictor(PortableModel):
         truncated_at = max_len if truncate else None
         item = place_phrase_pairs(sides[0], sides[1], torch.zeros(len(pairs), dtype=torch.long),
                                   laid.starts[0], laid.starts[1], truncated_at)
-        if len(item) != len(pairs):
-            kept = {tuple(r) for r in item[:, :4].tolist()}
-            cut = [j for j, p in enumerate(pairs)
-                   if (p[0][0] + laid.starts[0], p[0][1] + laid.starts[0],
-                       p[1][0] + laid.starts[1], p[1][1] + laid.starts[1]) not in kept]
-            raise ValueError(f"phrase pairs {cut} lie past the model's {truncated_at} "
-                             f"positions (the pair is truncated there); shorten the sentences")
+        refuse_cut_pairs(pairs, item, laid.starts, truncated_at)
         out = self.forward_batch([laid.tokens], phrases=pad_rows([item], 4))
-        result = {"phrases": [], "sentence": None}
-        if out.get("phrasal") is not None:
-            result["phrases"] = [scored(self.phrase_labels, x) for x in out["phrasal"]]
-        if out.get("sentential") is not None:
-            result["sentence"] = scored(self.labels, out["sentential"][0])
-        return result
+        return pair_result(out, self.phrase_labels, self.labels)
