@@ -283,12 +283,33 @@ def intact(record):
     return path.is_file() and sha256(path) == record["checkpoint_sha256"]
 
 
+RETRACED = ("loss", "mlm_loss", "sbo_loss", "wpb")  # what the run fixes (not train_wall)
+
+
+def first_difference(record, log):
+    """Where fairseq's ``log`` of a re-made run first departs from ``record``'s: every
+    logged training figure (losses and words per batch, every --log-interval updates) and
+    every held-out loss (each checkpoint's validation), as the record rounds them; None
+    when it retraces all."""
+    train, valid = masking_ablation.parse_log(log)
+    for kind, then_curve, now_curve in (("training", record["train_curve"], train),
+                                        ("validation", record.get("valid_curve") or [], valid)):
+        now = {x["num_updates"]: x for x in now_curve}
+        for then in then_curve:
+            got = now.get(then["num_updates"], {})
+            for key in (k for k in RETRACED if k in then):
+                if got.get(key) != then[key]:
+                    return (f"{kind} {key} {got.get(key)} at update {then['num_updates']:g}, "
+                            f"the record {then[key]}")
+    return None
+
+
 def remade(name, record, args, work):
     """Condition ``name``'s recorded pre-training, trained again into this work folder
     because its final checkpoint is gone (a machine whose cache was emptied) or changed
     (:func:`intact`). Seeded, on one thread and on the same batches, it must retrace the
-    record: every logged training loss (3 decimals, every --log-interval updates) equal,
-    else it stops naming the first update that differs. A checkpoint's bytes name its folders, so its sha256 cannot match the lost
+    record (:func:`first_difference`: every logged training and validation figure equal at
+    the record's 3 decimals), else it stops naming the first that differs. A checkpoint's bytes name its folders, so its sha256 cannot match the lost
     one: the new record (appended) lists it, with any the record itself retraced, as
     ``reproduces``, and the lost checkpoints' QA runs and drift stay paired with it
     (:func:`same_sources`)."""
@@ -297,14 +318,11 @@ def remade(name, record, args, work):
     out = masking_ablation.run_dir(name, work)
     print(f"re-making {name}: {record['checkpoint']} is gone or not the recorded one ...", flush=True)
     masking_ablation.launch(name, args, work)
-    train, _ = masking_ablation.parse_log((out / "train.log").read_text(encoding="utf-8"))
-    now = {x["num_updates"]: x["loss"] for x in train}
-    for then in record["train_curve"]:
-        if now.get(then["num_updates"]) != then["loss"]:
-            raise SystemExit(
-                f"{name}: the re-made run in {out} logged loss {now.get(then['num_updates'])} at "
-                f"update {then['num_updates']:g}, the record {then['loss']} ({args.results}): it does "
-                "not retrace the lost pre-training, so the QA runs of that one cannot pair with it")
+    differs = first_difference(record, (out / "train.log").read_text(encoding="utf-8"))
+    if differs:
+        raise SystemExit(f"{name}: the re-made run in {out} logged {differs} ({args.results}): it "
+                         "does not retrace the lost pre-training, so the QA runs of that one "
+                         "cannot pair with it")
     masking_ablation.record_interrupted(out)
     last = out / "checkpoints" / "checkpoint_last.pt"
     again = {**record, "checkpoint": str(last), "checkpoint_sha256": sha256(last),

@@ -431,6 +431,36 @@ def test_a_remade_pretraining_that_does_not_retrace_the_record_stops(tmp_path, m
     record = {"condition": "token", "checkpoint": str(tmp_path / "gone.pt"), "checkpoint_sha256": "lost",
               "train_curve": [{"num_updates": 50.0, "loss": 9.1}, {"num_updates": 100.0, "loss": 8.25}]}
     _fake_relaunch(monkeypatch, [(50, 9.1), (100, 8.26)])
-    with pytest.raises(SystemExit, match=r"logged loss 8.26 at update 100, the record 8.25"):
+    with pytest.raises(SystemExit, match=r"logged training loss 8.26 at update 100, the record 8.25"):
         spanbert_qa.remade("token", record, a, tmp_path / "work")
     assert not (tmp_path / "pretrain.jsonl").exists()
+
+
+# fairseq's lines of a span + SBO run resumed at update 250: its first launch logged update
+# 300 before it was killed, the second logs it again (the last is kept)
+SBO_LOG = """\
+2026-11-28 05:24:54 | INFO | train_inner | epoch 001:     50 / 3308 loss=26.549, mlm_loss=13.061, sbo_loss=13.489, ppl=8544.98, wps=730.7, ups=0.46, wpb=1581.2, bsz=16, num_updates=50, lr=2.77778e-05, gnorm=24.556, clip=100, train_wall=109, wall=112
+2026-11-28 05:32:05 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 20.508 | mlm_loss 10.063 | sbo_loss 10.445 | ppl 1069.85 | wps 2676.1 | wpb 1513.2 | bsz 15.8 | num_updates 250
+2026-11-28 05:34:11 | INFO | train_inner | epoch 001:    300 / 3308 loss=20.1, mlm_loss=9.9, sbo_loss=10.2, ppl=1.1e6, wps=700.1, ups=0.4, wpb=1500.5, bsz=16, num_updates=300, lr=9e-05, gnorm=9.1, clip=100, train_wall=125, wall=760
+2026-11-28 08:34:11 | INFO | train_inner | epoch 001:    300 / 3308 loss=20.161, mlm_loss=9.902, sbo_loss=10.259, ppl=1.1e6, wps=611.2, ups=0.4, wpb=1500.5, bsz=16, num_updates=300, lr=9e-05, gnorm=9.1, clip=100, train_wall=140, wall=122
+"""
+
+
+def test_a_remake_retraces_every_logged_figure_but_the_clock():
+    """first_difference, what a re-made pre-training must retrace: the training losses and
+    words per batch and the held-out losses, as the record rounds them; not the time."""
+    record = {"train_curve": [
+        {"loss": 26.549, "mlm_loss": 13.061, "sbo_loss": 13.489, "num_updates": 50.0, "wpb": 1581.2, "train_wall": 87.0},
+        {"loss": 20.161, "mlm_loss": 9.902, "sbo_loss": 10.259, "num_updates": 300.0, "wpb": 1500.5, "train_wall": 120.0}],
+        "valid_curve": [{"loss": 20.508, "mlm_loss": 10.063, "sbo_loss": 10.445, "num_updates": 250.0}]}
+    assert spanbert_qa.first_difference(record, SBO_LOG) is None
+    held_out = {**record, "valid_curve": [{**record["valid_curve"][0], "sbo_loss": 10.446}]}
+    assert spanbert_qa.first_difference(held_out, SBO_LOG) == \
+        "validation sbo_loss 10.445 at update 250, the record 10.446"
+    other_batch = {**record, "train_curve": [record["train_curve"][0], {**record["train_curve"][1], "wpb": 1499.0}]}
+    assert spanbert_qa.first_difference(other_batch, SBO_LOG) == \
+        "training wpb 1500.5 at update 300, the record 1499.0"
+    cut_short = {**record, "valid_curve": [*record["valid_curve"], {"loss": 18.953, "num_updates": 500.0}]}
+    assert spanbert_qa.first_difference(cut_short, SBO_LOG) == \
+        "validation loss None at update 500, the record 18.953"
+
