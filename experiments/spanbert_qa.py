@@ -45,7 +45,8 @@ Resumable: a relaunch skips recorded conditions and QA runs, resumes an unfinish
 pre-training from its checkpoint_last.pt and an unfinished fine-tuning from its own, and
 trains a recorded condition whose final checkpoint is gone or changed again (:func:`remade`: it must
 retrace the record's losses; its new record names the lost checkpoint, whose QA runs stay
-paired); one chain at a time holds WORK/lock. Relaunch in the background (``--max-runs N`` stops after
+paired); one chain at a time holds WORK/lock; ``--status`` says what a relaunch
+would do next, writing nothing. Relaunch in the background (``--max-runs N`` stops after
 N new runs, a pre-training and a fine-tuning seed each counting one):
 
     mkdir -p ~/.cache/span_plugin/experiments
@@ -115,6 +116,9 @@ def parser():
                    "pre-training keeps: a re-made pre-training retraces its record on one thread "
                    "only); recorded in each QA record")
     p.add_argument("--report", action="store_true", help="only write the report")
+    p.add_argument("--status", action="store_true",
+                   help="only say what a relaunch on --work-dir would do next, condition by "
+                   "condition (pre-trained, re-make from which update, QA seeds left); writes nothing")
     p.add_argument("--drift", action="store_true",
                    help="only record the drift of the exported encoders (the chain does it after "
                    "each export), then write the report")
@@ -388,6 +392,37 @@ def chain(args):
     return made
 
 
+def status(args):
+    """Lines saying, per condition of ``args.conditions``, what :func:`chain` would do on
+    ``args.work_dir`` now: pre-train (or resume at update N), re-make a lost checkpoint
+    (from update 0 or N), or nothing; and the QA seeds recorded and left. Reads only."""
+    from span_plugin.runtime.checkpoints import read_updates
+
+    work = Path(args.work_dir).expanduser().resolve()
+    text_info = masking_ablation.prepare_text(work, args, write=False)
+    pretraining = {c: r for c in CONDITIONS if (r := recorded(c, args, text_info))}
+    runs = qa_runs(args, pretraining)
+    lines = []
+    for name in args.conditions:
+        last = masking_ablation.run_dir(name, work) / "checkpoints" / "checkpoint_last.pt"
+        at = (read_updates(last)[0] or 0) if last.is_file() else 0
+        record = pretraining.get(name)
+        if record is None:
+            state = f"not pre-trained: pre-training {'resumes at update %d' % at if at else 'starts'}"
+        elif intact(record):
+            state = f"pre-trained ({record['checkpoint']})"
+        else:
+            state = (f"checkpoint lost ({record['checkpoint']}): the re-make "
+                     f"{'resumes at update %d' % at if at else 'starts at update 0'} of {record['updates']}")
+        done = sorted(runs[name])
+        left = [s for s in args.qa_seeds if s not in runs[name]]
+        lines.append(f"{name}: {state}; QA seeds done {done or 'none'}, left {left or 'none'}")
+    if args.none_runs:
+        left = [s for s in args.qa_seeds if s not in runs[NONE]]
+        lines.append(f"{NONE}: QA seeds done {sorted(runs[NONE]) or 'none'}, left {left or 'none'}")
+    return lines
+
+
 # ---- 4. the report -----------------------------------------------------------------------
 
 
@@ -561,6 +596,9 @@ def main(argv=None):
     bad = [c for c in args.conditions if c not in CONDITIONS]
     if bad:
         p.error(f"--conditions {' '.join(bad)}: this experiment compares {', '.join(CONDITIONS)}")
+    if args.status:
+        print("\n".join(status(args)))
+        return 0
     if args.drift:
         work = Path(args.work_dir).expanduser().resolve()
         for c in args.conditions:

@@ -60,14 +60,36 @@ def chain(tmp_path_factory, converted_tiny_bert):
         work, _, _ = masking_ablation.prepare(args)
         masking_ablation.launch("span+sbo", args, work, extra=["--max-update", "2"])
         run = work / "runs" / "span+sbo"
+        status = {"cut off": spanbert_qa.status(args)}
         assert spanbert_qa.main(argv) == 0
+        status["done"] = spanbert_qa.status(args)
         lines = {f: (tmp / f).read_text().splitlines() for f in ("pretrain.jsonl", "qa.jsonl")}
         export = (work / "encoders" / "span-sbo-u4" / "model.pt").stat().st_mtime_ns
         assert spanbert_qa.main(argv) == 0  # the relaunch: nothing left to do
         again = {f: (tmp / f).read_text().splitlines() for f in ("pretrain.jsonl", "qa.jsonl")}
     torch.set_num_threads(threads)
     return dict(tmp=tmp, work=work, run=run, lines=lines, again=again, export_mtime=export,
-                model_dir=converted_tiny_bert)
+                model_dir=converted_tiny_bert, status=status, args=args)
+
+
+@pytest.mark.slow
+def test_status_says_what_a_relaunch_does_next(chain):
+    """--status, read before a relaunch: a pre-training cut off at update 2 resumes there;
+    a finished one with its QA seed is left alone; a recorded checkpoint that is gone is
+    re-made (from update 0 when its folder holds no checkpoint)."""
+    assert chain["status"]["cut off"] == [
+        "span+sbo: not pre-trained: pre-training resumes at update 2; QA seeds done none, left [1]"]
+    last = chain["run"] / "checkpoints" / "checkpoint_last.pt"
+    assert chain["status"]["done"] == [f"span+sbo: pre-trained ({last}); QA seeds done [1], left none"]
+    aside = last.with_name("aside.pt")
+    last.rename(aside)
+    try:
+        assert spanbert_qa.status(chain["args"]) == [
+            f"span+sbo: checkpoint lost ({last}): the re-make starts at update 0 of 4; QA seeds done [1], "
+            "left none"]
+    finally:
+        aside.rename(last)
+    assert spanbert_qa.status(chain["args"]) == chain["status"]["done"]
 
 
 @pytest.mark.slow
