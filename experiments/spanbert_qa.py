@@ -43,11 +43,11 @@ would be 90-107 minutes, too close to 2 hours under load). Each QA fine-tuning i
 
 Resumable: a relaunch skips recorded conditions and QA runs, resumes an unfinished
 pre-training from its checkpoint_last.pt and an unfinished fine-tuning from its own, and
-trains a recorded condition whose final checkpoint is gone or changed again (:func:`remade`: it must
-retrace the record's losses; its new record names the lost checkpoint, whose QA runs stay
-paired); one chain at a time holds WORK/lock; ``--status`` says what a relaunch
-would do next, writing nothing. Relaunch in the background (``--max-runs N`` stops after
-N new runs, a pre-training and a fine-tuning seed each counting one):
+trains a recorded condition whose final checkpoint is gone or changed again (:func:`remade`:
+it must retrace the record's logged losses; its new record names the lost checkpoint, whose
+QA runs stay paired); one chain at a time holds WORK/lock; ``--status`` says what a
+relaunch would do next, writing nothing. Relaunch in the background (``--max-runs N``
+stops after N new runs, a pre-training and a fine-tuning seed each counting one):
 
     mkdir -p ~/.cache/span_plugin/experiments
     setsid nohup .venv/bin/python experiments/spanbert_qa.py \\
@@ -313,10 +313,10 @@ def remade(name, record, args, work):
     because its final checkpoint is gone (a machine whose cache was emptied) or changed
     (:func:`intact`). Seeded, on one thread and on the same batches, it must retrace the
     record (:func:`first_difference`: every logged training and validation figure equal at
-    the record's 3 decimals), else it stops naming the first that differs. A checkpoint's bytes name its folders, so its sha256 cannot match the lost
-    one: the new record (appended) lists it, with any the record itself retraced, as
-    ``reproduces``, and the lost checkpoints' QA runs and drift stay paired with it
-    (:func:`same_sources`)."""
+    the record's 3 decimals), else it stops naming the first that differs. A checkpoint's
+    bytes name its folders, so its sha256 cannot match the lost one: the new record
+    (appended) lists it, with any the record itself retraced, as ``reproduces``, and the
+    lost checkpoints' QA runs and drift stay paired with it (:func:`same_sources`)."""
     from span_plugin.preprocess.file_records import sha256
 
     out = masking_ablation.run_dir(name, work)
