@@ -20,7 +20,10 @@ checkpoint_last.pt.
 With ``--encoder-record FILE`` (the provenance of ``--model-dir``'s model.pt: path,
 sha256, ...; experiments/spanbert_qa.py writes one per continued pre-training) every
 record keeps it as ``pretraining`` and the encoder's sha256 is part of the run's key, so
-one results file holds the runs of several encoders of the same sizes.
+one results file holds the runs of several encoders of the same sizes. A record that
+lists ``reproduces`` (the checkpoints of lost pre-trainings that the encoder's own
+pre-training retraced; experiments/spanbert_qa.py) counts the runs of those encoders as
+its own: a relaunch on a re-made encoder goes on with the seeds they lack.
 
 Records made before the word decoding existed hold ``em`` (now ``exact_match``) and no
 ``answer_boundaries``: they were decoded at token level, and are read as such.
@@ -69,6 +72,22 @@ def run_key(r):
     h = r["hparams"]
     return (r["head"], r["seed"], h["lr"], h["epochs"], h["max_positions"], h["doc_stride"],
             boundaries_of(r), encoder_sha256(r))
+
+
+def done_keys(records, encoder):
+    """The run keys (:func:`run_key`) the results ``records`` hold, a run of an encoder
+    that ``encoder`` (an --encoder-record) reproduces keyed as one of ``encoder``'s: the
+    same pre-training, re-made after its checkpoint was lost, whose export has other
+    bytes (its sha256) but the same weights."""
+    sha = encoder_sha256({"pretraining": encoder})
+    same = set((encoder or {}).get("reproduces") or [])
+    keys = set()
+    for r in records:
+        key = run_key(r)
+        if same and (r.get("pretraining") or {}).get("source_sha256") in same:
+            key = (*key[:-1], sha)
+        keys.add(key)
+    return keys
 
 
 def read_encoder_record(path, model_dir):
@@ -279,7 +298,7 @@ def run(args):
     # seed-major: every head of a seed finishes before the next seed starts
     cells = {(h, s, args.lr, args.epochs, args.max_positions, args.doc_stride, b, sha): (h, s, b)
              for s in args.seeds for b in args.answer_boundaries for h in args.heads}
-    return run_grid(cells, {run_key(r) for r in read_results(args.results)},
+    return run_grid(cells, done_keys(read_results(args.results), args.encoder),
                     lambda c: run_one(args, *c, device), args.results, args.max_runs,
                     name=lambda c: f"{c[0]} seed {c[1]} ({c[2]} answers)",
                     show=lambda r: f"EM {exact_of(r):.2f}, F1 {r['f1']:.2f}",

@@ -149,7 +149,9 @@ def export(record, args, work):
     next to copies of the starting folder's dict.txt and tokenizer files. Written once;
     a relaunch reuses it while checkpoint and export are unchanged. Returns the path of
     its provenance file, encoder.json (path and sha256 of model.pt, objective,
-    pre-training budget, source checkpoint and its sha256)."""
+    pre-training budget, source checkpoint and its sha256, and ``reproduces``: the lost
+    checkpoints a re-made pre-training retraced, whose QA runs qa_grid counts as this
+    encoder's)."""
     from span_plugin.convert.flags import checkpoint_train_flags
     from span_plugin.formats.files import atomic_write
     from span_plugin.preprocess.file_records import sha256
@@ -168,9 +170,13 @@ def export(record, args, work):
     if source_sha != record["checkpoint_sha256"]:
         raise SystemExit(f"{name}: {checkpoint} changed since its pre-training was recorded "
                          f"(sha256 {source_sha[:12]}, recorded {record['checkpoint_sha256'][:12]})")
+    reproduces = sorted(same_sources(record) - {source_sha})  # lost checkpoints it retraces
     if provenance.exists():
         old = json.loads(provenance.read_text(encoding="utf-8"))
         if old["source_sha256"] == source_sha and sha256(folder / "model.pt") == old["sha256"]:
+            if old.get("reproduces", []) != reproduces:  # written before the field existed
+                old["reproduces"] = reproduces
+                atomic_write(provenance, lambda f: f.write((json.dumps(old, indent=1) + "\n").encode()))
             return provenance
     target, heads = write_stripped(str(checkpoint), str(folder), model_dir=args.model_dir)
     state = load_mapped(target)
@@ -187,6 +193,7 @@ def export(record, args, work):
         "objective": name, "masking": record["masking"], "sbo_weight": record["sbo_weight"],
         "path": str(Path(target).resolve()), "sha256": sha256(target), "heads_removed": heads,
         "source_checkpoint": str(checkpoint), "source_sha256": source_sha,
+        "reproduces": reproduces,
         "start_model": {"path": str(start), "sha256": sha256(start)},
         "budget": {**{k: record[k] for k in BUDGET}, "tokens_seen": record.get("tokens_seen"),
                    "data": record["data"], "finished": record["finished"],

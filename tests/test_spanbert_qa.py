@@ -319,6 +319,27 @@ def test_qa_grid_checks_the_encoder_record_against_the_file(tmp_path):
         qa_grid.read_encoder_record(record, folder)
 
 
+def test_qa_grid_counts_the_runs_of_a_lost_encoder_its_remake_reproduces():
+    """A re-made pre-training's export has other bytes (a new encoder sha256), but the
+    runs of the lost encoders its pre-training retraced (``reproduces``: their source
+    checkpoints) are its own: the grid goes on at seed 4, not at seed 1 again; a run of
+    any other encoder, or of the plain model, does not count."""
+    hparams = {"lr": 5e-5, "epochs": 1, "max_positions": 256, "doc_stride": 64, "answer_boundaries": "word"}
+
+    def qa(seed, source=None, sha=None):
+        r = {"head": "boundary", "seed": seed, "hparams": hparams}
+        if source:
+            r["pretraining"] = {"sha256": sha or f"export of {source}", "source_sha256": source}
+        return r
+
+    records = [qa(1, "lost"), qa(2, "lost"), qa(3, "lost"), qa(4, "another run"), qa(5)]
+    remade = {"sha256": "new export", "source_sha256": "re-made", "reproduces": ["lost"]}
+    want = {("boundary", s, 5e-5, 1, 256, 64, "word", "new export") for s in (1, 2, 3, 4, 5)}
+    assert sorted(k[1] for k in want - qa_grid.done_keys(records, remade)) == [4, 5]
+    assert want - qa_grid.done_keys(records, {**remade, "reproduces": []}) == want
+    assert qa_grid.done_keys(records, None) == {qa_grid.run_key(r) for r in records}
+
+
 def test_one_chain_at_a_time(tmp_path):
     held = spanbert_qa.lock(tmp_path)
     with pytest.raises(SystemExit, match="held by another chain"):
