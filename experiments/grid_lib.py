@@ -23,6 +23,22 @@ def read_results(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def cpu_model():
+    """The CPU's model name (/proc/cpuinfo), for a record: one seeded single-thread run
+    gives the same floats again only on the same kind of CPU (each picks its own kernels),
+    so a re-made run on another can differ in the last digits. None where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
 def append_result(path, record):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     line = (json.dumps(record) + "\n").encode("utf-8")

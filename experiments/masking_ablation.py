@@ -50,7 +50,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from grid_lib import ROOT, append_result, read_results, trained_on
+from grid_lib import ROOT, append_result, cpu_model, read_results, trained_on
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (span-convert, recipes/lib.sh default_model)"
 
@@ -283,7 +283,8 @@ def launch(name, args, work, extra=()):
         return
     record_interrupted(out)
     entry = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "from_update": reached,
-             "load_avg_at_start": round(os.getloadavg()[0], 2)}  # a shared machine: wall time depends on it
+             "load_avg_at_start": round(os.getloadavg()[0], 2),  # a shared machine: wall time depends on it
+             "cpu": cpu_model()}
     train_log = out / "train.log"
     offset = train_log.stat().st_size if train_log.exists() else 0  # where this launch's lines begin
     (out / OPEN_LAUNCH).write_text(json.dumps({**entry, "log_offset": offset}), encoding="utf-8")

@@ -43,8 +43,8 @@ import sys
 from pathlib import Path
 
 from grid_lib import (
-    ROOT, dictionary_lines, mean_sd, model_flags, paired_line, read_results, resolve_device,
-    run_grid, run_recipe, trained_on, write_report)
+    ROOT, cpu_model, dictionary_lines, mean_sd, model_flags, paired_line, read_results,
+    resolve_device, run_grid, run_recipe, trained_on, write_report)
 
 HEADS = ("boundary", "sf", "span")
 BOUNDARIES = ("word", "token")
@@ -188,7 +188,7 @@ def run_one(args, head, seed, boundaries, device):
                           "split_articles": args.split_articles, "answer_boundaries": boundaries,
                           "extra": args.extra},
               "encoder": model, "device": device, "minutes": minutes,
-              "cpu_minutes": cpu_minutes, "threads": recipe_threads(),
+              "cpu_minutes": cpu_minutes, "threads": recipe_threads(), "cpu": cpu_model(),
               **({"pretraining": args.encoder} if args.encoder else {}),
               **trained_on(data_dir, out_dir / "checkpoints" / "checkpoint_best.pt")}
     if not args.keep_checkpoints:

@@ -151,6 +151,9 @@ def test_qa_records_name_the_encoder_and_the_relaunch_adds_nothing(chain):
     assert qa["hparams"]["extra"] == ["--max-update", "2"]
     # --qa-threads: the fine-tuning on 2 threads, the pre-training on --threads' one
     assert qa["threads"] == 2 and json.loads(chain["lines"]["pretrain.jsonl"][-1])["threads"] == 1
+    # the CPU each ran on: a seeded run repeats its floats only on the same kind
+    launches = [json.loads(x) for x in (chain["run"] / "launches.jsonl").read_text().splitlines()]
+    assert qa["cpu"] and {x["cpu"] for x in launches} == {qa["cpu"]}
     log = next((chain["work"] / "qa" / "runs").glob("span-sbo-u4-boundary-*-s1")) / "train.log"
     text = log.read_text()
     assert f"Loaded checkpoint {entry['path']} (epoch 1 @ 0 updates)" in text
