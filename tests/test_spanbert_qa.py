@@ -73,6 +73,38 @@ def chain(tmp_path_factory, converted_tiny_bert):
 
 
 @pytest.mark.slow
+def test_a_resumed_pretraining_is_the_uninterrupted_one_bit_for_bit(tmp_path, converted_tiny_bert):
+    """What lets a re-made pre-training stand for the lost one: on one thread, stopping
+    after update 2 and resuming from checkpoint_last.pt gives the weights of the run that
+    never stopped, every tensor equal to the bit (the same masks, dropout and optimizer
+    state). Only on the same kind of CPU: each picks its own kernels (records keep ``cpu``)."""
+    import torch
+
+    from span_plugin.runtime.checkpoints import load_state
+
+    threads, states = torch.get_num_threads(), []
+    for name, stops in (("whole", []), ("resumed", [["--max-update", "2"]])):
+        (tmp_path / name).mkdir()
+        args = spanbert_qa.parser().parse_args(chain_argv(tmp_path / name, converted_tiny_bert))
+        with pytest.MonkeyPatch.context() as mp:
+            for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                mp.setenv(var, "1")
+            work, _, _ = masking_ablation.prepare(args)
+            for extra in [*stops, []]:
+                masking_ablation.launch("span+sbo", args, work, extra=extra)
+        run = work / "runs" / "span+sbo"
+        assert [x["from_update"] for x in map(json.loads, (run / "launches.jsonl").read_text().splitlines())] \
+            == [0, 2][:len(stops) + 1]
+        states.append(load_state(run / "checkpoints" / "checkpoint_last.pt"))
+    torch.set_num_threads(threads)
+    whole, resumed = (s["model"] for s in states)
+    assert whole.keys() == resumed.keys() and len(whole) > 50
+    assert [k for k in whole if not torch.equal(whole[k], resumed[k])] == []
+    adam = [s["last_optimizer_state"]["state"] for s in states]
+    assert all(torch.equal(a["exp_avg_sq"], b["exp_avg_sq"]) for a, b in zip(adam[0].values(), adam[1].values()))
+
+
+@pytest.mark.slow
 def test_status_says_what_a_relaunch_does_next(chain):
     """--status, read before a relaunch: a pre-training cut off at update 2 resumes there;
     a finished one with its QA seed is left alone; a recorded checkpoint that is gone is
