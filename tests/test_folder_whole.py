@@ -16,7 +16,8 @@ from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import binarize_whole
 from span_plugin.preprocess.folders.check import CheckError, check_folder
 from span_plugin.preprocess.folders.conll import prepare_conll
-from span_plugin.preprocess.folders.folder import PARTIAL, whole_folder
+from span_plugin.formats.files import PARTIAL
+from span_plugin.preprocess.folders.folder import whole_folder
 from span_plugin.preprocess.folders.glue import prepare_task
 from span_plugin.preprocess.folders.pairs import prepare_pairs
 from span_plugin.preprocess.folders.qa import prepare_qa
