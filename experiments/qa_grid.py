@@ -77,8 +77,8 @@ def run_key(r):
 def done_keys(records, encoder):
     """The run keys (:func:`run_key`) the results ``records`` hold, a run of an encoder
     that ``encoder`` (an --encoder-record) reproduces keyed as one of ``encoder``'s: the
-    same pre-training, re-made after its checkpoint was lost, whose export has other
-    bytes (its sha256) but the same weights."""
+    same pre-training, re-made after its checkpoint was lost and checked to retrace its
+    record, whose export has other bytes (its sha256)."""
     sha = encoder_sha256({"pretraining": encoder})
     same = set((encoder or {}).get("reproduces") or [])
     keys = set()
