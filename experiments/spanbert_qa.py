@@ -413,14 +413,15 @@ def status(args):
     for name in args.conditions:
         last = masking_ablation.run_dir(name, work) / "checkpoints" / "checkpoint_last.pt"
         at = (read_updates(last)[0] or 0) if last.is_file() else 0
+        resumes = f"resumes at update {at}" if at else None
         record = pretraining.get(name)
         if record is None:
-            state = f"not pre-trained: pre-training {'resumes at update %d' % at if at else 'starts'}"
+            state = f"not pre-trained: pre-training {resumes or 'starts'}"
         elif intact(record):
             state = f"pre-trained ({record['checkpoint']})"
         else:
             state = (f"checkpoint lost ({record['checkpoint']}): the re-make "
-                     f"{'resumes at update %d' % at if at else 'starts at update 0'} of {record['updates']}")
+                     f"{resumes or 'starts at update 0'} of {record['updates']}")
         done = sorted(runs[name])
         left = [s for s in args.qa_seeds if s not in runs[name]]
         lines.append(f"{name}: {state}; QA seeds done {done or 'none'}, left {left or 'none'}")

@@ -2,10 +2,13 @@
 bytes under both names, no name changed when the other is replaced, a copy where the
 file system has no links."""
 
+import errno
 import os
 
+import pytest
+
 from span_plugin.formats import files
-from span_plugin.formats.files import atomic_link, atomic_write
+from span_plugin.formats.files import atomic_link, atomic_write, staged_folder
 
 
 def test_link_shares_the_bytes_until_one_name_is_replaced(tmp_path):
@@ -41,12 +44,6 @@ def test_a_staged_folder_replaces_whole_or_leaves_the_old_one(tmp_path):
     ONNX exports) writes a folder: committed whole when the block ends; a failure leaves
     the old folder and no partial one, and a write error that names no file names the
     folder; what a killed builder left is removed, a live one's is not."""
-    import errno
-
-    import pytest
-
-    from span_plugin.formats.files import staged_folder
-
     out = tmp_path / "out[1]"  # glob characters in the name
     out.mkdir()
     (out / "old.txt").write_text("the old folder")

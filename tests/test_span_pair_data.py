@@ -351,7 +351,7 @@ def test_phrase_pairs_past_the_truncation_are_named_not_dropped():
 
     pairs = [[(0, 2), (0, 1)], [(1, 3), (4, 6)], [(2, 3), (1, 2)], [(0, 1), (5, 7)]]
     sides = [torch.tensor([o for p in pairs for o in p[k]]) for k in (0, 1)]
-    starts = (1, 6)  # <s> A(4) </s> </s> B: B's tokens begin at 7 - 1
+    starts = (1, 6)  # where each sentence's token ranges are placed in the laid-out pair
     item = place_phrase_pairs(sides[0], sides[1], torch.zeros(len(pairs), dtype=torch.long),
                               *starts, max_len=11)
     assert len(item) == 2
