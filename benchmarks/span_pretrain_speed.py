@@ -18,7 +18,6 @@ Targets: masking >= 20x the sequences/s of the training step; SBO <= +10 % of th
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -133,7 +132,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU; "
           f"T={args.tokens}, B={args.batch}, {int(sample['target'].ne(1).sum())} masked tokens; "
           f"median of {args.repeats} (after 1 warm-up)")
-    print(f"2. training step, roberta_spanbert_base: seconds wall / process CPU")
+    print("2. training step, roberta_spanbert_base: seconds wall / process CPU")
     for name, (wall, cpu) in m.items():
         print(f"   {name:8} {wall:8.2f} {cpu:8.2f}")
     print(f"masking (slowest scheme) / training: {mask_rate:,.0f} / {step_rate:.3f} sequences/s = "

@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 

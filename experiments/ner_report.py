@@ -13,7 +13,6 @@ t-test's p. Dev picked the checkpoint (optimistic); test did not.
 import argparse
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report
 

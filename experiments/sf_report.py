@@ -22,7 +22,6 @@ The hand-written part of the output file (above its first ``---`` line) is kept.
 import argparse
 import statistics
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 

@@ -21,7 +21,6 @@ import argparse
 import math
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 from grid_lib import dictionary_lines, mean_sd, paired_cell_p, read_results, write_report
 

@@ -136,6 +136,35 @@ def sst2_rows(split, n):
     return [(sentence, label) for sentence, label in rows]
 
 
+def conll_sentences(path, n):
+    """The first n sentences of a CoNLL file (with its -DOCSTART- lines)."""
+    out, count = [], 0
+    for line in open(path, encoding="utf-8"):
+        out.append(line)
+        if not line.strip() and out[-2:-1] and out[-2].strip() and not out[-2].startswith("-DOCSTART-"):
+            count += 1
+            if count == n:
+                break
+    return "".join(out)
+
+
+def small_conll_folder(root, **segmentation):
+    """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder ``root/bin``
+    (GPT-2 BPE; by default greedy segmentation with the packaged n-gram dictionary)."""
+    from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
+
+    files = {}
+    for split, n in (("train", 24), ("valid", 8)):
+        files[split] = root / f"{split}.txt"
+        files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
+    spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
+                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"), **segmentation)
+    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
+                  str(GPT2_BPE / "dict.txt"), name="conll2003")
+    return root / "bin"
+
+
 @pytest.fixture(scope="session")
 def sst2_bin(tmp_path_factory):
     """A fairseq-preprocess'd sample of real SST-2 rows (96 train, 32 dev), whitespace

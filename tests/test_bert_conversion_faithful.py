@@ -23,7 +23,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import TINY_ROBERTA, USER_DIR, minilm_dir, run_cli, run_main
+from conftest import TINY_ROBERTA, USER_DIR, minilm_dir, run_main
 from test_convert import (
     CASED,
     UNCASED,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BIN, GLUE, GPT2_BPE, ROOT, TINY_ROBERTA, minilm_dir, run_cli, run_main
+from conftest import GLUE, GPT2_BPE, ROOT, minilm_dir, run_cli, run_main
 
 from span_plugin.convert.safe_load import (
     DamagedCheckpointError, NotACheckpointError, UnsafeCheckpointError, load_checkpoint)
@@ -329,7 +329,7 @@ def test_span_predict_gives_each_message_without_a_traceback(kind, tmp_path):
                     "--output", tmp_path / "out.tsv", check=False)
     assert proc.returncode == 2, proc.stdout[-3000:]
     assert "Traceback" not in proc.stdout and PROBLEMS[kind] in proc.stdout, proc.stdout[-3000:]
-    assert f"span-predict: error: " in proc.stdout and str(path) in proc.stdout
+    assert "span-predict: error: " in proc.stdout and str(path) in proc.stdout
     assert not (tmp_path / "code_ran").exists()
 
 

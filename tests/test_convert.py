@@ -17,7 +17,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import GLUE, USER_DIR, run_cli, run_main
+from conftest import GLUE, USER_DIR, run_main
 from span_plugin.convert import (
     ConversionError,
     checkpoint_train_flags,

@@ -475,7 +475,8 @@ def test_ner_recipe_fine_tunes_the_converted_roberta(family, tmp_path):
     GPT-2 words: the packaged dictionary serves): real CoNLL-2003 sentences, tagging
     folder made with the folder's own tokenizer, fine-tuning from its weights, a CoNLL
     prediction file per split."""
-    from test_ner_recipes import RECIPE, conll_columns, sentences
+    from conftest import conll_sentences as sentences
+    from test_ner_recipes import RECIPE, conll_columns
 
     name, _, _, out, _ = family
     if name != "roberta":

@@ -3,7 +3,6 @@ path in README.md, docs/, experiments/ and benchmarks/RESULTS.md resolves, every
 document of docs/ is linked from the README, and the README stays a short guide."""
 
 import re
-from pathlib import Path
 
 from conftest import ROOT
 

@@ -15,12 +15,11 @@ import pytest
 import torch
 
 from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR, run_main
-from conftest import fairseq_train, tiny_train_args
+from conftest import fairseq_train, small_conll_folder, tiny_train_args
 
 NLTK_DATA = DATA / "nltk_data"
 from span_plugin.cli.export import main as export_main
 from span_plugin.formats.model_folder import MANIFEST, PICKLE_SUFFIXES, verify_folder
-from test_ner_recipes import sentences as conll_sentences
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -46,26 +45,9 @@ def _sentence(root, task, *extra, num_classes=2):
     return _TRAINED[task]
 
 
-def _conll(root, **segmentation):
-    """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder (GPT-2 BPE; by
-    default greedy segmentation with the packaged n-gram dictionary)."""
-    from span_plugin.preprocess.folders.conll import prepare_conll
-    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
-
-    files = {}
-    for split, n in (("train", 24), ("valid", 8)):
-        files[split] = root / f"{split}.txt"
-        files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
-    spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
-                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"), **segmentation)
-    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
-                  str(GPT2_BPE / "dict.txt"), name="conll2003")
-    return root / "bin"
-
-
 @pytest.fixture(scope="module")
 def conll_bin(tmp_path_factory):
-    return _conll(tmp_path_factory.mktemp("export_conll"))
+    return small_conll_folder(tmp_path_factory.mktemp("export_conll"))
 
 
 def _tagging(root, folder, task, *extra):
@@ -98,7 +80,6 @@ def _minilm(root, model_dir):
     """The README's first run, in small: the converted all-MiniLM-L6-v2 fine-tuned on
     MRPC as recipes/glue/MRPC.sh fine-tunes it (WordPiece folder, BERT's layout, its
     sizes, segment B and pooler; from the pretrained weights), 2 updates."""
-    from conftest import run_cli
     from span_plugin.convert.flags import checkpoint_train_flags
     from test_task_data import mini_glue
 
@@ -132,8 +113,8 @@ CASES = {
                                           "--max-span-words", "4"),
                  "span_labeling", {"tagging_head": "span"}),
     # the sf head, on chunker segmentation
-    "ner-chunker": (lambda root, r: _tagging(root, _conll(root, segmentation="chunker",
-                                                          nltk_data=str(NLTK_DATA)),
+    "ner-chunker": (lambda root, r: _tagging(root, small_conll_folder(root, segmentation="chunker",
+                                                                        nltk_data=str(NLTK_DATA)),
                                              "span_tagging", "--tagging-head", "sf"),
                     "span_tagging", {"tagging_head": "sf"}),
     # a pretrained BERT: WordPiece, segment B, pooler

@@ -14,7 +14,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import DATA, GLUE, minilm_dir, run_cli, run_main
+from conftest import DATA, GLUE, minilm_dir, run_main
 from span_plugin.cli.convert import main as convert_main
 from span_plugin.cli.export import main as export_main
 

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from conftest import DATA, GLUE, GPT2_BPE, TINY_ROBERTA, USER_DIR
-from conftest import fairseq_train, tiny_train_args
-from test_ner_recipes import sentences as conll_sentences
+from conftest import fairseq_train, small_conll_folder, tiny_train_args
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -70,20 +69,7 @@ def squad_questions(n=N_INPUTS):
 
 @pytest.fixture(scope="module")
 def conll_bin(tmp_path_factory):
-    """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder."""
-    from span_plugin.preprocess.folders.conll import prepare_conll
-    from span_plugin.preprocess.segmentation.encoding import EncoderSpec
-
-    root = tmp_path_factory.mktemp("onnx_conll")
-    files = {}
-    for split, n in (("train", 24), ("valid", 8)):
-        files[split] = root / f"{split}.txt"
-        files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
-    spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
-                       vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
-    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
-                  str(GPT2_BPE / "dict.txt"), name="conll2003")
-    return root / "bin"
+    return small_conll_folder(tmp_path_factory.mktemp("onnx_conll"))
 
 
 def tagging_checkpoint(save, folder, task, *extra):

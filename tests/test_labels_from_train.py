@@ -14,8 +14,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import DATA, GLUE, GPT2_BPE, run_cli, run_main
-from test_ner_recipes import sentences
+from conftest import DATA, GLUE, GPT2_BPE, conll_sentences, run_cli, run_main
 from test_span_pair_data import _make_jsonl, mrpc_rows
 from test_task_train import span_args, valid_stats
 
@@ -224,11 +223,11 @@ def conll_no_misc(tmp_path_factory):
     """train.txt: the first 120 real train sentences without a MISC entity; valid.txt,
     test.txt: the first 20 / 30 real sentences of their files (line numbers as there)."""
     root = tmp_path_factory.mktemp("conll_types")
-    text = sentences(CONLL / "train.txt", 200).split("\n\n")
+    text = conll_sentences(CONLL / "train.txt", 200).split("\n\n")
     keep = [s for s in text if s.strip() and "MISC" not in s and not s.startswith("-DOCSTART-")]
     (root / "train.txt").write_text("-DOCSTART- -X- -X- O\n\n" + "\n\n".join(keep[:120]) + "\n\n")
-    (root / "valid.txt").write_text(sentences(CONLL / "valid.txt", 20))
-    (root / "test.txt").write_text(sentences(CONLL / "test.txt", 30))
+    (root / "valid.txt").write_text(conll_sentences(CONLL / "valid.txt", 20))
+    (root / "test.txt").write_text(conll_sentences(CONLL / "test.txt", 30))
     return root
 
 
@@ -328,7 +327,7 @@ def test_conll_skip_drops_the_sentences_and_the_prediction_file_follows(conll_no
 def test_conll_empty_train_is_an_error(tmp_path):
     train = tmp_path / "train.txt"
     train.write_text("-DOCSTART- -X- -X- O\n\n")
-    (tmp_path / "valid.txt").write_text(sentences(CONLL / "valid.txt", 3))
+    (tmp_path / "valid.txt").write_text(conll_sentences(CONLL / "valid.txt", 3))
     proc = preprocess("conll", "--out", tmp_path / "bin", "--train", train, "--valid",
                       tmp_path / "valid.txt")
     assert proc.returncode == 2 and f"{train}: no sentences" in proc.stdout, proc.stdout

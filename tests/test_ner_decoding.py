@@ -12,12 +12,11 @@ import sys
 import pytest
 import torch
 
-from conftest import DATA, GPT2_BPE, TINY_ROBERTA, USER_DIR
+from conftest import DATA, GPT2_BPE, TINY_ROBERTA, USER_DIR, conll_sentences
 from span_plugin.formats import tags as T
 from span_plugin.modules import entities as ner
 from span_plugin.modules.span_decoding import nested_spans
 from span_plugin.modules.tag_decoding import decode_tags, iob2_constraints, viterbi_tags
-from test_ner_recipes import sentences
 from span_plugin.modules.tagging_heads import enumerate_word_spans
 
 
@@ -311,7 +310,7 @@ def conll_folder(tmp_path_factory):
     files = {}
     for split, n in (("train", 40), ("valid", 16)):
         files[split] = root / f"{split}.txt"
-        files[split].write_text(sentences(DATA / "conll2003" / f"{split}.txt", n))
+        files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
     prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,

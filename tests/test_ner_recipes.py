@@ -8,22 +8,10 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import DATA, GPT2_BPE, ROOT, TINY_ROBERTA, run_cli
+from conftest import DATA, GPT2_BPE, ROOT, TINY_ROBERTA, conll_sentences, run_cli
 
 RECIPE = ROOT / "recipes" / "ner" / "conll2003.sh"
 HYDRA = ROOT / "recipes" / "hydra" / "conll2003.yaml"
-
-
-def sentences(path, n):
-    """The first n sentences of a CoNLL file (with its -DOCSTART- lines)."""
-    out, count = [], 0
-    for line in open(path, encoding="utf-8"):
-        out.append(line)
-        if not line.strip() and out[-2:-1] and out[-2].strip() and not out[-2].startswith("-DOCSTART-"):
-            count += 1
-            if count == n:
-                break
-    return "".join(out)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +25,7 @@ def conll_dir(tmp_path_factory):
     files = {}
     for split, n in (("train", 48), ("valid", 24), ("test", 24)):
         files[split] = root / f"{split}.txt"
-        files[split].write_text(sentences(DATA / "conll2003" / f"{split}.txt", n))
+        files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
     prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import DATA, ROOT, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli, run_main
+from conftest import DATA, TINY_ROBERTA, USER_DIR, minilm_dir, run_cli, run_main
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import squad_scores
 from span_plugin.modules.qa_decoding import cuts_word, decode_answers, word_boundaries

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from conftest import DATA, ROOT
+from conftest import DATA
 
 import qa_answers
 from span_plugin.formats.squad import read_qa, split_squad_articles

@@ -7,7 +7,6 @@ import re
 import shutil
 
 import pytest
-import torch
 
 from conftest import USER_DIR, run_cli, run_main
 from test_recipes import HYDRA, RECIPES, valid_line

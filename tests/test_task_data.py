@@ -9,12 +9,10 @@ pre-tokens ("words"). Folders are built once per session and shared by the modul
 """
 
 import functools
-import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 from conftest import GLUE, GPT2_BPE, run_cli, run_main

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from conftest import TINY_ROBERTA, USER_DIR, run_cli, run_main
+from conftest import TINY_ROBERTA, USER_DIR, run_main
 from test_task_data import glue_folder
 
 

@@ -9,7 +9,6 @@ pure-torch heads (:mod:`span_plugin.modules.head_builders`), loaded from
 import os
 from types import SimpleNamespace
 
-import torch
 import torch.nn as nn
 
 from span_plugin.formats.model_folder import ModelFolderError

@@ -273,7 +273,7 @@ def describe(record):
         f"  segmentation: {enc['segmentation']} (seed {enc['seed']})",
         *_segmentation_lines(enc),
         f"  labels: {lab}",
-        *([f"  invalid UTF-8 read as U+FFFD: "
+        *(["  invalid UTF-8 read as U+FFFD: "
            + ", ".join(f"{k} {v}" for k, v in record["bad_utf8"]["replacements"].items())]
           if (record.get("bad_utf8") or {}).get("mode") == "replace" else []),
         f"  files: {len(record['files'])} recorded, hashes match",
