@@ -27,6 +27,10 @@ def register():
     import span_plugin.optim  # noqa: F401
     import span_plugin.tasks  # noqa: F401
 
+    # Those imports load fairseq's models when fairseq was not imported first (scripts,
+    # notebooks), and its wav2vec2 module then sets the root logger to DEBUG: put it back.
+    compat.quiet_stack_notices()
+
 
 if "fairseq" in sys.modules:
     register()

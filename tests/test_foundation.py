@@ -2,8 +2,12 @@
 train, resume, restore with fresh heads, hydra, and safe checkpoint loading."""
 
 import argparse
+import logging
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -17,6 +21,21 @@ def test_plugin_imports_and_allows_fairseq_checkpoint_types():
     import span_plugin  # noqa: F401  (applies the compat fixes)
 
     assert argparse.Namespace in torch.serialization.get_safe_globals()
+
+
+
+def test_register_before_fairseq_leaves_the_root_logger_at_info():
+    """A script that registers the plugin before importing fairseq itself (the
+    experiments, a notebook) does not get every library's DEBUG lines: fairseq's wav2vec2
+    module sets the root logger to DEBUG when the plugin's imports load it."""
+    code = ("import logging, span_plugin; span_plugin.register(); "
+            "import fairseq.models; logging.getLogger('matplotlib').debug('x'); "
+            "print(logging.getLogger().getEffectiveLevel())")
+    env = {k: v for k, v in os.environ.items() if k != "LOGLEVEL"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == [str(logging.INFO)] and "DEBUG" not in proc.stderr, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("numpy_module", ["numpy.core", "numpy._core"])
