@@ -475,7 +475,7 @@ def test_ner_recipe_fine_tunes_the_converted_roberta(family, tmp_path):
     GPT-2 words: the packaged dictionary serves): real CoNLL-2003 sentences, tagging
     folder made with the folder's own tokenizer, fine-tuning from its weights, a CoNLL
     prediction file per split."""
-    from conftest import conll_sentences as sentences
+    from conftest import conll_sentences
     from test_ner_recipes import RECIPE, conll_columns
 
     name, _, _, out, _ = family
@@ -484,7 +484,7 @@ def test_ner_recipe_fine_tunes_the_converted_roberta(family, tmp_path):
     conll = tmp_path / "conll"
     conll.mkdir()
     for split, n in (("train", 16), ("valid", 8), ("test", 8)):
-        (conll / f"{split}.txt").write_text(sentences(DATA / "conll2003" / f"{split}.txt", n))
+        (conll / f"{split}.txt").write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     log = run_cli("bash", RECIPE, "--cpu", "--max-update", "2", "--batch-size", "8",
                   "--num-workers", "0", "--log-interval", "1", cwd=tmp_path,
                   env={"CONLL_DIR": str(conll), "MODEL_DIR": str(out), "WORKERS": "1",
