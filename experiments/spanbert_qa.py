@@ -119,6 +119,13 @@ def parser():
     p.add_argument("--status", action="store_true",
                    help="only say what a relaunch on --work-dir would do next, condition by "
                    "condition (pre-trained, re-make from which update, QA seeds left); writes nothing")
+    p.add_argument("--recheck", action="store_true",
+                   help="fine-tune --qa-seeds again into --recheck-results (WORK/qa-recheck), from "
+                   "each of --conditions' current encoder (does a re-made encoder fine-tune as the "
+                   "lost one it retraces did?) and, with --none-runs, from the converted model (does "
+                   "this machine fine-tune as the recorded runs' did?); then write the report")
+    p.add_argument("--recheck-results",
+                   default=str(ROOT / "experiments" / "results" / "qa_spanbert_recheck.jsonl"))
     p.add_argument("--drift", action="store_true",
                    help="only record the drift of the exported encoders (the chain does it after "
                    "each export), then write the report")
@@ -238,13 +245,15 @@ def drift(provenance, args):
 # ---- 1 and 3: the chain ------------------------------------------------------------------
 
 
-def qa_argv(args, folder, provenance, max_runs):
+def qa_argv(args, folder, provenance, max_runs, results=None, sub="qa"):
     """qa_grid's options for an encoder folder: the boundary head at word answers, every
-    other setting qa_grid's default (those of the converted model's runs)."""
+    other setting qa_grid's default (those of the converted model's runs); records into
+    ``results`` (default --qa-results), runs in WORK/``sub``."""
     return ["--model-dir", str(folder), "--encoder-record", str(provenance),
             "--squad-dev", args.squad_dev, "--heads", "boundary", "--answer-boundaries", "word",
-            "--decode", "word", "--seeds", *map(str, args.qa_seeds), "--results", args.qa_results,
-            "--work-dir", str(Path(args.work_dir).expanduser().resolve() / "qa"),
+            "--decode", "word", "--seeds", *map(str, args.qa_seeds),
+            "--results", results or args.qa_results,
+            "--work-dir", str(Path(args.work_dir).expanduser().resolve() / sub),
             "--device", args.qa_device,
             *(["--max-runs", str(max_runs)] if max_runs is not None else []),
             *(["--extra", *args.qa_extra] if args.qa_extra else [])]
@@ -256,15 +265,13 @@ def condition_args(name, args):
     return argparse.Namespace(**{**vars(args), "lr": LR_OF.get(name, args.lr)})
 
 
-def none_argv(args, max_runs):
+def none_argv(args, max_runs, results=None, sub="qa-none"):
     """qa_grid's options for the "none" condition: the converted model itself, the
-    settings of :func:`qa_argv`, into the converted model's own results file (where
-    qa_grid's earlier seeds are)."""
-    argv = qa_argv(args, args.model_dir, None, max_runs)
+    settings of :func:`qa_argv`, into ``results`` (default: the converted model's own
+    results file, where qa_grid's earlier seeds are), in WORK/``sub``."""
+    argv = qa_argv(args, args.model_dir, None, max_runs, results or args.baseline_results, sub)
     at = argv.index("--encoder-record")
     del argv[at:at + 2]
-    argv[argv.index("--results") + 1] = args.baseline_results
-    argv[argv.index("--work-dir") + 1] = str(Path(args.work_dir).expanduser().resolve() / "qa-none")
     return argv
 
 
@@ -360,6 +367,12 @@ def lock(work):
     return f
 
 
+def qa_threads(args):
+    """The fine-tunings' CPU threads, for the recipe processes qa_grid starts."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.qa_threads or args.threads)
+
+
 def chain(args):
     """Pre-train, export, fine-tune, one condition after another; at most ``args.max_runs``
     new runs (a pre-training, a fine-tuning seed). Returns how many it made."""
@@ -367,8 +380,7 @@ def chain(args):
         raise SystemExit(f"{args.model_dir}/model.pt not found: convert the packaged model first "
                          "(span-convert bert --roberta-only --out ... --hf-dir ..., "
                          "experiments/RESULTS_QA_MINILM.md)")
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the fine-tunings' threads
-        os.environ[var] = str(args.qa_threads or args.threads)
+    qa_threads(args)
     held = lock(Path(args.work_dir).expanduser().resolve())
     work, text_info, fixed = masking_ablation.prepare(args)
     made = 0
@@ -395,6 +407,37 @@ def chain(args):
     left = None if args.max_runs is None else args.max_runs - made
     if args.none_runs and left != 0:
         made += qa_grid.run(qa_grid.parser().parse_args(none_argv(args, left)))
+    held.close()
+    return made
+
+
+def recheck(args):
+    """Fine-tune ``args.qa_seeds`` again into ``args.recheck_results``: from the current
+    encoder of each condition of ``args.conditions`` (intact: re-make a lost one with the
+    chain first) and, with ``args.none_runs``, from the converted model. Set beside the
+    recorded runs of the same seeds, they say how far a re-made encoder, or this machine,
+    moves a result. At most ``args.max_runs`` new runs; a relaunch adds only missing ones.
+    Returns how many it made."""
+    work = Path(args.work_dir).expanduser().resolve()
+    qa_threads(args)
+    held = lock(work)
+    text_info = masking_ablation.prepare_text(work, args, write=False)
+    made = 0
+    for name in args.conditions:
+        left = None if args.max_runs is None else args.max_runs - made
+        if left == 0:
+            break
+        record = recorded(name, args, text_info)
+        if record is None or not intact(record):
+            raise SystemExit(f"{name}: no intact pre-training in {work} to fine-tune again "
+                             "(--status says what the chain would do)")
+        provenance = export(record, args, work)
+        made += qa_grid.run(qa_grid.parser().parse_args(
+            qa_argv(args, provenance.parent, provenance, left, args.recheck_results, "qa-recheck")))
+    left = None if args.max_runs is None else args.max_runs - made
+    if args.none_runs and left != 0:
+        made += qa_grid.run(qa_grid.parser().parse_args(
+            none_argv(args, left, args.recheck_results, "qa-none-recheck")))
     held.close()
     return made
 
@@ -553,8 +596,38 @@ def report(args, pretraining, runs, figure=None):
             for key, get in (("EM", qa_grid.exact_of), ("F1", lambda r: r["f1"])):
                 diffs = [get(runs[x][s]) - get(runs[y][s]) for s in subset]
                 lines.append(paired_line(f"{x} - {y}, {key}, seeds {','.join(map(str, subset))}", diffs))
-    lines += ["", *can_say(args, pretraining)]
+    lines += [*rechecked(args, runs), "", *can_say(args, pretraining)]
     return "\n".join(lines) + "\n"
+
+
+def rechecked(args, runs):
+    """Report lines: each run of --recheck-results (the grid's settings) beside the
+    recorded run of its condition and seed (``runs``: :func:`qa_runs`), with the encoder
+    (sha256 of its model.pt), the CPU and the threads of each; none when there is none."""
+    want = qa_hparams(args)
+    again = [r for r in read_results(args.recheck_results) if r["head"] == "boundary" and r["hparams"] == want]
+    if not again:
+        return []
+
+    def source(r):
+        sha = (r.get("pretraining") or {}).get("sha256")
+        return (f"{sha[:12]}" if sha else "converted") + f", {r.get('cpu') or 'CPU not recorded'}, " \
+            f"{r.get('threads') or '?'} thread{'' if r.get('threads') == 1 else 's'}"
+
+    lines = ["", "## Fine-tuned again (`--recheck`; "
+             f"{os.path.relpath(args.recheck_results, ROOT)})", "",
+             "The same seed and settings again, from the condition's current encoder (re-made when "
+             "its checkpoint was lost) or, for none, the converted model, beside the recorded run. "
+             "EM / F1; encoder sha256, CPU, threads:", "",
+             "| condition | seed | recorded | from | again | from | difference |", "|---|---|---|---|---|---|---|"]
+    for r in again:
+        c = (r.get("pretraining") or {}).get("objective", NONE)
+        old = runs.get(c, {}).get(r["seed"])
+        diff = (f"{qa_grid.exact_of(r) - qa_grid.exact_of(old):+.2f} / {r['f1'] - old['f1']:+.2f}"
+                if old else "no recorded run")
+        lines.append(f"| {c} | {r['seed']} | {_cell(old)} | {source(old) if old else '-'} | {_cell(r)} | "
+                     f"{source(r)} | {diff} |")
+    return lines
 
 
 def can_say(args, pretraining):
@@ -613,6 +686,8 @@ def main(argv=None):
             provenance = encoder_folder(work, c, args.updates) / "encoder.json"
             if provenance.is_file():
                 drift(provenance, args)
+    elif args.recheck:
+        recheck(args)
     elif not args.report:
         chain(args)
     write(args)

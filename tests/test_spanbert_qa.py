@@ -35,7 +35,7 @@ def chain_argv(tmp, model_dir):
     QA seed of 2 updates."""
     return ["--work-dir", str(tmp / "work"), "--model-dir", str(model_dir),
             "--results", str(tmp / "pretrain.jsonl"), "--qa-results", str(tmp / "qa.jsonl"),
-            "--baseline-results", str(tmp / "baseline.jsonl"),
+            "--baseline-results", str(tmp / "baseline.jsonl"), "--recheck-results", str(tmp / "recheck.jsonl"),
             "--report-file", str(tmp / "report.md"), "--drift-results", str(tmp / "drift.jsonl"), "--figure", str(tmp / "curves.png"),
             "--updates", "4", "--warmup", "1", "--interval", "2", "--log-interval", "1",
             "--batch", "4", "--tokens", "64", "--train-lines", "40", "--valid-lines", "20",
@@ -202,6 +202,37 @@ def test_qa_records_name_the_encoder_and_the_relaunch_adds_nothing(chain):
     assert entry["sha256"][:12] in report and (chain["tmp"] / "curves.png").exists()
 
 
+@pytest.mark.slow
+def test_recheck_fine_tunes_a_recorded_seed_again_beside_its_record(chain):
+    """--recheck: seed 1 again from the same encoder on the same machine repeats the
+    recorded run to the last digit (fine-tuning is deterministic here), goes to its own
+    results file, shows beside the record in the report, and is made once; a condition
+    with no intact pre-training stops with what to do."""
+    import torch
+
+    tmp, threads = chain["tmp"], torch.get_num_threads()
+    argv = ["--recheck", *chain_argv(tmp, chain["model_dir"])]  # (--qa-extra takes the rest)
+    try:
+        assert spanbert_qa.main(argv) == 0
+        first = (tmp / "recheck.jsonl").read_text()
+        assert spanbert_qa.main(argv) == 0  # the relaunch: nothing left to do
+        with pytest.raises(SystemExit, match=r"token: no intact pre-training in .* \(--status says"):
+            spanbert_qa.main(["token" if x == "span+sbo" else x for x in argv])
+    finally:
+        torch.set_num_threads(threads)
+    [again] = [json.loads(x) for x in first.splitlines()]
+    [qa] = [json.loads(x) for x in chain["lines"]["qa.jsonl"]]
+    assert (tmp / "recheck.jsonl").read_text() == first
+    assert (tmp / "qa.jsonl").read_text().splitlines() == chain["lines"]["qa.jsonl"]
+    assert again["pretraining"] == qa["pretraining"] and again["seed"] == 1
+    assert (again["exact_match"], again["f1"]) == (qa["exact_match"], qa["f1"])
+    assert next((chain["work"] / "qa-recheck" / "runs").glob("span-sbo-u4-boundary-*-s1")).is_dir()
+    sha, cpu = qa["pretraining"]["sha256"][:12], qa["cpu"]
+    row = (f"| span+sbo | 1 | {qa['exact_match']:.2f} / {qa['f1']:.2f} | {sha}, {cpu}, 2 threads | "
+           f"{qa['exact_match']:.2f} / {qa['f1']:.2f} | {sha}, {cpu}, 2 threads | +0.00 / +0.00 |")
+    assert row in (tmp / "report.md").read_text()
+
+
 # ---- fast: no training --------------------------------------------------------------------
 
 
@@ -209,6 +240,7 @@ def _args(tmp_path, *extra):
     return spanbert_qa.parser().parse_args([
         "--work-dir", str(tmp_path / "work"), "--results", str(tmp_path / "pretrain.jsonl"),
         "--qa-results", str(tmp_path / "qa.jsonl"), "--baseline-results", str(tmp_path / "base.jsonl"),
+        "--recheck-results", str(tmp_path / "recheck.jsonl"),
         "--report-file", str(tmp_path / "report.md"), "--model-dir", str(tmp_path / "all-MiniLM-L6-v2"),
         *extra])
 
@@ -285,6 +317,48 @@ def test_none_runs_fine_tune_the_converted_model_into_its_own_results(tmp_path):
     same = ("heads", "answer_boundaries", "decode", "seeds", "lr", "batch_size", "epochs",
             "max_positions", "doc_stride", "split_articles", "device")
     assert {k: getattr(q, k) for k in same} == {k: getattr(cond, k) for k in same}
+
+
+def test_recheck_runs_go_to_their_own_file_and_folders(tmp_path):
+    """--recheck's fine-tunings: the chain's settings, recorded into --recheck-results, run
+    in WORK/qa-recheck and WORK/qa-none-recheck, never where the chain's runs are."""
+    a = _args(tmp_path)
+    again = qa_grid.parser().parse_args(spanbert_qa.qa_argv(a, tmp_path / "enc", tmp_path / "enc.json", 1,
+                                                            a.recheck_results, "qa-recheck"))
+    chain = qa_grid.parser().parse_args(spanbert_qa.qa_argv(a, tmp_path / "enc", tmp_path / "enc.json", 1))
+    none = qa_grid.parser().parse_args(spanbert_qa.none_argv(a, 1, a.recheck_results, "qa-none-recheck"))
+    assert again.results == none.results == a.recheck_results != chain.results
+    work = tmp_path / "work"
+    assert (again.work_dir, chain.work_dir, none.work_dir) == (
+        str(work / "qa-recheck"), str(work / "qa"), str(work / "qa-none-recheck"))
+    assert {**vars(again), "results": 0, "work_dir": 0} == {**vars(chain), "results": 0, "work_dir": 0}
+
+
+def test_the_report_sets_rechecked_runs_beside_their_records(tmp_path):
+    """A rechecked seed beside its recorded run: the difference, each run's encoder, CPU
+    and threads; a recheck of a seed with no recorded run says so; no recheck, no section."""
+    a = _args(tmp_path)
+    want = spanbert_qa.qa_hparams(a)
+    runs = {c: {} for c in ("none", *spanbert_qa.CONDITIONS)}
+    assert spanbert_qa.rechecked(a, runs) == []
+    runs["span+sbo"][1] = {"exact_match": 39.74, "f1": 55.0, "pretraining": {"sha256": "a" * 64}}
+    runs["none"][1] = {"exact_match": 42.05, "f1": 58.0, "cpu": "AMD EPYC", "threads": 1}
+    new = [{"head": "boundary", "seed": 1, "exact_match": 40.0, "f1": 55.5, "hparams": want, "threads": 1,
+            "cpu": "Intel Xeon", "pretraining": {"objective": "span+sbo", "sha256": "b" * 64}},
+           {"head": "boundary", "seed": 1, "exact_match": 42.05, "f1": 58.0, "hparams": want, "threads": 1,
+            "cpu": "Intel Xeon"},
+           {"head": "boundary", "seed": 2, "exact_match": 41.0, "f1": 57.0, "hparams": want, "threads": 2,
+            "cpu": "Intel Xeon"},
+           {"head": "boundary", "seed": 1, "exact_match": 9.0, "f1": 9.0, "hparams": dict(want, lr=1e-5)}]
+    with open(a.recheck_results, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in new)
+    text = "\n".join(spanbert_qa.rechecked(a, runs))
+    assert ("| span+sbo | 1 | 39.74 / 55.00 | aaaaaaaaaaaa, CPU not recorded, ? threads | 40.00 / 55.50 | "
+            "bbbbbbbbbbbb, Intel Xeon, 1 thread | +0.26 / +0.50 |") in text
+    assert ("| none | 1 | 42.05 / 58.00 | converted, AMD EPYC, 1 thread | 42.05 / 58.00 | "
+            "converted, Intel Xeon, 1 thread | +0.00 / +0.00 |") in text
+    assert "| none | 2 | missing | - | 41.00 / 57.00 | converted, Intel Xeon, 2 threads | no recorded run |" in text
+    assert "9.00" not in text
 
 
 def test_the_drift_matched_condition_trains_token_masking_at_its_own_rate(tmp_path):
