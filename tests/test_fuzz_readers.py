@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from conftest import BIN, DATA, GLUE, GPT2_BPE, USER_DIR
+from script_runner import exit_status
 
 TRACEBACK = "Traceback (most recent call last)"
 BOM = b"\xef\xbb\xbf"
@@ -103,9 +104,7 @@ def run(command, argv, cli):
         try:
             code = main(argv) or 0
         except SystemExit as stop:  # what the interpreter would make of it
-            code = stop.code if isinstance(stop.code, int) else 1
-            if not isinstance(stop.code, int) and stop.code is not None:
-                out.write(f"{stop.code}\n")
+            code = exit_status(stop)
         except Exception:  # noqa: BLE001 -- the interpreter would print it: a traceback
             out.write(traceback.format_exc())
             code = 1
