@@ -367,6 +367,11 @@ def lock(work):
     return f
 
 
+def runs_left(args, made):
+    """How many more runs ``--max-runs`` allows after ``made`` (None: no limit)."""
+    return None if args.max_runs is None else args.max_runs - made
+
+
 def qa_threads(args):
     """The fine-tunings' CPU threads, for the recipe processes qa_grid starts."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -385,7 +390,7 @@ def chain(args):
     work, text_info, fixed = masking_ablation.prepare(args)
     made = 0
     for name in args.conditions:
-        left = None if args.max_runs is None else args.max_runs - made
+        left = runs_left(args, made)
         if left == 0:
             break
         record = recorded(name, args, text_info)
@@ -404,7 +409,7 @@ def chain(args):
         if left != 0:
             made += qa_grid.run(qa_grid.parser().parse_args(
                 qa_argv(args, provenance.parent, provenance, left)))
-    left = None if args.max_runs is None else args.max_runs - made
+    left = runs_left(args, made)
     if args.none_runs and left != 0:
         made += qa_grid.run(qa_grid.parser().parse_args(none_argv(args, left)))
     held.close()
@@ -424,7 +429,7 @@ def recheck(args):
     text_info = masking_ablation.prepare_text(work, args, write=False)
     made = 0
     for name in args.conditions:
-        left = None if args.max_runs is None else args.max_runs - made
+        left = runs_left(args, made)
         if left == 0:
             break
         record = recorded(name, args, text_info)
@@ -434,7 +439,7 @@ def recheck(args):
         provenance = export(record, args, work)
         made += qa_grid.run(qa_grid.parser().parse_args(
             qa_argv(args, provenance.parent, provenance, left, args.recheck_results, "qa-recheck")))
-    left = None if args.max_runs is None else args.max_runs - made
+    left = runs_left(args, made)
     if args.none_runs and left != 0:
         made += qa_grid.run(qa_grid.parser().parse_args(
             none_argv(args, left, args.recheck_results, "qa-none-recheck")))
