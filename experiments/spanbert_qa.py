@@ -119,8 +119,8 @@ def parser():
     p.add_argument("--status", action="store_true",
                    help="only say what a relaunch on --work-dir would do next, condition by "
                    "condition (pre-trained, re-make from which update, QA seeds left); writes nothing")
-    p.add_argument("--recheck", action="store_true",
-                   help="fine-tune --qa-seeds again into --recheck-results (WORK/qa-recheck), from "
+    p.add_argument("--recheck", nargs="+", type=int, metavar="SEED",
+                   help="fine-tune these seeds again into --recheck-results (WORK/qa-recheck), from "
                    "each of --conditions' current encoder (does a re-made encoder fine-tune as the "
                    "lost one it retraces did?) and, with --none-runs, from the converted model (does "
                    "this machine fine-tune as the recorded runs' did?); then write the report")
@@ -417,7 +417,7 @@ def chain(args):
 
 
 def recheck(args):
-    """Fine-tune ``args.qa_seeds`` again into ``args.recheck_results``: from the current
+    """Fine-tune the seeds ``args.recheck`` again into ``args.recheck_results``: from the current
     encoder of each condition of ``args.conditions`` (intact: re-make a lost one with the
     chain first) and, with ``args.none_runs``, from the converted model. Set beside the
     recorded runs of the same seeds, they say how far a re-made encoder, or this machine,
@@ -427,6 +427,7 @@ def recheck(args):
     qa_threads(args)
     held = lock(work)
     text_info = masking_ablation.prepare_text(work, args, write=False)
+    args = argparse.Namespace(**{**vars(args), "qa_seeds": args.recheck})  # (the report keeps --qa-seeds)
     made = 0
     for name in args.conditions:
         left = runs_left(args, made)

@@ -204,14 +204,17 @@ def test_qa_records_name_the_encoder_and_the_relaunch_adds_nothing(chain):
 
 @pytest.mark.slow
 def test_recheck_fine_tunes_a_recorded_seed_again_beside_its_record(chain):
-    """--recheck: seed 1 again from the same encoder on the same machine repeats the
+    """--recheck 1: seed 1 again from the same encoder on the same machine repeats the
     recorded run to the last digit (fine-tuning is deterministic here), goes to its own
-    results file, shows beside the record in the report, and is made once; a condition
-    with no intact pre-training stops with what to do."""
+    results file, shows beside the record in the report (whose table keeps the seeds of
+    --qa-seeds), and is made once; a condition with no intact pre-training stops with
+    what to do."""
     import torch
 
     tmp, threads = chain["tmp"], torch.get_num_threads()
-    argv = ["--recheck", *chain_argv(tmp, chain["model_dir"])]  # (--qa-extra takes the rest)
+    # (--qa-extra takes the rest of the line); the report keeps --qa-seeds' columns
+    argv = ["--recheck", "1", *chain_argv(tmp, chain["model_dir"])]
+    argv[argv.index("--qa-seeds") + 1:argv.index("--qa-seeds") + 2] = ["1", "2"]
     try:
         assert spanbert_qa.main(argv) == 0
         first = (tmp / "recheck.jsonl").read_text()
@@ -230,7 +233,8 @@ def test_recheck_fine_tunes_a_recorded_seed_again_beside_its_record(chain):
     sha, cpu = qa["pretraining"]["sha256"][:12], qa["cpu"]
     row = (f"| span+sbo | 1 | {qa['exact_match']:.2f} / {qa['f1']:.2f} | {sha}, {cpu}, 2 threads | "
            f"{qa['exact_match']:.2f} / {qa['f1']:.2f} | {sha}, {cpu}, 2 threads | +0.00 / +0.00 |")
-    assert row in (tmp / "report.md").read_text()
+    report = (tmp / "report.md").read_text()
+    assert row in report and "| condition | seed 1 | seed 2 | EM | F1 |" in report
 
 
 # ---- fast: no training --------------------------------------------------------------------
