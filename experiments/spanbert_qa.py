@@ -617,8 +617,15 @@ def rechecked(args, runs):
 
     def source(r):
         sha = (r.get("pretraining") or {}).get("sha256")
-        return (f"{sha[:12]}" if sha else "converted") + f", {r.get('cpu') or 'CPU not recorded'}, " \
-            f"{r.get('threads') or '?'} thread{'' if r.get('threads') == 1 else 's'}"
+        return (f"{sha[:12] if sha else 'converted'}, {r.get('cpu') or 'CPU not recorded'}, "
+                f"{r.get('threads') or '?'} thread{'' if r.get('threads') == 1 else 's'}")
+
+    def difference(r, old):
+        if old is None:
+            return "no recorded run"
+        same = qa_grid.exact_of(r) == qa_grid.exact_of(old) and r["f1"] == old["f1"]
+        return (f"{qa_grid.exact_of(r) - qa_grid.exact_of(old):+.2f} / {r['f1'] - old['f1']:+.2f}"
+                + (" (equal to the last digit)" if same else ""))
 
     lines = ["", "## Fine-tuned again (`--recheck`; "
              f"{os.path.relpath(args.recheck_results, ROOT)})", "",
@@ -629,10 +636,8 @@ def rechecked(args, runs):
     for r in again:
         c = (r.get("pretraining") or {}).get("objective", NONE)
         old = runs.get(c, {}).get(r["seed"])
-        diff = (f"{qa_grid.exact_of(r) - qa_grid.exact_of(old):+.2f} / {r['f1'] - old['f1']:+.2f}"
-                if old else "no recorded run")
         lines.append(f"| {c} | {r['seed']} | {_cell(old)} | {source(old) if old else '-'} | {_cell(r)} | "
-                     f"{source(r)} | {diff} |")
+                     f"{source(r)} | {difference(r, old)} |")
     return lines
 
 

@@ -232,7 +232,8 @@ def test_recheck_fine_tunes_a_recorded_seed_again_beside_its_record(chain):
     assert next((chain["work"] / "qa-recheck" / "runs").glob("span-sbo-u4-boundary-*-s1")).is_dir()
     sha, cpu = qa["pretraining"]["sha256"][:12], qa["cpu"]
     row = (f"| span+sbo | 1 | {qa['exact_match']:.2f} / {qa['f1']:.2f} | {sha}, {cpu}, 2 threads | "
-           f"{qa['exact_match']:.2f} / {qa['f1']:.2f} | {sha}, {cpu}, 2 threads | +0.00 / +0.00 |")
+           f"{qa['exact_match']:.2f} / {qa['f1']:.2f} | {sha}, {cpu}, 2 threads | +0.00 / +0.00 "
+           "(equal to the last digit) |")
     report = (tmp / "report.md").read_text()
     assert row in report and "| condition | seed 1 | seed 2 | EM | F1 |" in report
 
@@ -359,8 +360,13 @@ def test_the_report_sets_rechecked_runs_beside_their_records(tmp_path):
     text = "\n".join(spanbert_qa.rechecked(a, runs))
     assert ("| span+sbo | 1 | 39.74 / 55.00 | aaaaaaaaaaaa, CPU not recorded, ? threads | 40.00 / 55.50 | "
             "bbbbbbbbbbbb, Intel Xeon, 1 thread | +0.26 / +0.50 |") in text
+    runs["none"][1]["f1"] = 58.001  # shown as 58.00, but not the same run
+    text = "\n".join(spanbert_qa.rechecked(a, runs))
     assert ("| none | 1 | 42.05 / 58.00 | converted, AMD EPYC, 1 thread | 42.05 / 58.00 | "
-            "converted, Intel Xeon, 1 thread | +0.00 / +0.00 |") in text
+            "converted, Intel Xeon, 1 thread | +0.00 / -0.00 |") in text
+    runs["none"][1]["f1"] = 58.0
+    assert ("converted, Intel Xeon, 1 thread | +0.00 / +0.00 (equal to the last digit) |"
+            in "\n".join(spanbert_qa.rechecked(a, runs)))
     assert "| none | 2 | missing | - | 41.00 / 57.00 | converted, Intel Xeon, 2 threads | no recorded run |" in text
     assert "9.00" not in text
 
