@@ -22,7 +22,7 @@ RUNS = {
     "test_gpu_throughput_quick_trains_every_variant": ["gpu_throughput.py", "--quick", "--data", PAIRS],
     "test_hf_peer_quick_trains_on_the_same_pairs": ["hf_peer.py", "--quick", "--data", PAIRS],
     "test_host_work_loop_counts_one_read_an_update": ["host_work.py", "--loop", "--quick"],
-    "test_gpu_profile_quick_reports_each_phase": ["gpu_profile.py", "--quick", "--variants", "span"],
+    "test_gpu_profile_quick_reports_each_phase": ["gpu_profile.py", "--quick", "--variants", "span", "--data", PAIRS],
     "test_gpu_head_quick_times_each_formulation": ["gpu_head.py", "--quick", "--top", "200"],
 }
 
