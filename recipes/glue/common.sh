@@ -47,6 +47,8 @@
 #                  task's TOTAL_UPDATES are fairseq's for 10; other EPOCHS, --batch-size,
 #                  --update-freq or GPUs count the run's own updates)  [10]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE, DIST_TIMEOUT, MAX_RESTARTS
+#                  several processes or nodes (torchrun): docs/DISTRIBUTED.md
 #   BF16           1: train in bfloat16 (--bf16, no loss scaling) instead of fp16
 #                  on GPUs (fp32 on the CPU); a --fp16/--bf16 argument wins too  [0]
 #   WORKERS        preprocessing processes                             [nproc]
@@ -218,10 +220,11 @@ args+=(--valid-subset "$VALID_SUBSETS")
 
 # fairseq-train's output is kept in train.log: appended by relaunches, started afresh
 # when there is no checkpoint to resume.
-TRAIN_LOG=$OUT_DIR/train.log
+TRAIN_LOG=$OUT_DIR/train$NODE_SUFFIX.log
 mkdir -p "$OUT_DIR"
 if ! compgen -G "$OUT_DIR/checkpoints/checkpoint*.pt" >/dev/null; then : > "$TRAIN_LOG"; fi
 train_resumably "${args[@]}" "$@" 2>&1 | tee -a "$TRAIN_LOG"
+only_node_rank_zero
 
 # ---- dev result of the best checkpoint, and GLUE test predictions ----------------------
 best="$OUT_DIR/checkpoints/checkpoint_best.pt"

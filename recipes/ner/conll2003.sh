@@ -29,6 +29,8 @@
 #                  with the predicted tag appended: conlleval's input)
 #                  [runs/conll2003-$HEAD, runs/<model>/conll2003-$HEAD; -seed$SEED]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE, DIST_TIMEOUT, MAX_RESTARTS
+#                  several processes or nodes (torchrun): docs/DISTRIBUTED.md
 #   BF16           1: bfloat16 (--bf16, no loss scaling) instead of fp16 on GPUs  [0]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -101,6 +103,7 @@ args=(
 )
 f1_finetune_args
 train_resumably "${args[@]}" "${finetune_args[@]}" "$@"
+only_node_rank_zero
 
 # ---- dev and test results of the best checkpoint, CoNLL prediction files ---------------
 span-predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" \

@@ -43,6 +43,8 @@
 #                  [runs/<model>/qa-$HEAD; -token for ANSWER_BOUNDARIES=token; -seed$SEED]
 #   WORKERS        preprocessing processes                                    [nproc]
 #   NUM_GPUS       GPUs to train on (more than 1: torchrun; fp16 on GPUs); 0 = CPU [all visible]
+#   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE, DIST_TIMEOUT, MAX_RESTARTS
+#                  several processes or nodes (torchrun): docs/DISTRIBUTED.md
 # Extra arguments go to fairseq-train last, so they override:
 #   FROM_SCRATCH=1 recipes/qa/squad.sh --cpu --max-update 5   is a smoke run.
 # Relaunching resumes checkpoint_last.pt.
@@ -159,10 +161,11 @@ args=(
 f1_finetune_args
 # fairseq-train's output is kept in train.log: appended by relaunches, started afresh
 # when there is no checkpoint to resume.
-TRAIN_LOG=$OUT_DIR/train.log
+TRAIN_LOG=$OUT_DIR/train$NODE_SUFFIX.log
 mkdir -p "$OUT_DIR"
 if ! compgen -G "$OUT_DIR/checkpoints/checkpoint*.pt" >/dev/null; then : > "$TRAIN_LOG"; fi
 train_resumably "${args[@]}" "${finetune_args[@]}" "$@" 2>&1 | tee -a "$TRAIN_LOG"
+only_node_rank_zero
 
 # ---- the official scores of the best checkpoint on all of VALID_FILE ---------------------
 span-predict --checkpoint "$OUT_DIR/checkpoints/checkpoint_best.pt" --data "$DATA_DIR" \

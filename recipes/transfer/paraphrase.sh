@@ -55,6 +55,8 @@
 #                  with MODEL_DIR, transferred/ (a MODEL_DIR folder: that model.pt,
 #                  dict.txt and the tokenizer)     [runs/transfer-...; -seed$SEED]
 #   NUM_GPUS       GPUs to train on; 0 = CPU                           [all visible]
+#   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE, DIST_TIMEOUT, MAX_RESTARTS
+#                  several processes or nodes (torchrun): docs/DISTRIBUTED.md
 #   BF16           1: bfloat16 (--bf16, no loss scaling) instead of fp16 on GPUs  [0]
 #   WORKERS        preprocessing processes                             [nproc]
 # Extra arguments go to fairseq-train last, so they override:
@@ -219,6 +221,7 @@ args=(
 )
 if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
 train_resumably "${args[@]}" "$@"
+only_node_rank_zero
 
 # ---- the encoder, heads stripped, as the GLUE recipes' starting model ----------------------
 best=$OUT_DIR/checkpoints/checkpoint_best.pt

@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from span_plugin.convert.safe_load import allow_checkpoint_types, load_error
-from span_plugin.runtime import checkpoints, training_guard, update_reads
+from span_plugin.runtime import checkpoints, distributed, training_guard, update_reads
 from span_plugin.runtime.patching import replace as _replace
 
 logger = logging.getLogger(__name__)
@@ -353,3 +353,4 @@ def apply():
     update_reads.install()
     nan_detector_on_leaves()
     training_guard.guard_training()  # one run per --save-dir; a resumed run checks its data
+    distributed.resume_as_rank_zero()  # every rank resumes what rank 0 has (no shared disk)

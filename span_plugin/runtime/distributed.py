@@ -1,0 +1,60 @@
+"""Several processes resume as one: rank 0's checkpoint decides for every rank.
+
+fairseq writes checkpoints on rank 0 only, but each rank looks for
+``checkpoint_last.pt`` in its own ``--save-dir`` to choose what to load: on nodes
+without a shared disk, the other ranks would start from the pretrained model (reset
+optimizer, scheduler and data position) while rank 0 resumes, and their collectives
+would no longer pair up. Here rank 0's answer (does it have the file?) is sent to every
+rank before fairseq chooses, and the checkpoint's content is broadcast by fairseq as it
+already does (``Trainer.load_checkpoint``). A single process is left alone.
+"""
+
+import contextlib
+import os
+
+from span_plugin.runtime.patching import replace
+
+
+@contextlib.contextmanager
+def _seen_as(path, exists):
+    """fairseq's PathManager.exists and isfile answer ``exists`` for ``path``."""
+    from fairseq.file_io import PathManager
+
+    saved = {name: PathManager.__dict__[name] for name in ("exists", "isfile")}
+    real = os.path.abspath(path)
+
+    def answer(original):
+        return staticmethod(lambda p: exists if os.path.abspath(p) == real else original(p))
+
+    for name in saved:
+        setattr(PathManager, name, answer(getattr(PathManager, name)))
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(PathManager, name, method)
+
+
+def resume_as_rank_zero():
+    """Install the wrapper of ``checkpoint_utils.load_checkpoint`` (by
+    :func:`span_plugin.runtime.compat.apply`)."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+
+    def wrap(load):
+        def load_checkpoint(cfg, trainer, **passthrough):
+            if trainer.data_parallel_world_size <= 1 or cfg.restore_file != "checkpoint_last.pt":
+                return load(cfg, trainer, **passthrough)
+            last = os.path.join(cfg.save_dir, f"checkpoint_last{trainer.checkpoint_suffix}.pt")
+            here = os.path.isfile(last)
+            there = distributed_utils.broadcast_object(
+                here, src_rank=0, group=trainer.data_parallel_process_group,
+                dist_device=trainer.device)
+            if here == there:
+                return load(cfg, trainer, **passthrough)
+            with _seen_as(last, there):
+                return load(cfg, trainer, **passthrough)
+
+        return load_checkpoint
+
+    replace(checkpoint_utils, "load_checkpoint", wrap)
