@@ -31,22 +31,59 @@ from span_plugin.formats import tags as T
 from span_plugin.formats.conll import DOCSTART
 from span_plugin.formats.files import atomic_file
 from span_plugin.formats.flag_values import at_least_zero
-from span_plugin.formats.lines import read_lines
+from span_plugin.formats.lines import BadInputError, read_lines
 from span_plugin.inference.outputs import Flag, Output
 from span_plugin.modules import entities as ner
+from span_plugin.preprocess.file_records import sha256, short
+from span_plugin.preprocess.records import provenance
 
 
 def read_items(data, split):
-    """Words and gold IOB2 tags of every item of a split, and its source lines."""
+    """Words and gold IOB2 tags of every item of a split, and its source lines
+    (``(first line, words)``), checked to hold one item a row and as many words, tags
+    and source words in each: a mismatch names the file and the line."""
     raw = os.path.join(data, "raw")
-    words = [line.split(" ") for line in _lines(os.path.join(raw, f"{split}.input0"))]
-    gold = [line.split(" ") for line in _lines(os.path.join(raw, f"{split}.label"))]
-    source = [tuple(map(int, line.split())) for line in _lines(os.path.join(raw, f"{split}.source"))]
+    paths = [os.path.join(raw, f"{split}.{ext}") for ext in ("input0", "label", "source")]
+    words = [line.split(" ") for line in _lines(paths[0])]
+    gold = [line.split(" ") for line in _lines(paths[1])]
+    source = [tuple(map(int, line.split())) for line in _lines(paths[2])]
+    for path, rows in zip(paths[1:], (gold, source)):
+        if len(rows) != len(words):
+            raise BadInputError(f"{path}: {len(rows)} lines but {paths[0]} has {len(words)}; "
+                                f"line {min(len(rows), len(words)) + 1} has no partner: "
+                                f"rebuild {data} (span-preprocess conll)")
+    for n, (w, g, (_, count)) in enumerate(zip(words, gold, source), start=1):
+        if not len(w) == len(g) == count:
+            raise BadInputError(f"{paths[0]}:{n}: {len(w)} words, but {paths[1]} line {n} "
+                                f"has {len(g)} tags and {paths[2]} line {n} {count}: "
+                                f"rebuild {data} (span-preprocess conll)")
     return words, gold, source
 
 
 def _lines(path):
     return read_lines(path, 0, os.path.getsize(path))
+
+
+def source_file(data, split):
+    """The CoNLL file that split ``split`` of the folder ``data`` was built from, as the
+    folder's own record names it, and unchanged since (its recorded sha256): the file
+    whose lines ``raw/{split}.source`` numbers. Whatever record the model holds is that
+    of the folder it was trained on, which need not be this one."""
+    record = provenance.read_record(data) or {}
+    entry = (record.get("source") or {}).get(split)
+    if not isinstance(entry, dict) or not entry.get("path"):
+        raise FileNotFoundError(f"{data}: its record names no source file of {split}: no "
+                                f"CoNLL output (--spans-out writes the entities without one)")
+    path = entry["path"]
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"the source file of {split} of {data} ({path}) is not "
+                                f"here: no CoNLL output")
+    if entry.get("sha256") and sha256(path) != entry["sha256"]:
+        raise BadInputError(f"{path}: changed since {data} was built from it (sha256 "
+                            f"{short(sha256(path))}, recorded {short(entry['sha256'])}): its "
+                            f"lines are no longer the folder's sentences; no CoNLL output "
+                            f"(rebuild the folder, or give --spans-out)")
+    return path
 
 
 def predicted_entities(hub, words, gold, batch_size=32, mode="default", **decoding):
@@ -72,17 +109,37 @@ def scores(predicted, gold):
     return {**prf(predicted, gold), "by_type": by_type}
 
 
-def write_conll(source_path, out_path, source, tags):
+def write_conll(source_path, out_path, source, tags, words=None, rows_path="the folder"):
     """The source file with a predicted tag appended to each word line. A sentence the
     folder does not hold (left out by ``--unknown-labels skip``) is left out, with the
-    blank line that ends it. Returns the word lines written."""
-    by_line = {}
-    for (first, count), item_tags in zip(source, tags):
-        assert count == len(item_tags)
-        for k, tag in enumerate(item_tags):
-            by_line[first + k] = tag
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    blank line that ends it. Every item is checked against the lines it goes to first
+    (``source``: ``(first line, word count)`` per item; ``words``, when given, the
+    item's words, which must be those lines' first columns): a mismatch is an error
+    naming the file and line, and nothing is written. Returns the word lines written."""
     lines = read_lines(source_path, 0, os.path.getsize(source_path))
+    if len(tags) != len(source):
+        raise BadInputError(f"{len(tags)} predicted items for the {len(source)} of "
+                            f"{rows_path}: nothing written to {out_path}")
+    by_line = {}
+    for n, ((first, count), item_tags) in enumerate(zip(source, tags), start=1):
+        item_words = words[n - 1] if words is not None else None
+        if count != len(item_tags):
+            raise BadInputError(f"{rows_path}:{n}: {count} words but {len(item_tags)} "
+                                f"predicted tags: nothing written to {out_path}")
+        for k, tag in enumerate(item_tags):
+            number = first + k
+            fields = lines[number - 1].split() if 0 < number <= len(lines) else []
+            if (not fields or fields[0] == DOCSTART or number in by_line
+                    or item_words is not None and fields[0] != item_words[k]):
+                found = (f"{fields[0]!r}" if fields else "no word") if number <= len(lines) \
+                    else "past its end"
+                want = f"word {item_words[k]!r}" if item_words is not None else "a word line"
+                raise BadInputError(
+                    f"{source_path}:{number}: {found}, but item {n} of {rows_path} puts "
+                    f"{want} there: the file is not the one the predicted words come "
+                    f"from; nothing written to {out_path}")
+            by_line[number] = tag
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     left_out = False  # inside (or just after) a sentence the folder does not hold
     with atomic_file(out_path, text=True) as f:
         for number, line in enumerate(lines, start=1):
@@ -127,8 +184,8 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
         raise ValueError("a CoNLL file holds one IOB2 tag per word, which cannot represent "
                          "nested entities (overlap nested): write them with --spans-out "
                          "(JSON Lines) instead")
-    record = hub.record or {}
-    sources = {k: v["path"] for k, v in record.get("source", {}).items()}
+    # the record of the folder predicted (--data), not the one the model was trained on
+    record = provenance.read_record(hub.data) or {}
     stats = (record.get("labels") or {}).get("stats") or {}
     mode = hub.metric_mode
     described = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings.items()
@@ -138,6 +195,10 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
         words, gold, source = read_items(hub.data, split)
         entities, gold_entities, found[split] = predicted_entities(
             hub, words, gold, batch_size, mode, **settings)
+        if len(entities) != len(words):
+            raise ValueError(f"{len(entities)} predicted items for the {len(words)} of "
+                             f"{os.path.join(hub.data, 'raw', split + '.input0')}: nothing "
+                             f"written")
         found[split]["items"] = len(words)
         print(f"{split}: " + ", ".join(f"{k} {v}" for k, v in found[split].items()
                                        if k != "by_type") + f" (metric mode {mode}, {described})")
@@ -151,11 +212,9 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
             print("    not counted: gold entities of types the training split lacks, read "
                   "as O in the folder: " + ", ".join(f"{k} {v}" for k, v in unseen.items()))
         if conll_outs:
-            if split not in sources or not os.path.exists(sources[split]):
-                raise FileNotFoundError(f"the source file of {split} ({sources.get(split)}) "
-                                        f"is not here: no CoNLL output")
             tags = [T.tags_of(e, len(w)) for e, w in zip(entities, words)]
-            written = write_conll(sources[split], conll_outs[n], source, tags)
+            written = write_conll(source_file(hub.data, split), conll_outs[n], source, tags,
+                                  words, os.path.join(hub.data, "raw", f"{split}.input0"))
             print(f"{conll_outs[n]}: {written} word lines with predictions")
         if spans_outs:
             written = write_spans(spans_outs[n], words, source, entities, gold_entities)
