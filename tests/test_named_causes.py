@@ -181,13 +181,15 @@ def test_readers_bound_a_line(tmp_path, capsys):
         f.truncate(2 << 30)  # sparse: no line end after the header
     tracemalloc.start()
     try:
-        for train, extra, where in ((table, ["--ngrams", "/dev/zero"], "/dev/zero:1"),
-                                    (huge, [], f"{huge}:2")):
+        for train, extra, said in (
+                (table, ["--ngrams", "/dev/zero"],  # not a file at all: said before reading
+                 "/dev/zero: a character device, not a regular file"),
+                (huge, [], f"{huge}:2: a line longer than 67,108,864 bytes (no line end within it)")):
             code, err = run_preprocess(["table", "--train", train, "--text-columns", "sentence",
                                         "--label-column", "label", "--out", tmp_path / "out",
                                         *extra, *ENC], capsys)
             assert code == 2, err
-            assert f"{where}: a line longer than 67,108,864 bytes (no line end within it)" in err, err
+            assert said in err, err
         code, err = run_preprocess(["ngrams", "--text", table, huge, "--out", tmp_path / "ng.txt",
                                     "--workers", "1"], capsys)  # a corpus of that line
         assert code == 2 and f"{huge}:2: a line longer than" in err, err

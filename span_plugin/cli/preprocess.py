@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 
+from span_plugin.formats.lines import regular_file
 from span_plugin.formats.flag_values import (at_least_zero, count, finite, one_character, positive,
                                              whole_number)
 from span_plugin.preprocess import SEGMENTATIONS, BPE_KINDS
@@ -245,8 +246,9 @@ def cmd_qa(args):
     if not files:
         raise ValueError("give at least one of --train, --valid, --test")
     for split, path in files.items():
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file (--{split})")
+        regular_file(path, f"--{split}")
     summaries = prepare_qa(args.out, files, _spec(args), args.srcdict,
                            max_positions=args.max_positions, doc_stride=args.doc_stride,
                            on_bad=args.on_bad, name=args.name, command=_command(),
@@ -320,8 +322,9 @@ def cmd_binarize(args):
     from span_plugin.preprocess.binary.binarize import binarize_whole
 
     spec = _spec(args)
-    if not os.path.isfile(args.input):
+    if not os.path.exists(args.input):
         raise FileNotFoundError(f"{args.input}: no such file")
+    regular_file(args.input)
     s = binarize_whole(args.input, args.output_prefix, spec, args.srcdict, workers=args.workers,
                        text_out=args.bpe_text, bad_utf8=args.bad_utf8)
     print(f"{args.output_prefix}: {s.lines} lines, {s.tokens} tokens, {s.spans} spans, "

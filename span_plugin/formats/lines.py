@@ -14,14 +14,52 @@ import io
 import itertools
 import os
 import re
+import stat
 
 from span_plugin.formats.files import atomic_file
 
 BOM = b"\xef\xbb\xbf"
 
 
+class BadInputError(ValueError):
+    """Input that cannot be processed without losing alignment; names file and line."""
+
+
+class NotAFileError(BadInputError):
+    """A path read as a file that is a folder, a device, a FIFO or a socket."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def regular_file(path, what=None):
+    """Raise :class:`NotAFileError` naming ``path`` and what it is when it is not a
+    regular file (links followed): a device (``/dev/zero`` reads for ever), a FIFO (a
+    read blocks until a writer comes), a socket or a folder. Told from ``stat`` alone,
+    never by opening it. A missing path raises stat's FileNotFoundError. ``what``: how
+    the user gave it (``--train``), for the message. Returns the ``os.stat`` result."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
+        given = f" ({what})" if what else ""
+        raise NotAFileError(f"{path}{given}: {kind}, not a regular file; give a file of "
+                            f"this format")
+    return st
+
+
+def open_bytes(path):
+    """``open(path, "rb")`` of a regular file only (:func:`regular_file`)."""
+    regular_file(path)
+    return open(path, "rb")
+
+
 def open_text(path, mode, errors="strict"):
-    """A UTF-8 text file, gzip-compressed when the name ends in ``.gz``."""
+    """A UTF-8 text file, gzip-compressed when the name ends in ``.gz``; read only from
+    a regular file (:func:`regular_file`)."""
+    if "r" in mode:
+        regular_file(path)
     if str(path).endswith(".gz"):
         # mtime=0: the same content gives the same bytes (reproducible resources).
         raw = gzip.GzipFile(path, mode + "b", mtime=0) if mode == "w" else gzip.open(path, "rb")
@@ -42,10 +80,6 @@ def write_text(path):
         f.detach()
         if gz:
             stream.close()  # writes the gzip trailer; the file itself stays open
-
-
-class BadInputError(ValueError):
-    """Input that cannot be processed without losing alignment; names file and line."""
 
 
 # No line of the users' formats comes near this (a JSON Lines row holds one passage);
@@ -76,7 +110,7 @@ def _read_range(path, start, end, first_line):
     """Bytes ``[start, end)`` of ``path``, read in blocks; a line longer than
     :data:`MAX_LINE` raises :func:`too_long` once it is seen, before the rest is read."""
     blocks, run, newlines = [], 0, 0  # run: bytes since the last line end
-    with open(path, "rb") as f:
+    with open_bytes(path) as f:
         f.seek(start)
         left = end - start
         while left > 0:
@@ -117,7 +151,7 @@ REPLACEMENT_BYTES = "\ufffd".encode("utf-8")
 
 def line_offsets(path, parts):
     """Up to ``parts`` byte ranges of ``path``, each starting at a line start."""
-    size = os.path.getsize(path)
+    size = regular_file(path).st_size
     bounds = [0]
     with open(path, "rb") as f:
         for k in range(1, parts):
@@ -187,13 +221,13 @@ def _refuse_lone_cr_line_ends(path, start, data, first_line):
 
 def read_file_lines(path, bad_utf8="error"):
     """Every decoded line of ``path`` (as :func:`read_lines`)."""
-    return read_lines(path, 0, os.path.getsize(path), bad_utf8, first_line=1)
+    return read_lines(path, 0, regular_file(path).st_size, bad_utf8, first_line=1)
 
 
 def count_lines(path, end=None):
     """Newlines in the first ``end`` bytes of ``path`` (all of it when None)."""
     n = 0
-    with open(path, "rb") as f:
+    with open_bytes(path) as f:
         left = end if end is not None else float("inf")
         while left > 0:
             block = f.read(int(min(left, 1 << 24)))

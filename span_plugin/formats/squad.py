@@ -59,7 +59,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from span_plugin.formats.files import atomic_write
-from span_plugin.formats.lines import BOM, TOO_DEEP, BadInputError
+from span_plugin.formats.lines import BOM, TOO_DEEP, BadInputError, open_bytes
 from span_plugin.formats.unicode_text import is_blank
 
 ON_BAD = ("error", "skip")
@@ -120,7 +120,7 @@ GZIP_ERRORS = (OSError, EOFError, zlib.error)
 
 def _open(path):
     """``path`` opened for reading bytes, through gzip when it starts with gzip's magic."""
-    f = open(path, "rb")
+    f = open_bytes(path)
     if f.read(2) == b"\x1f\x8b":
         f.seek(0)
         return gzip.GzipFile(fileobj=f, mode="rb")
@@ -192,6 +192,9 @@ def _get(obj, key, kind, what):
     if not isinstance(v, kind) or isinstance(v, bool) and kind is int:
         names = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
         raise _Bad(f"{what} {key!r} is {json.dumps(v)[:60]}, expected {names[kind]}")
+    if kind is str and "\0" in v:  # a binary blob in a JSON string; answers of NULs else
+        raise _Bad(f"{what} {key!r} holds a NUL character (U+0000) at character "
+                   f"{v.index(chr(0))}, which is not text: expected text")
     return v
 
 
@@ -605,7 +608,7 @@ def sample_squad(path, out, size, unit="questions", seed=1):
                 paragraphs.append(dict(par, qas=qas))
         if paragraphs:
             taken.append(dict(article, paragraphs=paragraphs))
-    with open(path, "rb") as f:  # the file as it is (gzip, BOM and all)
+    with open_bytes(path) as f:  # the file as it is (gzip, BOM and all)
         digest = hashlib.sha256(f.read()).hexdigest()
     record = {"source": os.path.abspath(path), "sha256": digest,
               "unit": unit, "size": size, "seed": seed,

@@ -32,7 +32,7 @@ def check_text(value, what):
     """``value`` when it is a str of valid Unicode, else a TypeError naming ``what`` and
     its type, or a ValueError naming ``what`` and the place of a lone surrogate (which
     no tokenizer can encode: text decoded with ``errors="surrogateescape"``, or cut
-    inside a UTF-16 pair)."""
+    inside a UTF-16 pair) or of a NUL character (binary data, not text)."""
     if not isinstance(value, str):
         raise _not_text(value, what)
     try:
@@ -41,6 +41,9 @@ def check_text(value, what):
         raise ValueError(f"{what} holds a lone surrogate U+{ord(value[err.start]):04X} at "
                          f"character {err.start}, which is not text: expected a string that "
                          f"encodes as UTF-8") from None
+    if "\0" in value:  # binary data read as text: a model would answer with NULs
+        raise ValueError(f"{what} holds a NUL character (U+0000) at character "
+                         f"{value.index(chr(0))}, which is not text: expected text")
     return value
 
 

@@ -12,6 +12,7 @@ import sys
 
 from span_plugin.formats.files import atomic_file
 from span_plugin.formats.flag_values import finite
+from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.inference.outputs import Flag, Output
 
 
@@ -30,17 +31,20 @@ def read_test_rows(glue_dir, task_name, split):
 
 
 def read_folder_rows(data, split):
-    """The raw text of a split of a prepared folder: list of str or tuples."""
+    """The raw text of a split of a prepared folder: list of str or tuples; two input
+    files of another number of lines are an error naming the first row without a
+    partner."""
     paths = [p for p in (os.path.join(data, "raw", f"{split}.input{k}") for k in range(2))
              if os.path.exists(p)]
     if not paths:
         raise FileNotFoundError(
             f"{data}/raw/{split}.input0 not found: the folder has no raw text of split "
             f"{split!r} (give --glue-dir and --task to read a GLUE TSV instead)")
-    columns = []
-    for path in paths:
-        with open(path, encoding="utf-8", newline="\n") as f:
-            columns.append(f.read().split("\n")[:-1])
+    columns = [read_file_lines(path) for path in paths]
+    if len(columns) == 2 and len(columns[0]) != len(columns[1]):
+        raise BadInputError(f"{paths[1]}: {len(columns[1])} lines but {paths[0]} has "
+                            f"{len(columns[0])}; line {min(map(len, columns)) + 1} has no "
+                            f"partner: rebuild {data}")
     return columns[0] if len(columns) == 1 else list(zip(*columns))
 
 
@@ -88,9 +92,15 @@ def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression
     for split, output in zip(splits, outputs):
         if glue_dir:
             examples = read_test_rows(glue_dir, task, split)
+            where = os.path.join(glue_dir, task, split + ".tsv")
         else:
             examples = read_folder_rows(hub.data, split)
-        write_predictions(output, hub.predict(examples, batch_size=batch_size), scale, clip)
+            where = os.path.join(hub.data, "raw", f"{split}.input0")
+        predictions = hub.predict(examples, batch_size=batch_size)
+        if len(predictions) != len(examples):
+            raise ValueError(f"{len(predictions)} predictions for the {len(examples)} rows of "
+                             f"{where}: nothing written to {output}")
+        write_predictions(output, predictions, scale, clip)
 
 
 def validation_predictions(state, data=None):
@@ -145,8 +155,7 @@ def read_label_names(folder):
     ``label/dict.txt`` in file order (fairseq's Dictionary puts its 4 specials first,
     and class ``i`` is symbol ``i + 4``)."""
     path = os.path.join(folder, "label", "dict.txt")
-    with open(path, encoding="utf-8") as f:
-        return [line.split(" ")[0] for line in f.read().splitlines() if line.strip()]
+    return [line.split(" ")[0] for line in read_file_lines(path) if line.strip()]
 
 
 def write_validation_predictions(checkpoint, data, output, task=None, regression_scale=None):

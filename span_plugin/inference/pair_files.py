@@ -38,6 +38,10 @@ def write_pair_predictions(hub, input_path, output_path, text_columns=("sentence
                     raise ValueError(f"{' and '.join(text_columns)} must be strings")
                 phrases = row[phrases_key]
                 got = hub.predict_pairs(*texts, phrases)
+                if len(got["phrases"]) != len(phrases):
+                    raise ValueError(f"{len(got['phrases'])} predictions for its "
+                                     f"{len(phrases)} phrase pairs; nothing written to "
+                                     f"{output_path}")
             except ValueError as bad:
                 raise ValueError(f"{input_path}:{lineno}: {bad}") from None
             ranges = [(p["source"], p["target"]) if isinstance(p, dict) else tuple(p) for p in phrases]

@@ -33,6 +33,7 @@ from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
 from span_plugin.inference.outputs import Flag, Output
 from span_plugin.preprocess.folders.qa import read_records
+from span_plugin.preprocess.records import provenance
 
 SHOWN = 20  # notes printed per kind; the results file holds every one
 
@@ -57,7 +58,10 @@ def read_questions(hub, input_path=None, split=None):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such split in the checkpoint's folder; give "
                                 f"--input FILE (SQuAD JSON or MRQA JSON Lines)")
-    versions = hub.task.qa_labels.get("versions") or {}
+    # the versions of the folder read (--data), not of the one the model was trained on
+    record = provenance.read_record(hub.data)
+    labels = (record.get("labels") or {}) if record else hub.task.qa_labels
+    versions = labels.get("versions") or {}
     return read_records(path), versions.get(split, "1.1"), []
 
 
@@ -107,6 +111,9 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
     boundaries = answer_boundaries or hub.answer_boundaries
     answers = hub.predict_examples(asked, n_best, None if tune else null_threshold,
                                    batch_size, boundaries)
+    if len(answers) != len(asked):
+        raise ValueError(f"{len(answers)} answers for {len(asked)} questions (the first "
+                         f"{asked[0].where if asked else ''}): nothing written to {output}")
     predictions = {ex.id: a["text"] for ex, a in zip(asked, answers)}
     scores = {}
     has_gold = not unlabelled

@@ -7,6 +7,8 @@ import hashlib
 import os
 import stat
 
+from span_plugin.formats.lines import regular_file
+
 
 class SettingsMismatch(ValueError):
     """A setting or file given for inference that differs from the checkpoint's."""
@@ -18,7 +20,7 @@ _HASHES = {}  # (abs path, size, mtime_ns) -> sha256
 def sha256(path):
     """Hex sha256 of a file's bytes (cached per path, size and modification time)."""
     path = os.path.abspath(path)
-    st = os.stat(path)
+    st = regular_file(path)
     key = (path, st.st_size, st.st_mtime_ns)
     if key not in _HASHES:
         h = hashlib.sha256()

@@ -17,6 +17,7 @@ from collections import Counter
 
 import numpy as np
 
+from span_plugin.formats.lines import bounded_lines, open_text
 from span_plugin.preprocess.binary import indexed
 from span_plugin.preprocess.binary.vocab import Vocab, tokenize_line
 
@@ -24,8 +25,8 @@ PADDING_FACTOR = 8
 
 
 def _lines(path):
-    with open(path, "r", encoding="utf-8") as f:
-        yield from f
+    with open_text(path, "r") as f:
+        yield from bounded_lines(f, path)
 
 
 def write_label_dict(files, dict_path):

@@ -16,6 +16,8 @@ even if ``<unk>`` is overwritten.
 
 import re
 
+from span_plugin.formats.lines import bounded_lines, open_text
+
 __all__ = ["Vocab", "tokenize_line"]
 
 _SPACE_NORMALIZER = re.compile(r"\s+")
@@ -47,8 +49,8 @@ class Vocab:
         for s in (self.BOS, self.PAD, self.EOS, self.UNK):
             self._add(s, 1)
         try:
-            with open(self.path, "r", encoding="utf-8") as f:
-                lines = f.readlines()
+            with open_text(self.path, "r") as f:
+                lines = list(bounded_lines(f, self.path))
         except UnicodeError as e:
             raise ValueError(f"{self.path}: not valid UTF-8 ({e}); rebuild the dictionary") \
                 from None

@@ -24,6 +24,8 @@ import re
 
 import numpy as np
 
+from span_plugin.formats.lines import (NotAFileError, bounded_lines, open_bytes, read_file_lines,
+                                       regular_file)
 from span_plugin.preprocess.binary import indexed, span_files
 
 from span_plugin.preprocess.records import provenance
@@ -46,8 +48,23 @@ def _splits(input_dir):
 
 
 def _count_text_lines(path):
-    with open(path, "rb") as f:
-        return sum(1 for _ in f)
+    with open_bytes(path) as f:
+        return sum(1 for _ in bounded_lines(f, path))
+
+
+def _only_files(folder):
+    """Every entry under ``folder`` is a folder or a regular file (links followed): a
+    device, FIFO or socket where a file of the folder belongs would be read for ever or
+    block the check. Refused by ``stat`` alone, before anything is opened."""
+    for root, dirs, files in os.walk(folder):
+        for name in files + dirs:
+            path = os.path.join(root, name)
+            if not os.path.exists(path) or os.path.isdir(path):
+                continue  # a broken link: the check that reads it names it
+            try:
+                regular_file(path)
+            except NotAFileError as err:
+                raise CheckError(str(err)) from None
 
 
 def _sizes(prefix):
@@ -98,6 +115,8 @@ def _same_counts(items):
 def check_folder(folder):
     """Check ``folder`` (module docstring). Returns a list of report lines; raises
     CheckError on the first problem."""
+    if os.path.isdir(folder):
+        _only_files(folder)
     record = _record(folder)
     kind = record["labels"].get("kind")
     inputs = sorted(d for d in glob.glob(os.path.join(folder, "input*")) if os.path.isdir(d))
@@ -220,8 +239,7 @@ def _check_phrases(folder, sizes):
     path = os.path.join(folder, "phrase_label", "labels.txt")
     if not os.path.exists(path):
         raise CheckError(f"{path}: missing (the declared phrase labels)")
-    with open(path, encoding="utf-8") as f:
-        n_labels = sum(1 for line in f if line.strip())
+    n_labels = sum(1 for line in read_file_lines(path) if line.strip())
     report = []
     for split, items in sizes.items():
         rows = items[0][1]

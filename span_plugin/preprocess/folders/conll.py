@@ -51,7 +51,7 @@ import numpy as np
 
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import read_conll
-from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.preprocess.binary import indexed, span_files
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import _get_encoder, binarize_file, write_dict
@@ -341,8 +341,8 @@ def _write_conll_folder(out_dir, files, read, spec, dict_path, encoder, types, u
 
 def read_tag_names(folder):
     """The tag inventory of a tagging folder (``label/tags.txt``), id order."""
-    with open(os.path.join(folder, LABEL_DIR, TAGS_FILE), encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
+    return [line.strip() for line in read_file_lines(os.path.join(folder, LABEL_DIR, TAGS_FILE))
+            if line.strip()]
 
 
 def is_tagging_folder(folder):

@@ -33,7 +33,7 @@ import sys
 
 from span_plugin.formats.files import staged_folder
 from span_plugin.formats.outputs import locked
-from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.lines import BadInputError, read_file_lines, regular_file
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
 from span_plugin.preprocess.binary.labels import binarize_labels, write_label_dict
@@ -107,8 +107,9 @@ def given_splits(files):
         path = files.get(split)
         if path is None:
             continue
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file (--{split})")
+        regular_file(path, f"--{split}")
         yield split, path
 
 
@@ -171,8 +172,7 @@ def dropped_summary(out_dir):
     path = os.path.join(out_dir, "dropped_rows.tsv")
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        splits = [line.split("\t", 1)[0] for line in list(f)[1:] if line.strip()]
+    splits = [line.split("\t", 1)[0] for line in read_file_lines(path)[1:] if line.strip()]
     if not splits:
         return None
     per = {s: splits.count(s) for s in dict.fromkeys(splits)}
@@ -182,8 +182,7 @@ def dropped_summary(out_dir):
 
 def label_names(dict_path):
     """Class names of a label dict.txt in index order (fairseq's padding left out)."""
-    with open(dict_path, encoding="utf-8") as f:
-        names = [line.rsplit(" ", 1)[0] for line in f if line.strip()]
+    names = [line.rsplit(" ", 1)[0] for line in read_file_lines(dict_path) if line.strip()]
     return [n for n in names if not n.startswith("madeupword")]
 
 

@@ -44,7 +44,7 @@ import os
 
 import numpy as np
 
-from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
 from span_plugin.formats.rows import SplitRows
 from span_plugin.preprocess.binary import indexed, span_files
@@ -166,8 +166,7 @@ def read_phrase_labels(folder):
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: not a span-pair folder (build one with "
                                 f"`span-preprocess pairs`, docs/SPAN_PAIRS.md)")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f if line.strip()]
+    return [line for line in read_file_lines(path) if line.strip()]
 
 
 def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1", "sentence2"),

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from span_plugin.formats.files import atomic_file
-from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.lines import BadInputError, read_file_lines
 from span_plugin.formats.squad import QAExample, QANote, read_qa
 from span_plugin.preprocess.binary import indexed, span_files
 from span_plugin.preprocess.records import provenance
@@ -346,14 +346,13 @@ def write_records(path, examples):
 def read_records(path):
     """The questions of ``raw/{split}.jsonl`` as :class:`QAExample`, in order."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            r = json.loads(line)
-            out.append(QAExample(id=r["id"], question=r["question"], context=r["context"],
-                                 answers=[tuple(a) for a in r["answers"]],
-                                 impossible=r["impossible"], where=f"{path}:{n}",
-                                 title=r.get("title", ""), accepted=r.get("accepted", []),
-                                 unplaced=[tuple(a) for a in r.get("unplaced", [])]))
+    for n, line in enumerate(read_file_lines(path), 1):
+        r = json.loads(line)
+        out.append(QAExample(id=r["id"], question=r["question"], context=r["context"],
+                             answers=[tuple(a) for a in r["answers"]],
+                             impossible=r["impossible"], where=f"{path}:{n}",
+                             title=r.get("title", ""), accepted=r.get("accepted", []),
+                             unplaced=[tuple(a) for a in r.get("unplaced", [])]))
     return out
 
 

@@ -48,6 +48,7 @@ import json
 import os
 
 from span_plugin.formats.files import atomic_file
+from span_plugin.formats.lines import regular_file
 from span_plugin.preprocess.file_records import check_plausible, file_entry, sha256, short
 from span_plugin.preprocess.segmentation.segmentations import segmentation_kind
 from span_plugin.tokenizers import tokenizer_kind
@@ -145,6 +146,7 @@ def read_record(folder):
     path = os.path.join(folder, RECORD_NAME)
     if not os.path.exists(path):
         return None
+    regular_file(path)
     try:
         with open(path, encoding="utf-8") as f:
             record = json.load(f)

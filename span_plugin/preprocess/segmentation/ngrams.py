@@ -43,7 +43,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from span_plugin.formats.lines import (MAX_LINE, bounded_lines, count_lines, open_text,
+from span_plugin.formats.lines import (MAX_LINE, bounded_lines, count_lines, open_text, regular_file,
                                        too_long, write_text)
 from span_plugin.preprocess import progress
 from span_plugin.tokenizers import words as W
@@ -204,7 +204,7 @@ def save_ngrams(path, items, comment=""):
 
 def _line_chunks(path, chunk_bytes):
     """Byte ranges of ``path`` that start at line starts, about chunk_bytes each."""
-    size = os.path.getsize(path)
+    size = regular_file(path).st_size
     bounds = [0]
     with open(path, "rb") as f:
         while bounds[-1] < size:

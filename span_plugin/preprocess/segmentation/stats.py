@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from span_plugin.formats.lines import open_text
 from span_plugin.tokenizers import words as W
 from span_plugin.preprocess.segmentation.ngrams import NgramDict, default_ngrams_path, load_ngrams
 from span_plugin.preprocess.segmentation.segment import Segmenter
@@ -25,7 +26,7 @@ def read_sentences(texts=(), folders=(), max_lines=None):
         paths += found
     out = []
     for p in paths:
-        with open(p, encoding="utf-8", errors="replace") as f:
+        with open_text(p, "r", errors="replace") as f:
             out += [line.rstrip("\r\n") for line in itertools.islice(f, max_lines)]
     return out
 
