@@ -67,9 +67,20 @@ def meet(s):
     """Every node rank 0..NNODES-1 at MASTER_ADDR:MASTER_PORT with the same NNODES and
     NPROC_PER_NODE within DIST_TIMEOUT seconds, or a one-line error (exit 2) on every
     node that got that far."""
+    # TCPStore's failed tries print C++ stacks: this process says what failed itself
+    # (torchrun and its processes get the environment as it was)
+    saved = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     from torch.distributed import TCPStore
 
+    if saved is None:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
+    else:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = saved
     host, timeout = s["node_rank"] == 0, s["timeout"]
+    if not host and not _reachable(s["addr"], s["port"], timeout):
+        fail(f"node rank {s['node_rank']} of {s['nnodes']} found no node rank 0 at {_where(s)} "
+             f"within {timeout} s: start node rank 0, and give every node its address and port")
     try:
         store = TCPStore(s["addr"], s["port"], None, host, timedelta(seconds=timeout),
                          wait_for_workers=False)
@@ -80,7 +91,7 @@ def meet(s):
                  f"choose another MASTER_PORT on every node)")
         fail(f"node rank {s['node_rank']} of {s['nnodes']} found no node rank 0 at {_where(s)} "
              f"within {timeout} s: start node rank 0, and give every node its address and port")
-    me = {"node_rank": s["node_rank"], "nnodes": s["nnodes"], "nproc": s["nproc"],
+    me = {"node_rank": s["node_rank"], "nnodes": s["nnodes"], "nproc": s["nproc"], "round": s["round"],
           "host": socket.gethostname()}
     store.set(f"arrival/{store.add('count', 1)}", json.dumps(me))
     if host:
@@ -104,6 +115,20 @@ def meet(s):
           f"{s['addr']}:{s['port']} ({s['nproc']} processes each)", flush=True)
 
 
+def _reachable(addr, port, timeout):
+    """Whether something listens at addr:port within ``timeout`` seconds (asked here:
+    TCPStore's own retries print a C++ stack on every try)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
+
 def _gather(store, s):
     """Node rank 0: the arrivals until all are there, one disagrees, or time is up."""
     deadline = time.monotonic() + s["timeout"]
@@ -118,6 +143,10 @@ def _gather(store, s):
                     return {"count": count, "error": (
                         f"node rank {n['node_rank']} ({n['host']}) has {name}={n[key]}, node rank 0 "
                         f"has {name}={s[key]}: give every node the same {name}")}
+            if n["round"] != s["round"]:
+                return {"count": count, "error": (
+                    f"node rank {n['node_rank']} ({n['host']}) comes for start {n['round'] + 1}, node "
+                    f"rank 0 for start {s['round'] + 1}: launch every node again")}
         twice = sorted({r for r in ranks if ranks.count(r) > 1})
         if twice:
             return {"count": count, "error": (
@@ -136,8 +165,10 @@ def _gather(store, s):
 
 def torchrun_command(s, args):
     """torchrun's command line for these settings, each process running ``worker``."""
+    # one node: torchrun restarts its processes; several: this launcher does (launch)
+    restarts = s["restarts"] if s["nnodes"] == 1 else 0
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(s["nproc"]),
-               "--max-restarts", str(s["restarts"]), "--monitor-interval", "1"]
+               "--max-restarts", str(restarts), "--monitor-interval", "1"]
     if s["nnodes"] == 1:
         command += ["--standalone", "--rdzv-conf", f"join_timeout={s['timeout']}"]
     else:
@@ -149,13 +180,23 @@ def torchrun_command(s, args):
 
 def launch(args):
     s = settings()
-    if s["nnodes"] > 1:
-        meet(s)
-    status = subprocess.call(torchrun_command(s, args))
-    if status != 0:
-        fail(f"training ended with exit status {status} on node rank {s['node_rank']} of "
-             f"{s['nnodes']} ({s['nproc']} processes, {_where(s)}): a process failed or lost "
-             f"a peer (the first error above names it)", status=status if status < 128 else 1)
+    s["round"] = 0
+    while True:
+        if s["nnodes"] > 1:
+            meet(s)
+        status = subprocess.call(torchrun_command(s, args))
+        if status == 0:
+            return
+        where = (f"node rank {s['node_rank']} of {s['nnodes']} ({s['nproc']} processes, "
+                 f"{_where(s)})")
+        if s["nnodes"] == 1 or s["round"] >= s["restarts"]:
+            fail(f"training ended with exit status {status} on {where}: a process failed or "
+                 f"lost a peer (the first error above names it)", status=status if 0 < status < 128 else 1)
+        # Several nodes restart together: each one's torchrun ends (its processes fail,
+        # or lose the failed one), then all meet again and start from checkpoint_last.pt.
+        s["round"] += 1
+        print(f"{PROG}: training failed (exit status {status}) on {where}: restart "
+              f"{s['round']} of MAX_RESTARTS={s['restarts']}, from the last checkpoint", flush=True)
 
 
 def worker(args):

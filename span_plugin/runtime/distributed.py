@@ -7,6 +7,11 @@ optimizer, scheduler and data position) while rank 0 resumes, and their collecti
 would no longer pair up. Here rank 0's answer (does it have the file?) is sent to every
 rank before fairseq chooses, and the checkpoint's content is broadcast by fairseq as it
 already does (``Trainer.load_checkpoint``). A single process is left alone.
+
+That broadcast pickles the checkpoint as fairseq loaded it, its ``cfg`` an omegaconf
+``DictConfig``, which torch >= 2.6 refuses to unpickle by default: the other ranks read it
+with omegaconf's container classes allowed too (rank 0 read the file itself through the
+allow-list, :func:`span_plugin.runtime.compat.allow_fairseq_checkpoints`).
 """
 
 import contextlib
@@ -35,11 +40,32 @@ def _seen_as(path, exists):
             setattr(PathManager, name, method)
 
 
+def _omegaconf_types():
+    import collections
+    import typing
+
+    from omegaconf import AnyNode, DictConfig, ListConfig
+    from omegaconf.base import ContainerMetadata, Metadata
+
+    return [DictConfig, ListConfig, AnyNode, ContainerMetadata, Metadata, typing.Any,
+            collections.defaultdict, dict, list, int]
+
+
 def resume_as_rank_zero():
-    """Install the wrapper of ``checkpoint_utils.load_checkpoint`` (by
-    :func:`span_plugin.runtime.compat.apply`)."""
+    """Install the wrappers of ``checkpoint_utils.load_checkpoint`` and of fairseq's
+    object broadcast (by :func:`span_plugin.runtime.compat.apply`)."""
+    import torch
     from fairseq import checkpoint_utils
     from fairseq.distributed import utils as distributed_utils
+
+    def wrap_broadcast(broadcast):
+        def _broadcast_object_slow(*args, **kwargs):
+            # the tensors travel apart, each replaced by fairseq's placeholder
+            with torch.serialization.safe_globals(
+                    [*_omegaconf_types(), distributed_utils._TensorPlaceholder]):
+                return broadcast(*args, **kwargs)
+
+        return _broadcast_object_slow
 
     def wrap(load):
         def load_checkpoint(cfg, trainer, **passthrough):
@@ -58,3 +84,4 @@ def resume_as_rank_zero():
         return load_checkpoint
 
     replace(checkpoint_utils, "load_checkpoint", wrap)
+    replace(distributed_utils, "_broadcast_object_slow", wrap_broadcast)
