@@ -15,7 +15,7 @@ import tracemalloc
 
 import pytest
 
-from conftest import DATA, GPT2_BPE, small_conll_folder
+from conftest import DATA, GLUE, GPT2_BPE, small_conll_folder
 
 from span_plugin.cli.preprocess import main as preprocess
 
@@ -73,7 +73,7 @@ def preprocess_cases(path, out):
     table = ["--text-columns", "a", "--label-column", "b"]
     rows = out / "rows.tsv"
     rows.write_text("a\tb\nA man.\t1\n")
-    return [
+    cases = [
         ("table", ["table", "--train", path, *table, "--out", out / "t", *ENC]),
         ("glue", ["glue", "--task", "RTE", "--glue-dir", glue, "--out", out / "g", *ENC]),
         ("conll", ["conll", "--train", path, "--out", out / "c", *ENC]),
@@ -91,7 +91,21 @@ def preprocess_cases(path, out):
         ("encode --ngrams", ["encode", "A man.", "--ngrams", path, *ENC]),
         ("table --srcdict", ["table", "--train", rows, *table, "--out", out / "d", *ENC[:4],
                              "--srcdict", path, "--workers", "1"]),
+        ("--gpt2-encoder-json", ["encode", "A man.", "--gpt2-encoder-json", path, *ENC[2:]]),
+        ("--gpt2-vocab-bpe", ["encode", "A man.", *ENC[:2], "--gpt2-vocab-bpe", path, *ENC[4:]]),
+        ("--sentencepiece-model", ["encode", "A man.", "--bpe", "sentencepiece",
+                                   "--sentencepiece-model", path]),
+        ("ngrams --from-dictionary", ["ngrams", "--from-dictionary", path, "--top-k", "3",
+                                      "--out", out / "f.txt"]),
+        ("align-pairs --exclude-sentences-of", ["align-pairs", "--input", GLUE / "MRPC" / "dev.tsv",
+                                                "--exclude-sentences-of", path, "--out",
+                                                out / "x.jsonl"]),
     ]
+    if not os.path.isdir(path):  # a folder is where these look for their files
+        cases += [("--wordpiece", ["encode", "A man.", "--bpe", "wordpiece", "--wordpiece", path]),
+                  ("ngrams --task-rows", ["ngrams", "--text", rows, "--task-rows", path,
+                                          "--out", out / "r.txt", "--workers", "1"])]
+    return cases
 
 
 @pytest.mark.parametrize("kind", list(KIND_WORDS))

@@ -34,18 +34,23 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISSOCK, "a socket"))
 
 
-def regular_file(path, what=None):
+def regular_file(path, what=None, max_bytes=None):
     """Raise :class:`NotAFileError` naming ``path`` and what it is when it is not a
     regular file (links followed): a device (``/dev/zero`` reads for ever), a FIFO (a
     read blocks until a writer comes), a socket or a folder. Told from ``stat`` alone,
     never by opening it. A missing path raises stat's FileNotFoundError. ``what``: how
-    the user gave it (``--train``), for the message. Returns the ``os.stat`` result."""
+    the user gave it (``--train``), for the message; ``max_bytes``: the most a file of
+    its kind holds (a file read whole), more a :class:`BadInputError`. Returns the
+    ``os.stat`` result."""
     st = os.stat(path)
+    given = f" ({what})" if what else ""
     if not stat.S_ISREG(st.st_mode):
         kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
-        given = f" ({what})" if what else ""
         raise NotAFileError(f"{path}{given}: {kind}, not a regular file; give a file of "
                             f"this format")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise BadInputError(f"{path}{given}: {st.st_size:,} bytes, more than a file of this "
+                            f"kind holds ({max_bytes:,}): not the file expected")
     return st
 
 
@@ -81,6 +86,12 @@ def write_text(path):
         if gz:
             stream.close()  # writes the gzip trailer; the file itself stays open
 
+
+# No tokenizer file (encoder.json, vocab.bpe, vocab.txt, tokenizer.json, a sentencepiece
+# model) comes near this; these are read whole.
+MAX_TOKENIZER_BYTES = 1 << 30
+# A SQuAD JSON file is read whole (after gzip): SQuAD 2.0's training file is 40 MB.
+MAX_JSON_BYTES = 1 << 31
 
 # No line of the users' formats comes near this (a JSON Lines row holds one passage);
 # a longer one is a binary file or a device (/dev/zero), read no further.

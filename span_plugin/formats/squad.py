@@ -59,7 +59,8 @@ import zlib
 from dataclasses import dataclass, field
 
 from span_plugin.formats.files import atomic_write
-from span_plugin.formats.lines import BOM, TOO_DEEP, BadInputError, open_bytes
+from span_plugin.formats.lines import (BOM, MAX_JSON_BYTES, MAX_LINE, TOO_DEEP, BadInputError,
+                                       bounded_lines, open_bytes)
 from span_plugin.formats.unicode_text import is_blank
 
 ON_BAD = ("error", "skip")
@@ -133,7 +134,7 @@ def _lines(path):
     with _open(path) as f:
         lineno = 0
         try:
-            for lineno, raw in enumerate(f, 1):
+            for lineno, raw in enumerate(bounded_lines(f, path), 1):
                 yield lineno, raw[len(BOM):] if lineno == 1 and raw.startswith(BOM) else raw
         except GZIP_ERRORS as err:
             raise BadInputError(f"{path}:{lineno + 1}: not a readable gzip file "
@@ -141,12 +142,18 @@ def _lines(path):
 
 
 def _read_bytes(path, first_line=False):
-    """The file's bytes (only its first line with ``first_line``), BOM dropped."""
+    """The file's bytes (only its first line with ``first_line``, no more than
+    :data:`MAX_LINE` of it: enough to tell MRQA from SQuAD), BOM dropped. A file of
+    more than :data:`MAX_JSON_BYTES` is refused before it fills the memory."""
     with _open(path) as f:
         try:
-            data = f.readline() if first_line else f.read()
+            data = f.readline(MAX_LINE + 1) if first_line else f.read(MAX_JSON_BYTES + 1)
         except GZIP_ERRORS as err:
             raise BadInputError(f"{path}: not a readable gzip file ({err})") from None
+    if not first_line and len(data) > MAX_JSON_BYTES:
+        raise BadInputError(f"{path}: more than {MAX_JSON_BYTES:,} bytes of JSON (after "
+                            f"gzip): not a SQuAD file, which is read whole (MRQA files, "
+                            f".jsonl, are read a line at a time)")
     return data[len(BOM):] if data.startswith(BOM) else data
 
 

@@ -9,6 +9,7 @@ following word (or the last word at the end of a line).
 
 import json
 
+from span_plugin.formats.lines import MAX_TOKENIZER_BYTES, regular_file
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, register_tokenizer, skip_leading_space
 from span_plugin.tokenizers.options import Option
@@ -38,6 +39,8 @@ class GPT2Tokenizer(Tokenizer):
     CACHE_LIMIT = 1 << 20
 
     def __init__(self, encoder_json, vocab_bpe):
+        for path, flag in ((encoder_json, "--gpt2-encoder-json"), (vocab_bpe, "--gpt2-vocab-bpe")):
+            regular_file(path, flag, MAX_TOKENIZER_BYTES)
         with open(encoder_json, encoding="utf-8") as f:
             try:
                 self.encoder = json.load(f)

@@ -8,6 +8,7 @@ pieces of that word.
 
 import os
 
+from span_plugin.formats.lines import MAX_TOKENIZER_BYTES, regular_file
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, offsets_in_words, register_tokenizer
 from span_plugin.tokenizers.options import Option
@@ -19,8 +20,9 @@ def load_model(path):
     RuntimeError."""
     import sentencepiece as spm
 
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file (--sentencepiece-model)")
+    regular_file(path, "--sentencepiece-model", MAX_TOKENIZER_BYTES)
     try:
         return spm.SentencePieceProcessor(model_file=str(path))
     except RuntimeError as err:

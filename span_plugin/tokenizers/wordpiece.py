@@ -13,6 +13,7 @@ import os
 
 import regex
 
+from span_plugin.formats.lines import MAX_TOKENIZER_BYTES, regular_file
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.base import Tokenizer, register_tokenizer, skip_leading_space
 from span_plugin.tokenizers.options import Option
@@ -134,9 +135,12 @@ def resolve_wordpiece(path):
             raise FileNotFoundError(f"{path}: no tokenizer.json or vocab.txt in this folder")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: WordPiece tokenizer file not found")
+    regular_file(path, "--wordpiece", MAX_TOKENIZER_BYTES)
     config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
     if path.endswith(".json") or not os.path.exists(config):
         config = None
+    else:
+        regular_file(config, None, MAX_TOKENIZER_BYTES)
     return path, config
 
 

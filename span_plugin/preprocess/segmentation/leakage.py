@@ -18,7 +18,7 @@ import glob
 import hashlib
 import os
 
-from span_plugin.formats.lines import open_text
+from span_plugin.formats.lines import bounded_lines, open_text, regular_file
 
 MIN_WORDS = 4  # shorter fields ("1", "gj04", "not_entailment") are not sentences
 TASK_SUFFIXES = (".tsv", ".txt", ".csv", ".jsonl", ".tsv.gz", ".txt.gz")
@@ -44,7 +44,8 @@ def task_files(paths):
                 raise FileNotFoundError(f"{p}: no task files ({', '.join(TASK_SUFFIXES)}) "
                                         f"under this folder")
             out += found
-        elif os.path.isfile(p):
+        elif os.path.exists(p):
+            regular_file(p, "task rows to check")
             out.append(p)
         else:
             raise FileNotFoundError(f"{p}: no such file or folder (task rows to check)")
@@ -58,7 +59,7 @@ def task_fingerprints(paths):
     prints = set()
     for path in files:
         with open_text(path, "r", errors="replace") as f:
-            for line in f:
+            for line in bounded_lines(f, path):
                 for field in line.rstrip("\r\n").split("\t"):
                     text = _normal(field)
                     if text.count(" ") + 1 >= MIN_WORDS:
@@ -87,7 +88,7 @@ def task_row_hits(corpus_paths, fingerprints, max_examples=3, keep_dir=None):
         out = open(out_path, "w", encoding="utf-8") if out_path else None
         before = hits
         with open_text(path, "r", errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
+            for lineno, line in enumerate(bounded_lines(f, path), 1):
                 if is_task_row(line, fingerprints):
                     hits += 1
                     if len(examples) < max_examples:
