@@ -1,6 +1,7 @@
 """``span-preprocess``: thin command line over span_plugin.preprocess (docs/PREPROCESS.md).
 
-Subcommands: ngrams, glue, table, pairs, align-pairs, conll, binarize, check, stats, encode.
+Subcommands: ngrams, glue, table, pairs, align-pairs, conll, binarize, pretrain, check, stats,
+encode.
 """
 
 import argparse
@@ -331,6 +332,18 @@ def cmd_binarize(args):
           f"{s.empty} empty, {s.unknown} <unk>")
 
 
+def cmd_pretrain(args):
+    from span_plugin.preprocess.folders.pretrain import prepare_pretrain
+
+    rows = prepare_pretrain(args.out, args.train, _spec(args), args.srcdict, valid=args.valid,
+                            workers=args.workers, bad_utf8=args.bad_utf8, command=_command(),
+                            keep=args.keep)
+    if rows is None:
+        print(f"{args.out}: kept (made from the same text and settings)")
+    else:
+        print(f"{args.out}: " + ", ".join(f"{s} {n} lines" for s, n in rows.items()))
+
+
 def cmd_check(args):
     from span_plugin.preprocess.folders.check import CheckError, check_folder
 
@@ -545,6 +558,19 @@ def build_parser():
     q.add_argument("--bpe-text", help="also write the BPE text here")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_binarize)
+
+    q = sub.add_parser("pretrain", help="build a pre-training folder (spanbert_masked_lm) "
+                       "from a text file (.gz too): tokens, spans, dict.txt, the record; "
+                       "one per file of a sharded corpus (docs/PRETRAIN.md)")
+    q.add_argument("--out", required=True, help="folder to write")
+    q.add_argument("--train", required=True, help="training text, one paragraph a line, "
+                   "an empty line between documents (.gz: decompressed first)")
+    q.add_argument("--valid", help="validation text, same form")
+    q.add_argument("--keep", action="store_true",
+                   help="keep an existing folder made from the same text and settings "
+                   "(its record says so); one made otherwise is an error")
+    _add_encoder_args(q)
+    q.set_defaults(func=cmd_pretrain)
 
     q = sub.add_parser("check", help="validate binarized folders")
     q.add_argument("folders", nargs="+")

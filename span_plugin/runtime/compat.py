@@ -16,7 +16,8 @@ import torch
 from omegaconf import OmegaConf
 
 from span_plugin.convert.safe_load import allow_checkpoint_types, load_error
-from span_plugin.runtime import checkpoints, distributed, training_guard, update_reads
+from span_plugin.runtime import (checkpoints, distributed, rank_agreement, training_guard,
+                                 update_reads)
 from span_plugin.runtime.patching import replace as _replace
 
 logger = logging.getLogger(__name__)
@@ -299,13 +300,15 @@ def quiet_stack_notices():
 def bf16_without_xla():
     """Let ``fairseq-train --bf16`` (and ``--memory-efficient-bf16``) train on a GPU or
     the CPU: :func:`bf16_off_tpu` runs first in fairseq's ``call_main``, before any of
-    fairseq reads the flag (``fairseq-hydra-train`` never sets it)."""
+    fairseq reads the flag (``fairseq-hydra-train`` never sets it). The same wrapper has
+    every process of a distributed run compare its data, code and arguments with the
+    others before fairseq's ``main`` (:mod:`span_plugin.runtime.rank_agreement`)."""
     from fairseq.distributed import utils as distributed_utils
 
     def wrap(call_main):
         def wrapped(cfg, main, **kwargs):
             bf16_off_tpu(cfg)
-            return call_main(cfg, main, **kwargs)
+            return call_main(cfg, rank_agreement.AgreeFirst.around(main), **kwargs)
 
         return wrapped
 

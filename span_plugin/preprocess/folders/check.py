@@ -13,6 +13,8 @@ kind (the record's ``labels.kind``, and the folder's own files):
 - ``qa`` (``span-preprocess qa``): the window, offset and answer files have one item a
   window; the windows of each question are consecutive, every question of
   ``raw/{split}.jsonl`` has some; offsets and answers lie inside their window;
+- pre-training (``span-preprocess pretrain``, task ``pretrain``): the splits' token and
+  span files are at the top of the folder, not in ``input*/``;
 - span pairs (``span-preprocess pairs``, a ``phrase_label/`` folder): one phrase list a
   row on both sides and in the labels, every phrase inside its sentence, every label
   declared.
@@ -120,6 +122,8 @@ def check_folder(folder):
     record = _record(folder)
     kind = record["labels"].get("kind")
     inputs = sorted(d for d in glob.glob(os.path.join(folder, "input*")) if os.path.isdir(d))
+    if record.get("task") == "pretrain":  # span-preprocess pretrain: the splits at the top
+        inputs = [folder]
     if not inputs:
         raise CheckError(f"{folder}: no input*/ folders (is this a binarized task folder?)")
     report, sizes = [], {}

@@ -1,0 +1,127 @@
+"""A pre-training folder (task ``spanbert_masked_lm``): one text file's tokens and n-gram
+spans, optionally a validation text's, with the data record::
+
+    out/train.{bin,idx}, train.spans.{bin,idx}   the training text, one item a line
+    out/valid.{bin,idx}, valid.spans.{bin,idx}   the validation text (when given)
+    out/dict.txt                                 the model's fairseq dictionary
+    out/encoder.json                             GPT-2's (--bpe gpt2): the task reads
+                                                 word starts from it
+    out/segmentation                             the segmentation's name (greedy, none)
+    out/provenance.json                          the record (labels kind "none")
+
+``span-preprocess pretrain`` builds it whole or not at all (:func:`whole_folder`); a
+``.gz`` text is decompressed into the folder being built first (the binarizer reads
+byte ranges of the file in parallel, which a gzip stream does not have) and removed
+before the folder takes its place. One folder per text file is a shard of a corpus: the
+recipe (recipes/pretrain/spanbert.sh) builds one per file, several at a time, and
+trains over them with colon-joined ``--data`` (docs/PRETRAIN.md, "Corpora in shards").
+
+With ``keep=True`` an existing folder whose record names the same sources (by sha256)
+and the same encoder settings is kept as it is (a relaunch does not redo finished
+shards); one made from other sources or settings is an error naming the difference.
+"""
+
+import gzip
+import os
+import shutil
+
+from span_plugin.formats.lines import BadInputError
+from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
+from span_plugin.preprocess.file_records import file_entry, short
+from span_plugin.preprocess.folders.folder import whole_folder
+from span_plugin.preprocess.records import provenance
+
+TASK = "pretrain"
+
+
+def _plain_text(path, tmp_dir, name):
+    """``path``, or for a ``.gz`` file its decompressed copy in ``tmp_dir``."""
+    if not str(path).endswith(".gz"):
+        return str(path)
+    out = os.path.join(tmp_dir, name)
+    try:
+        with gzip.open(path, "rb") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+    except (OSError, EOFError) as err:
+        raise BadInputError(f"{path}: not a readable gzip file ({err})") from None
+    return out
+
+
+def _comparable(value):
+    if isinstance(value, dict):
+        if "sha256" in value and "path" in value:
+            return value["sha256"]
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
+
+
+def _differences(a, b, key=""):
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _differences(a.get(k), b.get(k), f"{key}.{k}" if key else k)
+        return out
+    return [] if a == b else [(key, a, b)]
+
+
+def _shown(value):
+    if isinstance(value, str) and len(value) == 64:
+        return f"sha256 {short(value)}"
+    return repr(value)
+
+
+def kept(out_dir, sources, spec, dict_path):
+    """True when ``out_dir`` holds a finished folder made from ``sources`` ({split:
+    path}) with these encoder settings; False when there is none; raises
+    :class:`BadInputError` naming the first difference when it was made otherwise."""
+    record = provenance.read_record(out_dir) if os.path.isdir(out_dir) else None
+    if record is None:
+        return False
+    want = {"task": TASK,
+            "source": _comparable({s: file_entry(p) for s, p in sources.items()}),
+            "encoder": _comparable(provenance.encoder_record(spec, dict_path))}
+    have = {"task": record.get("task"), "source": _comparable(record.get("source")),
+            "encoder": _comparable(record.get("encoder"))}
+    diff = _differences(have, want)
+    if diff:
+        key, was, now = diff[0]
+        raise BadInputError(
+            f"{out_dir}: made from other text or settings: its record's {key} is "
+            f"{_shown(was)}, this build's {_shown(now)}. Delete the folder to build it "
+            f"again, or give another --out (a recipe: DATA_DIR)")
+    provenance.verify_folder(out_dir)  # a finished folder whose files changed since: say so
+    return True
+
+
+def prepare_pretrain(out_dir, train, spec, dict_path, *, valid=None, workers=1,
+                     bad_utf8="error", command=None, keep=False):
+    """Build the folder (module docstring). Returns ``{split: lines}``, or None when
+    ``keep`` found it finished."""
+    sources = {"train": train, **({"valid": valid} if valid else {})}
+    for split, path in sources.items():
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such file (--{split})")
+    if keep and kept(out_dir, sources, spec, dict_path):
+        return None
+    with whole_folder(out_dir) as tmp:
+        rows, replaced = {}, {}
+        for split, path in sources.items():
+            text = _plain_text(path, tmp, f".{split}.txt")
+            try:
+                s = binarize_file(text, os.path.join(tmp, split), spec, dict_path,
+                                  workers=workers, bad_utf8=bad_utf8)
+            finally:
+                if text != str(path):
+                    os.remove(text)
+            rows[split] = s.lines
+        write_dict(dict_path, tmp)
+        if spec.bpe == "gpt2" and getattr(spec, "encoder_json", None):
+            shutil.copyfile(spec.encoder_json, os.path.join(tmp, "encoder.json"))
+        with open(os.path.join(tmp, "segmentation"), "w", encoding="utf-8") as f:
+            f.write(spec.segmentation + "\n")
+        provenance.write_record(
+            tmp, task=TASK, inputs=1, encoder=provenance.encoder_record(spec, dict_path),
+            labels={"kind": "none"}, rows=rows,
+            source={split: provenance.file_entry(path) for split, path in sources.items()},
+            command=command, bad_utf8=provenance.utf8_entry(bad_utf8, {}))
+    return rows
