@@ -8,7 +8,8 @@
 #                            NPROC_PER_NODE processes on this node [NUM_GPUS; with --cpu
 #                            1: CPU ranks], DIST_TIMEOUT seconds a start or a collective
 #                            may wait before every process ends with an error [120],
-#                            MAX_RESTARTS restarts of all processes after one fails [0];
+#                            MAX_RESTARTS restarts of all processes after one fails [0],
+#                            TORCHRUN=1 through torchrun even for one process [0];
 #                            under SLURM (SLURM_JOB_ID) NNODES, NODE_RANK and MASTER_ADDR
 #                            from SLURM_NNODES, SLURM_NODEID and SLURM_JOB_NODELIST.
 #                            WORLD_SIZE = NNODES x NPROC_PER_NODE
@@ -403,12 +404,14 @@ train_resumably() {
     mkdir -p "$OUT_DIR"
     # A damaged checkpoint_last.pt is replaced by the newest intact checkpoint first
     # (stale *.tmp files of a killed save are removed).
-    if [ -d "$OUT_DIR/checkpoints" ]; then
+    # (Node ranks above 0 leave it to node rank 0, whose checkpoint every rank resumes.)
+    if [ -d "$OUT_DIR/checkpoints" ] && [ "$NODE_RANK" = 0 ]; then
         python -m span_plugin.runtime.checkpoints resume "$OUT_DIR/checkpoints" \
             || die "could not prepare $OUT_DIR/checkpoints for resuming (see above)"
     fi
-    if [ "$WORLD_SIZE" -gt 1 ]; then
-        # torchrun on every node: NPROC_PER_NODE processes, ranks given explicitly, and an
+    if [ "$WORLD_SIZE" -gt 1 ] || [ "${TORCHRUN:-0}" = 1 ]; then
+        # torchrun on every node (TORCHRUN=1: for one process too, the NCCL check on one
+        # GPU): NPROC_PER_NODE processes, ranks given explicitly, and an
         # error line within DIST_TIMEOUT instead of a hang (span_plugin/cli/launch.py)
         python -m span_plugin.cli.launch ${HALF[@]+"${HALF[@]}"} "$@"
     else

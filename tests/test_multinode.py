@@ -83,20 +83,23 @@ def finish(procs, bound=BOUND):
     return out
 
 
-def nodes(wnli, tmp_path, nproc, args, **env):
-    """Two launches of the WNLI recipe, node ranks 0 and 1, each in its own folder."""
+def nodes(wnli, tmp_path, nproc, args, gpus=None, **env):
+    """Two launches of the WNLI recipe, node ranks 0 and 1, each in its own folder: CPU
+    ranks, or ``gpus`` (node rank r sees GPU gpus[r])."""
     port = free_ports()
-    return [start(["bash", WNLI, "--cpu", *TINY, *DETERMINISTIC, *args], tmp_path / f"node{rank}",
+    device = ["--cpu"] if gpus is None else []
+    return [start(["bash", WNLI, *device, *TINY, *DETERMINISTIC, *args], tmp_path / f"node{rank}",
                   recipe_env(wnli, NNODES=2, NODE_RANK=rank, NPROC_PER_NODE=nproc,
-                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port, DIST_TIMEOUT=30, **env))
+                             MASTER_ADDR="127.0.0.1", MASTER_PORT=port, DIST_TIMEOUT=30,
+                             **({} if gpus is None else {"CUDA_VISIBLE_DEVICES": gpus[rank]}), **env))
             for rank in (0, 1)]
 
 
-def one_process(wnli, tmp_path, args):
+def one_process(wnli, tmp_path, args, cpu=True, **env):
     """The recipe's single process (NNODES 1) in tmp_path/one: its run folder and log."""
     (tmp_path / "one").mkdir()
-    log = run_cli("bash", WNLI, "--cpu", *TINY, *DETERMINISTIC, *args, cwd=tmp_path / "one",
-                  env=recipe_env(wnli)).stdout
+    log = run_cli("bash", WNLI, *(["--cpu"] if cpu else []), *TINY, *DETERMINISTIC, *args,
+                  cwd=tmp_path / "one", env=recipe_env(wnli, **env)).stdout
     return tmp_path / "one" / "runs" / "WNLI", log
 
 
@@ -104,15 +107,16 @@ def weights(run):
     return torch.load(run / "checkpoints" / "checkpoint_last.pt", weights_only=False)["model"]
 
 
-def same_training(nodes_run, one_run, log0, log1, clean=True):
+def same_training(nodes_run, one_run, log0, log1, clean=True, within=1e-5):
     """Node rank 0 holds the single process's weights (within 1e-5) and dev figure;
     node rank 1 wrote nothing but its log."""
     a, b = weights(nodes_run), weights(one_run)
     worst = max((a[k].float() - b[k].float()).abs().max().item() for k in b)
     print(f"largest parameter difference, nodes vs one process: {worst:.2e}")
-    assert a.keys() == b.keys() and worst < 1e-5
-    dev = json.loads((nodes_run / "results.json").read_text())["dev"]
-    assert dev == json.loads((one_run / "results.json").read_text())["dev"]
+    assert a.keys() == b.keys() and worst < within
+    dev = json.loads((nodes_run / "results.json").read_text())["dev"]["dev"]
+    one_dev = json.loads((one_run / "results.json").read_text())["dev"]["dev"]
+    assert (dev if within <= 1e-5 else dev["accuracy"]) == (one_dev if within <= 1e-5 else one_dev["accuracy"])
     assert "node rank 1 of 2 done; node rank 0 writes the checkpoints" in log1
     assert re.search(r"distributed init \(rank [1-9]\)", log1)
     assert not clean or "Traceback" not in log0 + log1
@@ -256,3 +260,37 @@ def test_world_size_and_schedule_come_from_nodes_and_processes_and_from_slurm(tm
     assert proc.returncode == 2 and "launch one task per node (srun --ntasks-per-node=1)" in proc.stderr
     proc = settings_of({**base, "NNODES": "2", "NODE_RANK": "2"}, "--cpu")
     assert proc.returncode == 2 and "NODE_RANK=2 with NNODES=2: node ranks are 0 to 1" in proc.stderr
+
+
+# On GPUs (NCCL): run where the machine has them (docs/DISTRIBUTED.md, "On GPUs"); the
+# recipes train in fp16 there, so the figures may differ in the last bits.
+GPUS = torch.cuda.device_count()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(GPUS < 1, reason="needs a GPU")
+def test_one_gpu_through_torchrun_over_nccl_trains_as_without_it(wnli, tmp_path):
+    args = ["--max-update", "6"]
+    env = {"NPROC_PER_NODE": 1, "CUDA_VISIBLE_DEVICES": 0, "DIST_TIMEOUT": 60}
+    (tmp_path / "torchrun").mkdir()
+    log = run_cli("bash", WNLI, *TINY, *DETERMINISTIC, *args, cwd=tmp_path / "torchrun",
+                  env=recipe_env(wnli, TORCHRUN=1, **env)).stdout
+    assert "distributed init (rank 0): env://" in log and "'distributed_backend': 'nccl'" in log
+    one, one_log = one_process(wnli, tmp_path, args, cpu=False, **env)
+    assert "distributed init" not in one_log
+    a, b = weights(tmp_path / "torchrun" / "runs" / "WNLI"), weights(one)
+    worst = max((a[k].float() - b[k].float()).abs().max().item() for k in b)
+    print(f"largest parameter difference, torchrun (NCCL) vs fairseq-train: {worst:.2e}")
+    assert worst < 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(GPUS < 2, reason="needs two GPUs")
+def test_two_gpu_nodes_over_nccl_train_as_one_gpu_with_update_freq_2(wnli, tmp_path):
+    args = ["--max-update", "6"]
+    a, b = finish(nodes(wnli, tmp_path, 1, args, gpus=["0", "1"]))
+    assert a[0] == 0 and b[0] == 0, (a[1][-3000:], b[1][-3000:])
+    assert "'distributed_backend': 'nccl'" in a[1]
+    one, _ = one_process(wnli, tmp_path, [*args, "--update-freq", "2"], cpu=False,
+                         NPROC_PER_NODE=1, CUDA_VISIBLE_DEVICES=0)
+    same_training(tmp_path / "node0" / "runs" / "WNLI", one, a[1], b[1], within=1e-3)
