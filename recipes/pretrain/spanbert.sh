@@ -43,6 +43,8 @@
 #                  last validation, and the best loss, checkpoint_best.pt's)
 #                  [runs/pretrain/<TRAIN_TEXT name>-$SPAN_MASKING, or -$MASKING when not span]
 #   NUM_GPUS       GPUs to train on (more than 1: torchrun); 0 = CPU  [all visible]
+#   NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT, NPROC_PER_NODE, DIST_TIMEOUT, MAX_RESTARTS
+#                  several processes or nodes (torchrun): docs/DISTRIBUTED.md
 #   BF16           1: bfloat16 (--bf16, no loss scaling) instead of fp16 on GPUs  [0]
 # Extra arguments go to fairseq-train last, so they override:
 #   TRAIN_TEXT=t.txt VALID_TEXT=v.txt recipes/pretrain/spanbert.sh --cpu --max-update 4
@@ -226,7 +228,8 @@ if [ -n "$PRETRAINED" ]; then args+=(--finetune-from-model "$PRETRAINED"); fi
 
 mkdir -p "$OUT_DIR"
 # The log is kept: results.json comes from its validations.
-train_resumably "${args[@]}" "$@" 2>&1 | tee -a "$OUT_DIR/train.log"
+train_resumably "${args[@]}" "$@" 2>&1 | tee -a "$OUT_DIR/train$NODE_SUFFIX.log"
+only_node_rank_zero
 
 # ---- results: the last validation of this run and the best loss so far -----------------
 best="$OUT_DIR/checkpoints/checkpoint_best.pt"
