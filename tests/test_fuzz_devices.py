@@ -224,3 +224,42 @@ def test_text_with_nul_characters_is_not_text(tmp_path, capsys):
             and "NUL character" in out, out
     with pytest.raises(ValueError, match="pair 0: the context holds a NUL character"):
         question_pairs([("Who?", "Ann" + nuls)])
+
+
+def test_a_qa_folder_with_nul_text_is_refused_by_line(tmp_path):
+    """raw/{split}.jsonl of a folder made before NULs were refused: span-predict --split
+    names its line instead of answering with NULs."""
+    from span_plugin.preprocess.folders.qa import read_records
+
+    record = {"id": "q1", "question": "Who?", "context": "Ann" + "\0" * 21, "answers": [],
+              "impossible": False}
+    path = tmp_path / "valid.jsonl"
+    path.write_text(json.dumps({**record, "context": "Ann Lee."}) + "\n" + json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=f"{path}:2: the context holds a NUL character"):
+        read_records(path)
+
+
+@pytest.mark.slow
+def test_span_predict_qa_never_answers_with_nuls(qa_checkpoint, tmp_path, capsys):
+    """span-predict --input with a context of 21 NULs after its text: exit 2 naming the
+    file and question; the hub refuses such a pair; no predictions file."""
+    from span_plugin.cli.predict import main as predict
+    from span_plugin.inference.hub import SpanHubInterface
+
+    source = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    paragraph = dict(source["data"][0]["paragraphs"][0])
+    paragraph["qas"] = paragraph["qas"][:2]
+    paragraph["context"] += "\0" * 21
+    path = tmp_path / "nul.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t",
+                                                            "paragraphs": [paragraph]}]}))
+    out = tmp_path / "predictions.json"
+    with within(120):
+        code = predict(["--checkpoint", str(qa_checkpoint), "--input", str(path), "--output",
+                        str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{path}: article 1 (t), paragraph 1" in err and "NUL character" in err, err
+    assert not out.exists()
+    hub = SpanHubInterface.from_pretrained(qa_checkpoint)
+    with pytest.raises(ValueError, match="pair 0: the context holds a NUL character"):
+        hub.predict_answers([("Who?", "Ann" + "\0" * 21)])

@@ -47,6 +47,7 @@ import numpy as np
 
 from span_plugin.formats.files import atomic_file
 from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.formats.text_inputs import check_text
 from span_plugin.formats.squad import QAExample, QANote, read_qa
 from span_plugin.preprocess.binary import indexed, span_files
 from span_plugin.preprocess.records import provenance
@@ -348,6 +349,8 @@ def read_records(path):
     out = []
     for n, line in enumerate(read_file_lines(path), 1):
         r = json.loads(line)
+        for key in ("question", "context"):  # a folder made before NULs were refused
+            check_text(r[key], f"{path}:{n}: the {key}")
         out.append(QAExample(id=r["id"], question=r["question"], context=r["context"],
                              answers=[tuple(a) for a in r["answers"]],
                              impossible=r["impossible"], where=f"{path}:{n}",
