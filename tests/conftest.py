@@ -67,7 +67,8 @@ def _logger_levels_restored():
 # leave the one-test grid runs of two or three minutes to the end, one worker idle).
 # The files with the longest indivisible runs go first.
 LONGEST_FIRST = ("test_recipes.py", "test_transfer_grid.py", "test_glue_grid.py",
-                 "test_crash_safety.py", "test_recipes_bert.py", "test_transfer_recipe.py")
+                 "test_crash_safety.py", "test_recipes_bert.py", "test_transfer_recipe.py",
+                 "test_multinode.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -180,6 +180,13 @@ def torchrun_command(s, args):
 
 def launch(args):
     s = settings()
+    if "--cpu" not in args:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if 0 < gpus < s["nproc"]:
+            fail(f"NPROC_PER_NODE={s['nproc']} processes, but node rank {s['node_rank']} has "
+                 f"{gpus} GPU{'s' if gpus > 1 else ''}: one process a GPU (or --cpu for CPU ranks)")
     s["round"] = 0
     while True:
         if s["nnodes"] > 1:
