@@ -196,7 +196,8 @@ def run_config(shards, files, words, work, workers, tag):
     watcher.join()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if rc != 0:
-        raise SystemExit(f"{shards} shards: the recipe failed (exit {rc}):\n" + "\n".join(log[-30:]))
+        raise SystemExit(f"{shards} shards: the recipe failed (exit {rc}):\n"
+                         + "\n".join(log[-30:]))
     count_s = marks["binarize_start"] - marks.get("count_start", 0.0)
     binarize_s = wall - marks["binarize_start"]
     roles = {}
@@ -215,10 +216,12 @@ def run_config(shards, files, words, work, workers, tag):
         "largest_peak_mb_exact": round(after.ru_maxrss / 1024, 1),  # Linux: KiB
         "roles": roles,
         "processes": sorted(({"pid": pid, **e, "peak_mb": round(e["peak_mb"], 1),
-                              "cpu_s": round(e["cpu_s"], 1)} for pid, e in watcher.procs.items()),
-                            key=lambda e: -e["peak_mb"]),
-        "load_1min": {"start": round(load0[0], 2), "mean": round(sum(watcher.loads) / len(watcher.loads), 2)
-                      if watcher.loads else None, "max": round(max(watcher.loads), 2) if watcher.loads else None},
+                              "cpu_s": round(e["cpu_s"], 1)}
+                             for pid, e in watcher.procs.items()), key=lambda e: -e["peak_mb"]),
+        "load_1min": {"start": round(load0[0], 2), **({
+            "mean": round(sum(watcher.loads) / len(watcher.loads), 2),
+            "max": round(max(watcher.loads), 2),
+        } if watcher.loads else {"mean": None, "max": None})},
         "cpus": os.cpu_count(), "output_mb": round(bytes_out / 2**20, 1),
         "taken": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "log": log,
@@ -228,9 +231,9 @@ def run_config(shards, files, words, work, workers, tag):
 def report(results):
     results = {k: v for k, v in results.items() if not k.startswith("words:")}
     rows = ["| cut | shards | words | wall (s) | counting (s) | binarizing (s) | words/s | "
-            "binarize words/s | CPU s | largest peak RSS (MB) | peak RSS by process kind (MB) | "
-            "load (1-min mean / max) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "binarize words/s | CPU s | words per CPU-second | largest peak RSS (MB) | "
+            "peak RSS by process kind (MB) | load (1-min mean / max) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(results, key=lambda k: (results[k]["max_lines"], results[k]["shards"])):
         r = results[key]
         kinds = "; ".join(f"{name} x{v['processes']}: {v['peak_mb']:.0f}"
@@ -238,7 +241,8 @@ def report(results):
         cut = f"first {r['max_lines']:,} lines a file" if r["max_lines"] else "whole"
         rows.append(f"| {cut} | {r['shards']} | {r['words']:,} | {r['wall_s']} | {r['count_s']} | "
                     f"{r['binarize_s']} | {r['words_per_s']:,} | {r['binarize_words_per_s']:,} | "
-                    f"{r['cpu_s']} | {r['largest_peak_mb_exact']:.0f} | {kinds} | "
+                    f"{r['cpu_s']} | {round(r['words'] / r['cpu_s']):,} | "
+                    f"{r['largest_peak_mb_exact']:.0f} | {kinds} | "
                     f"{r['load_1min']['mean']} / {r['load_1min']['max']} |")
     return "\n".join(rows)
 

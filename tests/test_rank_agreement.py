@@ -44,7 +44,8 @@ def test_the_line_names_the_odd_node_the_file_and_both_values():
     assert "node rank 0 (global rank 0; n0) has no such file, node rank 1 (global rank 1; n1) " \
            "and node rank 2 (global rank 2; n2) have sha256 aaaaaaaaaaaa" in line, line
     # an argument, and more than one difference
-    line = disagreement([_digest(same, max_positions=128), _digest(stale, max_positions=64)], [0, 1])
+    line = disagreement([_digest(same, max_positions=128), _digest(stale, max_positions=64)],
+                        [0, 1])
     assert "model argument max_positions: node rank 1 (global rank 1; h) has 64, node rank 0 " \
            "(global rank 0; h) has 128 (and 1 more difference: file label/train.bin" in line, line
 

@@ -127,15 +127,6 @@ def _model_arguments(model):
         return set()
 
 
-def _comparable(value):
-    """A record's value as compared: a file entry by its content alone."""
-    if isinstance(value, dict):
-        if "sha256" in value and "path" in value:
-            return value["sha256"]
-        return {k: _comparable(v) for k, v in value.items()}
-    return value
-
-
 def folder_digest(folder):
     """``{"record": ..., "files": {relative path: sha256 or "missing"}}`` of a data
     folder (module docstring). A folder whose files all match its record is marked
@@ -159,7 +150,7 @@ def folder_digest(folder):
         return {"record": None, "files": files}
     if files == record["files"]:
         provenance._VERIFIED.add(os.path.abspath(folder))
-    return {"record": {k: _comparable(v) for k, v in record.items()
+    return {"record": {k: provenance.comparable(v) for k, v in record.items()
                        if k not in RECORD_NOT_COMPARED},
             "files": files}
 

@@ -47,14 +47,6 @@ def _plain_text(path, tmp_dir, name):
     return out
 
 
-def _comparable(value):
-    if isinstance(value, dict):
-        if "sha256" in value and "path" in value:
-            return value["sha256"]
-        return {k: _comparable(v) for k, v in value.items()}
-    return value
-
-
 def _differences(a, b, key=""):
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
@@ -78,10 +70,10 @@ def kept(out_dir, sources, spec, dict_path):
     if record is None:
         return False
     want = {"task": TASK,
-            "source": _comparable({s: file_entry(p) for s, p in sources.items()}),
-            "encoder": _comparable(provenance.encoder_record(spec, dict_path))}
-    have = {"task": record.get("task"), "source": _comparable(record.get("source")),
-            "encoder": _comparable(record.get("encoder"))}
+            "source": provenance.comparable({s: file_entry(p) for s, p in sources.items()}),
+            "encoder": provenance.comparable(provenance.encoder_record(spec, dict_path))}
+    have = {"task": record.get("task"), "source": provenance.comparable(record.get("source")),
+            "encoder": provenance.comparable(record.get("encoder"))}
     diff = _differences(have, want)
     if diff:
         key, was, now = diff[0]

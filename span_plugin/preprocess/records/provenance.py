@@ -188,6 +188,16 @@ def verify_files(folder, record, only=None, where=None):
                     f"with other settings: give that folder (or a copy)"))
 
 
+def comparable(value):
+    """A record's value as two records are compared: a file entry by its content alone
+    (its sha256), not by where the file was."""
+    if isinstance(value, dict):
+        if "sha256" in value and "path" in value:
+            return value["sha256"]
+        return {k: comparable(v) for k, v in value.items()}
+    return value
+
+
 def labels_summary(record):
     """A record's task and labels in a few words: ``MRPC, 2 classes (1, 0)``."""
     labels = record.get("labels") or {}
