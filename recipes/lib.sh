@@ -98,29 +98,31 @@ release_outputs() {  # on exit: the lock files; after a failure, the empty folde
     fi
 }
 hold_output() {
-    local out=${1%/} name=$2 fd rc try
+    local out=${1%/} name=$2 fd rc try lock
     shift 2
-    python -m span_plugin.formats.outputs refuse "$out" --name "$name" \
-        --command "$RECIPE_COMMAND" --input "$@" || exit 2
+    # The lock file is beside the path OUT resolves to (links followed): every name of
+    # one folder has one lock.
+    lock=$(python -m span_plugin.formats.outputs refuse "$out" --name "$name" \
+        --command "$RECIPE_COMMAND" --input "$@") || exit 2
     # Node ranks above 0 write no outputs (only_node_rank_zero): on a shared disk, the
     # OUT_DIR is node rank 0's to lock.
     if [ "${NODE_RANK:-0}" != 0 ] && [ "$name" = OUT_DIR ]; then return 0; fi
     # Folders made for the lock go again when the recipe fails: a refused recipe leaves
     # nothing behind.
     local missing= parent
-    parent=$(dirname "$out")
+    parent=$(dirname "$lock")
     while [ ! -d "$parent" ]; do missing=$parent; parent=$(dirname "$parent"); done
-    mkdir -p "$(dirname "$out")"
+    mkdir -p "$(dirname "$lock")"
     [ -z "$missing" ] || MADE_FOR_LOCKS+=("$missing")
     for try in 1 2 3; do
         # The descriptor stays open in the recipe (and its children): the lock lasts as
         # long as they run and goes with them, however they end.
-        exec {fd}<>"$out.lock" || die "cannot create $out.lock"
+        exec {fd}<>"$lock" || die "cannot create $lock (the lock of $out)"
         rc=0
         python -m span_plugin.formats.outputs hold "$out" --fd "$fd" --pid $$ \
             --command "$RECIPE_COMMAND" || rc=$?
         case $rc in
-            0) HELD_LOCKS+=("$out.lock")
+            0) HELD_LOCKS+=("$lock")
                trap release_outputs EXIT
                return 0 ;;
             3) exec {fd}>&- ;;  # its last holder removed it meanwhile: open the new one

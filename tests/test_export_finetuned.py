@@ -292,14 +292,23 @@ def mrpc(tmp_path_factory):
 
 
 def test_output_rules_and_stale_partials(mrpc, tmp_path, capsys):
-    """A non-empty --out is refused without --force and replaced whole with it; a
-    partial folder a killed export left (its process gone) is removed by the next run, a
-    running export's is not."""
+    """A non-empty --out is refused without --force; with it, only an earlier export is
+    replaced (whole), never a folder of the user's; a partial folder a killed export
+    left (its process gone) is removed by the next run, a running export's is not."""
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     err = one_line_error(["hf", str(mrpc), "--out", str(out)], capsys)
     assert "not empty" in err and "--force" in err and (out / "notes.txt").exists()
+    err = one_line_error(["hf", str(mrpc), "--out", str(out), "--force"], capsys)
+    assert "not an earlier span-export hf folder" in err and "notes.txt" in err, err
+    assert (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    assert export_main(["hf", str(mrpc), "--out", str(out)]) == 0  # empty: no --force needed
+    (out / "notes.txt").write_text("mine")  # an earlier export with a file of the user's
+    err = one_line_error(["hf", str(mrpc), "--out", str(out), "--force"], capsys)
+    assert "holds notes.txt, which span-export hf does not write" in err, err
+    (out / "notes.txt").unlink()
     dead = tmp_path / "out.partial-999999999"
     dead.mkdir()
     (dead / "model.safetensors").write_bytes(b"cut short")
@@ -307,7 +316,7 @@ def test_output_rules_and_stale_partials(mrpc, tmp_path, capsys):
     live.mkdir()
     (tmp_path / "out.old-999999999").mkdir()  # killed between its two renames
     assert export_main(["hf", str(mrpc), "--out", str(out), "--force"]) == 0
-    assert not (out / "notes.txt").exists() and verify_folder(out)
+    assert verify_folder(out)
     card = (out / "README.md").read_text()
     assert '"f1": 71.25' in card and 'load_model("out")' in card
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", live.name]

@@ -169,16 +169,21 @@ def one_line_error(argv, capsys):
 
 
 def test_output_folder_rules(roberta, tmp_path, capsys):
-    """A non-empty --out is refused without --force, replaced whole with it; an --out
-    that holds the checkpoint is refused; a failure leaves the old folder as it was."""
+    """A non-empty --out is refused without --force; with it, an earlier export is
+    replaced whole, a folder of the user's never; an --out that holds the checkpoint is
+    refused; a failure leaves the old folder as it was."""
     _, fs, out = roberta
     target = tmp_path / "target"
     target.mkdir()
     (target / "notes.txt").write_text("mine")
     err = one_line_error(["hf", str(fs), "--out", str(target)], capsys)
     assert "not empty" in err and "--force" in err and (target / "notes.txt").exists()
-    assert export_main(["hf", str(fs), "--out", str(target), "--force"]) == 0
+    err = one_line_error(["hf", str(fs), "--out", str(target), "--force"], capsys)
+    assert "not an earlier span-export hf folder" in err and "notes.txt" in err, err
+    (target / "notes.txt").unlink()
+    assert export_main(["hf", str(fs), "--out", str(target)]) == 0
     assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in out.iterdir())
+    assert export_main(["hf", str(fs), "--out", str(target), "--force"]) == 0  # an encoder's
     err = one_line_error(["hf", str(fs), "--out", str(fs.parent), "--force"], capsys)
     assert "--out" in err and str(fs.parent) in err
 

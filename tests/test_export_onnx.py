@@ -228,9 +228,18 @@ def test_output_folder_is_guarded_and_replaced_whole(mrpc_checkpoint, tmp_path, 
     assert export_main([*args, "--out", str(mrpc_checkpoint), "--force"]) == 2
     assert "span-export onnx" in capsys.readouterr().err
     assert mrpc_checkpoint.is_file()
+    # --force replaces an earlier export only, never a folder of the user's.
+    assert export_main([*args, "--out", str(out), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "not an earlier span-export onnx folder" in err and "notes.txt" in err, err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    (out / "notes.txt").unlink()
+    (out / META).write_text('{"format": 1, "head_kind": "sentence"}\n')  # an earlier export's
+    (out / MODEL).write_bytes(b"an earlier graph")
     # --force: the new folder whole, nothing of the old one, no partial folder beside it.
     assert export_main([*args, "--out", str(out), "--force"]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([META, MODEL])
+    assert (out / MODEL).read_bytes() != b"an earlier graph"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["onnx"]
     meta = json.loads((out / META).read_text(encoding="utf-8"))
     assert meta["check"]["max_abs_diff"] <= TOLERANCE and len(meta["check"]["batches"]) == 4

@@ -33,7 +33,8 @@ def _parser():
     p.add_argument("--out", required=True,
                    help="output folder: config.json, model.safetensors, tokenizer files")
     p.add_argument("--force", action="store_true",
-                   help="replace a non-empty output folder (whole)")
+                   help="replace an earlier span-export hf folder (whole); a folder that is "
+                   "not one, or that holds or is inside an input, is refused")
     p.add_argument("--data", help="fine-tuned checkpoints: the task folder it was trained on "
                    "(default: as its record says); its dictionaries are checked against it")
     p.add_argument("--ngrams", help="fine-tuned checkpoints: the n-gram dictionary it was "
@@ -46,7 +47,9 @@ def _parser():
                        "axes, and onnx.json (its inputs, outputs, labels and data record)")
     o.add_argument("checkpoint", help="a fine-tuned checkpoint_*.pt")
     o.add_argument("--out", required=True, help="output folder: model.onnx, onnx.json")
-    o.add_argument("--force", action="store_true", help="replace a non-empty output folder (whole)")
+    o.add_argument("--force", action="store_true",
+                   help="replace an earlier span-export onnx folder (whole); a folder that is "
+                   "not one, or that holds or is inside an input, is refused")
     o.add_argument("--data", help="the task folder it was trained on (default: as its record says)")
     add_arguments(o.add_argument_group("tokenizer files (default: as its record says)"),
                   [file_options()[field] for field in TOKENIZER_FIELDS])
@@ -75,20 +78,45 @@ def _hf(args):
           f"(from {plan.source.path})")
     if span is not None:
         heads = ", ".join(f"{name} ({head['kind']})" for name, head in span["heads"].items())
-        files = ", ".join(f for f in span["files"].values() if f) or "no dictionary"
+        files = ", ".join(f for f in span["files"].values() if f) or (
+            "nothing (its segmentation reads no n-gram dictionary or chunker)")
         print(f"task {span['task']}: heads {heads}; copied in: {files}")
     if plan.dropped:
         print(f"dropped classification_heads.span_boundary.* ({len(plan.dropped)} tensors): "
               f"the span pre-training objective's head, not part of the encoder")
 
 
+def inputs_of(args):
+    """Every input of the command, by flag: the checkpoint, the files and folders given,
+    and those the checkpoint's records name (its data folder, tokenizer files, n-gram
+    dictionary, chunker, source tables: :func:`span_plugin.convert.export_source.recorded_inputs`)."""
+    from span_plugin.convert.export_source import recorded_inputs
+    from span_plugin.tokenizers import file_options
+
+    options = file_options()
+    inputs = {"CHECKPOINT": args.checkpoint, "--data": args.data,
+              "--ngrams": getattr(args, "ngrams", None)}
+    inputs.update({options[f].flags[0]: getattr(args, f) for f in TOKENIZER_FIELDS})
+    inputs.update(recorded_inputs(args.checkpoint))
+    return inputs
+
+
+# Why --out may not lie inside an input folder either (the data folder, a span-convert
+# folder given as CHECKPOINT, NLTK's data): the export would add to it, and with --force
+# replace a part of it.
+INSIDE = "an export there would add to that folder, or replace a part of it"
+
+
 def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # The output is never the checkpoint read (nor holds it), and has one writer.
-    return run_guarded(f"span-export {args.cmd}", {"--out": args.out},
-                       {"CHECKPOINT": args.checkpoint},
-                       lambda: (_onnx if args.cmd == "onnx" else _hf)(args))
+    # The output is never an input read (the checkpoint, the files and folders given or
+    # recorded), nor holds one, nor lies inside one; it has one writer; --force replaces
+    # only an earlier export (span_plugin/formats/exports.py).
+    inputs = inputs_of(args)
+    return run_guarded(f"span-export {args.cmd}", {"--out": args.out}, inputs,
+                       lambda: (_onnx if args.cmd == "onnx" else _hf)(args),
+                       sealed=dict.fromkeys(inputs, INSIDE))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """How the conversion commands run: outputs guarded, mistakes and stops in one line."""
 
 
-def run_guarded(command, outputs, inputs, action):
-    """``action()`` writing ``outputs`` ({flag: path}; never one of ``inputs``, one writer
-    each), SIGTERM raised as an exception. Bad input (a file that is not a checkpoint, is
-    damaged or holds an object outside the allow-list; a folder of another model), a full
-    disk, SIGINT or SIGTERM: one line naming ``command``, exit 2 (130 for SIGINT), as every
-    command of the package. Returns the exit status."""
+def run_guarded(command, outputs, inputs, action, sealed=None):
+    """``action()`` writing ``outputs`` ({flag: path}; never one of ``inputs``, nor inside
+    one of ``sealed`` ({input flag: why}); one writer each:
+    :func:`span_plugin.formats.outputs.writing`), SIGTERM raised as an exception. Bad
+    input (a file that is not a checkpoint, is damaged or holds an object outside the
+    allow-list; a folder of another model), a full disk, SIGINT or SIGTERM: one line
+    naming ``command``, exit 2 (130 for SIGINT), as every command of the package.
+    Returns the exit status."""
     from span_plugin.convert.hf_source import ConversionError
     from span_plugin.convert.safe_load import CheckpointFileError
     from span_plugin.formats.lines import BadInputError
@@ -14,7 +16,7 @@ def run_guarded(command, outputs, inputs, action):
     from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
 
     try:
-        with stop_on_sigterm(), writing(outputs, inputs):
+        with stop_on_sigterm(), writing(outputs, inputs, sealed=sealed):
             action()
     except (ConversionError, CheckpointFileError, OSError, BadInputError, KeyboardInterrupt,
             Stopped) as err:

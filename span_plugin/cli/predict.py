@@ -16,6 +16,10 @@ import os
 import sys
 
 
+MODEL_SEALED = ("an exported folder is checked whole against its files.json, so nothing "
+                "may be written into it")
+
+
 def exported(argv):
     """Whether the command line names an exported folder (``--model``): then nothing that
     loads fairseq is imported."""
@@ -129,8 +133,7 @@ def load_exported(args):
         raise ValueError(f"--model {args.model} names no data folder to read splits from: "
                          f"give --input FILE (or --glue-dir DIR --task TASK), or --data "
                          f"FOLDER, the task folder whose splits to predict")
-    model = load_model(args.model)
-    model.data = args.data
+    model = load_model(args.model).use_data(args.data)  # its dictionaries: the record's
     model.output = TASK_OUTPUTS[model.folder.task]
     args.checkpoint = args.model  # what the writers name as the source of the predictions
     return model
@@ -176,8 +179,11 @@ def main(argv=None):
     _quiet_logging()
     outputs = outputs_of(light)  # the same Output objects either way
     try:
-        # No output over an input; one writer of each output (span_plugin.formats.outputs).
-        with stop_on_sigterm(), writing(*paths_given(args, outputs, files_read(args))):
+        # No output over an input, nor inside the exported folder (checked whole against
+        # its files.json: a file added to it, or an output's lock, would make it fail to
+        # load); one writer of each output (span_plugin.formats.outputs).
+        with stop_on_sigterm(), writing(*paths_given(args, outputs, files_read(args)),
+                                        sealed={"--model": MODEL_SEALED}):
             for output in outputs if not portable else ():
                 if output.before_load and not output.before_load(args):
                     return 0  # every prediction written without the model

@@ -297,8 +297,10 @@ INPUT_FLAGS = ("train", "valid", "test", "input", "text", "wikitext", "from_dict
 OUTPUT_FLAGS = ("out", "out_first", "out_rest", "holdout_out", "bpe_text", "plot")
 
 
-def _flag_paths(args, names):
-    return {"--" + n.replace("_", "-"): getattr(args, n) for n in names if getattr(args, n, None)}
+def _flag_paths(args, names, given=bool):
+    """``{flag: value}`` of the options ``names`` whose value is ``given``."""
+    return {"--" + n.replace("_", "-"): getattr(args, n) for n in names
+            if given(getattr(args, n, None))}
 
 
 def _outputs_and_inputs(args):
@@ -309,7 +311,8 @@ def _outputs_and_inputs(args):
     for field, option in {**file_options(), **segmentation_options()}.items():
         if getattr(args, field, None):
             inputs[option.flags[0]] = getattr(args, field)
-    outputs = _flag_paths(args, OUTPUT_FLAGS)
+    # an output given as '' is one: refused as an empty path, not left out
+    outputs = _flag_paths(args, OUTPUT_FLAGS, given=lambda value: value is not None)
     if args.cmd == "glue":
         inputs["--glue-dir"] = [os.path.join(args.glue_dir, t)
                                 for t in (TASKS if args.task == "ALL" else [args.task])]

@@ -198,3 +198,69 @@ def read_encoder_checkpoint(path, supported, given=None,
     symbols = _dictionary(path, state, _plain(cfg.get("task")), rows)
     return EncoderCheckpoint(path, dict(tensors), _plain(cfg.get("model")), symbols, kind,
                              _locate(path, kind, recorded, given or {}))
+
+
+def _paths(*values) -> List[str]:
+    """The non-empty strings among ``values`` (a record's paths; anything else left out)."""
+    return [v for v in values if isinstance(v, str) and v]
+
+
+def recorded_inputs(checkpoint) -> Dict[str, List[str]]:
+    """What a checkpoint's records name as the inputs it was made from, and that an
+    export reads: ``{description: [paths]}`` for :func:`span_plugin.formats.outputs.writing`,
+    so that no output replaces them:
+
+    - the files beside it that an export reads (``dict.txt``, the tokenizer files, BERT's
+      embedding tables);
+    - the data folder (the data record's ``data_dir``; ``cfg.task.data`` where the export
+      looks for it, relative ones included);
+    - the tokenizer files and dictionary (the data record's, else ``cfg.bpe``'s);
+    - the n-gram dictionary (the packaged one when the record says so) and the chunker's
+      NLTK folder and files;
+    - the source tables the data folder was built from.
+
+    Best-effort: a checkpoint that cannot be read names none (the export itself then
+    says why it cannot be read)."""
+    try:
+        path = checkpoint_file(checkpoint)
+        state = load_checkpoint(path, mmap=True)
+    except Exception:  # noqa: BLE001 - the export reports it, in one line
+        return {}
+    cfg = _plain(state.get("cfg")) or {"task": _plain(state.get("args")),
+                                       "bpe": _plain(state.get("args"))}
+    record = _data_record(state)
+    record = record if isinstance(record, Mapping) else {}
+    encoder = _plain(record.get("encoder"))
+    inputs = {"the files beside CHECKPOINT": [
+        str(path.parent / name) for name in ("dict.txt", "encoder.json", "vocab.bpe", "vocab.txt",
+                                             "bert_embeddings.safetensors")]}
+    data = _paths(record.get("data_dir"))
+    for given in _paths(_plain(cfg.get("task")).get("data")):
+        for part in given.split(":"):
+            # where the export looks for it; only those there (no other is read)
+            data += [str(base / part) for base in _bases(path, state)
+                     if part and (base / part).is_dir()]
+    inputs["CHECKPOINT's recorded data folder"] = data
+    files = [_plain(e).get("path") for e in _plain(encoder.get("files")).values()]
+    files += [_plain(encoder.get("srcdict")).get("path")]
+    bpe = _plain(cfg.get("bpe"))
+    files += [bpe.get(cfg_key) for keys in KIND_FILES.values() for cfg_key, _ in keys.values()]
+    inputs["CHECKPOINT's recorded tokenizer file"] = _paths(*files)
+    ngrams = _plain(encoder.get("ngrams"))
+    found = _paths(ngrams.get("path"))
+    if ngrams.get("packaged") and isinstance(ngrams.get("words"), str):
+        from span_plugin.preprocess.segmentation.ngrams import default_ngrams_path
+
+        try:
+            found.append(str(default_ngrams_path(ngrams["words"])))
+        except (ValueError, KeyError, OSError):
+            pass
+    inputs["CHECKPOINT's recorded n-gram dictionary"] = found
+    chunker = _plain(encoder.get("chunker"))
+    parts = [_plain(chunker.get("tagger")).get(k) for k in _plain(chunker.get("tagger"))]
+    parts += [chunker.get("train"), chunker.get("test")]
+    inputs["CHECKPOINT's recorded chunker files"] = _paths(
+        chunker.get("nltk_data"), *(_plain(p).get("path") for p in parts))
+    inputs["CHECKPOINT's recorded source"] = _paths(
+        *(_plain(e).get("path") for e in _plain(record.get("source")).values()))
+    return {k: v for k, v in inputs.items() if v}

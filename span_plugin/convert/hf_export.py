@@ -31,6 +31,8 @@ are added by :mod:`span_plugin.inference.model_export`, a layer that can load th
 """
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -41,6 +43,7 @@ from span_plugin.convert.bert import EMBEDDINGS_FILE, POOLER, TOKEN_TYPES, UNFOL
 from span_plugin.convert.encoder_map import ENC, FAIRSEQ_PAD, LM, POSITION_OFFSET, hf_layers
 from span_plugin.convert.export_source import SBO_HEAD, EncoderCheckpoint, read_encoder_checkpoint
 from span_plugin.convert.hf_source import ACTIVATIONS, ConversionError
+from span_plugin.formats.exports import not_an_earlier_export
 from span_plugin.formats.files import staged_folder
 from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece
 
@@ -272,15 +275,43 @@ def plan_hf_export(checkpoint, files=None, heads_allowed=False) -> HfExport:
     return (_roberta if ckpt.kind == "gpt2" else _bert)(ckpt)
 
 
-def check_export_dir(out_dir, force: bool) -> Path:
-    """``out_dir``: refused when it is a file, or a folder with files unless ``force``."""
+def check_export_dir(out_dir, force: bool, kind: str = "hf") -> Path:
+    """``out_dir``: refused when it is a file, or a folder with files unless ``force``;
+    with ``force`` too, unless it is an earlier ``span-export kind`` folder and nothing
+    else (:func:`span_plugin.formats.exports.not_an_earlier_export`): ``--force``
+    replaces what an export wrote, never a folder of the user's. Links are followed: the
+    folder checked is the one written."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
+    real = Path(os.path.realpath(out_dir))
+    if real.exists() and not real.is_dir():
         raise ConversionError(f"{out_dir}: exists and is not a folder; give another --out")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
-        raise ConversionError(f"{out_dir}: not empty; pass --force to replace it whole, or "
-                              f"give another --out")
+    if real.is_dir() and any(real.iterdir()):
+        if not force:
+            raise ConversionError(f"{out_dir}: not empty; pass --force to replace an earlier "
+                                  f"span-export {kind} there whole, or give another --out")
+        why = not_an_earlier_export(real, kind)
+        if why:
+            raise ConversionError(
+                f"--out {out_dir}: {why}; --force replaces only an earlier span-export "
+                f"{kind} folder, nothing of yours: remove it yourself or give another --out")
     return out_dir
+
+
+def save_weights(tensors: Dict[str, torch.Tensor], path: Path) -> None:
+    """safetensors' ``save_file``, its failure to write (a full disk: a
+    ``SafetensorError`` holding "os error 28") raised as the OSError it is, naming no
+    file: the folder being written names it (:func:`span_plugin.formats.files.staged_folder`)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as err:
+        found = re.search(r"os error (\d+)|code: (\d+)", str(err))
+        if found:
+            code = int(found.group(1) or found.group(2))
+            raise OSError(code, os.strerror(code)) from None
+        raise ConversionError(f"{path.name}: safetensors could not write it ({err})") from None
 
 
 def write_hf_folder(plan: HfExport, out_dir, finish: Optional[Callable[[Path], None]] = None
@@ -289,12 +320,10 @@ def write_hf_folder(plan: HfExport, out_dir, finish: Optional[Callable[[Path], N
     (an existing folder is replaced whole): ``out_dir`` is the old folder or the new
     one, never part of either. ``finish(folder)`` adds the caller's files last (a
     fine-tuned model's); the partial folders of killed exports are removed first."""
-    from safetensors.torch import save_file
-
     with staged_folder(out_dir) as tmp:
         # Own storage per tensor: safetensors refuses shared or strided ones.
-        save_file({k: v.contiguous().clone() for k, v in plan.tensors.items()},
-                  str(tmp / WEIGHTS), metadata={"format": "pt"})
+        save_weights({k: v.contiguous().clone() for k, v in plan.tensors.items()},
+                     tmp / WEIGHTS)
         (tmp / "config.json").write_text(json.dumps(plan.config, indent=2) + "\n",
                                          encoding="utf-8")
         plan.write_tokenizer(tmp)

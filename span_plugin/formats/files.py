@@ -76,8 +76,11 @@ def atomic_file(path, text=False):
     text with ``\\n`` line ends when ``text``), flushed to disk and committed over
     ``path`` (:func:`commit`) when the block ends. An exception (a full disk, SIGINT)
     removes the temporary file and leaves ``path`` as it was; a failed write is raised
-    as itself, naming ``path`` when it names no file."""
+    as itself, naming ``path`` when it names no file. A ``path`` that is a symbolic link
+    is written where it points (the link stays)."""
     path = os.fspath(path)
+    if os.path.islink(path):
+        path = os.path.realpath(path)
     tmp = temporary_name(path)
     try:
         with open(tmp, "wb") as f:
@@ -198,8 +201,23 @@ def staged_folder(path):
     exception it takes ``path``'s place (:func:`commit_folder`, an existing folder replaced
     whole), else it is removed, and a failed write that names no file names ``path``
     (SIGINT and SIGTERM arrive as exceptions: formats/stops.py). What callers check of an
-    existing ``path`` (is it theirs to replace?) they check before."""
-    path = os.path.normpath(os.path.abspath(os.fspath(path)))
+    existing ``path`` (is it theirs to replace?) they check before.
+
+    ``path`` is resolved first: through a symbolic link (of it or a folder above it) the
+    folder is built where the link points, and the link stays. A ``path`` that is, or
+    holds, the current folder is refused (BadInputError): it would be moved away under the
+    process and whatever else the folder held with it."""
+    path = os.path.realpath(os.path.abspath(os.fspath(path)))
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        cwd = None
+    if cwd is not None and (cwd == path or cwd.startswith(path.rstrip(os.sep) + os.sep)):
+        from span_plugin.formats.lines import BadInputError  # lines imports this module
+
+        raise BadInputError(f"{path}: is or holds the current folder ({cwd}); a folder "
+                            f"written whole replaces what it held: give the output a path "
+                            f"of its own")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     remove_stale_partials(path)
     tmp = f"{path}{PARTIAL}{os.getpid()}"

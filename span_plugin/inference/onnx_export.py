@@ -127,6 +127,18 @@ def _summary(err):
     return f"{type(err).__name__}: {line[:300]}"
 
 
+def _write_error(err):
+    """The OSError of a failed write (a full disk, a read-only folder) behind an
+    exporter's error, which wraps what it caught; None when there is none."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno is not None:
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def _check(graph, path, batches):
     """ONNX Runtime vs torch on each batch; ConversionError past :data:`TOLERANCE`.
     Returns the check's record."""
@@ -209,7 +221,7 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
     """Export the fine-tuned ``checkpoint`` to ``out_dir`` (``model.onnx``, ``onnx.json``),
     written whole or not at all; returns ``onnx.json``'s dict. ``data`` and ``files``:
     as :meth:`SpanHubInterface.from_pretrained` (default: the checkpoint's record)."""
-    out_dir = check_export_dir(out_dir, force)
+    out_dir = check_export_dir(out_dir, force, "onnx")
     _require_packages()
     hub = load_hub(checkpoint, data, **files)
     try:
@@ -226,6 +238,9 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
         try:
             _trace(graph, example, tmp / MODEL)
         except Exception as err:  # the exporter's many kinds of refusal: one line
+            written = _write_error(err)
+            if written is not None:  # a full disk, not the graph: named by staged_folder
+                raise OSError(written.errno, written.strerror) from None
             raise ConversionError(f"{checkpoint}: head {graph.head_kind} does not trace to "
                                   f"ONNX ({_summary(err)})") from err
         meta = describe(hub, graph, example, outputs, _check(graph, tmp / MODEL, checks))

@@ -66,10 +66,11 @@ class Output:
 def paths_given(args, outputs, read=None):
     """``({flag: paths written}, {flag: paths read})`` among the options given: the
     :class:`Flag` s of :data:`COMMON` and of every output in ``outputs`` that declare a
-    ``path``, and ``read`` (``{flag: path}``, the command's other files read)."""
+    ``path``, and ``read`` (``{flag: path}``, the command's other files read). An
+    output given as ``''`` is one (refused as an empty path), not one left out."""
     written, read = {}, dict(read or {})
     for flag in (*COMMON, *(f for output in outputs for f in output.flags)):
         value = getattr(args, flag.dest, None)
-        if flag.path and value:
+        if flag.path and (value or flag.path == "writes" and value is not None):
             (written if flag.path == "writes" else read)[flag.flag] = value
     return written, read

@@ -69,12 +69,13 @@ def whole_folder(out_dir):
 
 @contextlib.contextmanager
 def _replacing(out_dir):
-    """:func:`whole_folder` under its lock."""
-    if os.path.lexists(out_dir):
-        if not os.path.isdir(out_dir) or os.path.islink(out_dir):
+    """:func:`whole_folder` under its lock. A symbolic link is written where it points
+    (:func:`span_plugin.formats.files.staged_folder`): what is checked is that folder."""
+    real = os.path.realpath(out_dir)
+    if os.path.lexists(real):
+        if not os.path.isdir(real):
             raise BadInputError(f"{out_dir}: exists and is not a folder; give another --out")
-        if os.listdir(out_dir) and not os.path.exists(
-                os.path.join(out_dir, provenance.RECORD_NAME)):
+        if os.listdir(real) and not os.path.exists(os.path.join(real, provenance.RECORD_NAME)):
             raise BadInputError(
                 f"{out_dir}: exists and is not a folder span-preprocess made (it has no "
                 f"{provenance.RECORD_NAME}: files of your own, or a build that did not "
