@@ -177,13 +177,16 @@ def test_a_rank_killed_mid_run_restarts_the_group_from_the_last_checkpoint(wnli,
     same_training(tmp_path / "node0" / "runs" / "WNLI", one, a[1], b[1], clean=False)
 
 
-def launch(rank, port, *args, **env):
+def launch(rank, port, *args, cwd=None, **env):
     """The launcher alone (what train_resumably runs), DIST_TIMEOUT 5 s."""
     settings = {**os.environ, "NNODES": "2", "NODE_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port), "NPROC_PER_NODE": "1", "DIST_TIMEOUT": "5",
-                "RECIPE_NAME": "recipes/glue/WNLI.sh", **{k: str(v) for k, v in env.items()}}
+                "RECIPE_NAME": "recipes/glue/WNLI.sh", "OMP_NUM_THREADS": "1",
+                **{k: str(v) for k, v in env.items()}}
+    if cwd is not None:
+        cwd.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([str(BIN / "python"), "-m", "span_plugin.cli.launch", "--cpu", *args],
-                            env=settings, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            cwd=cwd, env=settings, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 
@@ -213,26 +216,42 @@ def test_nodes_that_do_not_meet_end_within_the_bound_naming_what_is_missing():
 
 
 @pytest.mark.slow
-def test_a_rank_that_dies_at_start_ends_every_node_within_the_bound(wnli):
-    """Node rank 1's fairseq-train stops on its arguments before the process group
-    forms: node rank 0's process waits for it no longer than DIST_TIMEOUT, and both
-    launches end non-zero naming their node."""
+def test_a_rank_that_dies_at_start_or_mid_run_ends_every_node_within_the_bound(wnli, tmp_path):
+    """Two pairs of nodes at once. In one, node rank 1's fairseq-train stops on its
+    arguments before the process group forms; in the other, node rank 1's process is
+    SIGKILLed after node rank 0's first checkpoint (MAX_RESTARTS=0). Every launch ends
+    non-zero naming its node, node rank 0 waiting no longer than DIST_TIMEOUT."""
     data = wnli / "data-bin" / "WNLI"
     common = [data, "--user-dir", ROOT / "span_plugin", "--task", "span_classification",
               "--criterion", "span_classification", "--arch", "roberta_span_base", *TINY,
-              "--num-classes", "2", "--max-update", "2", "--batch-size", "4", "--no-save"]
-    port = free_ports()
+              "--num-classes", "2", "--batch-size", "4", "--optimizer", "adam", "--lr", "1e-4",
+              "--find-unused-parameters", "--save-dir", "checkpoints"]
+    at_start, mid_run = free_ports(), free_ports()
     began = time.monotonic()
-    out = finish([launch(0, port, *common, DIST_TIMEOUT=10),
-                  launch(1, port, *common, "--lr-scheduler", "nope", DIST_TIMEOUT=10)], bound=90)
+    procs = [launch(0, at_start, *common, "--max-update", "2", cwd=tmp_path / "a0", DIST_TIMEOUT=10),
+             launch(1, at_start, *common, "--max-update", "2", "--lr-scheduler", "nope",
+                    cwd=tmp_path / "a1", DIST_TIMEOUT=10),
+             launch(0, mid_run, *common, "--max-update", "200", "--save-interval-updates", "2",
+                    cwd=tmp_path / "b0", DIST_TIMEOUT=10),
+             launch(1, mid_run, *common, "--max-update", "200", "--save-interval-updates", "2",
+                    cwd=tmp_path / "b1", DIST_TIMEOUT=10)]
+    while not (tmp_path / "b0" / "checkpoints" / "checkpoint_last.pt").exists() \
+            and time.monotonic() - began < BOUND and procs[3].poll() is None:
+        time.sleep(0.02)
+    killed = workers(tmp_path / "b1")
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    out = finish(procs, bound=BOUND)
+    assert killed, ("node rank 1 had no training process", out[2][1][-3000:], out[3][1][-3000:])
     took = time.monotonic() - began
-    for rank, (status, text) in enumerate(out):
+    for (status, text), rank, port in zip(out, (0, 1, 0, 1), (at_start, at_start, mid_run, mid_run)):
         assert status != 0, text[-3000:]
         assert (f"training ended with exit status {status} on node rank {rank} of 2 (1 processes, "
                 f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port})") in text.splitlines()[-1], text[-3000:]
     assert "invalid choice: 'nope'" in out[1][1]
-    print(f"both nodes ended {took:.0f} s after the launch")
-    assert took < 60
+    assert "num_updates 200" not in out[2][1]
+    print(f"all four launches ended {took:.0f} s after they began")
+    assert took < 90
 
 
 def settings_of(env, *args):
