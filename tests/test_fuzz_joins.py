@@ -111,6 +111,9 @@ def test_conll_join_refuses_mismatches(ner, tmp_path):
     edit_lines(folder / "raw" / "valid.source",
                lambda ls: ls.__setitem__(k, f"{ls[k].split()[0]} {int(ls[k].split()[1]) + 1}"))
     cases.append((folder, f"{folder}/raw/valid.input0:{k + 1}: "))
+    folder = copy("garbled")  # a line of raw/valid.source that is not two numbers
+    edit_lines(folder / "raw" / "valid.source", lambda ls: ls.__setitem__(k, "x"))
+    cases.append((folder, f"{folder}/raw/valid.source:{k + 1}: 'x', expected 'LINE WORDS'"))
     folder = copy("shifted")  # every item one line further down
     edit_lines(folder / "raw" / "valid.source",
                lambda ls: ls.__setitem__(slice(None), [f"{int(a) + 1} {b}" for a, b in

@@ -40,13 +40,13 @@ from span_plugin.preprocess.records import provenance
 
 def read_items(data, split):
     """Words and gold IOB2 tags of every item of a split, and its source lines
-    (``(first line, words)``), checked to hold one item a row and as many words, tags
-    and source words in each: a mismatch names the file and the line."""
+    (``(first line, word count)``), checked to hold one item a row and as many words,
+    tags and source words in each: a mismatch names the file and the line."""
     raw = os.path.join(data, "raw")
     paths = [os.path.join(raw, f"{split}.{ext}") for ext in ("input0", "label", "source")]
     words = [line.split(" ") for line in _lines(paths[0])]
     gold = [line.split(" ") for line in _lines(paths[1])]
-    source = [tuple(map(int, line.split())) for line in _lines(paths[2])]
+    source = [_source_line(paths[2], n, line) for n, line in enumerate(_lines(paths[2]), 1)]
     for path, rows in zip(paths[1:], (gold, source)):
         if len(rows) != len(words):
             raise BadInputError(f"{path}: {len(rows)} lines but {paths[0]} has {len(words)}; "
@@ -58,6 +58,14 @@ def read_items(data, split):
                                 f"has {len(g)} tags and {paths[2]} line {n} {count}: "
                                 f"rebuild {data} (span-preprocess conll)")
     return words, gold, source
+
+
+def _source_line(path, n, line):
+    """``(first line, word count)`` of one line of ``raw/{split}.source``."""
+    fields = line.split()
+    if len(fields) != 2 or not all(f.isdigit() for f in fields):
+        raise BadInputError(f"{path}:{n}: {line[:40]!r}, expected 'LINE WORDS' (two numbers)")
+    return int(fields[0]), int(fields[1])
 
 
 def _lines(path):
