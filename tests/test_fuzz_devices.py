@@ -156,6 +156,16 @@ def test_the_prediction_readers_name_what_the_path_is(kind, not_files, tmp_path)
         assert f": {KIND_WORDS[kind]}, not a regular file" in str(err.value)
 
 
+@pytest.mark.parametrize("kind", list(KIND_WORDS))
+def test_a_checkpoint_path_that_is_not_a_file(kind, not_files):
+    """span-predict/span-export/span-convert's checkpoint check: named, never opened."""
+    from span_plugin.convert.safe_load import NotACheckpointError, check_file
+
+    with within(), pytest.raises(NotACheckpointError) as err:
+        check_file(not_files[kind])
+    assert f"{not_files[kind]} is not a checkpoint: it is {KIND_WORDS[kind]};" in str(err.value)
+
+
 @pytest.fixture(scope="module")
 def tagging_folder(tmp_path_factory):
     return small_conll_folder(tmp_path_factory.mktemp("devices_conll"))

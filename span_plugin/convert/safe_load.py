@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from span_plugin.formats.lines import file_kind
+
 # What fairseq checkpoints hold besides tensors and builtin containers:
 # the legacy ``args`` namespace, and numpy scalars that metrics may leave in
 # ``extra_state``. All are plain data; nothing here can run code when unpickled.
@@ -114,6 +116,9 @@ def check_file(path):
         raise NotACheckpointError(path, f"{path} is not a checkpoint: it is a folder; {EXPECTED}")
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such checkpoint file")
+    kind = file_kind(path.stat().st_mode)  # a FIFO would block the read, a device never end
+    if kind:
+        raise NotACheckpointError(path, f"{path} is not a checkpoint: it is {kind}; {EXPECTED}")
     with open(path, "rb") as f:
         head = f.read(len(LEGACY_MAGIC))
     if head.startswith(ZIP_MAGIC):

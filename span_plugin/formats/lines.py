@@ -34,6 +34,14 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISSOCK, "a socket"))
 
 
+def file_kind(mode):
+    """What a file of ``os.stat`` mode ``mode`` is, in words: "a folder", "a character
+    device", "a FIFO (named pipe)", ...; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
 def regular_file(path, what=None, max_bytes=None):
     """Raise :class:`NotAFileError` naming ``path`` and what it is when it is not a
     regular file (links followed): a device (``/dev/zero`` reads for ever), a FIFO (a
@@ -44,8 +52,8 @@ def regular_file(path, what=None, max_bytes=None):
     ``os.stat`` result."""
     st = os.stat(path)
     given = f" ({what})" if what else ""
-    if not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
+    kind = file_kind(st.st_mode)
+    if kind:
         raise NotAFileError(f"{path}{given}: {kind}, not a regular file; give a file of "
                             f"this format")
     if max_bytes is not None and st.st_size > max_bytes:
