@@ -14,6 +14,7 @@ the block ends, removed when it fails; what killed builders left (``.partial-PID
 """
 
 import contextlib
+import errno
 import glob
 import io
 import os
@@ -205,19 +206,16 @@ def staged_folder(path):
 
     ``path`` is resolved first: through a symbolic link (of it or a folder above it) the
     folder is built where the link points, and the link stays. A ``path`` that is, or
-    holds, the current folder is refused (BadInputError): it would be moved away under the
-    process and whatever else the folder held with it."""
+    holds, the current folder is refused (an OSError, EINVAL): it would be moved away
+    under the process, and whatever else the folder held with it."""
     path = os.path.realpath(os.path.abspath(os.fspath(path)))
     try:
         cwd = os.path.realpath(os.getcwd())
     except OSError:
         cwd = None
     if cwd is not None and (cwd == path or cwd.startswith(path.rstrip(os.sep) + os.sep)):
-        from span_plugin.formats.lines import BadInputError  # lines imports this module
-
-        raise BadInputError(f"{path}: is or holds the current folder ({cwd}); a folder "
-                            f"written whole replaces what it held: give the output a path "
-                            f"of its own")
+        raise OSError(errno.EINVAL, f"is or holds the current folder ({cwd}), which a folder "
+                      f"written whole would replace: give the output a path of its own", path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     remove_stale_partials(path)
     tmp = f"{path}{PARTIAL}{os.getpid()}"
