@@ -305,6 +305,26 @@ def test_the_current_folder_is_never_an_output(fresh, world, capsys, monkeypatch
     assert not failures, "\n\n".join(failures)
 
 
+def test_a_folder_written_whole_is_never_the_current_one(tmp_path, monkeypatch):
+    """The last step of every folder writer (span-export, the span-preprocess builders)
+    refuses the current folder and its parents itself, for callers of the library that
+    no command line guards."""
+    from span_plugin.formats.files import staged_folder
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("the user's notes\n")
+    monkeypatch.chdir(home)
+    for spelling in ("", ".", "./", "nothing/..", str(home), "..", str(tmp_path / "link")):
+        if spelling.endswith("link") and not os.path.lexists(spelling):
+            os.symlink(home, spelling)
+        with pytest.raises(OSError, match="current folder") as err:
+            with staged_folder(spelling):
+                pass
+        assert err.value.errno == errno.EINVAL
+    assert sorted(os.listdir(tmp_path)) == ["home", "link"] and os.listdir(home) == ["notes.txt"]
+
+
 # ---- --force replaces only an earlier export of the same kind --------------------------
 
 
