@@ -11,10 +11,11 @@ four files are one file (their gzip streams joined), as 2 shards two (AA+AB, AC+
 
 Measured per configuration: wall time of the whole recipe and of its two phases
 (counting, binarizing: from the recipe's own lines), words/s (words = whitespace-separated
-words of the training text, counted once), CPU seconds of every process, and the peak
-resident set of every process the recipe starts (polled every 0.1 s with psutil, so a
-peak shorter than that may be missed; the largest is also read exactly from
-``getrusage(RUSAGE_CHILDREN)``), and the machine's load average over the run.
+words of the training text, counted once), CPU seconds of all its processes
+(``getrusage(RUSAGE_CHILDREN)`` before and after), and the peak resident set of every
+process the recipe starts (polled every 0.1 s with psutil, so a peak shorter than that
+may be missed; the largest also exactly, from GNU time's ``%M``), and the machine's load
+average over the run.
 
     .venv/bin/python benchmarks/pretrain_shards.py --max-lines 20000     # a small cut
     nice -n 10 .venv/bin/python benchmarks/pretrain_shards.py            # the whole corpus
@@ -175,8 +176,14 @@ def run_config(shards, files, words, work, workers, tag):
                PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load0 = os.getloadavg()
+    # GNU time gives this configuration's largest peak exactly (this process's own
+    # RUSAGE_CHILDREN keeps the largest of every configuration run before)
+    peak_file = work / tag / f"peak-{shards}.txt"
+    timer = ["/usr/bin/time", "-f", "%M", "-o", str(peak_file)] \
+        if os.access("/usr/bin/time", os.X_OK) else []
     start = time.monotonic()
-    proc = subprocess.Popen(["bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"), "--cpu"],
+    proc = subprocess.Popen([*timer, "bash", str(ROOT / "recipes" / "pretrain" / "spanbert.sh"),
+                             "--cpu"],
                             env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
     watcher = Watcher(proc.pid)
@@ -213,7 +220,8 @@ def run_config(shards, files, words, work, workers, tag):
         "words_per_s": round(words / wall), "binarize_words_per_s": round(words / binarize_s),
         "count_words_per_s": round(words / count_s) if count_s > 0 else None,
         "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
-        "largest_peak_mb_exact": round(after.ru_maxrss / 1024, 1),  # Linux: KiB
+        "largest_peak_mb_exact": (round(int(peak_file.read_text().split()[-1]) / 1024, 1)
+                                  if timer else None),  # GNU time: KiB
         "roles": roles,
         "processes": sorted(({"pid": pid, **e, "peak_mb": round(e["peak_mb"], 1),
                               "cpu_s": round(e["cpu_s"], 1)}
@@ -231,18 +239,21 @@ def run_config(shards, files, words, work, workers, tag):
 def report(results):
     results = {k: v for k, v in results.items() if not k.startswith("words:")}
     rows = ["| cut | shards | words | wall (s) | counting (s) | binarizing (s) | words/s | "
-            "binarize words/s | CPU s | words per CPU-second | largest peak RSS (MB) | "
-            "peak RSS by process kind (MB) | load (1-min mean / max) |",
+            "binarize words/s | CPU s | words per CPU-second | "
+            "largest peak RSS, polled (exact) (MB) | peak RSS by process kind (MB) | "
+            "load (1-min mean / max) |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(results, key=lambda k: (results[k]["max_lines"], results[k]["shards"])):
         r = results[key]
         kinds = "; ".join(f"{name} x{v['processes']}: {v['peak_mb']:.0f}"
                           for name, v in sorted(r["roles"].items()) if v["peak_mb"] >= 20)
         cut = f"first {r['max_lines']:,} lines a file" if r["max_lines"] else "whole"
+        polled = max(p["peak_mb"] for p in r["processes"])
+        exact = f" ({r['largest_peak_mb_exact']:.0f})" if r.get("largest_peak_mb_exact") else ""
         rows.append(f"| {cut} | {r['shards']} | {r['words']:,} | {r['wall_s']} | {r['count_s']} | "
                     f"{r['binarize_s']} | {r['words_per_s']:,} | {r['binarize_words_per_s']:,} | "
                     f"{r['cpu_s']} | {round(r['words'] / r['cpu_s']):,} | "
-                    f"{r['largest_peak_mb_exact']:.0f} | {kinds} | "
+                    f"{polled:.0f}{exact} | {kinds} | "
                     f"{r['load_1min']['mean']} / {r['load_1min']['max']} |")
     return "\n".join(rows)
 
@@ -283,7 +294,7 @@ def main(argv=None):
         tmp.write_text(json.dumps(results, indent=1) + "\n")
         os.replace(tmp, args.results)
         print(f"{shards} shards: {r['wall_s']} s, {r['words_per_s']:,} words/s, largest peak "
-              f"{r['largest_peak_mb_exact']:.0f} MB", flush=True)
+              f"{max(p['peak_mb'] for p in r['processes']):.0f} MB", flush=True)
         if not args.keep_data:
             shutil.rmtree(args.work / tag / f"data-{shards}", ignore_errors=True)
     print(report(results))
