@@ -349,7 +349,10 @@ rows_per_update() {
     # --update-freq 1,2 (one per epoch) is fairseq's too: the schedule takes the first.
     freq=${freq%%,*}
     [[ "$freq" =~ ^[1-9][0-9]*$ ]] || die "--update-freq $freq: expected a whole number"
-    ROWS_PER_UPDATE=$(( batch * freq * ${WORLD_SIZE:-1} ))  # every process of every node
+    # every process of every node (count_gpus sets WORLD_SIZE; NUM_GPUS alone: one node)
+    local world=${WORLD_SIZE:-${NUM_GPUS:-1}}
+    [ "$world" -ge 1 ] || world=1
+    ROWS_PER_UPDATE=$(( batch * freq * world ))
 }
 
 count_updates() {

@@ -104,7 +104,9 @@ def one_process(wnli, tmp_path, args, cpu=True, **env):
 
 
 def weights(run):
-    return torch.load(run / "checkpoints" / "checkpoint_last.pt", weights_only=False)["model"]
+    from span_plugin.convert.safe_load import load_checkpoint
+
+    return load_checkpoint(run / "checkpoints" / "checkpoint_last.pt")["model"]
 
 
 def same_training(nodes_run, one_run, log0, log1, clean=True, within=1e-5):
