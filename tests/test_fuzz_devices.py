@@ -87,6 +87,7 @@ def preprocess_cases(path, out):
         ("ngrams --wikitext", ["ngrams", "--wikitext", path, "--out", out / "w.txt",
                                "--workers", "1"]),
         ("binarize", ["binarize", path, out / "b" / "train", *ENC]),
+        ("pretrain", ["pretrain", "--train", path, "--out", out / "pt", *ENC]),
         ("stats", ["stats", "--text", path]),
         ("encode --ngrams", ["encode", "A man.", "--ngrams", path, *ENC]),
         ("table --srcdict", ["table", "--train", rows, *table, "--out", out / "d", *ENC[:4],

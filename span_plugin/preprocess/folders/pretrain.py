@@ -25,7 +25,7 @@ import gzip
 import os
 import shutil
 
-from span_plugin.formats.lines import BadInputError
+from span_plugin.formats.lines import BadInputError, regular_file
 from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
 from span_plugin.preprocess.file_records import file_entry, short
 from span_plugin.preprocess.folders.folder import whole_folder
@@ -91,8 +91,9 @@ def prepare_pretrain(out_dir, train, spec, dict_path, *, valid=None, workers=1,
     ``keep`` found it finished."""
     sources = {"train": train, **({"valid": valid} if valid else {})}
     for split, path in sources.items():
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file (--{split})")
+        regular_file(path, f"--{split}")  # a device or FIFO is named, never read
     if keep and kept(out_dir, sources, spec, dict_path):
         return None
     with whole_folder(out_dir) as tmp:
