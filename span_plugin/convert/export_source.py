@@ -111,19 +111,21 @@ def _bases(path: Path, state) -> List[Path]:
     return bases
 
 
-def _dictionary(path: Path, state, task_cfg: Dict, rows: int) -> List[str]:
-    """dict.txt beside the checkpoint, in the data folder its record names (an absolute
-    path) or in cfg.task.data (as fairseq-train was given it); a sentence or pair task's
-    folder holds it in input0/."""
-    candidates = [path.parent / "dict.txt"]
-    for data in (_data_record(state).get("data_dir"), str(task_cfg.get("data") or "")):
-        if data:
-            candidates += [base / data.split(":")[0] / sub / "dict.txt"
+def _dictionary(path: Path, state, task_cfg: Dict, rows: int, data=None) -> List[str]:
+    """dict.txt in the task folder given (``--data``), else beside the checkpoint, else in
+    the data folder its record names (an absolute path) or in cfg.task.data (as
+    fairseq-train was given it); a sentence or pair task's folder holds it in input0/."""
+    candidates = [Path(data) / sub / "dict.txt" for sub in ("", "input0")] if data else []
+    candidates += [path.parent / "dict.txt"]
+    for recorded in (_data_record(state).get("data_dir"), str(task_cfg.get("data") or "")):
+        if recorded:
+            candidates += [base / recorded.split(":")[0] / sub / "dict.txt"
                            for base in _bases(path, state) for sub in ("", "input0")]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
+        hint = "" if data else "; give the task folder it was trained on with --data"
         raise ConversionError(f"{path}: no dictionary; expected dict.txt at "
-                              f"{' or '.join(map(str, candidates))}")
+                              f"{' or '.join(map(str, candidates))}{hint}")
     try:
         symbols = Vocab(found).symbols
     except ValueError as err:
@@ -176,12 +178,13 @@ def _locate(path: Path, kind: str, recorded: Dict[str, Optional[str]],
     return files
 
 
-def read_encoder_checkpoint(path, supported, given=None,
-                            heads_allowed=False) -> EncoderCheckpoint:
+def read_encoder_checkpoint(path, supported, given=None, heads_allowed=False,
+                            data=None) -> EncoderCheckpoint:
     """Load and check an encoder checkpoint for export; ``supported``: the tokenizer
     kinds the export has a counterpart for (another kind is refused naming them);
     ``given``: tokenizer files by field (``encoder_json``, ``vocab_bpe``, ``wordpiece``);
-    ``heads_allowed``: a fine-tuned checkpoint is read (its encoder), not refused."""
+    ``heads_allowed``: a fine-tuned checkpoint is read (its encoder), not refused;
+    ``data``: the task folder given, where dict.txt is looked for first."""
     path = checkpoint_file(path)
     state = load_checkpoint(path, mmap=True)
     check_structure(path, state)
@@ -195,7 +198,7 @@ def read_encoder_checkpoint(path, supported, given=None,
             f"{path}: its tokenizer kind {kind!r} has no Hugging Face counterpart that gives "
             f"the same ids; supported: {', '.join(supported)}")
     rows = tensors[ENC + "embed_tokens.weight"].shape[0]
-    symbols = _dictionary(path, state, _plain(cfg.get("task")), rows)
+    symbols = _dictionary(path, state, _plain(cfg.get("task")), rows, data)
     return EncoderCheckpoint(path, dict(tensors), _plain(cfg.get("model")), symbols, kind,
                              _locate(path, kind, recorded, given or {}))
 

@@ -162,6 +162,36 @@ def _gpt2_tokenizer(ckpt: EncoderCheckpoint, out: Path) -> None:
     positions = ckpt.tensors[ENC + "embed_positions.weight"].shape[0] - POSITION_OFFSET
     RobertaTokenizerFast(vocab=vocab, merges=merges,
                          model_max_length=positions).save_pretrained(str(out))
+    strip_like_the_hub(out)
+
+
+# What Python's str.strip() removes: the hub strips each text so before its GPT-2 BPE
+# (fairseq's multiprocessing_bpe_encoder.py does too). Unicode's White_Space, which
+# tokenizers' own Strip uses, lacks U+001C..U+001F.
+PY_WHITESPACE = "\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def strip_like_the_hub(out: Path) -> None:
+    """Make ``AutoTokenizer`` of a GPT-2 folder strip the text as the hub does: a
+    normalizer in tokenizer.json that removes leading and trailing white space (Python's
+    ``str.strip`` set; offsets still index the text given), and ``tokenizer_class``
+    ``PreTrainedTokenizerFast``, which runs tokenizer.json as written (transformers 5's
+    ``RobertaTokenizer`` rebuilds the pipeline from the vocabulary and drops it). Without
+    it a leading space became ``Ġ`` on the first word and a trailing one a token of its
+    own, where the hub's ids have neither."""
+    path = out / "tokenizer.json"
+    layout = json.loads(path.read_text(encoding="utf-8"))
+    cls = f"[{PY_WHITESPACE}]+"
+    strip = {"type": "Replace", "pattern": {"Regex": f"\\A{cls}|{cls}\\z"}, "content": ""}
+    if layout.get("normalizer"):
+        strip = {"type": "Sequence", "normalizers": [strip, layout["normalizer"]]}
+    layout["normalizer"] = strip
+    path.write_text(json.dumps(layout, ensure_ascii=False), encoding="utf-8")
+    config_path = out / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------
@@ -266,12 +296,13 @@ def _bert_tokenizer(library, out: Path, max_length: int) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def plan_hf_export(checkpoint, files=None, heads_allowed=False) -> HfExport:
+def plan_hf_export(checkpoint, files=None, heads_allowed=False, data=None) -> HfExport:
     """Read and check everything; map the tensors. Nothing is written. ``files``: the
     tokenizer's files by field, for a checkpoint whose own are elsewhere;
     ``heads_allowed``: plan the encoder of a fine-tuned checkpoint (its heads are the
-    caller's: :mod:`span_plugin.inference.model_export`)."""
-    ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS, files, heads_allowed)
+    caller's: :mod:`span_plugin.inference.model_export`); ``data``: the task folder it
+    was trained on (``--data``), where its dictionary is looked for first."""
+    ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS, files, heads_allowed, data)
     return (_roberta if ckpt.kind == "gpt2" else _bert)(ckpt)
 
 
@@ -314,12 +345,27 @@ def save_weights(tensors: Dict[str, torch.Tensor], path: Path) -> None:
         raise ConversionError(f"{path.name}: safetensors could not write it ({err})") from None
 
 
+def check_finite_tensors(tensors: Dict[str, torch.Tensor], source) -> None:
+    """Refuse, naming it, a tensor holding NaN or an infinity: a checkpoint of a run
+    that diverged exports weights that predict nothing (every probability NaN)."""
+    for name, value in tensors.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = ~torch.isfinite(value)
+            kinds = [k for k, test in (("NaN", torch.isnan), ("inf", torch.isinf))
+                     if bool(test(value).any())]
+            raise ConversionError(f"{source}: tensor {name} holds {' and '.join(kinds)} "
+                                  f"({int(bad.sum())} of {value.numel()} values): the "
+                                  f"checkpoint's weights are not finite numbers (a diverged "
+                                  f"run?); nothing is exported")
+
+
 def write_hf_folder(plan: HfExport, out_dir, finish: Optional[Callable[[Path], None]] = None
                     ) -> None:
     """Write the folder into a sibling ``OUT.partial-PID`` and rename it into place
     (an existing folder is replaced whole): ``out_dir`` is the old folder or the new
     one, never part of either. ``finish(folder)`` adds the caller's files last (a
     fine-tuned model's); the partial folders of killed exports are removed first."""
+    check_finite_tensors(plan.tensors, plan.source.path)
     with staged_folder(out_dir) as tmp:
         # Own storage per tensor: safetensors refuses shared or strided ones.
         save_weights({k: v.contiguous().clone() for k, v in plan.tensors.items()},

@@ -75,7 +75,9 @@ def model_card(config, results=None, folder="DIR"):
            f"(`{config['architectures'][0]}`, {config['num_hidden_layers']} layers, hidden "
            f"size {config['hidden_size']}), the task's heads are in `model.safetensors` under "
            f"`span_heads.`. No file here is a pickle; `files.json` lists the sha256 of every "
-           f"file, checked at load.", "", "## Heads and labels", ""]
+           f"file, and `load_model` checks the folder whole at load (the listing, then "
+           f"config.json against the tensors, labels and tokenizer, finite weights) before "
+           f"it builds anything.", "", "## Heads and labels", ""]
     labels = span.get("labels", {})
     for name, head in heads.items():
         options = ", ".join(f"{k}={v}" for k, v in sorted(head["options"].items()))
@@ -101,7 +103,11 @@ def model_card(config, results=None, folder="DIR"):
     out += ["## Load", "", "```python",
             *(line.format(dir=folder, call=_call(span)) for line in LOAD_LINES),
             "```", "", "The encoder alone, with transformers' own classes:", "", "```python",
-            *(line.format(dir=folder) for line in ENCODER_LINES), "```", ""]
+            *(line.format(dir=folder) for line in ENCODER_LINES), "```", "",
+            "`AutoTokenizer` gives the token ids of training: leading and trailing white "
+            "space is stripped, as the hub and `load_model` strip it (a GPT-2 tokenizer "
+            "here does so by its normalizer). It does not make the n-gram spans the span "
+            "heads read: predict with `load_model`.", ""]
     return "\n".join(out)
 
 

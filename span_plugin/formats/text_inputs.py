@@ -17,6 +17,15 @@ class InputCutWarning(UserWarning):
     """Inputs longer than the model's positions were cut (as the checkpoint records)."""
 
 
+def check_batch_size(batch_size):
+    """``batch_size`` (examples per forward pass) as given, when it is a positive
+    integer; else a ValueError saying what it must be."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size {batch_size!r}: expected a positive integer (examples "
+                         f"per forward pass)")
+    return batch_size
+
+
 def _kind(value):
     return type(value).__name__
 

@@ -37,6 +37,7 @@ from span_plugin.data.layout import lay_out
 from span_plugin.data.span_datasets import LayoutSpansDataset
 from span_plugin.inference.folder_kinds import check_folder_kind
 from span_plugin.models.heads import head_inputs
+from span_plugin.portable.results import finite_outputs
 from span_plugin.preprocess.records import encoder_settings, provenance
 from span_plugin.runtime import data_record
 
@@ -254,29 +255,22 @@ class SpanHubInterface(nn.Module):
         side = {name: x.to(self.device) for name, x in side.items()}
         out, _ = self.model(data_utils.collate_tokens(tokens, pad).to(self.device),
                             classification_head_name=self.head, **side)
-        return out
+        return finite_outputs(out, self.head)
 
 
 def is_exported_folder(path):
     """Whether ``path`` is a model folder of ``span-export hf`` (it lists its files in
     ``files.json``)."""
-    from span_plugin.formats.model_folder import MANIFEST
+    from span_plugin.portable import is_exported_folder as exported
 
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
+    return exported(path)
 
 
 def _exported(folder, data, head, **given):
-    """The predictor of an exported folder; encoder settings cannot be given again (the
-    folder holds the ones it was trained with)."""
-    from span_plugin.portable import load_model
+    """The predictor of an exported folder (:func:`span_plugin.portable.exported_predictor`)."""
+    from span_plugin.portable import exported_predictor
 
-    named = sorted(k for k, v in given.items() if v is not None)
-    if named:
-        raise ValueError(f"{folder} is an exported model folder: it holds its tokenizer, "
-                         f"n-gram dictionary and segmentation; {named[0]}= cannot be given")
-    model = load_model(folder, head=None if head == "sentence_classification_head" else head)
-    model.data = None if data is None else str(data)
-    return model
+    return exported_predictor(folder, data, head, **given)
 
 
 def _data_folder(data, stored, record, checkpoint, task=None):

@@ -33,7 +33,8 @@ from span_plugin.convert.export_source import SBO_HEAD, checkpoint_file, fine_tu
 from span_plugin.convert.hf_export import check_export_dir, plan_hf_export, write_hf_folder
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.formats.model_card import write_model_card
-from span_plugin.formats.model_folder import FORMAT, file_sha256, verify_folder, write_manifest
+from span_plugin.formats.model_folder import FORMAT, file_sha256, write_manifest
+from span_plugin.portable import check_model_folder
 
 HEADS_PREFIX = "span_heads."
 CHUNKER_DIR = "chunker"
@@ -212,7 +213,7 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
     heads = fine_tuned_heads(load_checkpoint(path, mmap=True)["model"])
     if not heads:
         return export_hf(path, out_dir, force=force, files=files), None
-    plan = plan_hf_export(path, files, heads_allowed=True)
+    plan = plan_hf_export(path, files, heads_allowed=True, data=data)
     hub = load_hub(path, heads, data, files, ngrams_given)
     if not hub.record:
         raise ConversionError(
@@ -253,7 +254,11 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
         write_model_card(folder / "README.md", plan.config, results,
                          Path(os.path.abspath(out_dir)).name)
         write_manifest(folder)
-        verify_folder(folder)
+        try:  # as load_model checks it, the weights aside
+            check_model_folder(folder)
+        except ValueError as err:
+            raise ConversionError(f"the folder written does not pass the reader's check: "
+                                  f"{err}") from err
 
     write_hf_folder(plan, out_dir, finish)
     return plan, span

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import torch
 
-from span_plugin.convert.hf_export import check_export_dir
+from span_plugin.convert.hf_export import check_export_dir, check_finite_tensors
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.formats.files import staged_folder
 from span_plugin.inference.hub import SpanHubInterface
@@ -149,6 +149,13 @@ def _check(graph, path, batches):
             ref = graph(*graph.args_of(inputs))
         got = run_session(session, inputs)
         for name, r in zip(graph.output_names, ref):
+            for who, values in (("torch", r.float().numpy()), ("ONNX Runtime", got[name])):
+                if np.isnan(values).any() or np.isposinf(values).any():
+                    raise ConversionError(
+                        f"{path}: {who}'s {name} are not finite numbers (NaN or inf) on a "
+                        f"batch of src_tokens {list(inputs['src_tokens'].shape)}: the "
+                        f"model's weights or its computation overflow; the graph is not "
+                        f"written")
             diff = max_abs_diff(got[name], r.float().numpy())
             if not diff <= TOLERANCE:
                 shape = list(inputs["src_tokens"].shape)
@@ -214,6 +221,7 @@ def load_hub(checkpoint, data=None, **files):
     if not isinstance(hub, EXPORTED):
         raise ConversionError(f"{checkpoint}: a {hub.task.cfg._name} model; span-export onnx "
                               f"covers sentence and pair classification, tagging and QA")
+    check_finite_tensors(hub.model.state_dict(), checkpoint)
     return hub
 
 

@@ -21,11 +21,12 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.data.layout import lay_out
 from span_plugin.data.qa_windows import QAWindowsDataset
 from span_plugin.formats.squad import QAExample
-from span_plugin.formats.text_inputs import question_pairs
+from span_plugin.formats.text_inputs import check_batch_size, question_pairs
 from span_plugin.inference import qa_files
 from span_plugin.inference.base import SpanHubInterface, flat_offsets, register_adapter
 from span_plugin.modules.qa_decoding import answers_of_batch
 from span_plugin.portable.qa import question_windows
+from span_plugin.portable.results import finite_outputs
 from span_plugin.preprocess.folders.qa import spans_in_window
 
 
@@ -65,13 +66,14 @@ class QAHubInterface(SpanHubInterface):
     def batch_outputs(self, examples, batch_size=16):
         """``(batch, head output)`` of each batch of ``QAExample`` items, in order: what
         decoding reads (one pass of the model, for any number of decodings)."""
+        check_batch_size(batch_size)
         data = self.dataset(examples)
         for k in range(0, len(data), batch_size):
             batch = data.collater([data[i] for i in range(k, min(k + batch_size, len(data)))])
             net_input = {name: x.to(self.device) for name, x in batch["net_input"].items()}
             with torch.no_grad():
                 output, _ = self.model(**net_input, classification_head_name=self.head)
-            yield batch, output
+            yield batch, finite_outputs(output, self.head)
 
     def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16,
                          answer_boundaries=None):
@@ -81,6 +83,7 @@ class QAHubInterface(SpanHubInterface):
         (never "") otherwise; None or a number overrides it. answer_boundaries: None =
         the checkpoint's; "word" or "token" overrides it.
         """
+        check_batch_size(batch_size)
         if null_threshold == "default":
             null_threshold = self.task.cfg.null_threshold if self.task.squad_v2 else None
         boundaries = answer_boundaries or self.answer_boundaries

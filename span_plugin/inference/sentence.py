@@ -12,7 +12,8 @@ from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.inference import glue_files
 from span_plugin.inference.base import (SpanHubInterface, collate_spans, flat_offsets,
                                        register_adapter)
-from span_plugin.formats.text_inputs import example_width, text_examples, warn_cut
+from span_plugin.formats.text_inputs import (check_batch_size, example_width, text_examples,
+                                             warn_cut)
 from span_plugin.portable.results import class_results
 
 
@@ -65,6 +66,7 @@ class SentenceHubInterface(SpanHubInterface):
     def predict_logits(self, examples, batch_size=32):
         """Logits ``[N, C]`` (float32) of the examples, in order, batched (one str: one
         example, ``N == 1``)."""
+        check_batch_size(batch_size)
         encoded = self.encode(examples)
         if not encoded:
             return torch.zeros(0, self.task.cfg.num_classes)

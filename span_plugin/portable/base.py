@@ -15,6 +15,7 @@ import torch
 
 from span_plugin.modules.span_layout import place_spans
 from span_plugin.portable.batches import pad_tokens
+from span_plugin.portable.results import finite_outputs
 
 PREDICTORS = {}  # task name -> PortableModel subclass
 
@@ -66,6 +67,25 @@ class PortableModel:
         self.num_inputs = self.record["inputs"] if self.record else None
         self.data = None  # a task folder to read splits' raw rows from (span-predict --data)
         self.output = None  # what span-predict writes for it (set by the command)
+
+    def use_data(self, data):
+        """Read splits from the task folder ``data`` (``span-predict --data``; None: none):
+        its own record's labels and its dictionaries must be the ones the model's data
+        record holds (sha256), as the hub checks a checkpoint's, else a ValueError naming
+        both."""
+        if data is not None and self.record is not None:
+            import os
+
+            from span_plugin.preprocess.records import provenance
+
+            if not os.path.isdir(data):
+                raise ValueError(f"--data {data}: not a folder (the task folder whose splits "
+                                 f"to predict)")
+            provenance.check_same_labels(str(data), self.record, self.folder.where)
+            provenance.verify_files(str(data), self.record, only=provenance.is_dictionary,
+                                    where=f"the data record in {self.folder.where}")
+        self.data = None if data is None else str(data)
+        return self
 
     @property
     def task(self):
@@ -127,5 +147,5 @@ class PortableModel:
         """The head's output on token items (LongTensor ``[T_i]``, right-padded here to
         ``[B, T]``) and batched side inputs (``spans=[B, S, 2]``, ...)."""
         side = {name: x.to(self.device) for name, x in side.items()}
-        return self.network(pad_tokens(tokens, self.vocab.pad).to(self.device),
-                            head or self.head, **side)
+        return finite_outputs(self.network(pad_tokens(tokens, self.vocab.pad).to(self.device),
+                                           head or self.head, **side), head or self.head)

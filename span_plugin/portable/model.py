@@ -9,6 +9,7 @@ pure-torch heads (:mod:`span_plugin.modules.head_builders`), loaded from
 import os
 from types import SimpleNamespace
 
+import torch
 import torch.nn as nn
 
 from span_plugin.formats.model_folder import ModelFolderError
@@ -44,6 +45,63 @@ def head_tensors(path, name):
         return {k[len(prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
 
 
+def check_finite(tensors, where):
+    """Refuse a tensor of ``tensors`` (``{name: tensor}``) holding NaN or an infinity,
+    naming it: weights that are not numbers give outputs that are not either."""
+    for name, value in tensors.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            bad = int((~torch.isfinite(value)).sum())
+            kinds = [k for k, test in (("NaN", torch.isnan), ("inf", torch.isinf))
+                     if bool(test(value).any())]
+            raise ModelFolderError(f"{where}: tensor {name} holds {' and '.join(kinds)} "
+                                   f"({bad} of {value.numel()} values): the weights are not "
+                                   f"finite numbers (a diverged run?); nothing is predicted")
+
+
+def check_head_shapes(folder, name, spec, args):
+    """Head ``name``'s tensors in the header (``folder.shapes``) against the module its
+    kind and options build on torch's meta device (nothing allocated): a head of 10^9
+    classes over tensors of 2 rows is refused before it is built, naming the option and
+    the tensor."""
+    path = os.path.join(folder.path, WEIGHTS)
+    where = f"{folder.where}: span_plugin.heads.{name}"
+    options = spec.get("options") or {}
+    try:
+        with torch.device("meta"):
+            shell = build_head_module(spec["kind"], args, **options)
+    except (TypeError, ValueError) as err:
+        raise ModelFolderError(f"{where}.options: {options} do not build a {spec['kind']!r} "
+                               f"head ({err})") from None
+    prefix = f"{HEAD_PREFIX}{name}."
+    have = {k[len(prefix):]: shape for k, (_, shape) in folder.shapes.items()
+            if k.startswith(prefix)}
+    want = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
+    for key in sorted(set(want) | set(have)):
+        if key not in have:
+            raise ModelFolderError(f"{path}: no {prefix}{key}, which head {name!r} of kind "
+                                   f"{spec['kind']!r} with options {options} has")
+        if key not in want:
+            raise ModelFolderError(f"{path}: {prefix}{key} is not a tensor of head {name!r} of "
+                                   f"kind {spec['kind']!r} with options {options}")
+        if have[key] != want[key]:
+            raise ModelFolderError(f"{where}: options {options} give {prefix}{key} the shape "
+                                   f"{list(want[key])}, but model.safetensors holds "
+                                   f"{list(have[key])}")
+
+
+def head_module(folder, name, spec, args):
+    """The head module ``name`` of kind and options ``spec``, its tensors checked
+    (:func:`check_head_shapes`, then finite) before and as they are loaded."""
+    check_head_shapes(folder, name, spec, args)
+    path = os.path.join(folder.path, WEIGHTS)
+    prefix = f"{HEAD_PREFIX}{name}."
+    head = build_head_module(spec["kind"], args, **(spec.get("options") or {}))
+    state = head_tensors(path, name)
+    check_finite({prefix + k: v for k, v in state.items()}, path)
+    head.load_state_dict(state, strict=True)
+    return head
+
+
 class TransformersEncoder(nn.Module):
     """``transformers``' model behind the torch encoder's interface
     (:class:`~span_plugin.modules.bert_encoder.BertEncoder`): ``forward(tokens [B, T],
@@ -63,22 +121,55 @@ class TransformersEncoder(nn.Module):
         return self.model.pooler(features)
 
 
-def load_transformers_encoder(path, pad):
+# Tensors of an exported folder that are not the encoder's: transformers reports them
+# as unexpected when it loads the encoder alone.
+NOT_ENCODER = ("lm_head.", "cls.", HEAD_PREFIX)
+
+
+def load_transformers_encoder(folder, pad, needs_pooler):
     """``transformers``' model of the folder's config (``AutoModel``), its weights from
     ``model.safetensors``, as a :class:`TransformersEncoder`; the heads' tensors and the
-    masked-LM head there are not the encoder's and are left to the caller."""
+    masked-LM head there are not the encoder's and are left to the caller. Every weight
+    of the model must be in the file (a missing one would be random) and every tensor of
+    the file either the model's or one of those: else a ModelFolderError naming them.
+    The pooler is built only when a head reads it."""
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
+    path = os.path.join(folder.path, WEIGHTS)
     level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # the heads' tensors read as "unused weights"
+    hf_logging.set_verbosity_error()  # the report is checked below, not printed
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModel.from_pretrained(path, local_files_only=True, use_safetensors=True)
+        model, report = AutoModel.from_pretrained(
+            folder.path, local_files_only=True, use_safetensors=True, output_loading_info=True,
+            add_pooling_layer=needs_pooler)
+    except (OSError, ValueError, RuntimeError) as err:
+        line = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise ModelFolderError(f"{path}: transformers' AutoModel does not load it "
+                               f"({line})") from None
     finally:
         hf_logging.set_verbosity(level)
         if bar:
             hf_logging.enable_progress_bar()
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    missing = sorted(report.get("missing_keys") or [])
+    unexpected = sorted(k for k in report.get("unexpected_keys") or []
+                        if not k.startswith(NOT_ENCODER)
+                        and not k.startswith(tuple(prefix + p for p in NOT_ENCODER)))
+    mismatched = sorted(str(k[0] if isinstance(k, (tuple, list)) else k)
+                        for k in report.get("mismatched_keys") or [])
+    for what, names, why in (
+            ("weights missing", missing, "they would run at random"),
+            ("weights of another shape", mismatched, "they would run at random"),
+            ("tensors it does not know", unexpected, "neither the encoder's, its masked-LM "
+             "head's nor a head's")):
+        if names:
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            raise ModelFolderError(
+                f"{path}: transformers' {type(model).__name__} loads with {what}: "
+                f"{', '.join(names[:3])}{more} ({why})")
+    check_finite(dict(model.named_parameters()), path)
     return TransformersEncoder(model.eval(), pad)
 
 
@@ -91,6 +182,7 @@ def load_torch_encoder(folder, pad, needs_pooler):
     path = os.path.join(folder.path, WEIGHTS)
     with safe_open(path, framework="pt") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys() if not k.startswith(HEAD_PREFIX)}
+    check_finite(tensors, path)
     try:
         encoder = load_bert_encoder(folder.config, tensors, path, needs_pooler)
     except EncoderConfigError as err:
@@ -132,24 +224,16 @@ def load_network(folder, vocab, encoder=DEFAULT_ENCODER):
     see :data:`DEFAULT_ENCODER`."""
     if encoder not in ENCODERS:
         raise ValueError(f"encoder {encoder!r}; expected one of {', '.join(ENCODERS)}")
-    path = os.path.join(folder.path, WEIGHTS)
     args = model_arguments(folder)
     heads = {}
     for name, spec in folder.heads.items():
-        head = build_head_module(spec["kind"], args, **(spec.get("options") or {}))
-        state = head_tensors(path, name)
-        try:
-            head.load_state_dict(state, strict=True)
-        except RuntimeError as err:
-            why = [line.strip() for line in str(err).splitlines()[1:2]] or [str(err)]
-            raise ModelFolderError(f"{path}: the tensors span_heads.{name}.* do not fit head "
-                                   f"{name!r} of kind {spec['kind']!r} ({why[0]})") from None
+        head = head_module(folder, name, spec, args)
         head.inputs = tuple(spec.get("inputs") or ())
         heads[name] = head
+    pooled = any(getattr(h, "reads_pooled", False) for h in heads.values())
     if encoder == "torch":
-        pooled = any(getattr(h, "reads_pooled", False) for h in heads.values())
         net_encoder = load_torch_encoder(folder, vocab.pad, pooled)
     else:
-        net_encoder = load_transformers_encoder(folder.path, vocab.pad)
+        net_encoder = load_transformers_encoder(folder, vocab.pad, pooled)
     net = PortableNetwork(net_encoder, heads, vocab.eos, bool(args.bert_token_types))
     return net.eval()

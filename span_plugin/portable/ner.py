@@ -7,7 +7,7 @@ between words, the checkpoint's decoding unless another is given)."""
 import torch
 
 from span_plugin.formats import tags as T
-from span_plugin.formats.text_inputs import check_text, word_lists, words_of
+from span_plugin.formats.text_inputs import check_batch_size, check_text, word_lists, words_of
 from span_plugin.modules import entities as ner
 from span_plugin.portable.base import PortableModel, register_predictor
 from span_plugin.portable.batches import pad_rows
@@ -36,6 +36,7 @@ class EntityPredictions:
                       span_threshold=None):
         """Entities of word lists: ``[[(first word, last word + 1, type)]]``, decoded as
         :meth:`decoding` says (``overlap="nested"``: possibly nested)."""
+        check_batch_size(batch_size)
         settings = self.decoding(token_decoding, overlap, span_threshold)
         sentences = word_lists(sentences)
         items, owner = [], []

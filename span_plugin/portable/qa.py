@@ -7,7 +7,7 @@ batch, and the decoder of the validation metrics."""
 import torch
 
 from span_plugin.formats.squad import QAExample
-from span_plugin.formats.text_inputs import question_pairs
+from span_plugin.formats.text_inputs import check_batch_size, question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
 from span_plugin.portable.base import PortableModel, register_predictor
 from span_plugin.portable.batches import pad_rows, pad_tokens
@@ -73,6 +73,7 @@ class QAPredictor(PortableModel):
     def batch_outputs(self, examples, batch_size=16):
         """``(question of each window [N], offsets [N, T, 2], head output)`` of each
         batch of ``batch_size`` questions, in order."""
+        check_batch_size(batch_size)
         batches = {}
         for w in self.windows(examples):
             batches.setdefault(w[0] // batch_size, []).append(w)
@@ -90,6 +91,7 @@ class QAPredictor(PortableModel):
     def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16,
                          answer_boundaries=None):
         """Answers of ``QAExample`` items, in order (see the hub's ``predict_examples``)."""
+        check_batch_size(batch_size)
         if null_threshold == "default":
             null_threshold = float(self.cfg.null_threshold) if self.squad_v2 else None
         boundaries = answer_boundaries or self.answer_boundaries

@@ -2,17 +2,58 @@
 adapters (:mod:`span_plugin.inference`) and the fairseq-free predictors here, so the
 two write the same dicts."""
 
+import torch
 import torch.nn.functional as F
 
 from span_plugin.modules import entities as ner
+
+
+class NotFiniteError(ValueError):
+    """A model's output holds values that are not numbers: no label is made of it."""
+
+
+def _tensors(output):
+    if torch.is_tensor(output):
+        yield output
+    elif isinstance(output, (tuple, list)):
+        for item in output:
+            yield from _tensors(item)
+    elif isinstance(output, dict):
+        for item in output.values():
+            yield from _tensors(item)
+
+
+def finite_outputs(output, head):
+    """``output`` (a head's tensor, or tuples and dicts of them) when it holds no NaN and
+    no +inf (-inf is a masked score: QA's impossible spans); else a
+    :class:`NotFiniteError` naming the head: a label or answer made of such values would
+    mean nothing."""
+    for t in _tensors(output):
+        if t.is_floating_point() and bool((torch.isnan(t) | torch.isposinf(t)).any()):
+            what = "NaN" if bool(torch.isnan(t).any()) else "inf"
+            raise NotFiniteError(
+                f"head {head!r} gave outputs that are not finite numbers ({what}) for a "
+                f"batch of {t.shape[0] if t.dim() else 1}: its weights, or these inputs in "
+                f"this precision, overflow; nothing is predicted from them")
+    return output
+
+
+def _finite_rows(scores, what):
+    bad = (~torch.isfinite(scores)).view(scores.shape[0], -1).any(-1).nonzero()
+    if len(bad):
+        raise NotFiniteError(f"example {int(bad[0])}: the model's {what} are not finite "
+                             f"numbers ({scores[int(bad[0])].tolist()}); no label is made of "
+                             f"them")
 
 
 def class_results(logits, names, regression):
     """Sentence predictions of logits ``[N, C]``: ``[{"score": x}]`` (regression, C = 1)
     or ``[{"label": name, "probs": {name: p}}]``."""
     if regression:
+        _finite_rows(logits, "scores")
         return [{"score": float(x)} for x in logits[:, 0]]
     probs = F.softmax(logits, dim=-1)
+    _finite_rows(probs, "class probabilities")
     return [{"label": names[int(p.argmax())], "probs": dict(zip(names, map(float, p)))}
             for p in probs]
 
@@ -20,6 +61,7 @@ def class_results(logits, names, regression):
 def scored(names, logits):
     """``{"label": best name, "scores": {name: probability}}`` of logits ``[C]``."""
     p = F.softmax(logits.float(), dim=-1).cpu()
+    _finite_rows(p[None], "class probabilities")
     return {"label": names[int(p.argmax())], "scores": dict(zip(names, map(float, p)))}
 
 

@@ -4,7 +4,8 @@
 
 import torch
 
-from span_plugin.formats.text_inputs import example_width, text_examples, warn_cut
+from span_plugin.formats.text_inputs import (check_batch_size, example_width, text_examples,
+                                             warn_cut)
 from span_plugin.portable.base import PortableModel, register_predictor
 from span_plugin.portable.batches import pad_rows
 from span_plugin.portable.results import class_results
@@ -57,6 +58,7 @@ class SentencePredictor(PortableModel):
     @torch.no_grad()
     def predict_logits(self, examples, batch_size=32):
         """Logits ``[N, C]`` (float32) of the examples, in order, batched."""
+        check_batch_size(batch_size)
         encoded = self.encode(examples)
         if not encoded:
             return torch.zeros(0, int(self.cfg.num_classes))

@@ -9,10 +9,9 @@ exported embedding table is in.
 No torch, no fairseq.
 """
 
-import json
 import os
 
-from span_plugin.formats.model_folder import ModelFolderError
+from span_plugin.formats.model_folder import FAMILIES, ModelFolderError, read_json
 from span_plugin.preprocess.segmentation.encoding import SpanTokenizer
 from span_plugin.preprocess.segmentation.ngrams import load_ngrams
 from span_plugin.preprocess.segmentation.segmentations import Segmenter, segmentation_kind
@@ -53,10 +52,38 @@ class Vocabulary:
 
 def _tokenizer_json(folder):
     path = os.path.join(folder.path, "tokenizer.json")
-    if not os.path.isfile(path):
-        raise ModelFolderError(f"{path}: missing (the tokenizer of an exported model)")
-    with open(path, encoding="utf-8") as f:
-        return path, json.load(f)
+    layout = read_json(path, "tokenizer")
+    if not isinstance(layout, dict) or not isinstance(layout.get("model"), dict):
+        raise ModelFolderError(f"{path}: model: missing (not a tokenizers library file)")
+    return path, layout
+
+
+def embedding_rows(folder):
+    """The rows of the folder's word embeddings (its ids are below them), from the
+    tensors' header."""
+    prefix = FAMILIES.get(folder.config.get("model_type"), ("",))[0]
+    found = folder.shapes.get(f"{prefix}embeddings.word_embeddings.weight")
+    return found[1][0] if found else None  # None: a folder read without its header
+
+
+def _check_ids(folder, path, ids, specials, names):
+    """Every id a symbol maps to below the embedding rows; the four specials there
+    (``names``: how the tokenizer spells fairseq's ``<s> <pad> </s> <unk>``)."""
+    rows = embedding_rows(folder)
+    for fairseq, theirs in zip(FAIRSEQ_SPECIALS.values(), names):
+        if fairseq not in specials:
+            raise ModelFolderError(f"{path}: model.vocab: no {theirs!r} (the special token "
+                                   f"every exported model needs: {', '.join(names)})")
+    bad = next((s for s, i in ids.items() if not isinstance(i, int) or isinstance(i, bool)
+                or not 0 <= i < (rows if rows is not None else i + 1)), None)
+    if bad is not None:
+        where = f"the model has {rows} embedding rows (ids 0..{rows - 1})" if rows else \
+            "ids are counts from 0"
+        raise ModelFolderError(f"{path}: model.vocab: {bad!r} has id {ids[bad]!r}, but {where}")
+    pad = folder.config.get("pad_token_id")
+    if pad is not None and specials["<pad>"] != pad:
+        raise ModelFolderError(f"{folder.where}: pad_token_id: {pad}, but the tokenizer's "
+                               f"{names[1]} is id {specials['<pad>']}")
 
 
 def _gpt2(folder):
@@ -64,28 +91,56 @@ def _gpt2(folder):
     index it was trained with (many tokens to ``<unk>``), so the tokenizer gets
     distinct stand-in ids and the vocabulary maps them on."""
     path, layout = _tokenizer_json(folder)
-    model = layout.get("model") or {}
+    model = layout["model"]
     if model.get("type") != "BPE":
-        raise ModelFolderError(f"{path}: a {model.get('type')} tokenizer, but the data record "
-                               f"names gpt2 (byte-level BPE)")
-    vocab = model["vocab"]
-    merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
+        raise ModelFolderError(f"{path}: model.type: a {model.get('type')} tokenizer, but the "
+                               f"data record names gpt2 (byte-level BPE)")
+    vocab, merges = model.get("vocab"), model.get("merges")
+    if not isinstance(vocab, dict) or not vocab:
+        raise ModelFolderError(f"{path}: model.vocab: not a table of BPE tokens")
+    if not isinstance(merges, list) or not all(
+            isinstance(m, str) and len(m.split(" ")) == 2
+            or isinstance(m, list) and len(m) == 2 and all(isinstance(x, str) for x in m)
+            for m in merges):
+        raise ModelFolderError(f"{path}: model.merges: not a list of BPE token pairs")
+    merges = [m.split(" ") if isinstance(m, str) else m for m in merges]
+    specials = {s: vocab[s] for s in FAIRSEQ_SPECIALS.values() if s in vocab}
+    _check_ids(folder, path, vocab, specials, list(FAIRSEQ_SPECIALS.values()))
     tokenizer = GPT2Tokenizer.from_tables({t: k for k, t in enumerate(vocab)}, merges)
     ids = {str(k): i for k, i in enumerate(vocab.values())}
-    specials = {s: vocab[s] for s in FAIRSEQ_SPECIALS.values()}
     return tokenizer, Vocabulary(ids, specials)
 
 
 def _wordpiece(folder):
     """BERT's WordPiece, the library tokenizer saved whole; its symbols name BERT's
     specials as fairseq does (``[CLS]`` is ``<s>``)."""
-    path, _ = _tokenizer_json(folder)
-    tokenizer = WordPieceTokenizer(path)
+    path, layout = _tokenizer_json(folder)
+    model = layout["model"]
+    if model.get("type") != "WordPiece":
+        raise ModelFolderError(f"{path}: model.type: a {model.get('type')} tokenizer, but "
+                               f"the data record names wordpiece")
+    table = model.get("vocab")
+    if not isinstance(table, dict) or not table:
+        raise ModelFolderError(f"{path}: model.vocab: not a table of WordPiece tokens")
+    names = [b for b, s in WordPieceTokenizer.SPECIALS.items() if s in FAIRSEQ_SPECIALS.values()]
+    for name in [*names, model.get("unk_token")]:
+        if name not in table:
+            raise ModelFolderError(f"{path}: model.vocab: no {name!r} (the special token "
+                                   f"every exported BERT-family model needs: {', '.join(names)})")
+    _check_ids(folder, path, table, {WordPieceTokenizer.SPECIALS[b]: table[b] for b in names},
+               names)
+    try:
+        tokenizer = WordPieceTokenizer(path)
+    except ValueError as err:
+        raise ModelFolderError(f"{path}: {err}") from None
     back = {v: k for k, v in WordPieceTokenizer.SPECIALS.items()}
     vocab = tokenizer.library.get_vocab()
     ids = {back.get(t, t): i for t, i in vocab.items()}
     ids.update({s: vocab[b] for b, s in WordPieceTokenizer.SPECIALS.items() if b in vocab})
-    specials = {s: ids[s] for s in FAIRSEQ_SPECIALS.values()}
+    specials = {s: vocab[b] for b, s in WordPieceTokenizer.SPECIALS.items()
+                if s in FAIRSEQ_SPECIALS.values() and b in vocab}
+    names = [back[s] for s in FAIRSEQ_SPECIALS.values()]
+    _check_ids(folder, path, vocab, specials, names)
     return tokenizer, Vocabulary(ids, specials)
 
 
@@ -117,6 +172,21 @@ def text_encoder(folder):
     options = {}
     if any(o.field == "nltk_data" for o in seg.options):
         options["nltk_data"] = folder.file("chunker")
+        _check_chunker_model(folder, encoder)
     segmenter = Segmenter(ngrams, segmentation=segmentation, seed=encoder.get("seed") or 0,
                           scheme=tokenizer.word_scheme, **options)
     return SpanTokenizer(tokenizer, segmenter), vocab
+
+
+def _check_chunker_model(folder, encoder):
+    """The chunker the folder's files give is the one of the data record (its model's
+    sha256)."""
+    from span_plugin.preprocess.segmentation import chunker
+
+    recorded = (encoder.get("chunker") or {}).get("model_sha256")
+    model = chunker.build(folder.file("chunker"))
+    if model.fingerprint != recorded:
+        raise ModelFolderError(
+            f"{folder.where}: span_plugin.data_record.encoder.chunker.model_sha256: "
+            f"{str(recorded)[:12]}, but the chunker of {folder.file('chunker')} is "
+            f"{model.fingerprint[:12]}: not the chunker the model was trained with")

@@ -37,6 +37,19 @@ def stop(message):
     raise SystemExit(2)
 
 
+# How fairseq's training commands are started: their console scripts, or the modules.
+TRAINING_COMMANDS = ("fairseq-train", "fairseq-hydra-train", "train.py", "hydra_train.py")
+
+
+def refuse(message):
+    """A setting that cannot train: in fairseq-train, the command's one line and exit
+    status 2 (:func:`stop`); elsewhere (the hub, span-predict, a script) a ValueError,
+    which those report in one line."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") in TRAINING_COMMANDS:
+        stop(message)
+    raise ValueError(message)
+
+
 def _comparable(value):
     """A record's value as compared: a file entry by its content alone."""
     if isinstance(value, dict):

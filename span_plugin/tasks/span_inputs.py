@@ -27,7 +27,7 @@ from omegaconf import OmegaConf, open_dict
 from span_plugin.data import span_index
 from span_plugin.data.layout import check_label_count
 from span_plugin.preprocess.records import provenance
-from span_plugin.runtime import data_record
+from span_plugin.runtime import data_record, training_guard
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +69,18 @@ class SpanInputsTask:
         data_record.attach(self)
 
     def load_dataset(self, split, combine=False, **kwargs):
-        """Load a split; raises if a file is missing or does not fit its tokens."""
+        """Load a split; raises if a file is missing or does not fit its tokens, or a
+        setting does not fit the folder (:meth:`check_settings`)."""
         provenance.verify_folder(self.cfg.data)
+        self.check_settings()
         dataset = self.build_split(split, combine)
         logger.info(f"Loaded {split} with #samples: {len(dataset)}")
         self.datasets[split] = dataset
         return dataset
+
+    def check_settings(self):
+        """Settings given by hand that the folder contradicts: refused before a split is
+        built (in fairseq-train: one line, exit 2)."""
 
     def load_tokens(self, key, split, combine=False):
         """Token files of input ``key`` (``DATA/key/split``, shards split1, split2, ...
@@ -182,6 +188,28 @@ class SentenceSpanTask(SpanInputsTask, SentencePredictionTask):
                 f"--add-prev-output-tokens (encoder-only RoBERTa inputs only)"
             )
         super().__init__(cfg, data_dictionary, label_dictionary)
+
+    def check_settings(self):
+        """``--num-classes`` against the label dictionary: a count given by hand that is
+        not its number of labels would fail mid-training (a class id past the head's
+        outputs: an IndexError) or train outputs no label names."""
+        d, cfg = self.label_dictionary, self.cfg
+        if d is None or cfg.regression_target or not self.uses_label_classes():
+            return
+        names = [s for s in d.symbols[d.nspecial:] if not s.startswith("madeupword")]
+        if names[-1:] == ["<mask>"]:  # sentence_prediction adds it to every dictionary it loads
+            names.pop()
+        if cfg.num_classes != len(names):
+            path = os.path.join(cfg.data, "label", "dict.txt")
+            training_guard.refuse(
+                f"--num-classes {cfg.num_classes}, but the label dictionary {path} holds "
+                f"{len(names)} labels ({', '.join(names[:8])}{' ...' if len(names) > 8 else ''})"
+                f": give --num-classes {len(names)}")
+
+    def uses_label_classes(self):
+        """Whether ``--num-classes`` counts the label dictionary's classes (it does when
+        the task trains sentence labels)."""
+        return True
 
     def sentence_targets(self, split, examples):
         """``{"target": labels}`` of the split (one per example, checked), or ``{}``

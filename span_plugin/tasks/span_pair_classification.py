@@ -76,6 +76,9 @@ class SpanPairClassificationTask(SentenceSpanTask):
             return cls(cfg, data_dict, None)
         return super().setup_task(cfg, **kwargs)
 
+    def uses_label_classes(self):
+        return self.cfg.sentential_weight > 0
+
     def build_split(self, split, combine):
         cfg = self.cfg
         inputs = [self.load_tokens(k, split)[0] for k in ("input0", "input1")]
