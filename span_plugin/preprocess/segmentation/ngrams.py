@@ -370,11 +370,15 @@ def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=()
     tmp = tempfile.mkdtemp(prefix="span_ngrams_", dir=tmp_dir)
     ctx = mp.get_context("fork")
     try:
+        # Inputs are checked (and .gz decompressed) before the workers fork: a refusal
+        # raised inside the pool ends in its terminate(), which can wait on forked workers.
+        paths = [str(p) for p in paths]
+        for path in paths:
+            regular_file(path)
+        wiki = set(paths) if wikitext is True else {str(p) for p in (wikitext or ())}
+        plain = [_plain_file(p, tmp) for p in paths]
+        wiki = {q for p, q in zip(paths, plain) if p in wiki}
         with ctx.Pool(workers) as pool:
-            paths = [str(p) for p in paths]
-            wiki = set(paths) if wikitext is True else {str(p) for p in (wikitext or ())}
-            plain = [_plain_file(p, tmp) for p in paths]
-            wiki = {q for p, q in zip(paths, plain) if p in wiki}
             return _count(pool, plain, min_n, max_n, min_count, wiki, chunk_bytes,
                           partitions, tmp, top_k, edge_punct, words)
     finally:
