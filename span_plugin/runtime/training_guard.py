@@ -20,6 +20,7 @@ import sys
 
 from span_plugin.formats.outputs import OutputBusyError, hold
 from span_plugin.preprocess.file_records import short
+from span_plugin.preprocess.records.provenance import comparable
 from span_plugin.runtime import checkpoints
 from span_plugin.runtime.data_record import checkpoint_record, task_record
 from span_plugin.runtime.patching import replace
@@ -50,15 +51,6 @@ def refuse(message):
     raise ValueError(message)
 
 
-def _comparable(value):
-    """A record's value as compared: a file entry by its content alone."""
-    if isinstance(value, dict):
-        if "sha256" in value and "path" in value:
-            return value["sha256"]
-        return {k: _comparable(v) for k, v in value.items()}
-    return value
-
-
 def _shown(value):
     if isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value):
         return f"sha256 {short(value)}"
@@ -79,7 +71,7 @@ def record_differences(trained, now):
         elif a != b:
             out.append((key, a, b))
 
-    walk(_comparable(trained), _comparable(now), "")
+    walk(comparable(trained), comparable(now), "")
     return out
 
 
