@@ -47,6 +47,7 @@ import torch
 from conftest import BIN, GLUE, TINY_ROBERTA, USER_DIR
 from conftest import fairseq_train, run_main, small_conll_folder, tiny_train_args
 from script_runner import exit_status
+from test_portable_parity import NO_FAIRSEQ  # every import of fairseq* fails
 from test_task_data import glue_folder
 from test_task_train import span_args
 
@@ -615,13 +616,7 @@ def test_transformers_encoder_with_missing_weights_is_refused(folders, tmp_path)
     assert torch.allclose(first, load_model(whole).predict_logits(pair), atol=1e-5)
 
 
-NO_FAIRSEQ = """
-import importlib.abc, sys
-class _NoFairseq(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0].startswith("fairseq"):
-            raise ImportError(f"fairseq is not importable in this process ({name})")
-sys.meta_path.insert(0, _NoFairseq())
+HUB_WITHOUT_FAIRSEQ = NO_FAIRSEQ + """
 from span_plugin.hub import SpanHubInterface
 model = SpanHubInterface.from_pretrained(sys.argv[1])
 print(model.predict([("The cat sat.", "A cat was sitting.")])[0]["label"])
@@ -633,7 +628,7 @@ def test_hub_from_pretrained_loads_a_folder_without_fairseq(folders):
     from span_plugin.portable import load_model
 
     folder = folders["mrpc"][0]
-    proc = subprocess.run([sys.executable, "-c", NO_FAIRSEQ, str(folder)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", HUB_WITHOUT_FAIRSEQ, str(folder)], capture_output=True,
                           text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     label, loaded_modules = proc.stdout.strip().splitlines()
