@@ -14,6 +14,7 @@ from conftest import GLUE
 from test_conll_messy import DICT, ENC  # GPT-2 BPE, no segmentation
 from span_plugin.cli import convert as convert_cli
 from span_plugin.cli import preprocess as preprocess_cli
+from span_plugin.formats import outputs
 from span_plugin.formats.outputs import OutputError, lock_path, locked, writing
 
 
@@ -122,6 +123,43 @@ def test_second_writer_names_the_first_and_a_killed_writers_lock_is_taken(tmp_pa
     assert os.path.exists(lock_path(out))
     assert preprocess_cli.main(table_args(out, sst2)) == 0
     assert (out / "provenance.json").exists() and not os.path.exists(lock_path(out))
+
+
+def _killed_writer_with_a_child(path, child_seconds):
+    """A writer holding the lock of ``path`` that started a child (which inherits the
+    lock) and was then killed alone; returns (the writer's PID, the child)."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, subprocess, sys, time\n"
+         "from span_plugin.formats.outputs import lock_path\n"
+         f"fd = os.open(lock_path({str(path)!r}), os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "os.write(fd, f'{os.getpid()} recipe.sh\\n'.encode())\n"
+         f"child = subprocess.Popen(['sleep', '{child_seconds}'], pass_fds=(fd,))\n"
+         "print(child.pid, flush=True)\ntime.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True)
+    child = int(writer.stdout.readline())
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    return writer.pid, child
+
+
+def test_a_killed_writers_children_are_waited_for_and_named_when_they_stay(tmp_path, monkeypatch):
+    # A recipe killed with its process group and relaunched at once: the children exit
+    # a moment after the recipe, and the relaunch waits for them (CI met this race).
+    out = tmp_path / "out"
+    _killed_writer_with_a_child(out, 1.5)
+    with locked(out):
+        pass
+    # A child that stays is named as what holds the lock, after a bounded wait.
+    monkeypatch.setattr(outputs, "ENDED_HOLDER_WAIT", 0.5)
+    pid, child = _killed_writer_with_a_child(out, 60)
+    try:
+        with pytest.raises(outputs.OutputBusyError, match=rf"process {pid} \(recipe.sh\) has ended, but a "
+                                              rf"process it started still holds {out}.lock after 0.5 s"):
+            with locked(out):
+                pass
+    finally:
+        os.kill(child, signal.SIGKILL)
 
 
 def test_locks_are_reentrant_in_a_process_and_cover_every_output(tmp_path):

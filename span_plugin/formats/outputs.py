@@ -203,8 +203,8 @@ def refuse_inputs(outputs, inputs, sealed=None):
                 f"path of its own")
 
 
-def _holder(fd):
-    """The PID and command a lock's holder wrote, as a phrase."""
+def _holder_note(fd):
+    """The ``(pid, command)`` a lock's holder wrote; ``pid`` is '' when it wrote none."""
     text = ""
     for _ in range(20):  # the holder writes them just after it takes the lock
         os.lseek(fd, 0, os.SEEK_SET)
@@ -213,6 +213,30 @@ def _holder(fd):
             break
         time.sleep(0.05)
     pid, _, command = text.partition(" ")
+    return pid, command
+
+
+def _has_ended(pid):
+    """Whether no process ``pid`` runs here (a holder killed while its children exit)."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: it runs
+        return False
+    return False
+
+
+# How long a lock whose writer has ended may stay held by the processes it started
+# while they exit (a recipe killed with its process group, then relaunched at once).
+ENDED_HOLDER_WAIT = 30.0
+
+
+def _holder(fd):
+    """The PID and command a lock's holder wrote, as a phrase."""
+    pid, command = _holder_note(fd)
     if not pid.isdigit():
         return ("another process (it wrote no PID into the lock file: it has just started, "
                 "or the disk is full)")
@@ -238,16 +262,35 @@ def _note(fd, pid, command):
             pass
 
 
+def _flock_or_wait_for_the_ended(fd, path, lock):
+    """flock ``fd``; while the writer named in the lock has ended, wait (bounded) for
+    the processes it started to let the lock go. Raises OutputBusyError otherwise."""
+    deadline = time.monotonic() + ENDED_HOLDER_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pid, _ = _holder_note(fd)
+            if not _has_ended(pid):
+                raise OutputBusyError(
+                    f"{path} is being written by {_holder(fd)}, which holds {lock}: two "
+                    f"writers would mix their files. Wait for it to finish, or give another "
+                    f"output") from None
+            if time.monotonic() > deadline:
+                raise OutputBusyError(
+                    f"{path}: {_holder(fd)} has ended, but a process it started still holds "
+                    f"{lock} after {ENDED_HOLDER_WAIT:g} s (list it with 'fuser {lock}'): "
+                    f"it may still be writing. Stop it, or give another output") from None
+            time.sleep(0.1)
+
+
 def _take(fd, path, lock, pid, command):
     """flock ``fd`` (opened on ``lock``) for ``path``, and write ``pid command`` into
     it (best-effort: the lock needs no free space). Returns False when the lock file was
     removed or replaced meanwhile (its holder let it go): open it again."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise OutputBusyError(
-            f"{path} is being written by {_holder(fd)}, which holds {lock}: two writers "
-            f"would mix their files. Wait for it to finish, or give another output") from None
+        _flock_or_wait_for_the_ended(fd, path, lock)
     except OSError as err:  # a file system without locks
         raise _lock_error(err, path, lock) from None
     try:
