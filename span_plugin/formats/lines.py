@@ -243,6 +243,17 @@ def read_file_lines(path, bad_utf8="error"):
     return read_lines(path, 0, regular_file(path).st_size, bad_utf8, first_line=1)
 
 
+def stream_file_lines(path, block=BLOCK):
+    """The decoded lines of ``path`` one at a time (as :func:`read_file_lines` gives
+    them), read about ``block`` bytes at a time (ranges that start at line starts), so a
+    file of any number of lines is read in bounded memory."""
+    first_line = 1
+    for start, end in line_offsets(path, max(1, regular_file(path).st_size // block)):
+        lines = read_lines(path, start, end, first_line=first_line)
+        first_line += len(lines)
+        yield from lines
+
+
 def count_lines(path, end=None):
     """Newlines in the first ``end`` bytes of ``path`` (all of it when None)."""
     n = 0

@@ -6,6 +6,8 @@ counted in one warning. Raw text is cut into CoNLL-like words here too (:data:`W
 Pure Python: no torch, no fairseq.
 """
 
+import contextlib
+import contextvars
 import warnings
 
 import regex
@@ -127,16 +129,46 @@ def question_pairs(pairs):
     return out
 
 
+_TALLY = contextvars.ContextVar("cut_tally", default=None)
+
+
 def warn_cut(full_lengths, limit, how):
     """One warning when any of ``full_lengths`` (tokens of each input before
     shortening) is over ``limit``: how many inputs, how many tokens in all, and
-    ``how`` they were cut. Returns ``(inputs cut, tokens cut)``."""
+    ``how`` they were cut. Inside :func:`one_cut_warning` the counts are added up
+    instead, for its one warning. Returns ``(inputs cut, tokens cut)``."""
     over = [n - limit for n in full_lengths if n > limit]
-    if over:
-        warnings.warn(f"{len(over)} of {len(full_lengths)} inputs are longer than the "
-                      f"model's {limit} positions: {sum(over)} tokens cut ({how})",
+    tally = _TALLY.get()
+    if tally is not None:
+        tally["inputs"] += len(full_lengths)
+        if over:
+            tally.update(cut=tally["cut"] + len(over), tokens=tally["tokens"] + sum(over),
+                         limit=limit, how=how)
+    elif over:
+        warnings.warn(_cut_message(len(over), len(full_lengths), limit, sum(over), how),
                       InputCutWarning, stacklevel=3)
     return len(over), sum(over)
+
+
+def _cut_message(cut, inputs, limit, tokens, how):
+    return (f"{cut} of {inputs} inputs are longer than the model's {limit} positions: "
+            f"{tokens} tokens cut ({how})")
+
+
+@contextlib.contextmanager
+def one_cut_warning():
+    """``with one_cut_warning():`` the inputs that predictions made in chunks (a file
+    read a few thousand rows at a time) cut are counted in one warning at the end, as
+    one call over the whole file counts them, not one warning per chunk."""
+    tally = {"inputs": 0, "cut": 0, "tokens": 0, "limit": None, "how": None}
+    token = _TALLY.set(tally)
+    try:
+        yield tally
+    finally:
+        _TALLY.reset(token)
+    if tally["cut"]:
+        warnings.warn(_cut_message(tally["cut"], tally["inputs"], tally["limit"],
+                                   tally["tokens"], tally["how"]), InputCutWarning, stacklevel=3)
 
 
 # Raw text -> CoNLL-like words: runs of letters and digits joined by ``-``, ``.`` or

@@ -94,10 +94,12 @@ def source_file(data, split):
     return path
 
 
-def predicted_entities(hub, words, gold, batch_size=32, mode="default", **decoding):
-    """Predicted entities per item (``decoding``: the hub's :meth:`decoding` keywords),
-    the gold entities read in metric ``mode``, and the scores of one against the other."""
-    entities = hub.predict_words(words, batch_size=batch_size, **decoding)
+def predicted_entities(hub, words, gold, batch_size=32, mode="default", order="length",
+                       **decoding):
+    """Predicted entities per item (``decoding``: the hub's :meth:`decoding` keywords;
+    ``order``: batches by length or in file order), the gold entities read in metric
+    ``mode``, and the scores of one against the other."""
+    entities = hub.predict_words(words, batch_size=batch_size, order=order, **decoding)
     gold_entities = [ner.entities_of(g, mode) for g in gold]
     return entities, gold_entities, scores(entities, gold_entities)
 
@@ -181,7 +183,7 @@ def write_spans(path, words, source, predicted, gold):
 
 
 def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint=None,
-                            batch_size=32, spans_outs=(), **decoding):
+                            batch_size=32, spans_outs=(), order="length", **decoding):
     """Score each split (printed), write its CoNLL predictions and/or its JSON Lines
     entities (one file per split, when given) and ``{"checkpoint", "metric_mode",
     "decoding", "dev": {split: {precision, recall, f1, entities, items, by_type[,
@@ -202,7 +204,7 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
     for n, split in enumerate(splits):
         words, gold, source = read_items(hub.data, split)
         entities, gold_entities, found[split] = predicted_entities(
-            hub, words, gold, batch_size, mode, **settings)
+            hub, words, gold, batch_size, mode, order, **settings)
         if len(entities) != len(words):
             raise ValueError(f"{len(entities)} predicted items for the {len(words)} of "
                              f"{os.path.join(hub.data, 'raw', split + '.input0')}: nothing "
@@ -242,7 +244,7 @@ def write_output(hub, args):
                              f"one {flag} per --split")
     write_conll_predictions(hub, splits, args.conll_out or (), args.results, args.checkpoint,
                             args.batch_size or 32, args.spans_out or (),
-                            token_decoding=args.token_decoding, overlap=args.overlap,
+                            args.batch_order or "length", token_decoding=args.token_decoding, overlap=args.overlap,
                             span_threshold=args.span_threshold)
 
 
@@ -257,7 +259,7 @@ CoNLL source file with a predicted tag appended to every word line (conlleval's 
 --spans-out the entities as JSON Lines; --results {split: {precision, recall, f1,
 by_type}}. --token-decoding (tagging heads) and --overlap nested --span-threshold (span
 labeling; JSON Lines output only) choose the decoding.""",
-    common=("split", "results", "batch_size"),
+    common=("split", "results", "batch_size", "batch_order"),
     flags=(
         Flag("--conll-out", path="writes", nargs="+",
              help="one CoNLL prediction file per --split"),

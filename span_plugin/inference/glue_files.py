@@ -7,13 +7,23 @@ from a GLUE TSV ``DIR/TASK/{split}.tsv`` read with the column rules of
 ``span-preprocess glue``.
 """
 
+import itertools
 import os
 import sys
 
 from span_plugin.formats.files import atomic_file
 from span_plugin.formats.flag_values import finite
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.formats.lines import (BadInputError, count_lines, read_file_lines,
+                                       stream_file_lines)
+from span_plugin.formats.text_inputs import one_cut_warning
 from span_plugin.inference.outputs import Flag, Output
+from span_plugin.preprocess.progress import bar, on_terminal
+
+HEADER = "index\tprediction"
+# Rows read, sorted by length and predicted together: a bounded look-ahead, so memory is
+# flat in the file's rows while batches still gather rows of like length.
+CHUNK_ROWS = 4096
+CHUNK_BYTES = 1 << 20  # bytes of the input files read at a time
 
 
 def read_test_rows(glue_dir, task_name, split):
@@ -34,12 +44,7 @@ def read_folder_rows(data, split):
     """The raw text of a split of a prepared folder: list of str or tuples; two input
     files of another number of lines are an error naming the first row without a
     partner."""
-    paths = [p for p in (os.path.join(data, "raw", f"{split}.input{k}") for k in range(2))
-             if os.path.exists(p)]
-    if not paths:
-        raise FileNotFoundError(
-            f"{data}/raw/{split}.input0 not found: the folder has no raw text of split "
-            f"{split!r} (give --glue-dir and --task to read a GLUE TSV instead)")
+    paths = folder_row_paths(data, split)
     columns = [read_file_lines(path) for path in paths]
     if len(columns) == 2 and len(columns[0]) != len(columns[1]):
         raise BadInputError(f"{paths[1]}: {len(columns[1])} lines but {paths[0]} has "
@@ -48,10 +53,40 @@ def read_folder_rows(data, split):
     return columns[0] if len(columns) == 1 else list(zip(*columns))
 
 
-def format_predictions(predictions, regression_scale=1.0, clip=None):
-    """Submission lines (header first) for the dicts of ``SentenceHubInterface.predict``."""
-    lines = ["index\tprediction"]
-    for i, p in enumerate(predictions):
+def stream_folder_rows(data, split, block=CHUNK_BYTES):
+    """The rows of :func:`read_folder_rows` one at a time (str, or tuples for pairs),
+    the files read ``block`` bytes at a time; two input files of another number of
+    lines are the same error, raised when the shorter one ends."""
+    paths = folder_row_paths(data, split)
+    columns = [stream_file_lines(path, block) for path in paths]
+    if len(columns) == 1:
+        yield from columns[0]
+        return
+    n = 0
+    for n, row in enumerate(itertools.zip_longest(*columns), start=1):
+        if None in row:
+            counts = [count_lines(path) for path in paths]
+            raise BadInputError(f"{paths[1]}: {counts[1]} lines but {paths[0]} has "
+                                f"{counts[0]}; line {n} has no partner: rebuild {data}")
+        yield row
+
+
+def folder_row_paths(data, split):
+    """The ``raw/{split}.input*`` files of a prepared folder (one, or two for pairs)."""
+    paths = [p for p in (os.path.join(data, "raw", f"{split}.input{k}") for k in range(2))
+             if os.path.exists(p)]
+    if not paths:
+        raise FileNotFoundError(
+            f"{data}/raw/{split}.input0 not found: the folder has no raw text of split "
+            f"{split!r} (give --glue-dir and --task to read a GLUE TSV instead)")
+    return paths
+
+
+def prediction_lines(predictions, first=0, regression_scale=1.0, clip=None):
+    """Submission lines (no header) of the dicts of ``SentenceHubInterface.predict``,
+    numbered from ``first``."""
+    lines = []
+    for i, p in enumerate(predictions, start=first):
         if "score" in p:
             value = p["score"] * regression_scale
             if clip is not None:
@@ -60,6 +95,11 @@ def format_predictions(predictions, regression_scale=1.0, clip=None):
         else:
             lines.append(f"{i}\t{p['label']}")
     return lines
+
+
+def format_predictions(predictions, regression_scale=1.0, clip=None):
+    """Submission lines (header first) for the dicts of ``SentenceHubInterface.predict``."""
+    return [HEADER, *prediction_lines(predictions, 0, regression_scale, clip)]
 
 
 def regression_output(record, task=None, regression_scale=None):
@@ -83,24 +123,58 @@ def write_predictions(output, predictions, scale=1.0, clip=None):
     print(f"{output}: {len(predictions)} predictions", file=sys.stderr)
 
 
+def chunks(rows, size):
+    """Lists of up to ``size`` consecutive items of the iterable ``rows``."""
+    rows = iter(rows)
+    while True:
+        chunk = list(itertools.islice(rows, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def stream_predictions(hub, rows, output, where, scale=1.0, clip=None, batch_size=32,
+                       order="length", total=None, chunk_rows=CHUNK_ROWS):
+    """Predict the rows of the iterable ``rows`` (read from ``where``) into the submission
+    file ``output``, ``chunk_rows`` at a time: each chunk's rows are batched by length
+    (``order``) and written in input order, so memory does not grow with the number of
+    rows. A progress bar (rows, rows/s; of ``total`` rows when known) is shown on a
+    terminal only. The file is written atomically: an error leaves nothing. Returns the
+    rows written."""
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    written = 0
+    with one_cut_warning(), atomic_file(output, text=True) as h, \
+            bar(total, os.path.basename(output), unit="rows") as progress:
+        h.write(HEADER + "\n")
+        for chunk in chunks(rows, chunk_rows):
+            predictions = hub.predict(chunk, batch_size=batch_size, order=order)
+            if len(predictions) != len(chunk):
+                raise ValueError(f"{len(predictions)} predictions for the {len(chunk)} rows "
+                                 f"of {where} from row {written}: nothing written to {output}")
+            h.write("".join(line + "\n" for line in
+                            prediction_lines(predictions, written, scale, clip)))
+            written += len(chunk)
+            progress.update(len(chunk))
+    print(f"{output}: {written} predictions", file=sys.stderr)
+    return written
+
+
 def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression_scale=None,
-                      batch_size=32):
-    """Predict each split into its output file. Regression values are multiplied by
-    ``regression_scale`` (default: the folder's label scale, STS-B 5) and clipped to
+                      batch_size=32, order="length"):
+    """Predict each split into its output file (:func:`stream_predictions`: rows batched
+    by length, ``order``, and written in input order). Regression values are multiplied
+    by ``regression_scale`` (default: the folder's label scale, STS-B 5) and clipped to
     the folder's label range (STS-B [0, 5])."""
     scale, clip = regression_output(hub.record, task, regression_scale)
     for split, output in zip(splits, outputs):
         if glue_dir:
-            examples = read_test_rows(glue_dir, task, split)
-            where = os.path.join(glue_dir, task, split + ".tsv")
+            rows = read_test_rows(glue_dir, task, split)  # a TSV's column rules read it whole
+            where, total = os.path.join(glue_dir, task, split + ".tsv"), len(rows)
         else:
-            examples = read_folder_rows(hub.data, split)
+            rows = stream_folder_rows(hub.data, split)
             where = os.path.join(hub.data, "raw", f"{split}.input0")
-        predictions = hub.predict(examples, batch_size=batch_size)
-        if len(predictions) != len(examples):
-            raise ValueError(f"{len(predictions)} predictions for the {len(examples)} rows of "
-                             f"{where}: nothing written to {output}")
-        write_predictions(output, predictions, scale, clip)
+            total = count_lines(where) if on_terminal() else None  # only the bar reads it
+        stream_predictions(hub, rows, output, where, scale, clip, batch_size, order, total)
 
 
 def validation_predictions(state, data=None):
@@ -182,7 +256,7 @@ def write_output(hub, args):
     if args.glue_dir and not args.task:
         raise ValueError("--glue-dir needs --task")
     write_submissions(hub, splits, args.output, args.glue_dir, args.task, args.regression_scale,
-                      args.batch_size or 32)
+                      args.batch_size or 32, args.batch_order or "length")
 
 
 def validation_first(args):
@@ -217,7 +291,7 @@ DIR/TASK/{split}.tsv instead (MNLI test_matched), read with the column rules of
 span-preprocess glue. Classification writes label names as the data spells them;
 regression writes the value times the folder's label scale (STS-B: 5,
 --regression-scale), clipped to its range; --output: one submission file per --split.""",
-    common=("split", "output", "batch_size"),
+    common=("split", "output", "batch_size", "batch_order"),
     flags=(
         Flag("--glue-dir", path="reads",
              help="read the rows from DIR/TASK/SPLIT.tsv (GLUE layout)"),

@@ -38,6 +38,10 @@ COMMON = (
     Flag("--results", path="writes",
          help="write the scores against the gold labels here (JSON)"),
     Flag("--batch-size", type=positive, help="examples per forward pass (default 32; QA 16)"),
+    Flag("--batch-order", choices=("length", "file"),
+         help="length (default): rows sorted by length into batches, a few thousand rows "
+         "at a time (the least padding), results written in the input's order; file: "
+         "batches in the input's order (the same results, slower)"),
 )
 
 

@@ -25,6 +25,7 @@ from span_plugin.formats.text_inputs import check_batch_size, question_pairs
 from span_plugin.inference import qa_files
 from span_plugin.inference.base import SpanHubInterface, flat_offsets, register_adapter
 from span_plugin.modules.qa_decoding import answers_of_batch
+from span_plugin.portable.batches import length_order, unpermuted
 from span_plugin.portable.qa import question_windows
 from span_plugin.portable.results import finite_outputs
 from span_plugin.preprocess.folders.qa import spans_in_window
@@ -76,12 +77,13 @@ class QAHubInterface(SpanHubInterface):
             yield batch, finite_outputs(output, self.head)
 
     def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16,
-                         answer_boundaries=None):
+                         answer_boundaries=None, order="length"):
         """Answers of ``QAExample`` items (see :func:`decode_answers`), in order.
 
         null_threshold: "default" = the task's threshold for SQuAD 2.0 models, None
         (never "") otherwise; None or a number overrides it. answer_boundaries: None =
-        the checkpoint's; "word" or "token" overrides it.
+        the checkpoint's; "word" or "token" overrides it. order: "length" (questions of
+        like length batched together) or "file"; answers are in input order either way.
         """
         check_batch_size(batch_size)
         if null_threshold == "default":
@@ -89,13 +91,17 @@ class QAHubInterface(SpanHubInterface):
         boundaries = answer_boundaries or self.answer_boundaries
         if not examples:
             return []
+        # Questions of like length share batches (``order`` "length"), answered in input order.
+        permutation = length_order([len(ex.question) + len(ex.context) for ex in examples],
+                                   order)
         out = []
-        for batch, output in self.batch_outputs(examples, batch_size):
+        for batch, output in self.batch_outputs([examples[i] for i in permutation],
+                                                batch_size):
             qa = batch["qa"]
             out.extend(answers_of_batch(output, qa["question"], qa["offsets"],
                                         [r.context for r in qa["records"]], n_best,
                                         null_threshold, boundaries))
-        return out
+        return unpermuted(permutation, out)
 
     def predict_answers(self, pairs, n_best=20, null_threshold="default", batch_size=16,
                         answer_boundaries=None):

@@ -89,7 +89,7 @@ def first_occurrences(examples):
 
 def write_qa_predictions(hub, examples, version, output, nbest=None, results=None,
                          null_threshold="default", n_best=20, batch_size=16, notes=(),
-                         answer_boundaries=None):
+                         answer_boundaries=None, order="length"):
     """Predict ``examples`` (one prediction per id: its first occurrence) and write the
     files; returns the scores over every occurrence, as the official script of
     ``version`` counts them (or {} without gold).
@@ -110,7 +110,7 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
     asked = first_occurrences(examples)
     boundaries = answer_boundaries or hub.answer_boundaries
     answers = hub.predict_examples(asked, n_best, None if tune else null_threshold,
-                                   batch_size, boundaries)
+                                   batch_size, boundaries, order)
     if len(answers) != len(asked):
         raise ValueError(f"{len(answers)} answers for {len(asked)} questions (the first "
                          f"{asked[0].where if asked else ''}): nothing written to {output}")
@@ -159,7 +159,8 @@ def write_output(hub, args):
     report_notes(notes, args.input)
     scores = write_qa_predictions(hub, examples, version, args.output[0], args.nbest,
                                   args.results, threshold, args.n_best or 20,
-                                  args.batch_size or 16, notes, args.answer_boundaries)
+                                  args.batch_size or 16, notes, args.answer_boundaries,
+                                  args.batch_order or "length")
     summary = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in scores.items())
     ids = len(first_occurrences(examples))
@@ -177,7 +178,7 @@ OUTPUT = Output(
 Questions of --input (SQuAD 1.1/2.0 JSON, MRQA JSON Lines) or of the folder's --split
 (default valid); --output the official predictions.json, --nbest the n-best answers,
 --results EM/F1 when the questions have answers.""",
-    common=("input", "split", "output", "results", "batch_size"),
+    common=("input", "split", "output", "results", "batch_size", "batch_order"),
     flags=(
         Flag("--nbest", path="writes",
              help="write the n-best answers of every question here (JSON)"),

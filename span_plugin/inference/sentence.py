@@ -14,6 +14,7 @@ from span_plugin.inference.base import (SpanHubInterface, collate_spans, flat_of
                                        register_adapter)
 from span_plugin.formats.text_inputs import (check_batch_size, example_width, text_examples,
                                              warn_cut)
+from span_plugin.portable.batches import in_input_order, length_batches
 from span_plugin.portable.results import class_results
 
 
@@ -63,21 +64,23 @@ class SentenceHubInterface(SpanHubInterface):
         return out
 
     @torch.no_grad()
-    def predict_logits(self, examples, batch_size=32):
-        """Logits ``[N, C]`` (float32) of the examples, in order, batched (one str: one
-        example, ``N == 1``)."""
+    def predict_logits(self, examples, batch_size=32, order="length"):
+        """Logits ``[N, C]`` (float32) of the examples, in input order (one str: one
+        example, ``N == 1``); batched by length (``order`` "length", the least padding)
+        or in input order ("file")."""
         check_batch_size(batch_size)
         encoded = self.encode(examples)
         if not encoded:
             return torch.zeros(0, self.task.cfg.num_classes)
+        batches = length_batches([t.numel() for t, _ in encoded], batch_size, order)
         out = []
-        for b in range(0, len(encoded), batch_size):
-            chunk = encoded[b : b + batch_size]
+        for batch in batches:
+            chunk = [encoded[i] for i in batch]
             side = {"spans": collate_spans([s for _, s in chunk])} if self.reads_spans else {}
             out.append(self.forward_batch([t for t, _ in chunk], **side).float().cpu())
-        return torch.cat(out, dim=0)
+        return in_input_order(batches, out)
 
-    def predict(self, examples, batch_size=32):
+    def predict(self, examples, batch_size=32, order="length"):
         """Predict raw sentences (str) or pairs ((str, str)); one str is one sentence.
 
         Returns a list of one dict per example (a list of one for one str):
@@ -85,5 +88,5 @@ class SentenceHubInterface(SpanHubInterface):
         float}`` (in the units of the training labels: STS-B folders from
         span-preprocess hold score / 5).
         """
-        logits = self.predict_logits(examples, batch_size=batch_size)
+        logits = self.predict_logits(examples, batch_size=batch_size, order=order)
         return class_results(logits, None if self.regression else self.labels, self.regression)

@@ -10,7 +10,7 @@ from span_plugin.formats import tags as T
 from span_plugin.formats.text_inputs import check_batch_size, check_text, word_lists, words_of
 from span_plugin.modules import entities as ner
 from span_plugin.portable.base import PortableModel, register_predictor
-from span_plugin.portable.batches import pad_rows
+from span_plugin.portable.batches import length_batches, pad_rows
 from span_plugin.portable.results import decoding_settings
 from span_plugin.preprocess.folders.conll import split_points, word_token_counts
 
@@ -33,9 +33,11 @@ class EntityPredictions:
 
     @torch.no_grad()
     def predict_words(self, sentences, batch_size=32, token_decoding=None, overlap=None,
-                      span_threshold=None):
+                      span_threshold=None, order="length"):
         """Entities of word lists: ``[[(first word, last word + 1, type)]]``, decoded as
-        :meth:`decoding` says (``overlap="nested"``: possibly nested)."""
+        :meth:`decoding` says (``overlap="nested"``: possibly nested). Items are batched
+        by length (``order`` "length") or in input order ("file"); the entities of a
+        sentence are in the order of its parts either way."""
         check_batch_size(batch_size)
         settings = self.decoding(token_decoding, overlap, span_threshold)
         sentences = word_lists(sentences)
@@ -45,8 +47,9 @@ class EntityPredictions:
                 items.append((a, self._encode_words(words[a:b])))
                 owner.append(n)
         out = [[] for _ in sentences]
-        for k in range(0, len(items), batch_size):
-            chunk = items[k:k + batch_size]
+        found_by_item = [None] * len(items)
+        for batch in length_batches([len(t) for _, (t, _, _) in items], batch_size, order):
+            chunk = [items[i] for i in batch]
             words = self._collate_rows([w for _, (_, _, w) in chunk]).to(self.device)
             result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
                                         spans=self._collate_rows([s for _, (_, s, _) in chunk]))
@@ -56,8 +59,10 @@ class EntityPredictions:
             else:
                 found = ner.tagging_entities(result, words, self.tag_names, self.metric_mode,
                                              settings["token_decoding"])[1]
-            for (a, _), n, ents in zip(chunk, owner[k:k + batch_size], found):
-                out[n].extend((s + a, e + a, t) for s, e, t in ents)
+            for i, ents in zip(batch, found):
+                found_by_item[i] = ents
+        for (a, _), n, ents in zip(items, owner, found_by_item):
+            out[n].extend((s + a, e + a, t) for s, e, t in ents)
         return out
 
     def predict_entities(self, text, **decoding):

@@ -10,7 +10,7 @@ from span_plugin.formats.squad import QAExample
 from span_plugin.formats.text_inputs import check_batch_size, question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
 from span_plugin.portable.base import PortableModel, register_predictor
-from span_plugin.portable.batches import pad_rows, pad_tokens
+from span_plugin.portable.batches import length_order, pad_rows, pad_tokens, unpermuted
 from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
 
 LEGACY_BOUNDARIES = "token"  # a checkpoint made before --answer-boundaries decoded so
@@ -89,19 +89,23 @@ class QAPredictor(PortableModel):
             yield torch.tensor([w[0] - k for w in chunk]), offsets, output
 
     def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16,
-                         answer_boundaries=None):
+                         answer_boundaries=None, order="length"):
         """Answers of ``QAExample`` items, in order (see the hub's ``predict_examples``)."""
         check_batch_size(batch_size)
         if null_threshold == "default":
             null_threshold = float(self.cfg.null_threshold) if self.squad_v2 else None
         boundaries = answer_boundaries or self.answer_boundaries
+        # Questions of like length share batches (``order`` "length"), answered in input order.
+        permutation = length_order([len(ex.question) + len(ex.context) for ex in examples],
+                                   order)
+        examples = [examples[i] for i in permutation]
         out = []
         for k, (question, offsets, output) in zip(range(0, len(examples), batch_size),
                                                   self.batch_outputs(examples, batch_size)):
             contexts = [ex.context for ex in examples[k:k + batch_size]]
             out.extend(answers_of_batch(output, question, offsets, contexts, n_best,
                                         null_threshold, boundaries))
-        return out
+        return unpermuted(permutation, out)
 
     def predict_answers(self, pairs, n_best=20, null_threshold="default", batch_size=16,
                         answer_boundaries=None):

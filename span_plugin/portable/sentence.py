@@ -7,7 +7,7 @@ import torch
 from span_plugin.formats.text_inputs import (check_batch_size, example_width, text_examples,
                                              warn_cut)
 from span_plugin.portable.base import PortableModel, register_predictor
-from span_plugin.portable.batches import pad_rows
+from span_plugin.portable.batches import in_input_order, length_batches, pad_rows
 from span_plugin.portable.results import class_results
 
 
@@ -56,20 +56,22 @@ class SentencePredictor(PortableModel):
         return out
 
     @torch.no_grad()
-    def predict_logits(self, examples, batch_size=32):
-        """Logits ``[N, C]`` (float32) of the examples, in order, batched."""
+    def predict_logits(self, examples, batch_size=32, order="length"):
+        """Logits ``[N, C]`` (float32) of the examples, in input order; batched by
+        length (``order`` "length", the least padding) or in input order ("file")."""
         check_batch_size(batch_size)
         encoded = self.encode(examples)
         if not encoded:
             return torch.zeros(0, int(self.cfg.num_classes))
+        batches = length_batches([len(t) for t, _ in encoded], batch_size, order)
         out = []
-        for b in range(0, len(encoded), batch_size):
-            chunk = encoded[b:b + batch_size]
+        for batch in batches:
+            chunk = [encoded[i] for i in batch]
             side = {"spans": pad_rows([s for _, s in chunk], 2)} if self.reads_spans else {}
             out.append(self.forward_batch([t for t, _ in chunk], **side).float().cpu())
-        return torch.cat(out, dim=0)
+        return in_input_order(batches, out)
 
-    def predict(self, examples, batch_size=32):
+    def predict(self, examples, batch_size=32, order="length"):
         """One dict per example: ``{"label", "probs"}``, regression ``{"score"}``."""
-        return class_results(self.predict_logits(examples, batch_size), self.labels,
+        return class_results(self.predict_logits(examples, batch_size, order), self.labels,
                              self.regression)
