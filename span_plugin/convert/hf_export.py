@@ -4,8 +4,9 @@ The inverse of :mod:`.roberta` and :mod:`.bert`, by the same tables: the encoder
 through :func:`.encoder_map.hf_layers` (the one layer table of both directions), the
 vocabulary through :func:`.bert.vocab_mapping` (WordPiece) or ids as they are (GPT-2
 BPE: fairseq index == Hugging Face id). The folder holds ``config.json``,
-``model.safetensors`` (the encoder and its masked-LM head) and the tokenizer files that
-``AutoTokenizer`` reads; ``transformers``' own classes load it, no custom code.
+``model.safetensors`` (the encoder, and its masked-LM head when that head was trained:
+:func:`lm_head_trained`) and the tokenizer files that ``AutoTokenizer`` reads;
+``transformers``' own classes load it, no custom code.
 
 =====================================  ==========================================================
 fairseq (``encoder.``)                 Hugging Face (``roberta.`` / ``bert.`` prefix)
@@ -24,8 +25,10 @@ classification_heads.span_boundary     dropped: the span pre-training objective'
 =====================================  ==========================================================
 
 Tokenizer kinds: ``gpt2`` (RoBERTa's byte-level BPE; ``vocab.json`` maps each BPE token
-to its fairseq index) and ``wordpiece`` (BERT). Another kind has no Hugging Face
-tokenizer that gives the same ids and is refused. A checkpoint with a fine-tuned head is
+to its fairseq index), ``wordpiece`` (BERT) and ``sentencepiece-line`` (XLM-R and
+CamemBERT: RoBERTa's tensors under their family's ``model_type``, the tokenizer by
+:mod:`.spm_export`). Another kind has no Hugging Face tokenizer that gives the same ids
+and is refused. A checkpoint with a fine-tuned head is
 planned here for its encoder only (``heads_allowed``); its heads, labels and data record
 are added by :mod:`span_plugin.inference.model_export`, a layer that can load the model.
 """
@@ -43,11 +46,12 @@ from span_plugin.convert.bert import EMBEDDINGS_FILE, POOLER, TOKEN_TYPES, UNFOL
 from span_plugin.convert.encoder_map import ENC, FAIRSEQ_PAD, LM, POSITION_OFFSET, hf_layers
 from span_plugin.convert.export_source import SBO_HEAD, EncoderCheckpoint, read_encoder_checkpoint
 from span_plugin.convert.hf_source import ACTIVATIONS, ConversionError
+from span_plugin.convert.spm_export import as_sentencepiece_family
 from span_plugin.formats.exports import not_an_earlier_export
 from span_plugin.formats.files import staged_folder
 from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece
 
-SUPPORTED_KINDS = ("gpt2", "wordpiece")
+SUPPORTED_KINDS = ("gpt2", "wordpiece", "sentencepiece-line")
 WEIGHTS = "model.safetensors"
 # fairseq activation -> Hugging Face's name of the same formula: hf_source's map
 # inverted, the first Hugging Face name of each kept (gelu_accurate -> gelu_new).
@@ -64,11 +68,24 @@ class HfExport:
     config: Dict
     write_tokenizer: Callable[[Path], None] = field(repr=False)
     dropped: List[str]
+    lm_head: Optional[str] = "kept: trained"  # what became of the masked-LM head
 
 
 # --------------------------------------------------------------------------------------
 # Shared by both families
 # --------------------------------------------------------------------------------------
+
+
+def lm_head_trained(t: Dict[str, torch.Tensor]) -> bool:
+    """Whether the checkpoint's masked-LM head was ever trained: ``span-convert`` of a
+    model without one initialises it (fairseq's init: every bias zero, LayerNorm 1/0), and
+    a single update of a masked-LM loss moves those biases. An untrained head predicts
+    nonsense tokens, so it is not exported."""
+    parts = [LM + k for k in ("dense.bias", "layer_norm.bias", "bias")]
+    if not all(k in t for k in parts + [LM + "layer_norm.weight"]):
+        return False
+    return not (all(bool((t[k] == 0).all()) for k in parts)
+                and bool((t[LM + "layer_norm.weight"] == 1).all()))
 
 
 def _config(ckpt: EncoderCheckpoint, family: str, positions: int, extra: Dict) -> Dict:
@@ -143,7 +160,10 @@ def _roberta(ckpt: EncoderCheckpoint) -> HfExport:
     config = _config(ckpt, "Roberta", positions, {
         "type_vocab_size": types.shape[0], "pad_token_id": FAIRSEQ_PAD, "bos_token_id": 0,
         "eos_token_id": 2})
-    return HfExport(ckpt, tensors, config, lambda out: _gpt2_tokenizer(ckpt, out), _dropped(t))
+    plan = HfExport(ckpt, tensors, config, lambda out: _gpt2_tokenizer(ckpt, out), _dropped(t))
+    if ckpt.kind == "sentencepiece-line":  # XLM-R, CamemBERT: RoBERTa's tensors
+        return as_sentencepiece_family(plan, positions - POSITION_OFFSET)
+    return plan
 
 
 def _gpt2_tokenizer(ckpt: EncoderCheckpoint, out: Path) -> None:
@@ -303,7 +323,29 @@ def plan_hf_export(checkpoint, files=None, heads_allowed=False, data=None) -> Hf
     caller's: :mod:`span_plugin.inference.model_export`); ``data``: the task folder it
     was trained on (``--data``), where its dictionary is looked for first."""
     ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS, files, heads_allowed, data)
-    return (_roberta if ckpt.kind == "gpt2" else _bert)(ckpt)
+    plan = (_bert if ckpt.kind == "wordpiece" else _roberta)(ckpt)
+    if heads_allowed:
+        without_lm_head(plan, "left out: a fine-tuned model's, not trained with its encoder")
+    elif not lm_head_trained(ckpt.tensors):
+        without_lm_head(plan, "left out: initialised by span-convert, never trained")
+    return plan
+
+
+# Hugging Face's masked-LM head tensors: RoBERTa's and XLM-R's, BERT's.
+LM_HEAD_PREFIXES = ("lm_head.", "cls.")
+
+
+def without_lm_head(plan: HfExport, why: str) -> None:
+    """Leave the masked-LM head out of ``plan``: one ``span-convert`` initialised and
+    nothing trained, or a fine-tuned model's (fine-tuning does not train it, so it no
+    longer matches the encoder). ``architectures`` then names the encoder class
+    (``RobertaModel``), not ``*ForMaskedLM``, and ``why`` goes to ``span_export.lm_head``."""
+    removed = sorted(k for k in plan.tensors if k.startswith(LM_HEAD_PREFIXES))
+    for key in removed:
+        del plan.tensors[key]
+    plan.config["architectures"] = [a.replace("ForMaskedLM", "Model")
+                                    for a in plan.config["architectures"]]
+    plan.lm_head = why if removed else None
 
 
 def check_export_dir(out_dir, force: bool, kind: str = "hf") -> Path:
@@ -383,6 +425,7 @@ def export_hf(checkpoint, out_dir, force: bool = False, files=None) -> HfExport:
     out_dir = check_export_dir(out_dir, force)
     plan = plan_hf_export(checkpoint, files)
     plan.config["span_export"] = {"source": str(plan.source.path.resolve()),
-                                  "tokenizer": plan.source.kind, "dropped": plan.dropped}
+                                  "tokenizer": plan.source.kind, "dropped": plan.dropped,
+                                  "lm_head": plan.lm_head}
     write_hf_folder(plan, out_dir)
     return plan

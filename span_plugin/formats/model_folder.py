@@ -54,7 +54,13 @@ DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2
                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 # model_type -> the tensors' prefix and whether positions start after the pad (RoBERTa's)
 FAMILIES = {"roberta": ("roberta.", True), "xlm-roberta": ("roberta.", True),
-            "bert": ("bert.", False)}
+            "camembert": ("roberta.", True), "bert": ("bert.", False)}
+# A fine-tuned model whose heads no transformers class computes is exported under the
+# plugin's own model type: span_plugin_<family>. transformers refuses it by name unless
+# span_plugin.portable registered it (span_plugin/portable/hf_auto.py).
+PLUGIN_TYPE_PREFIX = "span_plugin_"
+# Where a head stored under a transformers class's names keeps its tensors.
+TASK_CLASS_PREFIX = "classifier."
 # Head kinds by what their label list holds (a kind not here: the reader's to know).
 CLASS_HEADS = ("sentence", "plain")
 TAG_HEADS = ("token", "sf")
@@ -68,6 +74,31 @@ POSITION_BOUNDED = ("max_answer_tokens", "max_words", "max_span_words", "max_spa
 
 class ModelFolderError(ValueError):
     """A model folder that is not whole, or holds what a reader must not load."""
+
+
+def plugin_model_type(family):
+    """The plugin's model type of an encoder family: ``span_plugin_roberta``."""
+    return PLUGIN_TYPE_PREFIX + family
+
+
+def encoder_family(model_type):
+    """The encoder family of a config's ``model_type``: itself (``roberta``), or the
+    family under the plugin's type (``span_plugin_roberta`` -> ``roberta``)."""
+    if isinstance(model_type, str) and model_type.startswith(PLUGIN_TYPE_PREFIX):
+        return model_type[len(PLUGIN_TYPE_PREFIX):]
+    return model_type
+
+
+def head_tensor_names(name, head, shapes):
+    """``{key in the head's module: tensor name in model.safetensors}`` of head ``name``
+    (its ``span_plugin.heads`` entry ``head``): the entry's ``tensors`` when the head is
+    stored under a transformers class's names (``classifier.*``), else every
+    ``span_heads.<name>.*`` tensor of ``shapes``."""
+    mapped = head.get("tensors") if isinstance(head, dict) else None
+    if mapped is not None:
+        return dict(mapped)
+    prefix = f"{HEAD_PREFIX}{name}."
+    return {k[len(prefix):]: k for k in shapes if k.startswith(prefix)}
 
 
 def file_sha256(path) -> str:
@@ -374,10 +405,10 @@ class _Where:
 def _encoder_sizes(where, config, shapes):
     """The encoder's sizes of config.json against the tensors' shapes (and its family
     against their prefix); returns ``(prefix, family)``."""
-    family = config.get("model_type")
+    family = encoder_family(config.get("model_type"))
     if family not in FAMILIES:
-        where.fail("model_type", f"{family!r}; an exported model is one of "
-                   f"{', '.join(FAMILIES)}")
+        where.fail("model_type", f"{config.get('model_type')!r}; an exported model is one of "
+                   f"{', '.join(FAMILIES)} (or the plugin's {PLUGIN_TYPE_PREFIX}<that>)")
     prefix, _ = FAMILIES[family]
     word = f"{prefix}embeddings.word_embeddings.weight"
     if word not in shapes:
@@ -391,7 +422,7 @@ def _encoder_sizes(where, config, shapes):
     if archs is not None:
         if not (isinstance(archs, list) and archs and all(isinstance(a, str) for a in archs)):
             where.fail("architectures", f"{archs!r} is not a list of class names")
-        if not archs[0].lower().startswith(family.replace("-", "")):
+        if not archs[0].lower().replace("spanplugin", "", 1).startswith(family.replace("-", "")):
             where.fail("architectures", f"{archs[0]!r} is not a {family} class (model_type "
                        f"{family!r})")
     sizes = {k: where.get(config, k, int, k) for k in (
@@ -479,6 +510,26 @@ def _check_heads(where, span, shapes, positions):
     task_args = span["task_args"]
     regression = bool(task_args.get("regression_target"))
     owned = {k.split(".")[1] for k in shapes if k.startswith(HEAD_PREFIX) and k.count(".") >= 2}
+    mapped = {}  # tensor name -> the head stored under a transformers class's names
+    for name, head in heads.items():
+        if isinstance(head, dict) and head.get("tensors") is not None:
+            field = f"span_plugin.heads.{name}.tensors"
+            names = head["tensors"]
+            if not (isinstance(names, dict) and names and all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in names.items())):
+                where.fail(field, f"{repr(names)[:80]} is not an object of tensor names")
+            for key, tensor in names.items():
+                if not tensor.startswith(TASK_CLASS_PREFIX) or tensor not in shapes:
+                    where.fail(f"{field}.{key}", f"{tensor!r}: expected a {TASK_CLASS_PREFIX}* "
+                               f"tensor of model.safetensors")
+                if tensor in mapped:
+                    where.fail(f"{field}.{key}", f"{tensor!r} is head {mapped[tensor]!r}'s too")
+                mapped[tensor] = name
+            owned.add(name)
+    stray = sorted(k for k in shapes if k.startswith(TASK_CLASS_PREFIX) and k not in mapped)
+    if stray:
+        where.fail("span_plugin.heads", f"no head's tensors name {stray[0]}, which "
+                   f"model.safetensors holds")
     for name in sorted(owned - set(heads)):
         where.fail("span_plugin.heads", f"has no head {name!r}, but model.safetensors holds "
                    f"{HEAD_PREFIX}{name}.*")
@@ -635,7 +686,8 @@ def check_config(folder, config, listed, shapes):
         where.get(span, key, dict, f"span_plugin.{key}")
     where.get(span, "data_record", dict, "span_plugin.data_record", optional=True)
     unknown = sorted(k for k in shapes if not k.startswith(HEAD_PREFIX)
-                     and not k.startswith(("roberta.", "bert.", "lm_head.", "cls.")))
+                     and not k.startswith(("roberta.", "bert.", "lm_head.", "cls.",
+                                           TASK_CLASS_PREFIX)))
     if unknown:
         raise ModelFolderError(f"{os.path.join(folder, WEIGHTS)}: tensor {unknown[0]!r} is "
                                f"neither the encoder's, its masked-LM head's nor a head's")

@@ -34,6 +34,7 @@ from span_plugin.convert.hf_export import check_export_dir, plan_hf_export, writ
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.formats.model_card import write_model_card
 from span_plugin.formats.model_folder import FORMAT, file_sha256, write_manifest
+from span_plugin.inference.hf_classes import check_choice, choose_class
 from span_plugin.portable import check_model_folder
 
 HEADS_PREFIX = "span_heads."
@@ -71,18 +72,35 @@ def _heads(model, path) -> Dict:
             continue
         kind = getattr(head, "kind", None)
         if kind is None:
-            raise ConversionError(
-                f"{path}: head {name!r} is fairseq's {type(head).__name__}, not one of the "
-                f"plugin's head kinds: only span_plugin tasks' checkpoints export whole")
+            kind, head_options = _fairseq_head(head, name, path)
+        else:
+            head_options = head.options
         # fairseq's choice options are Enums: their value is the setting.
-        options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in head.options.items()}
+        options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in head_options.items()}
         try:
             json.dumps(options)
         except TypeError as err:
             raise ConversionError(f"{path}: head {name!r} options {options!r} are not "
                                   f"JSON ({err})") from None
-        heads[name] = {"kind": kind, "options": options, "inputs": list(head.inputs)}
+        heads[name] = {"kind": kind, "options": options,
+                       "inputs": list(getattr(head, "inputs", ()))}
     return heads
+
+
+def _fairseq_head(head, name, path):
+    """``(kind, options)`` of fairseq's own ``RobertaClassificationHead`` (a ``HEAD=plain``
+    run of ``sentence_prediction``): the plugin's ``plain`` kind, the same parameters
+    and computation (:class:`span_plugin.modules.sentence_heads.PlainClassificationHead`).
+    Another module is refused, naming it."""
+    from fairseq.models.roberta.model import RobertaClassificationHead
+
+    if type(head) is not RobertaClassificationHead:
+        raise ConversionError(
+            f"{path}: head {name!r} is {type(head).__module__}.{type(head).__name__}, neither "
+            f"one of the plugin's head kinds nor fairseq's RobertaClassificationHead: its "
+            f"computation is not known, so it cannot be exported")
+    return "plain", {"num_classes": head.out_proj.out_features,
+                     "inner_dim": head.dense.out_features}
 
 
 def _labels(hub, heads) -> Dict:
@@ -236,13 +254,16 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
     for key, name in copied.items():  # the record says where its files are in DIR
         if name:
             encoder[key]["file"] = name
+    labels = _labels(hub, head_info)
     span = {"format": FORMAT, "task": getattr(hub.task.cfg, "_name", None),
             "model_args": _scalars(hub.model.args, drop=LOCAL_SETTINGS),
             "task_args": _scalars(hub.task.cfg, drop=LOCAL_SETTINGS),
-            "heads": head_info, "labels": _labels(hub, head_info), "data_record": record,
+            "heads": head_info, "labels": labels, "data_record": record,
             "files": copied}
+    as_class = choose_class(hub, plan, head_info, labels, span)
     plan.config["span_export"] = {"source": str(path.resolve()), "tokenizer": plan.source.kind,
-                                  "dropped": plan.dropped}
+                                  "dropped": plan.dropped, "lm_head": plan.lm_head,
+                                  "transformers": as_class}
     plan.config["span_plugin"] = span
     results = _results(path)
 
@@ -259,6 +280,8 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
         except ValueError as err:
             raise ConversionError(f"the folder written does not pass the reader's check: "
                                   f"{err}") from err
+        if as_class["pipeline"]:
+            check_choice(folder)
 
     write_hf_folder(plan, out_dir, finish)
     return plan, span

@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from span_plugin.formats.model_folder import encoder_family
+
 
 def _gelu_new(x):
     """Hugging Face's ``gelu_new`` (GPT-2's tanh approximation), its own formula."""
@@ -36,8 +38,8 @@ def _gelu_new(x):
 ACTIVATIONS = {"gelu": F.gelu, "gelu_new": _gelu_new,
                "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"), "relu": F.relu}
 # model_type -> whether positions start after the pad id and skip pads (RoBERTa's way).
-FAMILIES = {"bert": False, "roberta": True, "xlm-roberta": True}
-DEFAULT_PAD = {"bert": 0, "roberta": 1, "xlm-roberta": 1}  # transformers' config defaults
+FAMILIES = {"bert": False, "roberta": True, "xlm-roberta": True, "camembert": True}
+DEFAULT_PAD = {"bert": 0, "roberta": 1, "xlm-roberta": 1, "camembert": 1}  # transformers' config defaults
 # Buffers older transformers saved with the weights; it ignores them at load, as here.
 BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 PREFIXES = ("bert.", "roberta.", "")  # where *ForMaskedLM / *Model folders keep the encoder
@@ -68,7 +70,7 @@ class EncoderConfig:
         """The settings of a Hugging Face config dict; anything computed otherwise than
         here (another model type, relative positions, a decoder, an activation without
         a line here) is an :class:`EncoderConfigError` naming ``where``."""
-        family = raw.get("model_type")
+        family = encoder_family(raw.get("model_type"))  # the plugin's type: its family
         if family not in FAMILIES:
             raise EncoderConfigError(f"{where}: model_type {family!r}; the torch encoder "
                                      f"computes {', '.join(FAMILIES)}")

@@ -12,10 +12,20 @@ encoded with the tokenizer, segmentation and input layout of training.
 of the hub's adapter for it: ``predict``/``predict_logits`` (sentence classification and
 regression), ``predict_entities``/``predict_words`` (tagging, span labeling),
 ``predict_answers``/``predict_examples`` (QA), ``predict_pairs`` (span pairs).
+
+Importing this package also registers the plugin's model type (``span_plugin_<family>``,
+the type of exported span models) with ``transformers``' Auto classes
+(:mod:`span_plugin.portable.hf_auto`), so that ``pipeline("text-classification",
+model=DIR)`` runs them: at once when ``transformers`` is already imported, else right
+after it is (importing this package alone does not import ``transformers``).
 """
 
+import importlib.abc
+import importlib.util
+import sys
 
-def load_model(folder, head=None, device="cpu", encoder="torch"):
+
+def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None):
     """The predictor of the exported model in ``folder``, checked whole first
     (:func:`span_plugin.formats.model_folder.check_folder`, then the heads' tensors
     against their options, the tokenizer against the embeddings, finite weights): every
@@ -25,29 +35,37 @@ def load_model(folder, head=None, device="cpu", encoder="torch"):
     torch cannot use is a ValueError saying why). ``encoder``: ``"torch"``, the plugin's
     plain-torch encoder (``transformers`` is not imported; it computes what
     transformers' class does and starts and runs faster: benchmarks/RESULTS.md), or
-    ``"transformers"``, its ``AutoModel``."""
+    ``"transformers"``, its ``AutoModel``. ``quantize``: None (float32) or ``"int8"``,
+    the encoder's Linear layers in int8 on the CPU (:mod:`span_plugin.portable.quantize`;
+    what it costs in accuracy: ``span-export int8-check``)."""
     from span_plugin.formats.model_folder import ModelFolderError
     from span_plugin.modules.head_builders import HEAD_BUILDERS
     from span_plugin.portable import ner, pairs, qa, sentence  # noqa: F401  (register them)
     from span_plugin.portable.base import PREDICTORS
     from span_plugin.portable.folder import read_folder
     from span_plugin.portable.model import ENCODERS, load_network
+    from span_plugin.portable.quantize import check_quantize, quantize_encoder
     from span_plugin.portable.text import text_encoder
 
     if encoder not in ENCODERS:
         raise ValueError(f"encoder {encoder!r}; expected one of {', '.join(ENCODERS)}")
     device = usable_device(device)
+    check_quantize(quantize, device)
     try:
         found = read_folder(folder, HEAD_BUILDERS)
         text, vocab = text_encoder(found)
         network = load_network(found, vocab, encoder)
+        if quantize == "int8":
+            network.encoder = quantize_encoder(network.encoder)
     except (ValueError, OSError):  # ModelFolderError among them: one line naming the file
         raise
     except Exception as err:  # noqa: BLE001 - what no check above foresaw: still one line
         line = (str(err).strip().splitlines() or [""])[0][:300]
         raise ModelFolderError(f"{folder}: not loadable as an exported model "
                                f"({type(err).__name__}: {line})") from err
-    return PREDICTORS[found.task](found, text, vocab, network, head=head).to(device)
+    model = PREDICTORS[found.task](found, text, vocab, network, head=head).to(device)
+    model.quantize = quantize
+    return model
 
 
 def check_model_folder(folder):
@@ -117,3 +135,47 @@ def exported_predictor(folder, data=None, head="sentence_classification_head", d
     model = load_model(folder, head=None if head == "sentence_classification_head" else head,
                        device=device, encoder=encoder)
     return model.use_data(data)
+
+
+class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):
+    """Runs :func:`span_plugin.portable.hf_auto.register` right after ``transformers``
+    is imported (a post-import hook: the import itself is found by the other finders;
+    its loader's ``exec_module`` is wrapped), then takes itself off ``sys.meta_path``."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "transformers":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _register()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _register():
+    """Register the plugin's model type; a transformers this fails with is said in one
+    warning, never an error of the user's ``import transformers``."""
+    import warnings
+
+    try:
+        from span_plugin.portable.hf_auto import register
+
+        register()
+    except Exception as err:  # noqa: BLE001 - the import of transformers must not fail
+        warnings.warn(f"span_plugin: the span_plugin_* model types are not registered with "
+                      f"transformers ({type(err).__name__}: {err}); load exported span "
+                      f"models with span_plugin.portable.load_model", stacklevel=2)
+
+
+if "transformers" in sys.modules:
+    _register()
+elif not any(isinstance(f, _RegisterAfterTransformers) for f in sys.meta_path):
+    sys.meta_path.insert(0, _RegisterAfterTransformers())

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import torch
 import torch.nn as nn
 
-from span_plugin.formats.model_folder import ModelFolderError
+from span_plugin.formats.model_folder import (TASK_CLASS_PREFIX, ModelFolderError, encoder_family,
+                                              head_tensor_names)
 from span_plugin.modules.bert_encoder import EncoderConfigError, load_bert_encoder
 from span_plugin.modules.bert_segment_pooler import segment_ids
 from span_plugin.modules.head_builders import MODEL_DEFAULTS, build_head_module
@@ -36,13 +37,15 @@ def model_arguments(folder):
     return SimpleNamespace(**{**MODEL_DEFAULTS, **folder.model_args})
 
 
-def head_tensors(path, name):
-    """``{key: tensor}`` of head ``name`` in the safetensors file ``path``."""
+def head_tensors(path, name, spec=None):
+    """``{key: tensor}`` of head ``name`` (its entry ``spec``) in the safetensors file
+    ``path``: its ``span_heads.<name>.*`` tensors, or the transformers class's names its
+    entry maps (:func:`~span_plugin.formats.model_folder.head_tensor_names`)."""
     from safetensors import safe_open
 
-    prefix = f"{HEAD_PREFIX}{name}."
     with safe_open(path, framework="pt") as f:
-        return {k[len(prefix):]: f.get_tensor(k) for k in f.keys() if k.startswith(prefix)}
+        names = head_tensor_names(name, spec, list(f.keys()))
+        return {key: f.get_tensor(tensor) for key, tensor in names.items()}
 
 
 def check_finite(tensors, where):
@@ -73,8 +76,8 @@ def check_head_shapes(folder, name, spec, args):
         raise ModelFolderError(f"{where}.options: {options} do not build a {spec['kind']!r} "
                                f"head ({err})") from None
     prefix = f"{HEAD_PREFIX}{name}."
-    have = {k[len(prefix):]: shape for k, (_, shape) in folder.shapes.items()
-            if k.startswith(prefix)}
+    have = {key: folder.shapes[tensor][1] for key, tensor in
+            head_tensor_names(name, spec, folder.shapes).items() if tensor in folder.shapes}
     want = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
     for key in sorted(set(want) | set(have)):
         if key not in have:
@@ -96,7 +99,7 @@ def head_module(folder, name, spec, args):
     path = os.path.join(folder.path, WEIGHTS)
     prefix = f"{HEAD_PREFIX}{name}."
     head = build_head_module(spec["kind"], args, **(spec.get("options") or {}))
-    state = head_tensors(path, name)
+    state = head_tensors(path, name, spec)
     check_finite({prefix + k: v for k, v in state.items()}, path)
     head.load_state_dict(state, strict=True)
     return head
@@ -123,7 +126,7 @@ class TransformersEncoder(nn.Module):
 
 # Tensors of an exported folder that are not the encoder's: transformers reports them
 # as unexpected when it loads the encoder alone.
-NOT_ENCODER = ("lm_head.", "cls.", HEAD_PREFIX)
+NOT_ENCODER = ("lm_head.", "cls.", HEAD_PREFIX, TASK_CLASS_PREFIX)
 
 
 def load_transformers_encoder(folder, pad, needs_pooler):
@@ -133,7 +136,7 @@ def load_transformers_encoder(folder, pad, needs_pooler):
     of the model must be in the file (a missing one would be random) and every tensor of
     the file either the model's or one of those: else a ModelFolderError naming them.
     The pooler is built only when a head reads it."""
-    from transformers import AutoModel
+    from transformers import AutoConfig, AutoModel
     from transformers.utils import logging as hf_logging
 
     path = os.path.join(folder.path, WEIGHTS)
@@ -141,9 +144,13 @@ def load_transformers_encoder(folder, pad, needs_pooler):
     hf_logging.set_verbosity_error()  # the report is checked below, not printed
     hf_logging.disable_progress_bar()
     try:
+        # The encoder's own config: a folder of the plugin's model type (span heads) holds
+        # a standard encoder under it.
+        config = AutoConfig.for_model(encoder_family(folder.config["model_type"]), **{
+            k: v for k, v in folder.config.items() if k not in ("model_type", "architectures")})
         model, report = AutoModel.from_pretrained(
-            folder.path, local_files_only=True, use_safetensors=True, output_loading_info=True,
-            add_pooling_layer=needs_pooler)
+            folder.path, config=config, local_files_only=True, use_safetensors=True,
+            output_loading_info=True, add_pooling_layer=needs_pooler)
     except (OSError, ValueError, RuntimeError) as err:
         line = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         raise ModelFolderError(f"{path}: transformers' AutoModel does not load it "

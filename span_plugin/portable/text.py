@@ -11,11 +11,12 @@ No torch, no fairseq.
 
 import os
 
-from span_plugin.formats.model_folder import FAMILIES, ModelFolderError, read_json
+from span_plugin.formats.model_folder import FAMILIES, ModelFolderError, encoder_family, read_json
 from span_plugin.preprocess.segmentation.encoding import SpanTokenizer
 from span_plugin.preprocess.segmentation.ngrams import load_ngrams
 from span_plugin.preprocess.segmentation.segmentations import Segmenter, segmentation_kind
 from span_plugin.tokenizers.gpt2 import GPT2Tokenizer
+from span_plugin.tokenizers.sentencepiece_line import SentencePieceLineTokenizer
 from span_plugin.tokenizers.wordpiece import WordPieceTokenizer
 
 # fairseq's dictionary indices of its specials (what task arguments such as
@@ -61,7 +62,7 @@ def _tokenizer_json(folder):
 def embedding_rows(folder):
     """The rows of the folder's word embeddings (its ids are below them), from the
     tensors' header."""
-    prefix = FAMILIES.get(folder.config.get("model_type"), ("",))[0]
+    prefix = FAMILIES.get(encoder_family(folder.config.get("model_type")), ("",))[0]
     found = folder.shapes.get(f"{prefix}embeddings.word_embeddings.weight")
     return found[1][0] if found else None  # None: a folder read without its header
 
@@ -144,7 +145,49 @@ def _wordpiece(folder):
     return tokenizer, Vocabulary(ids, specials)
 
 
-TOKENIZER_KINDS = {"gpt2": _gpt2, "wordpiece": _wordpiece}
+# XLMRobertaTokenizer's and CamembertTokenizer's vocabulary file, beside tokenizer.json
+SPM_FILE = "sentencepiece.bpe.model"
+
+
+def _sentencepiece_line(folder):
+    """XLM-R's and CamemBERT's sentencepiece over the whole line, from the folder's
+    sentencepiece model; the ids from tokenizer.json's Unigram vocabulary (``[piece,
+    score]`` in id order), which must hold every piece of that model (a piece without an
+    id would become ``<unk>`` here, where transformers' tokenizer cuts the text otherwise)."""
+    path, layout = _tokenizer_json(folder)
+    model = layout["model"]
+    if model.get("type") != "Unigram":
+        raise ModelFolderError(f"{path}: model.type: a {model.get('type')} tokenizer, but "
+                               f"the data record names sentencepiece-line (a Unigram model)")
+    entries = model.get("vocab")
+    if not isinstance(entries, list) or not all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) for e in entries):
+        raise ModelFolderError(f"{path}: model.vocab: not a list of [piece, score]")
+    ids = {}
+    for i, (piece, _) in enumerate(entries):
+        ids.setdefault(piece, i)
+    spm_path = os.path.join(folder.path, SPM_FILE)
+    if not os.path.isfile(spm_path):
+        raise ModelFolderError(f"{spm_path}: missing (the sentencepiece model the data "
+                               f"record's sentencepiece-line tokenizer reads)")
+    try:
+        tokenizer = SentencePieceLineTokenizer(spm_path)
+    except ValueError as err:
+        raise ModelFolderError(str(err)) from None
+    sp = tokenizer.sp
+    missing = next((sp.id_to_piece(i) for i in range(sp.get_piece_size())
+                    if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i))
+                    and sp.id_to_piece(i) not in ids), None)
+    if missing is not None:
+        raise ModelFolderError(f"{path}: model.vocab: no {missing!r}, a piece of {spm_path}: "
+                               f"the two files are not one tokenizer's")
+    names = list(FAIRSEQ_SPECIALS.values())
+    specials = {s: ids[s] for s in names if s in ids}
+    _check_ids(folder, path, ids, specials, names)
+    return tokenizer, Vocabulary(ids, specials)
+
+
+TOKENIZER_KINDS = {"gpt2": _gpt2, "wordpiece": _wordpiece, "sentencepiece-line": _sentencepiece_line}
 
 
 def text_encoder(folder):

@@ -1,0 +1,170 @@
+"""The plugin's model type in ``transformers``' Auto classes: a fine-tuned model whose
+heads no ``transformers`` class computes (the span heads read the plugin's n-gram
+spans) is exported under ``span_plugin_<family>`` (``span_plugin_roberta``, ...;
+:func:`span_plugin.formats.model_folder.plugin_model_type`). ``transformers`` alone
+refuses that type by name; :func:`register` (run when :mod:`span_plugin.portable` is
+imported, see its ``__init__``) teaches it the type:
+
+- ``AutoConfig``: the encoder family's config class under the plugin's type;
+- ``AutoTokenizer``: :class:`SpanPluginTokenizer`, the folder's ``tokenizer.json`` whose
+  ``__call__`` encodes text as training did (tokenizer, n-gram segmentation, layout:
+  the predictor of :func:`span_plugin.portable.load_model`) and adds ``spans``;
+- ``AutoModelForSequenceClassification`` (sentence tasks): the encoder of the family
+  (``transformers``' own) and the task's head of :mod:`span_plugin.modules.head_builders`,
+  ``forward(input_ids, attention_mask, spans)`` -> ``SequenceClassifierOutput``.
+
+So ``pipeline("text-classification", model=DIR)`` runs a span model as ``load_model``
+does. Other tasks' heads (QA, tagging, span pairs) are not registered with a pipeline
+class: ``transformers`` says so in its own words; predict them with ``load_model``.
+"""
+
+import torch.nn as nn
+
+from span_plugin.formats.model_folder import FAMILIES, plugin_model_type
+from span_plugin.modules.bert_segment_pooler import segment_ids
+from span_plugin.modules.head_builders import MODEL_DEFAULTS, build_head_module
+
+# family -> transformers' config and encoder class names
+FAMILY_CLASSES = {"roberta": ("RobertaConfig", "RobertaModel"),
+                  "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel"),
+                  "bert": ("BertConfig", "BertModel")}
+TOKENIZER_CLASS = "SpanPluginTokenizer"
+_REGISTERED = []
+
+
+def _class_stem(model_name):
+    return model_name[:-len("Model")]
+
+
+def _sequence_model(config_class, encoder_class, prefix):
+    """A ``PreTrainedModel`` class for ``config_class``: the encoder (``encoder_class``)
+    under ``prefix`` and the folder's task head under ``span_heads.<name>``, as
+    model.safetensors names them."""
+    from transformers import PreTrainedModel
+    from transformers.modeling_outputs import SequenceClassifierOutput
+
+    class SpanPluginForSequenceClassification(PreTrainedModel):
+        base_model_prefix = prefix
+
+        def __init__(self, config):
+            super().__init__(config)
+            span = config.span_plugin
+            args = type("Args", (), {**MODEL_DEFAULTS, **span["model_args"]})
+            self.head_name = (span["task_args"].get("classification_head_name")
+                              or "sentence_classification_head")
+            spec = span["heads"][self.head_name]
+            head = build_head_module(spec["kind"], args, **(spec.get("options") or {}))
+            self.reads_spans = "spans" in (spec.get("inputs") or ())
+            self.reads_pooled = bool(getattr(head, "reads_pooled", False))
+            self.token_types = bool(args.bert_token_types)
+            setattr(self, prefix, encoder_class(config, add_pooling_layer=self.reads_pooled))
+            self.span_heads = nn.ModuleDict({self.head_name: head})
+            self.post_init()
+
+        def forward(self, input_ids, attention_mask=None, spans=None, token_type_ids=None,
+                    labels=None, **unused):
+            """``input_ids [B, T]`` (the pad id after each row), ``spans [B, S, 2]``
+            (:class:`SpanPluginTokenizer` makes them) -> ``logits [B, C]``. Token types are
+            computed as training did (segment B after the first ``</s>``), not read."""
+            if self.reads_spans and spans is None:
+                raise ValueError(
+                    f"{type(self).__name__}: head {self.head_name!r} reads the n-gram spans "
+                    f"of span_plugin's segmentation (spans=[B, S, 2]); encode the text with "
+                    f"this folder's AutoTokenizer (span_plugin imported) or predict with "
+                    f"span_plugin.portable.load_model")
+            pad = self.config.pad_token_id
+            types = segment_ids(input_ids, self.config.eos_token_id) if self.token_types else None
+            encoder = getattr(self, prefix)
+            features = encoder(input_ids=input_ids, attention_mask=input_ids.ne(pad).long(),
+                               token_type_ids=types).last_hidden_state
+            side = {"spans": spans} if self.reads_spans else {}
+            if self.reads_pooled:
+                side["pooled"] = encoder.pooler(features)
+            return SequenceClassifierOutput(
+                logits=self.span_heads[self.head_name](features, **side))
+
+    SpanPluginForSequenceClassification.config_class = config_class
+    return SpanPluginForSequenceClassification
+
+
+def _tokenizer_class():
+    from transformers import BatchEncoding, PreTrainedTokenizerFast
+
+    class SpanPluginTokenizer(PreTrainedTokenizerFast):
+        """The folder's ``tokenizer.json`` (``tokenize``, ``decode``, the vocabulary), and
+        a ``__call__`` that encodes text as training did: token ids in the layout of
+        training, ``attention_mask`` and the n-gram ``spans`` (positions in the ids)."""
+
+        model_input_names = ["input_ids", "attention_mask", "spans"]
+
+        def _predictor(self):
+            if getattr(self, "_span_predictor", None) is None:
+                from span_plugin.modules.head_builders import HEAD_BUILDERS
+                from span_plugin.portable import sentence  # noqa: F401  (registers it)
+                from span_plugin.portable.base import PREDICTORS
+                from span_plugin.portable.folder import read_folder
+                from span_plugin.portable.text import text_encoder
+
+                found = read_folder(self.name_or_path, HEAD_BUILDERS)
+                text, vocab = text_encoder(found)
+                self._span_predictor = PREDICTORS[found.task](found, text, vocab, None)
+            return self._span_predictor
+
+        def __call__(self, text=None, text_pair=None, return_tensors=None, **unused):
+            """``text`` (str or list of str), ``text_pair`` (the same, or None) ->
+            ``input_ids [B, T]``, ``attention_mask [B, T]``, ``spans [B, S, 2]``, right
+            padded (one example: no batch axis unless ``return_tensors``)."""
+            from span_plugin.portable.batches import pad_rows, pad_tokens
+
+            single = isinstance(text, str)
+            texts = [text] if single else list(text)
+            pairs = None if text_pair is None else (
+                [text_pair] if isinstance(text_pair, str) else list(text_pair))
+            examples = texts if pairs is None else list(zip(texts, pairs))
+            predictor = self._predictor()
+            encoded = predictor.encode(examples)
+            pad = predictor.vocab.pad
+            ids = pad_tokens([t for t, _ in encoded], pad)
+            data = {"input_ids": ids, "attention_mask": ids.ne(pad).long(),
+                    "spans": pad_rows([s for _, s in encoded], 2)}
+            if return_tensors is None:
+                lists = {k: v.tolist() for k, v in data.items()}
+                if single:  # unpadded, as transformers' tokenizers give one text
+                    n = len(encoded[0][0])
+                    lists = {"input_ids": lists["input_ids"][0][:n],
+                             "attention_mask": lists["attention_mask"][0][:n],
+                             "spans": encoded[0][1].tolist()}
+                return BatchEncoding(lists)
+            if return_tensors != "pt":
+                raise ValueError(f"return_tensors={return_tensors!r}: {TOKENIZER_CLASS} gives "
+                                 f"torch tensors ('pt') or lists (None)")
+            return BatchEncoding(data)
+
+    return SpanPluginTokenizer
+
+
+def register():
+    """Register the plugin's model types with ``transformers``' Auto classes (once):
+    ``AutoConfig``, ``AutoTokenizer`` and ``AutoModelForSequenceClassification`` for
+    ``span_plugin_<family>`` of each family in :data:`FAMILY_CLASSES`."""
+    if _REGISTERED:
+        return
+    import transformers
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = _tokenizer_class()
+    for family, (config_name, model_name) in FAMILY_CLASSES.items():
+        model_type = plugin_model_type(family)
+        stem = _class_stem(model_name)
+        config_class = type(f"SpanPlugin{stem}Config", (getattr(transformers, config_name),),
+                            {"model_type": model_type})
+        model_class = _sequence_model(config_class, getattr(transformers, model_name),
+                                      FAMILIES[family][0].rstrip("."))
+        model_class.__name__ = model_class.__qualname__ = f"SpanPlugin{stem}ForSequenceClassification"
+        AutoConfig.register(model_type, config_class, exist_ok=True)
+        AutoModelForSequenceClassification.register(config_class, model_class, exist_ok=True)
+        AutoTokenizer.register(config_class, tokenizer_class=tokenizer, exist_ok=True)
+    _REGISTERED.append(True)
+
+
+__all__ = ["register", "TOKENIZER_CLASS"]
