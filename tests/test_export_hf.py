@@ -205,15 +205,16 @@ def test_output_folder_rules(roberta, tmp_path, capsys):
 def test_refuses_what_has_no_counterpart(roberta, tmp_path, capsys):
     """A tokenizer kind without a Hugging Face counterpart is refused in one line, before
     anything is written (fine-tuned checkpoints: tests/test_export_finetuned.py)."""
-    # The same RoBERTa, its record saying the sentencepiece-line kind (XLM-R's).
+    # The same RoBERTa, its record saying the sentencepiece kind (GPT-2 words encoded
+    # one by one: pieces XLM-R's tokenizer never makes; sentencepiece-line is exported).
     _, fs, _ = roberta
     spm = tmp_path / "spm"
     shutil.copytree(fs, spm)
     state = torch.load(spm / "model.pt", weights_only=True)
-    state["cfg"]["model"]["hf_conversion"]["tokenizer"] = "sentencepiece-line"
+    state["cfg"]["model"]["hf_conversion"]["tokenizer"] = "sentencepiece"
     torch.save(state, spm / "model.pt")
     err = one_line_error(["hf", str(spm), "--out", str(tmp_path / "x")], capsys)
-    assert "'sentencepiece-line'" in err and "supported: gpt2, wordpiece" in err
+    assert "'sentencepiece'" in err and "supported: gpt2, wordpiece, sentencepiece-line" in err
     assert not (tmp_path / "x").exists()
 
 

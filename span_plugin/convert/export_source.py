@@ -37,6 +37,8 @@ KIND_FILES = {
     "gpt2": {"encoder_json": ("gpt2_encoder_json", "encoder.json"),
              "vocab_bpe": ("gpt2_vocab_bpe", "vocab.bpe")},
     "wordpiece": {"wordpiece": ("bpe_vocab_file", "vocab.txt")},
+    "sentencepiece-line": {"sentencepiece_model": ("sentencepiece_model",
+                                                   "sentencepiece.bpe.model")},
 }
 
 
@@ -236,6 +238,7 @@ def recorded_inputs(checkpoint) -> Dict[str, List[str]]:
     encoder = _plain(record.get("encoder"))
     inputs = {"the files beside CHECKPOINT": [
         str(path.parent / name) for name in ("dict.txt", "encoder.json", "vocab.bpe", "vocab.txt",
+                                             "sentencepiece.bpe.model",
                                              "bert_embeddings.safetensors")]}
     data = _paths(record.get("data_dir"))
     for given in _paths(_plain(cfg.get("task")).get("data")):
