@@ -4,7 +4,10 @@
                        --gpt2-vocab-bpe F | --wordpiece F]   # encoder -> HF folder; fine-tuned
                        # model -> that folder + heads, labels, data record (docs/EXPORT.md)
     span-export onnx CHECKPOINT --out DIR [--force] [--data D] [tokenizer files]
+                     [--quantize int8 [--max-drop 0.5] [--split S | --input F] [--force-int8]]
                                                    # fine-tuned model -> model.onnx + onnx.json
+    span-export int8-check DIR (--data D | --input F) [--split S] [--max-drop 0.5] [--force-int8]
+                                                   # what int8 costs an hf folder, recorded in it
 """
 
 import argparse
@@ -53,17 +56,80 @@ def _parser():
     o.add_argument("--data", help="the task folder it was trained on (default: as its record says)")
     add_arguments(o.add_argument_group("tokenizer files (default: as its record says)"),
                   [file_options()[field] for field in TOKENIZER_FIELDS])
+    q = o.add_argument_group("int8 (docs/EXPORT.md, int8 on the CPU)")
+    q.add_argument("--quantize", choices=["int8"],
+                   help="write the int8 graph (ONNX Runtime's dynamic quantization of the "
+                   "MatMul/Gemm weights) once the float32 and int8 graphs have predicted the "
+                   "validation split and int8 lost at most --max-drop points")
+    _guard_arguments(q)
+    c = sub.add_parser("int8-check", help="measure what int8 costs a span-export hf folder "
+                       "(load_model(DIR, quantize='int8'), span-predict --quantize int8): "
+                       "float32 and int8 predict a labelled split, and both figures go into "
+                       "its config.json and model card")
+    c.add_argument("folder", metavar="DIR", help="a span-export hf folder of a fine-tuned model")
+    c.add_argument("--data", help="the task folder whose split to predict (an exported "
+                   "folder does not hold its data); or --input")
+    _guard_arguments(c)
     return parser
+
+
+def _guard_arguments(group):
+    """The accuracy guard's flags (span_plugin/inference/int8_guard.py)."""
+    from span_plugin.formats.flag_values import finite
+    from span_plugin.inference.int8_guard import DEFAULT_MAX_DROP
+
+    group.add_argument("--split", default="valid", help="the labelled split of the data "
+                       "folder to measure on (default: valid)")
+    group.add_argument("--input", help="measure on this labelled file instead: a GLUE TSV "
+                       "of the model's task, a CoNLL file, SQuAD / MRQA, span pairs' JSON Lines")
+    group.add_argument("--max-drop", type=finite, default=DEFAULT_MAX_DROP, metavar="POINTS",
+                       help="refuse int8 when the task's metric drops by more than this many "
+                       "points (default: %(default)s)")
+    group.add_argument("--force-int8", action="store_true",
+                       help="keep int8 past --max-drop (the figures are written all the same)")
 
 
 def _onnx(args):
     from span_plugin.inference.onnx_export import export_onnx
 
+    from span_plugin.inference.int8_guard import DEFAULT_MAX_DROP
+
+    if not args.quantize:
+        given = [flag for flag, on in (("--force-int8", args.force_int8), ("--input", args.input),
+                                       ("--split", args.split != "valid"),
+                                       ("--max-drop", args.max_drop != DEFAULT_MAX_DROP)) if on]
+        if given:
+            from span_plugin.convert.hf_source import ConversionError
+
+            raise ConversionError(f"{given[0]} applies to --quantize int8 (the accuracy guard), "
+                                  f"which was not given")
     files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
-    meta = export_onnx(args.checkpoint, args.out, force=args.force, data=args.data, **files)
+    meta = export_onnx(args.checkpoint, args.out, force=args.force, data=args.data,
+                       quantize=args.quantize, max_drop=args.max_drop, split=args.split,
+                       input_path=args.input, force_int8=args.force_int8, **files)
     print(f"wrote {args.out}: model.onnx ({meta['task']}, head {meta['head_kind']}), inputs "
           f"{', '.join(meta['inputs'])}; outputs {', '.join(meta['outputs'])}; ONNX Runtime "
           f"within {meta['check']['max_abs_diff']:.1e} of torch on its check batches")
+    if "int8" in meta:
+        from span_plugin.inference.int8_guard import summary
+
+        print(f"model.onnx is the int8 graph; {summary(meta['int8'])}")
+
+
+def _int8_check(args):
+    from span_plugin.inference.int8_check import int8_check
+    from span_plugin.inference.int8_guard import summary
+
+    if not (args.data or args.input):
+        from span_plugin.convert.hf_source import ConversionError
+
+        raise ConversionError(f"{args.folder}: give --data FOLDER (the task folder whose "
+                              f"split {args.split} to predict) or --input FILE (labelled "
+                              f"examples): an exported folder does not hold its data")
+    record = int8_check(args.folder, data=args.data, split=args.split, input_path=args.input,
+                        max_drop=args.max_drop, force_int8=args.force_int8)
+    print(f"wrote {args.folder}: config.json span_plugin.int8, README.md, files.json; "
+          f"{summary(record)}")
 
 
 def _hf(args):
@@ -95,7 +161,7 @@ def inputs_of(args):
 
     options = file_options()
     inputs = {"CHECKPOINT": args.checkpoint, "--data": args.data,
-              "--ngrams": getattr(args, "ngrams", None)}
+              "--ngrams": getattr(args, "ngrams", None), "--input": getattr(args, "input", None)}
     inputs.update({options[f].flags[0]: getattr(args, f) for f in TOKENIZER_FIELDS})
     inputs.update(recorded_inputs(args.checkpoint))
     return inputs
@@ -110,6 +176,11 @@ INSIDE = "an export there would add to that folder, or replace a part of it"
 def main(argv=None):
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.cmd == "int8-check":
+        # The folder is rewritten whole in place: it is the output; the data read is not.
+        return run_guarded("span-export int8-check", {"DIR": args.folder},
+                           {"--data": args.data, "--input": args.input},
+                           lambda: _int8_check(args))
     # The output is never an input read (the checkpoint, the files and folders given or
     # recorded), nor holds one, nor lies inside one; it has one writer; --force replaces
     # only an earlier export (span_plugin/formats/exports.py).

@@ -51,6 +51,9 @@ def build_parser(portable=False):
     source.add_argument("--checkpoint", help="fine-tuned checkpoint_*.pt")
     source.add_argument("--model", metavar="DIR", help="a folder of span-export hf (fairseq "
                         "is not loaded)")
+    p.add_argument("--quantize", choices=["int8"], help="with --model: the encoder's Linear "
+                   "layers in int8 on the CPU (torch's dynamic quantization; what it costs: "
+                   "span-export int8-check, docs/EXPORT.md)")
     p.add_argument("--data", help="the task folder it was trained on (default: the one "
                    "its record names; its dict.txt files are checked); with --model, the "
                    "task folder whose splits are read")
@@ -133,7 +136,7 @@ def load_exported(args):
         raise ValueError(f"--model {args.model} names no data folder to read splits from: "
                          f"give --input FILE (or --glue-dir DIR --task TASK), or --data "
                          f"FOLDER, the task folder whose splits to predict")
-    model = load_model(args.model).use_data(args.data)  # its dictionaries: the record's
+    model = load_model(args.model, quantize=args.quantize).use_data(args.data)  # its dictionaries: the record's
     model.output = TASK_OUTPUTS[model.folder.task]
     args.checkpoint = args.model  # what the writers name as the source of the predictions
     return model
@@ -141,6 +144,10 @@ def load_exported(args):
 
 def load_hub(args):
     from span_plugin.inference.hub import SpanHubInterface
+
+    if args.quantize:
+        raise ValueError(f"--quantize {args.quantize} applies to --model DIR (a span-export "
+                         f"hf folder), not to --checkpoint {args.checkpoint}")
 
     return SpanHubInterface.from_pretrained(
         args.checkpoint, data=args.data, bpe=args.bpe, ngrams=args.ngrams,

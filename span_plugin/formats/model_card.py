@@ -100,6 +100,7 @@ def model_card(config, results=None, folder="DIR"):
                 json.dumps(results, indent=2, sort_keys=True), "```", ""]
     else:
         out += ["No `results.json` was beside the checkpoint.", ""]
+    out += int8_lines(span.get("int8"))
     out += ["## Load", "", "```python",
             *(line.format(dir=folder, call=_call(span)) for line in LOAD_LINES),
             "```", "", "The encoder alone, with transformers' own classes:", "", "```python",
@@ -109,6 +110,40 @@ def model_card(config, results=None, folder="DIR"):
             "here does so by its normalizer). It does not make the n-gram spans the span "
             "heads read: predict with `load_model`.", ""]
     return "\n".join(out)
+
+
+INT8_TITLE = "## int8 on the CPU"
+
+
+def int8_lines(record):
+    """The card's int8 section (its title first, a blank line last) for the record
+    ``span-export int8-check`` writes into ``config.json`` (``span_plugin.int8``);
+    none without one."""
+    if not record:
+        return []
+    return [INT8_TITLE, "",
+            f"`load_model(DIR, quantize=\"int8\")` and `span-predict --model DIR --quantize "
+            f"int8` predict with {record['method']}. Measured on "
+            f"{record['examples']} examples of {record['source']}:", "",
+            f"| | {record['metric']} |", "|---|---|",
+            f"| float32 | {record['fp32']:.2f} |", f"| int8 | {record['int8']:.2f} |", "",
+            f"Drop {record['drop']:.2f} points (allowed {record['max_drop']:g}: "
+            f"{record['accepted']}); {record['agreement_of']} agreeing between the two: "
+            f"{record['agreement']:.2f}%.", ""]
+
+
+def with_int8_section(text, record):
+    """The card ``text`` with its int8 section replaced by (or, without one, put before
+    ``## Load``, else at the end) :func:`int8_lines` of ``record``."""
+    lines = text.split("\n")
+    section = int8_lines(record)
+    if INT8_TITLE in lines:
+        start = lines.index(INT8_TITLE)
+        end = next((k for k in range(start + 1, len(lines)) if lines[k].startswith("## ")),
+                   len(lines))
+        return "\n".join(lines[:start] + section + lines[end:])
+    at = lines.index("## Load") if "## Load" in lines else len(lines)
+    return "\n".join(lines[:at] + section + lines[at:])
 
 
 def write_model_card(path, config, results=None, folder="DIR"):

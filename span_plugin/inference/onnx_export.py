@@ -11,6 +11,7 @@ names, shapes and meanings, outputs, label names, the special ids and the data r
 
 import json
 import logging
+import os
 import warnings
 
 import numpy as np
@@ -19,13 +20,19 @@ import torch
 from span_plugin.convert.hf_export import check_export_dir, check_finite_tensors
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.formats.files import staged_folder
+from span_plugin.inference import int8_guard
 from span_plugin.inference.hub import SpanHubInterface
+from span_plugin.inference.int8_guard import DEFAULT_MAX_DROP
 from span_plugin.inference.ner import NerHubInterface
 from span_plugin.inference.onnx_graph import (DYNAMIC_AXES, EXPORTED, MEANINGS, HeadGraph,
                                               model_inputs, traceable)
+from span_plugin.inference.onnx_quantize import answered_by, quantize_graph
 from span_plugin.inference.qa import QAHubInterface
 
 MODEL = "model.onnx"
+INT8_STAGED = "model.int8.onnx"  # the int8 graph beside the float32 one until the guard passes
+INT8_METHOD = ("ONNX Runtime quantize_dynamic: MatMul/Gemm weights int8 per tensor, "
+               "activations quantized per call")
 META = "onnx.json"
 OPSET = 18
 EXTERNAL_DATA_BYTES = 1 << 30  # weights above it are written beside the graph
@@ -225,10 +232,44 @@ def load_hub(checkpoint, data=None, **files):
     return hub
 
 
-def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
+def quantized(hub, graph, folder, max_drop=DEFAULT_MAX_DROP, split="valid", input_path=None,
+              force_int8=False, where="int8"):
+    """Replace ``folder``'s float32 ``model.onnx`` by its int8 graph
+    (:func:`~span_plugin.inference.onnx_quantize.quantize_graph`) after the accuracy
+    guard: both graphs predict the labelled examples (split ``split`` of the hub's data
+    folder, or ``input_path``) through the hub's own decoding; returns the guard's record
+    (:mod:`span_plugin.inference.int8_guard`), or raises
+    :class:`~span_plugin.inference.int8_guard.Int8Refused` with the folder left as it was."""
+    try:
+        examples = int8_guard.read_examples(hub, split, input_path)
+    except ValueError as err:  # no labelled split, a file of another task: one line
+        raise ConversionError(f"{where}: {err}") from None
+    fp32_path, int8_path = folder / MODEL, folder / INT8_STAGED
+    quantize_graph(fp32_path, int8_path)
+    found = []
+    for path in (fp32_path, int8_path):
+        with answered_by(hub, open_session(path), graph.input_names, graph.output_names):
+            found.append(int8_guard.outcome(hub, examples))
+    record = int8_guard.judge(int8_guard.compare(examples, INT8_METHOD, *found),
+                              max_drop, force_int8, where)
+    os.replace(int8_path, fp32_path)
+    data = folder / (MODEL + ".data")  # the float32 weights' file; the int8 graph holds its own
+    if data.exists():
+        data.unlink()
+    return record
+
+
+def export_onnx(checkpoint, out_dir, force=False, data=None, quantize=None,
+                max_drop=DEFAULT_MAX_DROP, split="valid", input_path=None, force_int8=False,
+                **files):
     """Export the fine-tuned ``checkpoint`` to ``out_dir`` (``model.onnx``, ``onnx.json``),
     written whole or not at all; returns ``onnx.json``'s dict. ``data`` and ``files``:
-    as :meth:`SpanHubInterface.from_pretrained` (default: the checkpoint's record)."""
+    as :meth:`SpanHubInterface.from_pretrained` (default: the checkpoint's record).
+    ``quantize="int8"``: ``model.onnx`` is the int8 graph, kept only when the accuracy
+    guard passes (:func:`quantized`; ``max_drop``, ``split``, ``input_path``,
+    ``force_int8``), its figures in ``onnx.json``'s ``int8``."""
+    if quantize not in (None, "int8"):
+        raise ConversionError(f"--quantize {quantize!r}; expected int8")
     out_dir = check_export_dir(out_dir, force, "onnx")
     _require_packages()
     hub = load_hub(checkpoint, data, **files)
@@ -252,5 +293,8 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, **files):
             raise ConversionError(f"{checkpoint}: head {graph.head_kind} does not trace to "
                                   f"ONNX ({_summary(err)})") from err
         meta = describe(hub, graph, example, outputs, _check(graph, tmp / MODEL, checks))
+        if quantize == "int8":
+            meta["int8"] = quantized(hub, graph, tmp, max_drop, split, input_path, force_int8,
+                                     where=str(checkpoint))
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta

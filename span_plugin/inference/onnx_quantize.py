@@ -1,0 +1,90 @@
+"""int8 graphs of ``span-export onnx --quantize int8``, and a hub model answered by an
+ONNX Runtime session (what the accuracy guard predicts a split with).
+
+:func:`quantize_graph` is ONNX Runtime's dynamic quantization: the weights of every
+``MatMul`` and ``Gemm`` stored as int8 (per tensor), activations quantized per call
+(``DynamicQuantizeLinear`` + ``MatMulInteger``); embeddings, LayerNorms and the rest
+stay float32. :class:`SessionModel` stands in for the fairseq model inside a hub, so the
+hub's own batching and decoding run on the graph's outputs.
+"""
+
+import contextlib
+import logging
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+
+QUANTIZED_OPS = ("MatMul", "Gemm")
+
+
+def quantize_graph(src, dst):
+    """Write the int8 graph of the float32 graph ``src`` to ``dst``.
+
+    The dynamo exporter's shape annotations (``value_info``) are dropped first: ONNX's
+    shape inference, which the quantizer runs, disagrees with some of them (a span
+    head's padded axes) and stops; ONNX Runtime infers what it needs at load."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = onnx.load(str(src))
+    del model.graph.value_info[:]
+    root = logging.getLogger()
+    level = root.level
+    # the quantizer logs a hint about calibration pre-processing, which dynamic
+    # quantization does not use, on the root logger
+    root.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(dst))) as tmp:
+            bare = os.path.join(tmp, "bare.onnx")
+            onnx.save(model, bare)
+            quantize_dynamic(bare, str(dst), op_types_to_quantize=list(QUANTIZED_OPS),
+                             weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
+
+
+class SessionModel(nn.Module):
+    """A hub model's call, ``model(src_tokens [B, T], classification_head_name=...,
+    **side) -> (head output, None)``, answered by ONNX Runtime ``session`` of its graph.
+    ``input_names`` / ``output_names``: the graph's (``onnx.json``); the output is built
+    as the head returns it: ``logits`` a tensor, ``(logits, valid)`` a pair, other names
+    a dict (QA). The fairseq ``model`` is kept for the rest of the hub's questions
+    (device, positions, heads), not run."""
+
+    def __init__(self, model, session, input_names, output_names):
+        super().__init__()
+        self.inner = model
+        self.session = session
+        self.input_names = tuple(input_names)
+        self.output_names = tuple(output_names)
+
+    def forward(self, src_tokens, classification_head_name=None, **side):
+        given = {"src_tokens": src_tokens, **side}
+        feed = {n: given[n].detach().cpu().long().numpy() for n in self.input_names}
+        got = [torch.from_numpy(x) for x in self.session.run(list(self.output_names), feed)]
+        if self.output_names == ("logits",):
+            return got[0], None
+        if self.output_names == ("logits", "valid"):
+            return tuple(got), None
+        return dict(zip(self.output_names, got)), None
+
+    def max_positions(self):
+        return self.inner.max_positions()
+
+    @property
+    def classification_heads(self):
+        return self.inner.classification_heads
+
+
+@contextlib.contextmanager
+def answered_by(hub, session, input_names, output_names):
+    """``hub`` with its model's calls answered by ``session`` (:class:`SessionModel`);
+    its own model put back on exit."""
+    own = hub.model
+    hub.model = SessionModel(own, session, input_names, output_names)
+    try:
+        yield hub
+    finally:
+        hub.model = own

@@ -1,0 +1,55 @@
+"""int8 inference of an exported folder on the CPU: torch's dynamic quantization of the
+encoder's ``nn.Linear`` layers (weights stored as int8 per tensor, activations quantized
+per batch as they come). The heads, the embeddings, the LayerNorms and BERT's pooler stay
+float32: the heads are small next to the encoder, and keeping them exact leaves the
+features they read as the only thing int8 changes.
+
+What int8 costs in accuracy is measured, not assumed: ``span-export int8-check DIR``
+(:mod:`span_plugin.inference.int8_guard`) predicts a validation split both ways and
+records both figures in the folder.
+"""
+
+import warnings
+
+import torch
+import torch.nn as nn
+
+QUANTIZE = ("int8",)  # what load_model(quantize=...) accepts besides None
+
+
+def check_quantize(quantize, device):
+    """Refuse a ``quantize`` value other than None or ``"int8"``, and int8 on a device
+    other than the CPU (torch's dynamic quantization has CPU kernels only)."""
+    if quantize is None:
+        return
+    if quantize not in QUANTIZE:
+        raise ValueError(f"quantize {quantize!r}; expected None or one of {', '.join(QUANTIZE)}")
+    if torch.device(device).type != "cpu":
+        raise ValueError(f"quantize={quantize!r} runs on the CPU only (torch's dynamic "
+                         f"quantization has no {torch.device(device).type} kernels); "
+                         f"device {str(device)!r} was given")
+
+
+def quantized_linear_names(encoder):
+    """Names of the ``nn.Linear`` modules of ``encoder`` that int8 replaces: every one
+    but the pooler's (a head's input, kept float32 as the heads are)."""
+    return [name for name, module in encoder.named_modules()
+            if isinstance(module, nn.Linear) and "pooler" not in name.split(".")]
+
+
+def quantize_encoder(encoder):
+    """A copy of ``encoder`` (the torch :class:`~span_plugin.modules.bert_encoder.BertEncoder`
+    or :class:`~span_plugin.portable.model.TransformersEncoder`) whose Linear layers
+    (:func:`quantized_linear_names`) compute in int8; same interface: ``forward(tokens
+    [B, T], token_types [B, T] or None)`` -> ``[B, T, D]`` float32."""
+    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+
+    names = quantized_linear_names(encoder)
+    if not names:
+        raise ValueError(f"{type(encoder).__name__} has no Linear layer to quantize")
+    with warnings.catch_warnings():
+        # torch marks its eager quantization API deprecated in favour of torchao, which
+        # is not a dependency here; the API still computes int8.
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(encoder.eval(), {n: default_dynamic_qconfig for n in names},
+                                dtype=torch.qint8, inplace=False)
