@@ -7,40 +7,47 @@ setup(
     packages=find_packages(include=["span_plugin", "span_plugin.*"]),
     package_data={"span_plugin": ["resources/*"]},
     python_requires=">=3.9",
+    # What prediction from exported folders (span_plugin.portable, span-predict --model),
+    # preprocessing (span-preprocess) and conversion (span-convert) import; nothing of the
+    # training stack. tests/test_lean_install.py installs the wheel with exactly these.
     install_requires=[
-        # fairseq 0.12.2 does not import on Python 3.11. ve-fairseq ships cp311 and
-        # cp312 wheels; fairseq-fixed is the same code base as an sdist (install.sh
-        # builds it where no ve-fairseq wheel fits). Both ask for torchaudio (unused
-        # here, and no release exists for torch 2.13): install.sh uses --no-deps.
-        "ve-fairseq==0.12.3; python_version == '3.11' or python_version == '3.12'",
-        "fairseq-fixed==0.12.3.1; python_version != '3.11' and python_version != '3.12'",
-        "torch>=2.0",
+        "torch>=2.0",  # a CPU-only wheel is the small one (docs/INSTALL.md)
         "numpy",
-        "hydra-core>=1.3.2,<1.4",
-        "omegaconf>=2.3,<2.4",
-        "bitarray",
-        "sacrebleu>=1.4.12",
         "regex",
-        "cffi",
-        "cython",
-        "tqdm",
-        "scikit-learn",
-        "scipy",
-        "packaging",
-        "sentencepiece",
-        "fastBPE",
-        "tensorboard",
-        "tensorboardX",
-        "matplotlib",
-        "tokenizers",
         "safetensors",
+        "sentencepiece",
+        "tokenizers",
+        "tqdm",
     ],
     extras_require={
+        # fairseq-train --user-dir span_plugin and everything that loads a checkpoint: the
+        # fairseq fork's run-time dependencies and the plugin's training ones. Not the
+        # fork itself (ve-fairseq, or fairseq-fixed where no wheel fits): its metadata
+        # asks for torchaudio, unused here and without a release for torch 2.13, so
+        # install.sh installs it with --no-deps; nor fastBPE 0.1.0 (--bpe fastbpe), whose
+        # pre-generated C++ compiles on 3.11+ only when built without isolation. The whole
+        # training install is `bash install.sh`.
+        "train": [
+            "hydra-core>=1.3.2,<1.4",
+            "omegaconf>=2.3,<2.4",
+            "bitarray",
+            "sacrebleu>=1.4.12",
+            "cffi",
+            "cython",
+            "scikit-learn",
+            "scipy",
+            "packaging",
+            "tensorboard",
+            "tensorboardX",
+            "matplotlib",
+        ],
         "test": ["pytest"],
         # --segmentation chunker: NLTK's JSON tagger format (3.9+); data via --nltk-data
         "chunker": ["nltk>=3.9"],
         # span-export onnx: the dynamo exporter (onnxscript) and the check in ONNX Runtime
         "onnx": ["onnx>=1.17", "onnxruntime>=1.20", "onnxscript>=0.2"],
+        # load_model(DIR, encoder="transformers"): transformers' own class
+        "transformers": ["transformers"],
     },
     entry_points={
         "console_scripts": [

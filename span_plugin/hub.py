@@ -12,6 +12,9 @@ import sys
 
 def _hub():
     """The fairseq hub's class (imports fairseq)."""
+    from span_plugin.requires import require_fairseq
+
+    require_fairseq("SpanHubInterface on a fairseq checkpoint")
     from span_plugin.inference.hub import SpanHubInterface as hub
 
     return hub

@@ -25,6 +25,8 @@ import sys
 import time
 from datetime import timedelta
 
+from span_plugin.requires import MissingPackageError, require_fairseq
+
 PROG = "span_plugin.cli.launch"
 
 
@@ -179,6 +181,10 @@ def torchrun_command(s, args):
 
 
 def launch(args):
+    try:
+        require_fairseq("training")
+    except MissingPackageError as err:
+        fail(str(err))
     s = settings()
     if "--cpu" not in args:
         import torch

@@ -15,6 +15,8 @@ import logging
 import os
 import sys
 
+from span_plugin.requires import MissingPackageError, require_fairseq
+
 
 MODEL_SEALED = ("an exported folder is checked whole against its files.json, so nothing "
                 "may be written into it")
@@ -172,6 +174,14 @@ def parse(argv, portable):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     portable = exported(argv)
+    if not portable:
+        try:
+            require_fairseq("--checkpoint")
+        except MissingPackageError as err:  # the lean install
+            build_parser(True).parse_known_args(argv)  # --help and argparse's errors still work
+            from span_plugin.formats.stops import report
+
+            return report("span-predict", err)
     args, light = parse(argv, portable)
     from span_plugin.formats.model_folder import ModelFolderError
     from span_plugin.formats.outputs import writing

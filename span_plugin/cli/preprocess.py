@@ -612,6 +612,7 @@ def main(argv=None):
     from span_plugin.formats.outputs import writing
     from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
     from span_plugin.preprocess.segmentation.ngrams import NgramFormatError
+    from span_plugin.requires import MissingPackageError  # --bpe fastbpe, --plot
 
     level = os.environ.get("LOGLEVEL", "WARNING").upper()
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
@@ -624,7 +625,7 @@ def main(argv=None):
         with stop_on_sigterm(), writing(outputs, inputs, command=_command()):
             return args.func(args) or 0
     except (BadInputError, NgramFormatError, OSError, ValueError, KeyboardInterrupt,
-            Stopped) as err:
+            Stopped, MissingPackageError) as err:
         # ValueError covers provenance.ProvenanceError (a file that differs from its record);
         # OSError a path that is a folder, unreadable or not writable, a full disk; SIGINT
         # and SIGTERM: one line, exit 2 (130 for SIGINT).

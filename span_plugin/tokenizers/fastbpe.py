@@ -17,6 +17,11 @@ class FastBPETokenizer(Tokenizer):
     needs = "fastbpe needs a local bpe_codes path"
 
     def __init__(self, bpe_codes, bpe_vocab=None):
+        from span_plugin.requires import require
+
+        # part of the training install: its C++ compiles only when built without isolation
+        require("fastBPE", "--bpe fastbpe", "bash install.sh builds it (or pip install cython, "
+                "then pip install --no-build-isolation fastBPE==0.1.0)")
         import fastBPE
 
         args = [str(bpe_codes)] + ([str(bpe_vocab)] if bpe_vocab else [])

@@ -96,6 +96,9 @@ def run_stats(texts=(), folders=(), ngrams_path=None, sizes="1000,5000,20000,all
 
 
 def _plot(rows, none, path):
+    from span_plugin.requires import require
+
+    require("matplotlib", "--plot", "pip install matplotlib (or 'span_plugin[train]')")
     import matplotlib
 
     matplotlib.use("Agg")
