@@ -198,20 +198,30 @@ def test_folder_is_whole_and_holds_no_pickle(exported):
 
 
 def test_head_tensors_are_the_checkpoints_exactly(exported):
-    _, _, state, _, out = exported
+    """Each head tensor under span_heads.<head>.*, or under the transformers class's
+    classifier.* names its config maps (a plain head)."""
+    from span_plugin.formats.model_folder import head_tensor_names
+
+    name, _, state, _, out = exported
     saved = safetensors_torch.load_file(str(out / "model.safetensors"))
     heads = {k: v for k, v in state["model"].items() if k.startswith("classification_heads.")}
     assert heads
-    got = {k: v for k, v in saved.items() if k.startswith("span_heads.")}
-    assert sorted(got) == sorted("span_heads." + k[len("classification_heads."):] for k in heads)
+    stored = {}
+    for head, spec in verify_folder(out)["span_plugin"]["heads"].items():
+        stored.update({f"classification_heads.{head}.{k}": v
+                       for k, v in head_tensor_names(head, spec, saved).items()})
+    assert sorted(stored) == sorted(heads)
+    assert all(v.startswith("classifier.") for v in stored.values()) == (
+        name in ("sst2-plain", "ner-token"))
     for key, value in heads.items():
-        mine = got["span_heads." + key[len("classification_heads."):]]
+        mine = saved[stored[key]]
         assert mine.dtype == value.dtype and torch.equal(mine, value), key
 
 
 def test_config_and_encoder_load_with_auto_classes(exported):
-    """No custom code: AutoConfig, AutoTokenizer and AutoModel read the folder, and the
-    encoder gives the fairseq model's last-layer features on raw text."""
+    """AutoConfig, AutoTokenizer and AutoModel read the folder (a span model's type as
+    span_plugin.portable, imported here, registers it), and the encoder gives the
+    fairseq model's last-layer features on raw text."""
     _, _, _, hub, out = exported
     config = transformers.AutoConfig.from_pretrained(out)
     args = hub.model.args

@@ -89,7 +89,8 @@ def transformers_task_class(architectures: List[str], kind: str, options: Dict,
     if kind == "token":
         return TaskClass(f"{family}ForTokenClassification",
                          _renamed(head_keys, "classifier.", "out_proj."), TOKENS), ""
-    return None, f"its {kind!r} head reads the plugin's inputs (n-gram spans, words, ...)"
+    return None, (f"its `{kind}` head reads span_plugin's own inputs (n-gram spans, word or "
+                  f"phrase positions), which no transformers tokenizer makes")
 
 
 def plugin_architecture(architectures: List[str], task: str) -> str:

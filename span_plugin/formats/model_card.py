@@ -5,6 +5,8 @@ and the lines that load the folder. Written from ``config.json``'s dict alone.""
 
 import json
 
+from span_plugin.formats.model_folder import encoder_family
+
 # How the folder is loaded without fairseq (span_plugin.portable: the predictor of the
 # task, with the fairseq hub's methods) and, for the encoder alone, with transformers'.
 LOAD_LINES = ("from span_plugin.portable import load_model",
@@ -21,6 +23,7 @@ CALLS = {  # task -> an example call of its predictor
                                 "[{\"source\": [7, 14], \"target\": [7, 13]}])",
 }
 CALLS["span_labeling"] = CALLS["span_tagging"]
+CALLS["sentence_prediction"] = CALLS["span_classification"]
 
 
 def _call(span):
@@ -62,23 +65,93 @@ def _record_lines(record):
     return lines
 
 
+TASK_WORDS = {"span_classification": "sentence classification",
+              "sentence_prediction": "sentence classification with fairseq's own head",
+              "span_tagging": "tagging (named entities)", "span_labeling": "span labeling "
+              "(named entities)", "span_qa": "extractive question answering",
+              "span_pair_classification": "span-pair classification"}
+# A pipeline example per transformers pipeline task; {dir}: the folder.
+PIPELINE_LINES = {
+    "text-classification": ("from transformers import pipeline",
+                            "classify = pipeline(\"text-classification\", model=\"{dir}\")",
+                            "classify({example})"),
+    "token-classification": ("from transformers import pipeline",
+                             "tag = pipeline(\"token-classification\", model=\"{dir}\")",
+                             "tag(\"EU rejects German call to boycott British lamb .\")"),
+}
+
+
+def _install_line(span):
+    chunker = ((span.get("data_record") or {}).get("encoder") or {}).get("chunker")
+    return "pip install 'span_plugin[chunker]'" if chunker else "pip install span_plugin"
+
+
+def _pipeline_example(span):
+    inputs = (span.get("data_record") or {}).get("inputs")
+    if inputs == 2:
+        return ("{\"text\": \"A man plays a flute.\", \"text_pair\": "
+                "\"A man is playing a flute.\"}")
+    return "\"A fine, funny film.\""
+
+
+def transformers_lines(config, folder="DIR"):
+    """What ``transformers`` alone can and cannot do with the folder (the card's first
+    lines name it; ``## With transformers`` shows it), from ``span_export.transformers``."""
+    span = config["span_plugin"]
+    chosen = (config.get("span_export") or {}).get("transformers") or {}
+    pipe = chosen.get("pipeline")
+    lm = "no masked-LM head (fine-tuning does not train one), so no fill-mask"
+    if pipe:
+        lines = [f"`transformers` alone (no span_plugin) loads it as its own "
+                 f"`{chosen['class']}`: `pipeline(\"{pipe}\", model=\"{folder}\")` predicts "
+                 f"what `load_model` predicts, with the label names above; {lm}."]
+        code = PIPELINE_LINES[pipe]
+    else:
+        model_type = config.get("model_type")
+        lines = [f"`transformers` alone cannot run it: its model type `{model_type}` is "
+                 f"span_plugin's own, which `transformers` refuses by that name, since "
+                 f"{chosen.get('why') or 'no transformers class computes its heads'}; {lm}."]
+        code = ()
+        if span.get("task") in ("span_classification", "sentence_prediction"):
+            lines.append("With `import span_plugin.portable` first, the same type runs in "
+                         "`pipeline(\"text-classification\", ...)`: the plugin registers it "
+                         "and its tokenizer, which makes the spans (see Load below).")
+            code = ("import span_plugin.portable  # registers " + str(model_type),
+                    *PIPELINE_LINES["text-classification"])
+    example = _pipeline_example(span)
+    block = ["```python", *(c.format(dir=folder, example=example) for c in code), "```"]
+    return lines, (block if code else [])
+
+
 def model_card(config, results=None, folder="DIR"):
     """The card's Markdown text for ``config`` (config.json's dict, with its
-    ``span_plugin`` key) and the run's ``results`` (results.json's dict, or None)."""
+    ``span_plugin`` key) and the run's ``results`` (results.json's dict, or None). Its
+    first lines: what the model is, how to install, how to predict, what
+    ``transformers`` alone can and cannot do."""
     span = config["span_plugin"]
-    family = config.get("model_type", "?")
+    family = encoder_family(config.get("model_type", "?"))
     heads = span.get("heads", {})
+    labels = span.get("labels", {})
+    kinds = ", ".join(f"`{h['kind']}`" for h in heads.values())
+    named = [n for n in labels.values() if isinstance(n, list)]
+    what = (f"A {family} encoder fine-tuned by span_plugin for "
+            f"{TASK_WORDS.get(span['task'], span['task'])} (head {kinds}"
+            + (f"; labels {', '.join(map(str, named[0]))}" if named else "") + ").")
+    can, pipeline_block = transformers_lines(config, folder)
     out = [f"# {span['task']} model ({family} encoder, span_plugin export format "
-           f"{span['format']})", "",
-           f"Fine-tuned with the fairseq task `{span['task']}` of span_plugin and exported "
-           f"by `span-export hf`: the encoder is a standard Hugging Face {family} "
+           f"{span['format']})", "", what, "",
+           f"Install: `{_install_line(span)}` (no fairseq; add `transformers` for its "
+           f"pipeline). Predict with span_plugin, which encodes text as training did:", "",
+           "```python", *(line.format(dir=folder, call=_call(span)) for line in LOAD_LINES),
+           "```", "", *can, "",
+           f"Exported by `span-export hf`: the encoder is a Hugging Face {family} "
            f"(`{config['architectures'][0]}`, {config['num_hidden_layers']} layers, hidden "
-           f"size {config['hidden_size']}), the task's heads are in `model.safetensors` under "
-           f"`span_heads.`. No file here is a pickle; `files.json` lists the sha256 of every "
+           f"size {config['hidden_size']}), the task's heads are in `model.safetensors` "
+           f"(under `span_heads.`, or the transformers class's `classifier.`). No file here "
+           f"is a pickle; `files.json` lists the sha256 of every "
            f"file, and `load_model` checks the folder whole at load (the listing, then "
            f"config.json against the tensors, labels and tokenizer, finite weights) before "
            f"it builds anything.", "", "## Heads and labels", ""]
-    labels = span.get("labels", {})
     for name, head in heads.items():
         options = ", ".join(f"{k}={v}" for k, v in sorted(head["options"].items()))
         out.append(f"- `{name}`: kind `{head['kind']}` ({options}), reads "
@@ -102,13 +175,15 @@ def model_card(config, results=None, folder="DIR"):
         out += ["No `results.json` was beside the checkpoint.", ""]
     out += int8_lines(span.get("int8"))
     out += ["## Load", "", "```python",
-            *(line.format(dir=folder, call=_call(span)) for line in LOAD_LINES),
-            "```", "", "The encoder alone, with transformers' own classes:", "", "```python",
-            *(line.format(dir=folder) for line in ENCODER_LINES), "```", "",
-            "`AutoTokenizer` gives the token ids of training: leading and trailing white "
-            "space is stripped, as the hub and `load_model` strip it (a GPT-2 tokenizer "
-            "here does so by its normalizer). It does not make the n-gram spans the span "
-            "heads read: predict with `load_model`.", ""]
+            *(line.format(dir=folder, call=_call(span)) for line in LOAD_LINES), "```", ""]
+    if pipeline_block:
+        out += ["With transformers' pipeline:", "", *pipeline_block, ""]
+    if (config.get("span_export") or {}).get("transformers", {}).get("pipeline"):
+        out += ["The encoder alone, with transformers' own classes:", "", "```python",
+                *(line.format(dir=folder) for line in ENCODER_LINES), "```", "",
+                "`AutoTokenizer` gives the token ids of training: leading and trailing "
+                "white space is stripped, as the hub and `load_model` strip it (a GPT-2 "
+                "tokenizer here does so by its normalizer).", ""]
     return "\n".join(out)
 
 

@@ -127,7 +127,7 @@ def choose_class(hub, plan, heads: Dict, labels: Dict, span: Dict) -> Dict:
 
     plan.write_tokenizer = write_plugin_tokenizer
     return {"class": config["architectures"][0], "pipeline": None,
-            "why": f"not one of transformers' own classes: {why}"}
+            "why": why}
 
 
 def check_choice(folder) -> None:

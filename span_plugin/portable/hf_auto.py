@@ -9,6 +9,7 @@ imported, see its ``__init__``) teaches it the type:
 - ``AutoTokenizer``: :class:`SpanPluginTokenizer`, the folder's ``tokenizer.json`` whose
   ``__call__`` encodes text as training did (tokenizer, n-gram segmentation, layout:
   the predictor of :func:`span_plugin.portable.load_model`) and adds ``spans``;
+- ``AutoModel``: the family's encoder (its features), ignoring ``spans``;
 - ``AutoModelForSequenceClassification`` (sentence tasks): the encoder of the family
   (``transformers``' own) and the task's head of :mod:`span_plugin.modules.head_builders`,
   ``forward(input_ids, attention_mask, spans)`` -> ``SequenceClassifierOutput``.
@@ -87,6 +88,17 @@ def _sequence_model(config_class, encoder_class, prefix):
     return SpanPluginForSequenceClassification
 
 
+def _encoder_model(config_class, encoder_class):
+    """The family's encoder class for ``config_class`` (``AutoModel``: the encoder's
+    features), taking and leaving out the ``spans`` :class:`SpanPluginTokenizer` adds."""
+
+    def forward(self, *args, spans=None, **kwargs):
+        return encoder_class.forward(self, *args, **kwargs)
+
+    return type(f"SpanPlugin{encoder_class.__name__}", (encoder_class,),
+                {"config_class": config_class, "forward": forward})
+
+
 def _tokenizer_class():
     from transformers import BatchEncoding, PreTrainedTokenizerFast
 
@@ -145,12 +157,13 @@ def _tokenizer_class():
 
 def register():
     """Register the plugin's model types with ``transformers``' Auto classes (once):
-    ``AutoConfig``, ``AutoTokenizer`` and ``AutoModelForSequenceClassification`` for
+    ``AutoConfig``, ``AutoTokenizer``, ``AutoModel`` and ``AutoModelForSequenceClassification`` for
     ``span_plugin_<family>`` of each family in :data:`FAMILY_CLASSES`."""
     if _REGISTERED:
         return
     import transformers
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import (AutoConfig, AutoModel, AutoModelForSequenceClassification,
+                              AutoTokenizer)
 
     tokenizer = _tokenizer_class()
     for family, (config_name, model_name) in FAMILY_CLASSES.items():
@@ -163,6 +176,9 @@ def register():
         model_class.__name__ = model_class.__qualname__ = f"SpanPlugin{stem}ForSequenceClassification"
         AutoConfig.register(model_type, config_class, exist_ok=True)
         AutoModelForSequenceClassification.register(config_class, model_class, exist_ok=True)
+        AutoModel.register(config_class, _encoder_model(config_class, getattr(transformers,
+                                                                              model_name)),
+                           exist_ok=True)
         AutoTokenizer.register(config_class, tokenizer_class=tokenizer, exist_ok=True)
     _REGISTERED.append(True)
 

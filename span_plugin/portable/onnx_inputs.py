@@ -1,0 +1,73 @@
+"""The inputs of a ``span-export onnx`` graph made from raw text without fairseq.
+
+The graph was traced on the fairseq model: its ``src_tokens`` are the fairseq
+dictionary's ids (``onnx.json``'s ``special_ids``: pad 1), not the ids of the exported
+folder's Hugging Face tokenizer, which :meth:`encode` of a :func:`~span_plugin.portable.
+load_model` predictor gives. The two agree for GPT-2 BPE (the folder's ``vocab.json`` maps
+each token to its fairseq index); for WordPiece the folder's ids are ``vocab.txt``'s
+(``[PAD]`` 0) and the dictionary is ``span-convert``'s order of the same tokens (BERT's
+specials first, ``[MASK]`` last: :func:`span_plugin.convert.bert.vocab_mapping`), so each
+id is mapped back. The mapping is checked against ``onnx.json``: the special ids, and the
+dictionary ``onnx.json``'s data record names must be the folder's.
+"""
+
+import os
+
+import torch
+
+from span_plugin.convert.bert import vocab_mapping
+from span_plugin.formats.model_folder import read_json
+from span_plugin.portable.batches import pad_rows, pad_tokens
+
+
+def _record_dictionaries(record):
+    files = (record or {}).get("files") or {}
+    return {k: v for k, v in files.items() if k.endswith("dict.txt")}
+
+
+def graph_ids(model):
+    """LongTensor ``[V]``: the fairseq dictionary id of each of the folder's token ids
+    (``model``: a :func:`~span_plugin.portable.load_model` predictor); None when they
+    are the same ids."""
+    encoder = ((model.record or {}).get("encoder") or {}).get("bpe")
+    if encoder != "wordpiece":
+        return None
+    path = os.path.join(model.folder.path, "tokenizer.json")
+    table = read_json(path, "tokenizer")["model"]["vocab"]  # checked at load_model
+    order = vocab_mapping(sorted(table, key=table.get), path).order
+    table = torch.empty(len(order), dtype=torch.long)
+    table[order] = torch.arange(len(order))  # order: fairseq row -> folder id
+    return table
+
+
+def onnx_inputs(model, meta, examples):
+    """``{input name: int64 numpy array [B, ...]}`` of the graph ``onnx.json`` (``meta``,
+    its dict) describes, for the raw ``examples`` (str, or (str, str) pairs) encoded by
+    ``model``, the :func:`~span_plugin.portable.load_model` predictor of the
+    ``span-export hf`` folder of the same checkpoint: the dictionary's ids right-padded
+    with its pad id, the n-gram spans (0, 0)-padded. Sentence models (``span_classification``,
+    ``sentence_prediction``); a ValueError names any mismatch with ``meta``."""
+    if not hasattr(model, "encode"):
+        raise ValueError(f"{model.folder.where}: task {model.folder.task!r}; onnx_inputs makes "
+                         f"the inputs of sentence and pair models")
+    ours, theirs = _record_dictionaries(model.record), _record_dictionaries(meta.get("record"))
+    if ours != theirs:
+        raise ValueError(f"onnx.json's data record names other dictionaries than "
+                         f"{model.folder.where} ({sorted(theirs.items())[:1]} against "
+                         f"{sorted(ours.items())[:1]}): not the same checkpoint's exports")
+    table = graph_ids(model)
+    vocab = model.vocab
+    specials = {"bos": vocab.bos, "pad": vocab.pad, "eos": vocab.eos, "unk": vocab.unk}
+    mapped = {k: int(v if table is None else table[v]) for k, v in specials.items()}
+    if mapped != meta["special_ids"]:
+        raise ValueError(f"onnx.json's special_ids {meta['special_ids']}, but the folder's "
+                         f"tokens map to {mapped}")
+    encoded = model.encode(examples)
+    tokens = [t if table is None else table[t] for t, _ in encoded]
+    feed = {"src_tokens": pad_tokens(tokens, meta["special_ids"]["pad"]),
+            "spans": pad_rows([s for _, s in encoded], 2)}
+    unknown = sorted(set(meta["inputs"]) - set(feed))
+    if unknown:
+        raise ValueError(f"onnx.json names inputs {unknown} that a sentence model's "
+                         f"inputs do not hold")
+    return {name: feed[name].long().numpy() for name in meta["inputs"]}
