@@ -170,28 +170,37 @@ def test_ids_are_sentencepiece_lines_but_score_ties(family):
     assert len(ties) <= len(texts) // 1000
 
 
-def test_features_on_raw_text_are_fairseqs(family):
-    """AutoTokenizer + AutoModel on raw text give the fairseq hub's last-layer features
-    over the span-convert folder (1e-5), for XLM-R, whose Hugging Face ids are fairseq's
-    throughout (CamemBERT's opens with its own <s> row instead: the round trip above)."""
+def test_a_checkpoint_without_its_conversion_record_opens_with_fairseqs_rows(family, tmp_path):
+    """A checkpoint that does not say where it came from (as one trained here: no
+    hf_conversion record) is exported as fairseq computes it: <s> and </s> at rows 0 and
+    2, also for CamemBERT, whose family is then told by its dictionary's layout (pieces
+    at sentencepiece id + 4). AutoTokenizer + AutoModel on raw text then give the fairseq
+    hub's features (1e-5)."""
     from test_export_hf import fairseq_hub
 
-    name, _, fs, out = family
-    if name != "xlmr":
-        pytest.skip("CamemBERT's Hugging Face <s> is not fairseq's")
-    hub, texts = fairseq_hub(fs), glue_dev("MRPC", n=40)
-    tok = transformers.AutoTokenizer.from_pretrained(out)
+    name, _, fs, _ = family
+    bare = tmp_path / "fs"
+    shutil.copytree(fs, bare)
+    state = torch.load(bare / "model.pt", weights_only=True)
+    del state["cfg"]["model"]["hf_conversion"]  # cfg.bpe (fairseq's sentencepiece) remains
+    torch.save(state, bare / "model.pt")
+    assert export_main(["hf", str(bare), "--out", str(tmp_path / "out")]) == 0
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == FAMILIES[name][1]
+    assert (config["bos_token_id"], config["eos_token_id"]) == (0, 2)
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    hub, texts = fairseq_hub(bare), glue_dev("MRPC", n=20)
     batch = tok(texts, return_tensors="pt", padding=True)
     real = batch["attention_mask"].bool()
-    fs_batch = torch.full(real.shape, hub.task.source_dictionary.pad(), dtype=torch.long)
+    fs_batch = torch.full(real.shape, 1, dtype=torch.long)
     for i, text in enumerate(texts):
         ids = hub.encode(text)
         assert batch["input_ids"][i][real[i]].tolist() == ids.tolist(), text
         fs_batch[i, :len(ids)] = ids
     with torch.no_grad():
         want = hub.extract_features(fs_batch)
-        got = transformers.AutoModel.from_pretrained(out).eval()(**batch).last_hidden_state
-    assert (want - got)[real].abs().max() < TOL
+        got = transformers.AutoModel.from_pretrained(tmp_path / "out").eval()(**batch)
+    assert (want - got.last_hidden_state)[real].abs().max() < TOL
 
 
 def test_reads_the_models_settings_as_protobuf_does(spm_model, tmp_path):
@@ -274,17 +283,18 @@ def fine_tuned(family, tmp_path_factory):
 @pytest.mark.slow
 def test_fine_tuned_xlmr_predicts_as_the_hub(fine_tuned):
     """span_plugin.portable.load_model of the exported folder gives the fairseq hub's
-    logits (1e-4) and labels on 100 real MRPC dev pairs; its AutoTokenizer gives the
-    token ids the hub encodes with (fairseq's <s> and </s>)."""
+    logits (1e-4) and labels on 100 real MRPC dev pairs; its XLM-R tokenizer files give
+    the pieces of sentencepiece-line between fairseq's <s> and </s>."""
     from span_plugin.inference.hub import SpanHubInterface
     from span_plugin.portable import load_model
+    from span_plugin.tokenizers.sentencepiece_line import SentencePieceLineTokenizer
 
     checkpoint, out, fs = fine_tuned
     pairs = list(zip(glue_dev("MRPC", (3,), 100), glue_dev("MRPC", (4,), 100)))
     hub = SpanHubInterface.from_pretrained(checkpoint)
     want = hub.predict_logits(pairs, batch_size=16)
     model = load_model(out)
-    got = model.predict_logits([list(p) for p in pairs], batch_size=16)
+    got = model.predict_logits(pairs, batch_size=16)
     assert torch.as_tensor(got).shape == want.shape == (100, 2)
     assert (torch.as_tensor(got) - want).abs().max() < 1e-4
     assert torch.equal(torch.as_tensor(got).argmax(-1), want.argmax(-1))
@@ -292,7 +302,11 @@ def test_fine_tuned_xlmr_predicts_as_the_hub(fine_tuned):
     assert config["span_plugin"]["data_record"]["encoder"]["bpe"] == "sentencepiece-line"
     assert (out / "sentencepiece.bpe.model").read_bytes() == \
         (fs / "sentencepiece.bpe.model").read_bytes()
-    tok = transformers.AutoTokenizer.from_pretrained(out)
-    text = pairs[0][0]
-    ids = tok(text)["input_ids"]
-    assert ids[0] == 0 and ids[-1] == 2
+    # The folder's XLM-R tokenizer files (AutoTokenizer of a span-head folder is the
+    # plugin's own encoder) open and close with the rows the model was trained with.
+    tok = transformers.XLMRobertaTokenizer.from_pretrained(out)
+    line = SentencePieceLineTokenizer(str(out / "sentencepiece.bpe.model"))
+    for a, b in pairs[:10]:
+        ids = tok(a, b)["input_ids"]
+        assert ids[:1] + ids[-1:] == [0, 2] and ids.count(2) == 3
+        assert ids[1:ids.index(2)] == [tok.convert_tokens_to_ids(p) for p in line.pieces(a)[0]]
