@@ -249,6 +249,26 @@ def test_refuses_a_dictionary_without_every_piece(family, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_sentencepiece_model_found_or_given(family, tmp_path, capsys):
+    """A folder whose sentencepiece model is neither beside the checkpoint nor where
+    its record says is refused naming --sentencepiece-model; given with it, exported."""
+    name, _, fs, out = family
+    if name != "xlmr":
+        pytest.skip("one family is enough")
+    moved = tmp_path / "fs"
+    shutil.copytree(fs, moved)
+    (moved / "sentencepiece.bpe.model").rename(tmp_path / "elsewhere.model")
+    state = torch.load(moved / "model.pt", weights_only=True)
+    state["cfg"]["bpe"]["sentencepiece_model"] = str(tmp_path / "gone" / "sp.model")
+    torch.save(state, moved / "model.pt")
+    assert export_main(["hf", str(moved), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "sentencepiece.bpe.model is not at" in err and "--sentencepiece-model" in err, err
+    assert export_main(["hf", str(moved), "--out", str(tmp_path / "x"), "--sentencepiece-model",
+                        str(tmp_path / "elsewhere.model")]) == 0
+    assert (tmp_path / "x" / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
+
+
 @pytest.fixture(scope="module")
 def fine_tuned(family, tmp_path_factory):
     """The converted XLM-R fine-tuned on real MRPC rows (span-preprocess with its

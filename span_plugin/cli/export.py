@@ -1,7 +1,8 @@
 """``span-export``: thin command line over :mod:`span_plugin.convert.hf_export`.
 
     span-export hf CHECKPOINT --out DIR [--force] [--data D] [--gpt2-encoder-json F
-                       --gpt2-vocab-bpe F | --wordpiece F]   # encoder -> HF folder; fine-tuned
+                       --gpt2-vocab-bpe F | --wordpiece F | --sentencepiece-model F]
+                       # encoder -> HF folder; fine-tuned
                        # model -> that folder + heads, labels, data record (docs/EXPORT.md)
     span-export onnx CHECKPOINT --out DIR [--force] [--data D] [tokenizer files]
                      [--quantize int8 [--max-drop 0.5] [--split S | --input F] [--force-int8]]
@@ -18,7 +19,8 @@ from span_plugin.cli.guarded import run_guarded
 from span_plugin.tokenizers import file_options
 from span_plugin.tokenizers.options import add_arguments
 
-TOKENIZER_FIELDS = ("encoder_json", "vocab_bpe", "wordpiece")  # the kinds export has
+# the files of the kinds export has (gpt2, wordpiece, sentencepiece-line)
+TOKENIZER_FIELDS = ("encoder_json", "vocab_bpe", "wordpiece", "sentencepiece_model")
 
 
 def _parser():
