@@ -218,6 +218,41 @@ def test_head_tensors_are_the_checkpoints_exactly(exported):
         assert mine.dtype == value.dtype and torch.equal(mine, value), key
 
 
+def test_transformers_class_or_the_plugins_type(exported):
+    """A plain head's folder is transformers' own task class, which computes the head's
+    logits as load_model does on a real sentence (the sequence classifier over SST-2's
+    plain head, the token classifier over the tagging head); every other folder is of
+    the plugin's type, named span_plugin_<family>."""
+    from span_plugin.portable import load_model
+
+    name, _, _, _, out = exported
+    config = verify_folder(out)
+    classes = {"sst2-plain": "RobertaForSequenceClassification",
+               "ner-token": "RobertaForTokenClassification"}
+    if name not in classes:
+        assert config["model_type"] == "span_plugin_" + ("bert" if name == "minilm" else "roberta")
+        assert config["architectures"][0].startswith("SpanPlugin")
+        return
+    assert config["architectures"] == [classes[name]] and config["model_type"] == "roberta"
+    model = load_model(out)
+    hf = getattr(transformers, classes[name]).from_pretrained(out).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    text = texts(1)[0]
+    if name == "ner-token":
+        tokens = model._encode_words(text.split())[0]
+        text = " ".join(text.split())
+    else:
+        tokens = model.encode([text])[0][0]
+    inputs = tok(text, return_tensors="pt")
+    assert inputs["input_ids"][0].tolist() == tokens.tolist()
+    with torch.no_grad():
+        got = hf(**inputs).logits
+    want = model.forward_batch([tokens])
+    assert got.shape == want.shape and (got - want).abs().max() < TOL
+    assert config["id2label"] == {str(i): n for i, n in enumerate(
+        next(iter(config["span_plugin"]["labels"].values())))}
+
+
 def test_config_and_encoder_load_with_auto_classes(exported):
     """AutoConfig, AutoTokenizer and AutoModel read the folder (a span model's type as
     span_plugin.portable, imported here, registers it), and the encoder gives the

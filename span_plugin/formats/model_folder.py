@@ -425,6 +425,12 @@ def _encoder_sizes(where, config, shapes):
         if not archs[0].lower().replace("spanplugin", "", 1).startswith(family.replace("-", "")):
             where.fail("architectures", f"{archs[0]!r} is not a {family} class (model_type "
                        f"{family!r})")
+        # The plugin's classes only under the plugin's type: a standard type would let
+        # transformers load the encoder with a random head in place of the span head.
+        if archs[0].startswith("SpanPlugin") != (config.get("model_type") != family):
+            where.fail("model_type", f"{config.get('model_type')!r} with architectures "
+                       f"{archs[0]!r}: span_plugin's classes go with its type "
+                       f"{plugin_model_type(family)!r}, transformers' classes with {family!r}")
     sizes = {k: where.get(config, k, int, k) for k in (
         "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
         "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id")}

@@ -141,12 +141,15 @@ def check_choice(folder) -> None:
 
     config = AutoConfig.from_pretrained(folder)
     cls = getattr(transformers, config.architectures[0])
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # the report is checked here, not printed
+    hf_logging.disable_progress_bar()
     try:
         _, report = cls.from_pretrained(folder, output_loading_info=True)
     finally:
         hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
     # A pooler the class does not read (BertForTokenClassification) changes nothing.
     report["unexpected_keys"] = [k for k in report.get("unexpected_keys") or []
                                  if ".pooler." not in k]

@@ -6,11 +6,15 @@ Hugging Face config, ``roberta.``/``bert.`` tensors, tokenizer files). The check
 then loaded through the hub (:class:`~span_plugin.inference.hub.SpanHubInterface`, the
 package's safe loading; its data folder and files checked against the data record), which
 gives what the checkpoint's tensors alone do not say: each head's kind and options
-(:func:`span_plugin.models.heads.build_head` records them), the label names of the task's
+(:func:`span_plugin.models.heads.build_head` records them; fairseq's own
+``RobertaClassificationHead`` of a ``HEAD=plain`` run is the ``plain`` kind), the label names of the task's
 dictionaries, and the checked n-gram dictionary and chunker. Added to the folder:
 
 - ``model.safetensors``: every head tensor as ``span_heads.<name>.<rest>``, exactly the
-  checkpoint's ``classification_heads.<name>.<rest>``;
+  checkpoint's ``classification_heads.<name>.<rest>``, or, for a plain head that one of
+  ``transformers``' task classes computes, under that class's names (``classifier.*``;
+  :mod:`span_plugin.inference.hf_classes`: the class or the plugin's model type, the
+  label names as ``id2label``); no masked-LM head (fine-tuning does not train it);
 - ``config.json``'s ``span_plugin`` key: format, task, model and task settings (JSON
   scalars), heads, labels, the data record and the files below;
 - the n-gram dictionary (``ngrams`` + its suffixes) or the chunker (``chunker/``: an NLTK

@@ -30,6 +30,9 @@ FAMILY_CLASSES = {"roberta": ("RobertaConfig", "RobertaModel"),
                   "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel"),
                   "bert": ("BertConfig", "BertModel")}
 TOKENIZER_CLASS = "SpanPluginTokenizer"
+# What a pipeline passes that training's own layout answers (padding to the longest,
+# the cut of training) rather than transformers' tokenizer.
+LAYOUT_OPTIONS = {"padding", "truncation", "max_length", "add_special_tokens"}
 _REGISTERED = []
 
 
@@ -122,11 +125,19 @@ def _tokenizer_class():
                 self._span_predictor = PREDICTORS[found.task](found, text, vocab, None)
             return self._span_predictor
 
-        def __call__(self, text=None, text_pair=None, return_tensors=None, **unused):
+        def __call__(self, text=None, text_pair=None, return_tensors=None, **options):
             """``text`` (str or list of str), ``text_pair`` (the same, or None) ->
             ``input_ids [B, T]``, ``attention_mask [B, T]``, ``spans [B, S, 2]``, right
-            padded (one example: no batch axis unless ``return_tensors``)."""
+            padded (one example: no batch axis unless ``return_tensors``); inputs longer
+            than the model are cut as training cut them. Options other than
+            :data:`LAYOUT_OPTIONS` (``add_special_tokens=False``,
+            ``return_offsets_mapping``, ...) ask for transformers' own encoding: they run
+            ``tokenizer.json`` as ``PreTrainedTokenizerFast`` does, without spans."""
             from span_plugin.portable.batches import pad_rows, pad_tokens
+
+            if set(options) - LAYOUT_OPTIONS or options.get("add_special_tokens") is False:
+                return super().__call__(text, text_pair, return_tensors=return_tensors,
+                                        **options)
 
             single = isinstance(text, str)
             texts = [text] if single else list(text)
