@@ -264,9 +264,11 @@ def test_sentencepiece_model_found_or_given(family, tmp_path, capsys):
     assert export_main(["hf", str(moved), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "sentencepiece.bpe.model is not at" in err and "--sentencepiece-model" in err, err
-    assert export_main(["hf", str(moved), "--out", str(tmp_path / "x"), "--sentencepiece-model",
-                        str(tmp_path / "elsewhere.model")]) == 0
+    given = ["--sentencepiece-model", str(tmp_path / "elsewhere.model")]
+    assert export_main(["hf", str(moved), "--out", str(tmp_path / "x"), *given]) == 0
     assert (tmp_path / "x" / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
+    # the folder is an earlier export, sentencepiece model and all: --force replaces it
+    assert export_main(["hf", str(moved), "--out", str(tmp_path / "x"), *given, "--force"]) == 0
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,8 @@ HF_RECORD, HF_KEY = "config.json", "span_export"
 ONNX_RECORD, ONNX_KEYS = "onnx.json", ("format", "head_kind")
 HF_ENCODER_FILES = frozenset({
     "config.json", "model.safetensors", "README.md", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json"})
+    "special_tokens_map.json", "vocab.json", "merges.txt", "vocab.txt", "added_tokens.json",
+    "sentencepiece.bpe.model"})
 ONNX_FILES = frozenset({"model.onnx", "model.onnx.data", ONNX_RECORD})
 RECORDS = {"hf": HF_RECORD, "onnx": ONNX_RECORD}
 MAX_RECORD_BYTES = 64 << 20  # a files.json of a large folder; a config of many settings
