@@ -7,8 +7,8 @@ make the round trip Hugging Face -> span-convert -> span-export hf. The exported
 is read with transformers' Auto classes only: every tensor comes back (token type 0
 folded into the positions, exactly), and so do the tokenizer's ids; those ids equal
 sentencepiece-line's on every GLUE dev sentence but the score ties (two cuts of equal
-score, counted and checked to be ties); the features on raw text are fairseq's. A
-fine-tuned XLM-R (fairseq-train on real MRPC rows) predicts through
+score, counted and checked to be ties); the features on raw text are fairseq's. Each
+family fine-tuned (fairseq-train on real MRPC rows) predicts through
 span_plugin.portable as the fairseq hub does.
 """
 
@@ -273,16 +273,14 @@ def test_sentencepiece_model_found_or_given(family, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def fine_tuned(family, tmp_path_factory):
-    """The converted XLM-R fine-tuned on real MRPC rows (span-preprocess with its
+    """The converted model fine-tuned on real MRPC rows (span-preprocess with its
     sentencepiece-line tokenizer and an spm n-gram dictionary counted on MRPC text; 2
     updates), exported with span-export hf. (checkpoint, folder)"""
     from test_task_data import mini_glue
     from test_task_train import span_args
 
     name, _, fs, _ = family
-    if name != "xlmr":
-        pytest.skip("one fine-tuned family")
-    root = tmp_path_factory.mktemp("xlmr_mrpc")
+    root = tmp_path_factory.mktemp(f"{name}_mrpc")
     (root / "corpus.txt").write_text("\n".join(train_text()) + "\n", encoding="utf-8")
     run_main("span-preprocess", "ngrams", "--text", root / "corpus.txt", "--out",
              root / "ngrams.txt", "--words", "spm", "--min-count", "3", "--workers", "1")
@@ -303,10 +301,12 @@ def fine_tuned(family, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_fine_tuned_xlmr_predicts_as_the_hub(fine_tuned):
+def test_fine_tuned_model_predicts_as_the_hub(family, fine_tuned):
     """span_plugin.portable.load_model of the exported folder gives the fairseq hub's
-    logits (1e-4) and labels on 100 real MRPC dev pairs; its XLM-R tokenizer files give
-    the pieces of sentencepiece-line between fairseq's <s> and </s>."""
+    logits (1e-4) and labels on 100 real MRPC dev pairs; the folder's tokenizer files
+    (XLMRobertaTokenizer's, or CamembertTokenizer's: a fine-tuned CamemBERT is told by its
+    dictionary's layout) give the pieces of sentencepiece-line between fairseq's <s> and
+    </s>, the rows it was trained with."""
     from span_plugin.inference.hub import SpanHubInterface
     from span_plugin.portable import load_model
     from span_plugin.tokenizers.sentencepiece_line import SentencePieceLineTokenizer
@@ -324,9 +324,11 @@ def test_fine_tuned_xlmr_predicts_as_the_hub(fine_tuned):
     assert config["span_plugin"]["data_record"]["encoder"]["bpe"] == "sentencepiece-line"
     assert (out / "sentencepiece.bpe.model").read_bytes() == \
         (fs / "sentencepiece.bpe.model").read_bytes()
-    # The folder's XLM-R tokenizer files (AutoTokenizer of a span-head folder is the
-    # plugin's own encoder) open and close with the rows the model was trained with.
-    tok = transformers.XLMRobertaTokenizer.from_pretrained(out)
+    prefix, model_type = FAMILIES[family[0]]
+    assert config["model_type"] == "span_plugin_" + model_type  # a span head: the plugin's type
+    # The family's tokenizer class over the folder's files (AutoTokenizer of a span-head
+    # folder is the plugin's own encoder).
+    tok = getattr(transformers, prefix + "Tokenizer").from_pretrained(out)
     line = SentencePieceLineTokenizer(str(out / "sentencepiece.bpe.model"))
     for a, b in pairs[:10]:
         ids = tok(a, b)["input_ids"]
