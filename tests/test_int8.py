@@ -1,0 +1,211 @@
+"""int8 on the CPU (issue 69, part 1): a tiny MRPC model trained here for 2 updates on
+real rows, exported through the commands; the accuracy guard predicts the real dev rows
+of its folder in float32 and in int8 and records both figures, refuses past --max-drop
+in one line with nothing written, keeps int8 with --force-int8; the portable int8 path
+quantizes the encoder's Linear layers only; span-predict --quantize int8."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import GLUE, fairseq_train, run_main
+from test_task_data import glue_folder
+from test_task_train import span_args
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from span_plugin.cli.export import main as export_main  # noqa: E402
+from span_plugin.inference import int8_guard  # noqa: E402
+from span_plugin.inference.onnx_export import META, MODEL  # noqa: E402
+from span_plugin.portable import load_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mrpc(tmp_path_factory):
+    """``(checkpoint, its data folder, its span-export hf folder)``."""
+    root = tmp_path_factory.mktemp("int8")
+    data = glue_folder("MRPC")
+    fairseq_train([*span_args(data, root / "ckpt", num_classes=2, max_update=2),
+                   "--disable-validation"])
+    checkpoint = root / "ckpt" / "checkpoint_last.pt"
+    assert export_main(["hf", str(checkpoint), "--out", str(root / "hf")]) == 0
+    return checkpoint, data, root / "hf"
+
+
+def _ops(path):
+    import onnx
+
+    return {n.op_type for n in onnx.load(str(path)).graph.node}
+
+
+def _dev_rows(data):
+    return (data / "raw" / "valid.label").read_text(encoding="utf-8").splitlines()
+
+
+def test_onnx_int8_export_measures_the_dev_split_and_writes_the_int8_graph(mrpc, tmp_path,
+                                                                           capsys):
+    checkpoint, data, _ = mrpc
+    out = tmp_path / "onnx"
+    assert export_main(["onnx", str(checkpoint), "--out", str(out), "--quantize", "int8"]) == 0
+    said = capsys.readouterr().out
+    meta = json.loads((out / META).read_text(encoding="utf-8"))
+    record = meta["int8"]
+    assert record["examples"] == len(_dev_rows(data)) and str(data) in record["source"]
+    assert record["metric"] == "f1" and record["accepted"] == "within max_drop"
+    assert record["max_drop"] == int8_guard.DEFAULT_MAX_DROP
+    assert record["drop"] == pytest.approx(record["fp32"] - record["int8"], abs=0.011)
+    assert 0 <= record["agreement"] <= 100
+    assert f"f1 {record['int8']:.2f} against float32 {record['fp32']:.2f}" in said
+    # model.onnx is the int8 graph (MatMulInteger, no float Gemm); nothing else is left
+    ops = _ops(out / MODEL)
+    assert "MatMulInteger" in ops and "DynamicQuantizeLinear" in ops and "Gemm" not in ops
+    assert sorted(p.name for p in out.iterdir()) == [MODEL, META]
+    # The float32 figure is the metric of the float32 graph's labels on the dev rows:
+    # recomputed from the torch model's logits (the graph's within 1e-4) by scikit-learn.
+    from sklearn.metrics import f1_score
+
+    from span_plugin.inference.hub import SpanHubInterface
+
+    hub = SpanHubInterface.from_pretrained(checkpoint)
+    rows = (data / "raw" / "valid.input0").read_text(encoding="utf-8").splitlines()
+    rows2 = (data / "raw" / "valid.input1").read_text(encoding="utf-8").splitlines()
+    labels = [hub.labels[i] for i in hub.predict_logits(list(zip(rows, rows2))).argmax(1)]
+    gold = _dev_rows(data)
+    assert record["fp32"] == pytest.approx(100 * f1_score(gold, labels, pos_label="1"), abs=0.01)
+
+
+def test_onnx_int8_refused_past_max_drop_in_one_line_nothing_written(mrpc, tmp_path, capsys):
+    checkpoint, _, _ = mrpc
+    out = tmp_path / "onnx"
+    # int8 can never beat float32 by more than 100 points: -100.5 refuses whatever it measures
+    assert export_main(["onnx", str(checkpoint), "--out", str(out), "--quantize", "int8",
+                        "--max-drop", "-100.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "int8 f1 " in err and "against float32 " in err and "--max-drop -100.5" in err, err
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+    # --force-int8 keeps it, said so in the record
+    assert export_main(["onnx", str(checkpoint), "--out", str(out), "--quantize", "int8",
+                        "--max-drop", "-100.5", "--force-int8"]) == 0
+    record = json.loads((out / META).read_text(encoding="utf-8"))["int8"]
+    assert record["accepted"] == "forced past max_drop" and record["max_drop"] == -100.5
+
+
+def test_guard_flags_need_quantize(mrpc, tmp_path, capsys):
+    checkpoint, _, _ = mrpc
+    assert export_main(["onnx", str(checkpoint), "--out", str(tmp_path / "o"),
+                        "--max-drop", "1"]) == 2
+    assert "--max-drop applies to --quantize int8" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_portable_int8_quantizes_the_encoder_linears_only(mrpc):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    _, _, folder = mrpc
+    fp32, int8 = load_model(folder), load_model(folder, quantize="int8")
+    linears = [m for m in int8.network.encoder.modules() if isinstance(m, DynamicLinear)]
+    layers = len(fp32.network.encoder.layers)
+    assert len(linears) == 4 * layers  # q/k/v, attention out, intermediate, output
+    assert not any(isinstance(m, DynamicLinear) for m in int8.network.heads.modules())
+    for (name, a), b in zip(fp32.network.heads.state_dict().items(),
+                            int8.network.heads.state_dict().values()):
+        assert torch.equal(a, b), name
+    pairs = [tuple(line.split("\t")[3:5]) for line in
+             (GLUE / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:65]]
+    a, b = fp32.predict_logits(pairs), int8.predict_logits(pairs)
+    assert a.shape == b.shape and torch.isfinite(b).all()
+    assert not torch.equal(a, b)  # int8 computed something else ...
+    assert (a.argmax(1) == b.argmax(1)).float().mean() >= 0.9  # ... and mostly the same labels
+
+
+def test_load_model_int8_refusals(mrpc):
+    _, _, folder = mrpc
+    with pytest.raises(ValueError, match="quantize 'int4'; expected None or one of int8"):
+        load_model(folder, quantize="int4")
+    with pytest.raises(ValueError, match="runs on the CPU only"):
+        load_model(folder, quantize="int8", device="meta")
+
+
+def test_int8_check_writes_both_figures_into_the_folder(mrpc, tmp_path):
+    import shutil
+
+    from span_plugin.formats.model_folder import check_folder
+
+    _, data, exported = mrpc
+    folder = tmp_path / "hf"
+    shutil.copytree(exported, folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    # refused: nothing in the folder changes
+    proc = run_main("span-export", "int8-check", folder, "--data", data, "--max-drop", "-100.5",
+                    check=False)
+    said = [line for line in proc.stdout.splitlines() if "span-export int8-check" in line]
+    assert proc.returncode == 2 and len(said) == 1, proc.stdout
+    assert "int8 f1 " in said[0] and "against float32 " in said[0], said
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    proc = run_main("span-export", "int8-check", folder, "--data", data)
+    assert proc.returncode == 0, proc.stdout
+    config, listed, _ = check_folder(folder)  # files.json lists the new contents
+    record = config["span_plugin"]["int8"]
+    assert record["examples"] == len(_dev_rows(data)) and record["accepted"] == "within max_drop"
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert card.count("## int8 on the CPU") == 1
+    assert f"| float32 | {record['fp32']:.2f} |" in card and f"| int8 | {record['int8']:.2f} |" in card
+    assert (folder / "model.safetensors").read_bytes() == before["model.safetensors"]
+    # measured again: the section is replaced, not added
+    assert run_main("span-export", "int8-check", folder, "--data", data).returncode == 0
+    assert (folder / "README.md").read_text(encoding="utf-8").count("## int8 on the CPU") == 1
+    assert load_model(folder, quantize="int8").folder.config["span_plugin"]["int8"]["fp32"] \
+        == record["fp32"]
+    # no data named: one line saying what to give
+    proc = run_main("span-export", "int8-check", folder, check=False)
+    assert proc.returncode == 2 and "give --data FOLDER" in proc.stdout
+
+
+def test_span_predict_model_quantize_int8(mrpc, tmp_path):
+    checkpoint, data, folder = mrpc
+    out8, out32 = tmp_path / "int8.tsv", tmp_path / "fp32.tsv"
+    for out, extra in ((out8, ["--quantize", "int8"]), (out32, [])):
+        proc = run_main("span-predict", "--model", folder, "--data", data, "--split", "valid",
+                        "--output", out, *extra)
+        assert proc.returncode == 0, proc.stdout
+    a = out32.read_text().splitlines()
+    b = out8.read_text().splitlines()
+    assert len(a) == len(b) == len(_dev_rows(data)) + 1
+    assert np.mean([x == y for x, y in zip(a[1:], b[1:])]) >= 0.9
+    proc = run_main("span-predict", "--checkpoint", checkpoint, "--split", "valid", "--output",
+                    tmp_path / "x.tsv", "--quantize", "int8", check=False)
+    assert proc.returncode == 2 and "--quantize int8 applies to --model DIR" in proc.stdout
+
+
+def test_guard_metrics_against_scikit_learn_and_scipy():
+    """The guard's F1, MCC and Pearson on MRPC's and STS-B's real dev labels against a
+    changed copy of them, as scikit-learn and SciPy compute them."""
+    from scipy.stats import pearsonr
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    rows = [line.split("\t") for line in
+            (GLUE / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    gold = [r[0] for r in rows]
+    rng = np.random.default_rng(0)
+    pred = [g if rng.random() < 0.8 else ("0" if g == "1" else "1") for g in gold]
+    assert 100 * int8_guard._f1(pred, gold, "1") == pytest.approx(
+        100 * f1_score(gold, pred, pos_label="1"))
+    assert int8_guard._mcc(pred, gold) == pytest.approx(matthews_corrcoef(gold, pred))
+    scores = [float(line.split("\t")[-1]) for line in
+              (GLUE / "STS-B" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    noisy = [s + rng.normal() for s in scores]
+    assert int8_guard._pearson(noisy, scores) == pytest.approx(pearsonr(noisy, scores)[0])
+
+
+def test_judge_refuses_a_threshold_that_is_not_a_number():
+    record = {"metric": "f1", "fp32": 80.0, "int8": 79.0, "drop": 1.0, "source": "x",
+              "examples": 3}
+    with pytest.raises(ValueError, match="expected a finite number"):
+        int8_guard.judge(record, float("nan"))
+    assert int8_guard.judge(record, 1.0)["accepted"] == "within max_drop"
+    with pytest.raises(int8_guard.Int8Refused, match="a drop of 1.00 points, more than"):
+        int8_guard.judge(record, 0.99)
