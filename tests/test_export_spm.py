@@ -205,8 +205,8 @@ def test_a_checkpoint_without_its_conversion_record_opens_with_fairseqs_rows(fam
 
 def test_reads_the_models_settings_as_protobuf_does(spm_model, tmp_path):
     """The sentencepiece model's settings, read from its bytes without protobuf, are
-    protobuf's; a model Hugging Face's Unigram tokenizer cannot follow (BPE, no ▁ prefix)
-    is named."""
+    protobuf's; a model Hugging Face's Unigram tokenizer cannot follow (BPE, no ▁ prefix,
+    user-defined pieces) is named."""
     from span_plugin.convert.hf_source import ConversionError
     from span_plugin.convert.spm_export import _check_settings, spm_settings
 
@@ -226,6 +226,12 @@ def test_reads_the_models_settings_as_protobuf_does(spm_model, tmp_path):
     _check_settings(spm_model, spm_settings(spm_model))
     with pytest.raises(ConversionError, match="not a Unigram model; add_dummy_prefix is off"):
         _check_settings(tmp_path / "bpe.model", spm_settings(tmp_path / "bpe.model"))
+    spm.SentencePieceTrainer.train(input=str(spm_model.parent / "text.txt"),
+                                   model_prefix=str(tmp_path / "user"), vocab_size=300,
+                                   user_defined_symbols=["[SEP]", "New York"], minloglevel=2)
+    with pytest.raises(ConversionError, match=r"2 user-defined pieces \(first: \['\[SEP\]', "
+                                              r"'New York'\]\), which sentencepiece never cuts"):
+        _check_settings(tmp_path / "user.model", spm_settings(tmp_path / "user.model"))
     (tmp_path / "bad.model").write_bytes(b"\x0a\xff")
     with pytest.raises(ConversionError, match="bad.model: not a sentencepiece model"):
         spm_settings(tmp_path / "bad.model")

@@ -99,6 +99,7 @@ class SpmSettings:
     escape_spaces: bool      # NormalizerSpec.escape_whitespaces
     split_by_space: bool     # TrainerSpec.split_by_whitespace
     byte_fallback: bool      # TrainerSpec.byte_fallback
+    user_defined: tuple      # pieces of type USER_DEFINED (sentencepiece never cuts them)
 
 
 def spm_settings(path) -> SpmSettings:
@@ -113,12 +114,18 @@ def spm_settings(path) -> SpmSettings:
     def flag(fields, number, default):
         return bool(fields[number][-1]) if number in fields else default
 
+    user_defined = []
+    for entry in model.get(1, []):  # SentencePiece: piece (1), score (2), type (3)
+        piece = _fields(entry)
+        if (piece.get(3) or [1])[-1] == 4:
+            user_defined.append((piece.get(1) or [b""])[-1].decode("utf-8", "replace"))
+
     return SpmSettings(
         charsmap=(normalizer.get(2) or [b""])[-1],
         unigram=(trainer.get(3) or [1])[-1] == 1,
         dummy_prefix=flag(normalizer, 3, True), squeeze_spaces=flag(normalizer, 4, True),
         escape_spaces=flag(normalizer, 5, True), split_by_space=flag(trainer, 22, True),
-        byte_fallback=flag(trainer, 35, False))
+        byte_fallback=flag(trainer, 35, False), user_defined=tuple(user_defined))
 
 
 def _check_settings(path, s: SpmSettings) -> None:
@@ -128,7 +135,9 @@ def _check_settings(path, s: SpmSettings) -> None:
         ("remove_extra_whitespaces is off", not s.squeeze_spaces),
         ("escape_whitespaces is off", not s.escape_spaces),
         ("trained with split_by_whitespace off", not s.split_by_space),
-        ("byte_fallback is on", s.byte_fallback)) if bad]
+        ("byte_fallback is on", s.byte_fallback),
+        (f"{len(s.user_defined)} user-defined pieces (first: {list(s.user_defined[:3])}), "
+         f"which sentencepiece never cuts", s.user_defined)) if bad]
     if why:
         raise ConversionError(
             f"{path}: {'; '.join(why)}: Hugging Face's XLMRobertaTokenizer and "
