@@ -202,6 +202,8 @@ def spm_vocab(ckpt: EncoderCheckpoint) -> SpmVocab:
             f"(first: {missing[:5]}); fairseq maps them to <unk>, which a Hugging Face "
             f"Unigram tokenizer cannot: export a model whose dict.txt holds every piece")
     family, ends = _source_family(ckpt)
+    if ends and any(symbols[i] in normal for i in ends):
+        ends = None  # a piece's row: the source's <s>/</s> ids are not rows of their own here
     if family is None:
         camembert = all(row[p] == i + CAMEMBERT_OFFSET for p, (i, _) in normal.items())
         family = "camembert" if camembert else "xlm-roberta"

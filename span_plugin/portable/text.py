@@ -187,7 +187,8 @@ def _sentencepiece_line(folder):
     return tokenizer, Vocabulary(ids, specials)
 
 
-TOKENIZER_KINDS = {"gpt2": _gpt2, "wordpiece": _wordpiece, "sentencepiece-line": _sentencepiece_line}
+TOKENIZER_KINDS = {"gpt2": _gpt2, "wordpiece": _wordpiece,
+                   "sentencepiece-line": _sentencepiece_line}
 
 
 def text_encoder(folder):
