@@ -5,7 +5,9 @@ spans) is exported under ``span_plugin_<family>`` (``span_plugin_roberta``, ...;
 refuses that type by name; :func:`register` (run when :mod:`span_plugin.portable` is
 imported, see its ``__init__``) teaches it the type:
 
-- ``AutoConfig``: the encoder family's config class under the plugin's type;
+- ``AutoConfig``: the encoder family's config class under the plugin's type (the classes
+  below are registered when the first such config is made: their modules are slower
+  to import);
 - ``AutoTokenizer``: :class:`SpanPluginTokenizer`, the folder's ``tokenizer.json`` whose
   ``__call__`` encodes text as training did (tokenizer, n-gram segmentation, layout:
   the predictor of :func:`span_plugin.portable.load_model`) and adds ``spans``;
@@ -167,31 +169,53 @@ def _tokenizer_class():
 
 
 def register():
-    """Register the plugin's model types with ``transformers``' Auto classes (once):
-    ``AutoConfig``, ``AutoTokenizer``, ``AutoModel`` and ``AutoModelForSequenceClassification`` for
-    ``span_plugin_<family>`` of each family in :data:`FAMILY_CLASSES`."""
+    """Register the plugin's model types with ``transformers``' ``AutoConfig`` (once):
+    ``span_plugin_<family>`` of each family in :data:`FAMILY_CLASSES`. The tokenizer and
+    model classes (``AutoTokenizer``, ``AutoModel``, ``AutoModelForSequenceClassification``)
+    are registered when the first such config is made (:func:`_register_classes`): every
+    Auto class reads the config before it looks its class up, and their modules take far
+    longer to import than the configs."""
     if _REGISTERED:
         return
     import transformers
-    from transformers import (AutoConfig, AutoModel, AutoModelForSequenceClassification,
-                              AutoTokenizer)
+    from transformers import AutoConfig
+
+    for family, (config_name, _) in FAMILY_CLASSES.items():
+        base = getattr(transformers, config_name)
+
+        def __init__(self, *args, _base=base, **kwargs):
+            _register_classes()
+            _base.__init__(self, *args, **kwargs)
+
+        config_class = type(f"SpanPlugin{config_name}", (base,),
+                            {"model_type": plugin_model_type(family), "__init__": __init__})
+        _CONFIGS[family] = config_class
+        AutoConfig.register(plugin_model_type(family), config_class, exist_ok=True)
+    _REGISTERED.append(True)
+
+
+_CONFIGS = {}  # family -> the config class of its plugin type
+_CLASSES = []
+
+
+def _register_classes():
+    """``AutoTokenizer``, ``AutoModel`` and ``AutoModelForSequenceClassification`` of each
+    plugin type (once)."""
+    if _CLASSES:
+        return
+    _CLASSES.append(True)
+    import transformers
+    from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
     tokenizer = _tokenizer_class()
-    for family, (config_name, model_name) in FAMILY_CLASSES.items():
-        model_type = plugin_model_type(family)
+    for family, (_, model_name) in FAMILY_CLASSES.items():
+        config_class, encoder = _CONFIGS[family], getattr(transformers, model_name)
         stem = _class_stem(model_name)
-        config_class = type(f"SpanPlugin{stem}Config", (getattr(transformers, config_name),),
-                            {"model_type": model_type})
-        model_class = _sequence_model(config_class, getattr(transformers, model_name),
-                                      FAMILIES[family][0].rstrip("."))
+        model_class = _sequence_model(config_class, encoder, FAMILIES[family][0].rstrip("."))
         model_class.__name__ = model_class.__qualname__ = f"SpanPlugin{stem}ForSequenceClassification"
-        AutoConfig.register(model_type, config_class, exist_ok=True)
         AutoModelForSequenceClassification.register(config_class, model_class, exist_ok=True)
-        AutoModel.register(config_class, _encoder_model(config_class, getattr(transformers,
-                                                                              model_name)),
-                           exist_ok=True)
+        AutoModel.register(config_class, _encoder_model(config_class, encoder), exist_ok=True)
         AutoTokenizer.register(config_class, tokenizer_class=tokenizer, exist_ok=True)
-    _REGISTERED.append(True)
 
 
 __all__ = ["register", "TOKENIZER_CLASS"]
