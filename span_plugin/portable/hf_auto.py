@@ -73,11 +73,13 @@ def _sequence_model(config_class, encoder_class, prefix):
             (:class:`SpanPluginTokenizer` makes them) -> ``logits [B, C]``. Token types are
             computed as training did (segment B after the first ``</s>``), not read."""
             if self.reads_spans and spans is None:
+                inputs = (self.config.span_plugin.get("data_record") or {}).get("inputs") or 1
                 raise ValueError(
                     f"{type(self).__name__}: head {self.head_name!r} reads the n-gram spans "
-                    f"of span_plugin's segmentation (spans=[B, S, 2]); encode the text with "
-                    f"this folder's AutoTokenizer (span_plugin imported) or predict with "
-                    f"span_plugin.portable.load_model")
+                    f"of span_plugin's segmentation (spans=[B, S, 2]), which this folder's "
+                    f"AutoTokenizer (span_plugin imported) makes for the task's inputs: "
+                    f"{'pairs (text, text_pair)' if inputs == 2 else 'one text each'}; or "
+                    f"predict with span_plugin.portable.load_model")
             pad = self.config.pad_token_id
             types = segment_ids(input_ids, self.config.eos_token_id) if self.token_types else None
             encoder = getattr(self, prefix)
@@ -97,11 +99,18 @@ def _encoder_model(config_class, encoder_class):
     """The family's encoder class for ``config_class`` (``AutoModel``: the encoder's
     features), taking and leaving out the ``spans`` :class:`SpanPluginTokenizer` adds."""
 
+    def __init__(self, config, add_pooling_layer=None):
+        if add_pooling_layer is None:  # the pooler only where the model has one
+            add_pooling_layer = bool(config.span_plugin["model_args"].get("bert_pooler"))
+        encoder_class.__init__(self, config, add_pooling_layer=add_pooling_layer)
+
     def forward(self, *args, spans=None, **kwargs):
         return encoder_class.forward(self, *args, **kwargs)
 
     return type(f"SpanPlugin{encoder_class.__name__}", (encoder_class,),
-                {"config_class": config_class, "forward": forward})
+                {"config_class": config_class, "__init__": __init__, "forward": forward,
+                 # the heads' tensors are the folder's, not the encoder's
+                 "_keys_to_ignore_on_load_unexpected": [r"span_heads\."]})
 
 
 def _tokenizer_class():
@@ -133,20 +142,25 @@ def _tokenizer_class():
             padded (one example: no batch axis unless ``return_tensors``); inputs longer
             than the model are cut as training cut them. Options other than
             :data:`LAYOUT_OPTIONS` (``add_special_tokens=False``,
-            ``return_offsets_mapping``, ...) ask for transformers' own encoding: they run
-            ``tokenizer.json`` as ``PreTrainedTokenizerFast`` does, without spans."""
+            ``return_offsets_mapping``, ...), texts of another shape than the task's
+            (one text to a pair model) and the folders of other tasks get transformers'
+            own encoding: ``tokenizer.json`` run as ``PreTrainedTokenizerFast`` runs it,
+            without spans (the span model then refuses them, naming what it reads)."""
             from span_plugin.portable.batches import pad_rows, pad_tokens
-
-            if set(options) - LAYOUT_OPTIONS or options.get("add_special_tokens") is False:
-                return super().__call__(text, text_pair, return_tensors=return_tensors,
-                                        **options)
 
             single = isinstance(text, str)
             texts = [text] if single else list(text)
             pairs = None if text_pair is None else (
                 [text_pair] if isinstance(text_pair, str) else list(text_pair))
-            examples = texts if pairs is None else list(zip(texts, pairs))
             predictor = self._predictor()
+            if (set(options) - LAYOUT_OPTIONS or options.get("add_special_tokens") is False
+                    or not hasattr(predictor, "encode")
+                    or (1 if pairs is None else 2) != (predictor.num_inputs or 1)):
+                # Not the task's own inputs (or not a sentence task): no spans to make.
+                return super().__call__(text, text_pair, return_tensors=return_tensors,
+                                        **options)
+
+            examples = texts if pairs is None else list(zip(texts, pairs))
             encoded = predictor.encode(examples)
             pad = predictor.vocab.pad
             ids = pad_tokens([t for t, _ in encoded], pad)
