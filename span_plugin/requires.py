@@ -45,10 +45,24 @@ def require_fairseq(what):
     require("fairseq", what, FAIRSEQ_HOW)
 
 
-def fairseq_absent(err, what):
-    """The MissingPackageError to raise instead of ``err`` (an ImportError met while
-    running ``what``) when fairseq is what could not be imported; else None."""
+# What a command of the lean install may reach for and lack: why, and how to install it.
+NEEDED_FOR = {
+    "fairseq": ("loading a fairseq checkpoint", FAIRSEQ_HOW),
+    "fairseq_cli": ("loading a fairseq checkpoint", FAIRSEQ_HOW),
+    "transformers": ("writing a Hugging Face folder's tokenizer files",
+                     "pip install 'span_plugin[transformers]' (or pip install transformers)"),
+}
+
+
+def absent(err):
+    """The MissingPackageError to raise instead of ``err`` (an ImportError) when what
+    could not be imported is a package of :data:`NEEDED_FOR`; else None. An ImportError
+    without a module name counts as fairseq's when fairseq is not installed (a finder that
+    refuses it)."""
     name = (getattr(err, "name", None) or "").split(".")[0]
-    if name in ("fairseq", "fairseq_cli") or (not name and not installed("fairseq")):
-        return MissingPackageError(f"{what} needs fairseq, which is not installed: {FAIRSEQ_HOW}")
-    return None
+    if not name and not installed("fairseq"):
+        name = "fairseq"
+    if name not in NEEDED_FOR:
+        return None
+    why, how = NEEDED_FOR[name]
+    return MissingPackageError(f"{why} needs {name}, which is not installed: {how}")

@@ -199,7 +199,8 @@ def test_lean_preprocessing_equals_the_training_installs(lean):
 
 def test_lean_conversion_equals_the_training_installs(lean, tiny_bert_hf, converted_tiny_bert):
     """span-convert bert of a BERT folder in the lean venv: the same model.pt tensors and
-    dict.txt as the training install's conversion."""
+    dict.txt as the training install's conversion; span-export hf of it names the extra
+    that brings transformers."""
     import torch
 
     _, bin_dir, work = lean
@@ -210,6 +211,12 @@ def test_lean_conversion_equals_the_training_installs(lean, tiny_bert_hf, conver
                     for d in (out, converted_tiny_bert))
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    # span-export hf writes the tokenizer files with transformers' classes: its extra
+    proc = lean_run(bin_dir, "span-export", "hf", out, "--out", work / "tiny-hf", cwd=work,
+                    check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "needs transformers" in lines[0] and "span_plugin[transformers]" in lines[0], lines
 
 
 def test_lean_span_predict_model_writes_what_the_checkpoint_writes(lean, exported):

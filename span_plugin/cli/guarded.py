@@ -14,7 +14,7 @@ def run_guarded(command, outputs, inputs, action, sealed=None):
     from span_plugin.formats.lines import BadInputError
     from span_plugin.formats.outputs import writing
     from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
-    from span_plugin.requires import fairseq_absent
+    from span_plugin.requires import absent
 
     try:
         with stop_on_sigterm(), writing(outputs, inputs, sealed=sealed):
@@ -22,8 +22,8 @@ def run_guarded(command, outputs, inputs, action, sealed=None):
     except (ConversionError, CheckpointFileError, OSError, BadInputError, KeyboardInterrupt,
             Stopped) as err:
         return report(command, err)
-    except ImportError as err:  # a fine-tuned checkpoint in the lean install (no fairseq)
-        missing = fairseq_absent(err, "loading this checkpoint")
+    except ImportError as err:  # the lean install: no fairseq, no transformers
+        missing = absent(err)
         if missing is None:
             raise
         return report(command, missing)
