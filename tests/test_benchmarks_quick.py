@@ -67,6 +67,8 @@ FIGURES = {
         rf"update CPU time torch_adamw / adam \(median\): {NUMBER}"],
     "ngram_counting.py": [
         rf"ngram counting throughput: {NUMBER} tokens/s at 20,000 tokens"],
+    "predict_large.py": [
+        rf"tiny model 300 rows: sorted / file order {NUMBER}x rows/s, {NUMBER}x rows per CPU-second"],
     "onnx_inference.py": [
         r"largest \|ONNX Runtime - torch\| logit over all pairs: [\d.]+e[-+]\d+",
         rf"ONNX Runtime / torch eager, pairs/s: batch 1: {NUMBER}x, batch 32: {NUMBER}x"],
@@ -91,7 +93,7 @@ def test_every_benchmark_has_a_quick_mode_here():
     # the GPU benchmarks' quick modes are run by tests/test_gpu_benchmarks.py, the
     # fine-tuning overhead's by tests/test_finetune_overhead.py
     elsewhere = {"gpu_throughput.py", "gpu_compile_check.py", "gpu_profile.py", "gpu_head.py", "host_work.py",
-                 "hf_peer.py", "finetune_overhead.py"}
+                 "hf_peer.py", "finetune_overhead.py", "gpu_predict.py", "gpu_graph_step.py"}
     assert scripts - elsewhere == set(FIGURES)
 
 

@@ -24,6 +24,10 @@ RUNS = {
     "test_host_work_loop_counts_one_read_an_update": ["host_work.py", "--loop", "--quick"],
     "test_gpu_profile_quick_reports_each_phase": ["gpu_profile.py", "--quick", "--variants", "span", "--data", PAIRS],
     "test_gpu_head_quick_times_each_formulation": ["gpu_head.py", "--quick", "--top", "200"],
+    "test_gpu_predict_without_a_gpu_says_so_and_exits_0": ["gpu_predict.py"],
+    "test_gpu_predict_quick_runs_both_paths": ["gpu_predict.py", "--quick"],
+    "test_gpu_graph_step_without_a_gpu_says_so_and_exits_0": ["gpu_graph_step.py"],
+    "test_gpu_graph_step_quick_pads_and_updates": ["gpu_graph_step.py", "--quick"],
 }
 
 
@@ -183,3 +187,30 @@ def test_gpu_results_keep_earlier_runs_notes(tmp_path):
     text = path.read_text()
     assert "new table" in text and "old table" not in text
     assert "### Second run\n\nnotes" in text and "## Next\n\nx" in text
+
+
+def test_gpu_predict_without_a_gpu_says_so_and_exits_0(out):
+    assert "gpu_predict: no GPU on this machine" in out
+
+
+def test_gpu_predict_quick_runs_both_paths(out):
+    """The portable predictor (its network cast to bf16, sorted batches) and the
+    transformers pipeline of a plain encoder, on real rows, at two batch sizes."""
+    rows = re.findall(rf"^bfloat16\s+(4|16)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", out, re.M)
+    assert [r[0] for r in rows] == ["4", "16"], out[-3000:]
+    assert all(float(x) > 0 for r in rows for x in r[1:]), out[-3000:]
+
+
+def test_gpu_graph_step_without_a_gpu_says_so_and_exits_0(out):
+    assert "gpu_graph_step: no GPU on this machine" in out
+
+
+def test_gpu_graph_step_quick_pads_and_updates(out):
+    """The update the graph would capture, run eagerly on the CPU on real long pairs: a
+    batch padded to a longer static shape keeps its loss, and the update lowers it."""
+    losses = re.search(r"loss of a batch ([\d.]+), padded by 5 tokens to a static shape "
+                       r"([\d.]+)", out)
+    assert losses and abs(float(losses[1]) - float(losses[2])) < 1e-4, out[-3000:]
+    steps = re.search(r"loss over 4 eager updates on one batch \(eval mode, lr 1e-3\): "
+                      r"([\d.]+) ([\d.]+) ([\d.]+) ([\d.]+)", out)
+    assert steps and float(steps[4]) < float(steps[1]), out[-3000:]

@@ -62,10 +62,9 @@ def stream_folder_rows(data, split, block=CHUNK_BYTES):
     if len(columns) == 1:
         yield from columns[0]
         return
-    n = 0
     for n, row in enumerate(itertools.zip_longest(*columns), start=1):
         if None in row:
-            counts = [count_lines(path) for path in paths]
+            counts = [sum(1 for _ in stream_file_lines(path, block)) for path in paths]
             raise BadInputError(f"{paths[1]}: {counts[1]} lines but {paths[0]} has "
                                 f"{counts[0]}; line {n} has no partner: rebuild {data}")
         yield row
@@ -171,8 +170,8 @@ def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression
             rows = read_test_rows(glue_dir, task, split)  # a TSV's column rules read it whole
             where, total = os.path.join(glue_dir, task, split + ".tsv"), len(rows)
         else:
+            where = folder_row_paths(hub.data, split)[0]  # a missing split named before writing
             rows = stream_folder_rows(hub.data, split)
-            where = os.path.join(hub.data, "raw", f"{split}.input0")
             total = count_lines(where) if on_terminal() else None  # only the bar reads it
         stream_predictions(hub, rows, output, where, scale, clip, batch_size, order, total)
 

@@ -14,19 +14,25 @@ import os
 import sys
 
 from span_plugin.formats.files import atomic_file
-from span_plugin.formats.lines import read_file_lines
+from span_plugin.formats.lines import regular_file, stream_file_lines
 from span_plugin.formats.table import _BadRow, _jsonl_rows
 from span_plugin.inference.outputs import Output
+from span_plugin.preprocess.progress import bar
 
 
 def write_pair_predictions(hub, input_path, output_path, text_columns=("sentence1", "sentence2"),
                            phrases_key="phrases"):
-    """Predict every row of ``input_path`` into ``output_path``; returns the row count.
-    A bad row is an error ``FILE:LINE: why``."""
-    rows = list(_jsonl_rows(input_path, read_file_lines(input_path, "error")))[:-1]  # last: keys
+    """Predict every row of ``input_path`` into ``output_path``, read and written a row at
+    a time (memory flat in the rows; a progress bar on a terminal); returns the row count.
+    A bad row is an error ``FILE:LINE: why``, and nothing is written."""
+    regular_file(input_path)
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-    with atomic_file(output_path, text=True) as out:
-        for lineno, row in rows:
+    written = 0
+    with atomic_file(output_path, text=True) as out, \
+            bar(None, os.path.basename(output_path), unit="rows") as progress:
+        for lineno, row in _jsonl_rows(input_path, stream_file_lines(input_path)):
+            if lineno == 0:
+                break  # the reader's last item: the keys it saw, not a row
             try:
                 if isinstance(row, _BadRow):
                     raise ValueError(str(row))
@@ -47,7 +53,9 @@ def write_pair_predictions(hub, input_path, output_path, text_columns=("sentence
             ranges = [(p["source"], p["target"]) if isinstance(p, dict) else tuple(p) for p in phrases]
             got["phrases"] = [{"source": s, "target": t, **p} for (s, t), p in zip(ranges, got["phrases"])]
             out.write(json.dumps({"line": lineno, **got}) + "\n")
-    return len(rows)
+            written += 1
+            progress.update(1)
+    return written
 
 
 def write_output(hub, args):
