@@ -262,3 +262,34 @@ def test_onnx_snippet_of_the_docs_feeds_the_graph_its_inputs(exports, tmp_path, 
                                       .numpy()})[0]
     assert torch.from_numpy(wrong).sub(want).abs().max() > 1e-3
     assert load_model(folder).predict_logits(pair).sub(want).abs().max() < 1e-6
+
+
+def test_the_type_and_the_classifier_tensors_are_checked_at_load(exports, tmp_path):
+    """A span folder edited to the standard type (which transformers would load with a
+    random head) and a plain folder whose head entry no longer names its classifier.*
+    tensors are refused by load_model in one line naming config.json's field, even with
+    files.json recomputed."""
+    import shutil
+
+    from span_plugin.formats.model_folder import ModelFolderError, write_manifest
+    from span_plugin.portable import load_model
+
+    def edited(case, change):
+        folder = tmp_path / case
+        shutil.copytree(exports[case][1], folder)
+        config = _config(folder)
+        change(config)
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        write_manifest(folder)
+        with pytest.raises(ModelFolderError) as err:
+            load_model(folder)
+        assert "\n" not in str(err.value)
+        return str(err.value)
+
+    message = edited("span", lambda c: c.update(model_type="roberta"))
+    assert message.startswith(f"{tmp_path / 'span' / 'config.json'}: model_type: 'roberta' "
+                              f"with architectures 'SpanPluginRobertaForSequenceClassification'")
+    assert "'span_plugin_roberta'" in message
+    message = edited("fairseq-plain", lambda c: c["span_plugin"]["heads"][
+        "sentence_classification_head"].pop("tensors"))
+    assert "span_plugin.heads: no head's tensors name classifier." in message, message

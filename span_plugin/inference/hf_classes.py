@@ -30,7 +30,6 @@ from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS
 # punctuation, digits, case, accents, a contraction, white space around the text.
 PROBES = ("A man plays a flute.", "  The film's 2 stars, honestly?  ",
           "Café owners in São Paulo said 1,200 jobs were cut.", "It isn't 100% sure: maybe.")
-SENTENCE_TASKS = ("span_classification", "sentence_prediction")
 # The tokenizer class span_plugin.portable registers for its model type (hf_auto.py).
 PLUGIN_TOKENIZER = "SpanPluginTokenizer"
 TAGGING_TASKS = ("span_tagging",)
