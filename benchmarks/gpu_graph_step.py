@@ -53,13 +53,14 @@ DATA = os.path.join(ROOT, ".gpu", "wiki-pairs")
 
 
 def static_batches(samples, pad):
-    """The net inputs and targets of fairseq ``samples`` (same batch size), each tensor
+    """The net inputs, targets and ids of fairseq ``samples`` (same batch size), each tensor
     padded to the largest of its kind: ``src_tokens`` with ``pad``, the rest (spans) with
     zeros. Returns ``(batches, words)``: dicts of tensors of one shape each, and each
     batch's real token count (``ntokens``)."""
     keys = sorted(samples[0]["net_input"])
     tensors = {k: [s["net_input"][k] for s in samples] for k in keys}
     tensors["target"] = [s["target"] for s in samples]
+    tensors["id"] = [s["id"] for s in samples]
     out = [{} for _ in samples]
     for key, items in tensors.items():
         shape = [max(t.shape[d] for t in items) for d in range(items[0].dim())]
@@ -70,11 +71,16 @@ def static_batches(samples, pad):
     return out, [int(s["ntokens"]) for s in samples]
 
 
+def as_sample(inputs):
+    """A fairseq sample of the flat tensors of :func:`static_batches`."""
+    return {"net_input": {k: v for k, v in inputs.items() if k not in ("target", "id")},
+            "target": inputs["target"], "id": inputs["id"], "ntokens": 0}
+
+
 def update_fn(model, criterion, optimizer, scaler, inputs, device):
-    """One update on the tensors of ``inputs`` (a dict: net inputs and ``target``), with
-    no read of the device: returns the loss tensor."""
-    net_input = {k: v for k, v in inputs.items() if k != "target"}
-    sample = {"net_input": net_input, "target": inputs["target"], "ntokens": 0}
+    """One update on the tensors of ``inputs`` (a dict: net inputs, ``target`` and ``id``),
+    with no read of the device: returns the loss tensor."""
+    sample = as_sample(inputs)
     with torch.autocast(device.type, dtype=torch.float16 if device.type == "cuda"
                         else torch.bfloat16):
         loss, sample_size, _ = criterion(model, sample)
@@ -94,7 +100,8 @@ def build(data, batch, quick):
     samples = [next(batches) for _ in range(8)]
     samples = [s for s in samples if s["target"].shape[0] == batch] or samples[:1]
     samples = [{"net_input": {k: v.cpu() for k, v in s["net_input"].items()},
-                "target": s["target"].cpu(), "ntokens": s["ntokens"]} for s in samples]
+                "target": s["target"].cpu(), "id": s["id"].cpu(), "ntokens": s["ntokens"]}
+               for s in samples]
     pad = trainer.task.source_dictionary.pad()
     device = torch.device("cpu" if quick else "cuda")
     statics, words = static_batches(samples, pad)
@@ -174,9 +181,7 @@ def quick_check():
     model.eval()
     with torch.no_grad():
         plain = float(criterion(model, sample)[0])
-        inputs = {"net_input": {k: v for k, v in padded.items() if k != "target"},
-                  "target": padded["target"], "ntokens": 0}
-        wider = float(criterion(model, inputs)[0])
+        wider = float(criterion(model, as_sample(padded))[0])
     print(f"quick check: loss of a batch {plain:.6f}, padded by 5 tokens to a static "
           f"shape {wider:.6f}")
     device = torch.device("cpu")  # eval mode: no dropout, so the loss falls step by step
@@ -198,6 +203,9 @@ def main():
     p.add_argument("--hf-ups", type=float, help="hf_peer.py --compile's updates/s, same card")
     p.add_argument("--quick", action="store_true", help="CPU, tiny model (no figure)")
     args = p.parse_args()
+    import span_plugin
+
+    span_plugin.register()  # the plugin's tasks and models, as fairseq-train's --user-dir loads them
     if args.quick:
         quick_check()
         return 0
