@@ -139,21 +139,29 @@ def exported_predictor(folder, data=None, head="sentence_classification_head", d
 
 class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):
     """Runs :func:`span_plugin.portable.hf_auto.register` right after ``transformers``
-    is imported (a post-import hook: the import itself is found by the other finders;
-    its loader's ``exec_module`` is wrapped), then takes itself off ``sys.meta_path``."""
+    is imported (a post-import hook: the other finders find it; its loader's
+    ``exec_module`` is wrapped), then takes itself off ``sys.meta_path``. A look-up that
+    imports nothing (``importlib.util.find_spec``) leaves it in place."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "transformers":
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        run = spec.loader.exec_module
+        run, hook = spec.loader.exec_module, self
 
         def exec_module(module):
             run(module)
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
             _register()
 
         spec.loader.exec_module = exec_module
