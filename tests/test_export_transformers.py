@@ -293,3 +293,24 @@ def test_the_type_and_the_classifier_tensors_are_checked_at_load(exports, tmp_pa
     message = edited("fairseq-plain", lambda c: c["span_plugin"]["heads"][
         "sentence_classification_head"].pop("tensors"))
     assert "span_plugin.heads: no head's tensors name classifier." in message, message
+
+
+REGISTRATION = """
+import importlib.util, sys
+import span_plugin.portable
+alone = sorted(m for m in ("torch", "transformers") if m in sys.modules)
+assert importlib.util.find_spec("transformers") is not None  # a look-up imports nothing
+import transformers
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+print(alone, sorted(t for t in CONFIG_MAPPING if t.startswith("span_plugin_")))
+"""
+
+
+def test_importing_the_plugin_registers_its_types_when_transformers_is_imported():
+    """import span_plugin.portable imports neither torch nor transformers; the types are
+    registered once transformers is imported, even after a find_spec look-up."""
+    proc = subprocess.run([sys.executable, "-c", REGISTRATION], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == ("[] ['span_plugin_bert', 'span_plugin_roberta', "
+                                   "'span_plugin_xlm-roberta']")
