@@ -31,17 +31,16 @@ a copy of its own, so that nothing shared is at stake:
 """
 
 import errno
-import hashlib
 import os
 import random
 import re
 import shutil
 import subprocess
 import sys
-from collections import Counter, defaultdict
 
 import pytest
 
+from fuzz_outcomes import TRACEBACK, Outcomes, head, snapshot
 from conftest import BIN, GLUE, GPT2_BPE
 from test_fuzz_readers import train_tiny
 from span_plugin.cli import convert as convert_cli
@@ -53,50 +52,9 @@ from span_plugin.formats.outputs import lock_path
 pytestmark = pytest.mark.slow
 
 SEED = 66
-TRACEBACK = "Traceback (most recent call last)"
-OUTCOMES = defaultdict(Counter)  # class -> Counter of outcomes
+OUTCOMES = Outcomes(lost="inputs")
+record = OUTCOMES.record
 ENOSPC = os.strerror(errno.ENOSPC)
-
-
-def head(path, n):
-    with open(path, encoding="utf-8") as f:
-        return "".join(line for _, line in zip(range(n), f))
-
-
-def snapshot(folder, skip=()):
-    """Every path under ``folder`` (links not followed) with its content's hash, its
-    link target or "folder"; ``skip``: top-level names left out."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        if root == str(folder):
-            dirs[:] = [d for d in dirs if d not in skip]
-            files = [f for f in files if f not in skip]
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, folder)
-            if os.path.islink(path):
-                out[rel] = "-> " + os.readlink(path)
-            elif os.path.isfile(path):
-                with open(path, "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-            else:
-                out[rel] = "folder"
-    return out
-
-
-def record(cls, failures, case, ok, good, code, output, changed=False):
-    """Count a case under ``good`` or the kind of problem it shows; keep its story."""
-    if ok:
-        kind = good
-    elif TRACEBACK in output:
-        kind = "problem: traceback"
-    elif code == 0:
-        kind = "problem: exit 0" + (", inputs lost or changed" if changed else "")
-    else:
-        kind = f"problem: exit {code}" + (", files changed" if changed else ", another message")
-    OUTCOMES[cls][kind] += 1
-    if not ok:
-        failures.append(f"[{cls}] {case}: exit {code}\n{output[-1500:]}")
 
 
 def one_line(output):
@@ -704,14 +662,5 @@ def test_exports_onto_a_real_full_disk(fresh, world, tmp_path):
 
 
 def test_outcome_table():
-    """Runs last in the module: the table (and FUZZ_TABLE=PATH)."""
-    if not OUTCOMES:
-        pytest.skip("the table counts the other tests of the module: run them with it")
-    lines = ["| class | outcome | cases |", "|---|---|---|"]
-    lines += [f"| {cls} | {outcome} | {n} |" for cls, counts in OUTCOMES.items()
-              for outcome, n in sorted(counts.items())]
-    print("\n".join(lines))
-    if os.environ.get("FUZZ_TABLE"):
-        with open(os.environ["FUZZ_TABLE"], "a", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-    assert not [k for counts in OUTCOMES.values() for k in counts if k.startswith("problem")]
+    """Runs last in the module: the table of its cases (and FUZZ_TABLE=PATH)."""
+    OUTCOMES.check_table()

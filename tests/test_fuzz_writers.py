@@ -20,7 +20,6 @@ or as console scripts; recipes through bash), three classes:
 ``FUZZ_TABLE=PATH`` appends the table of outcomes by class to PATH.
 """
 
-import hashlib
 import json
 import os
 import random
@@ -30,10 +29,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
 
 import pytest
 
+from fuzz_outcomes import TRACEBACK, Outcomes, head, snapshot
 from conftest import BIN, DATA, GLUE, GPT2_BPE, ROOT, run_cli
 from test_training_guard import train  # fairseq-train in-process: its exit status
 from span_plugin.cli import convert as convert_cli
@@ -44,45 +43,8 @@ from span_plugin.runtime.checkpoints import load_mapped
 from span_plugin.runtime.data_record import checkpoint_record
 
 SEED = 51
-TRACEBACK = "Traceback (most recent call last)"
-OUTCOMES = defaultdict(Counter)  # class -> Counter of outcomes
-
-
-def record(cls, failures, case, ok, good, code, output, changed=False):
-    """Count a case under ``good`` or the kind of problem it shows; keep its story."""
-    if ok:
-        kind = good
-    elif TRACEBACK in output:
-        kind = "problem: traceback"
-    elif code == 0:
-        kind = "problem: exit 0" + (", files lost or changed" if changed else "")
-    else:
-        kind = f"problem: exit {code}" + (", files changed" if changed else ", another message")
-    OUTCOMES[cls][kind] += 1
-    if not ok:
-        failures.append(f"{case}: exit {code}\n{output[-2000:]}")
-
-
-def head(path, n):
-    with open(path, encoding="utf-8") as f:
-        return "".join(line for _, line in zip(range(n), f))
-
-
-def snapshot(folder):
-    """Every path under ``folder`` (links not followed) with its content's hash."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, folder)
-            if os.path.islink(path):
-                out[rel] = "-> " + os.readlink(path)
-            elif os.path.isfile(path):
-                with open(path, "rb") as f:
-                    out[rel] = hashlib.sha256(f.read()).hexdigest()
-            else:
-                out[rel] = "folder"
-    return out
+OUTCOMES = Outcomes(lost="files")
+record = OUTCOMES.record
 
 
 @pytest.fixture(scope="module")
@@ -350,7 +312,7 @@ def test_two_real_builds_race(work, tmp_path):
     assert second.returncode == 2, second.stdout
     assert f"{out} is being written by process {first.pid} (span-preprocess table" in second.stdout
     run_cli("span-preprocess", "check", out)
-    OUTCOMES["concurrent writers"]["two real builds: second exit 2, first whole"] += 1
+    OUTCOMES.counts["concurrent writers"]["two real builds: second exit 2, first whole"] += 1
 
 
 def test_fairseq_train_into_a_held_save_dir(resumable, tmp_path, capsys):
@@ -362,14 +324,14 @@ def test_fairseq_train_into_a_held_save_dir(resumable, tmp_path, capsys):
         err = capsys.readouterr().err
         ok = (code == 2 and f"{save} is being written by process {first.pid}" in err
               and not save.exists())
-        OUTCOMES["concurrent writers"]["exit 2, holder named, earlier output intact"
+        OUTCOMES.counts["concurrent writers"]["exit 2, holder named, earlier output intact"
                                        if ok else "problem"] += 1
         assert ok, err[-2000:]
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert train(resumable / "data", save) == 0
-    OUTCOMES["concurrent writers"]["holder killed: the lock taken over, exit 0"] += 1
+    OUTCOMES.counts["concurrent writers"]["holder killed: the lock taken over, exit 0"] += 1
 
 
 # ---- resume onto changed data ---------------------------------------------------------
@@ -475,14 +437,5 @@ def test_resume_onto_changed_data(work, resumable, tmp_path, capsys):
 
 
 def test_outcome_table():
-    """Runs last in the module: the table (and FUZZ_TABLE=PATH)."""
-    if not OUTCOMES:
-        pytest.skip("the table counts the other tests of the module: run them with it")
-    lines = ["| class | outcome | cases |", "|---|---|---|"]
-    lines += [f"| {cls} | {outcome} | {n} |" for cls, counts in OUTCOMES.items()
-              for outcome, n in sorted(counts.items())]
-    print("\n".join(lines))
-    if os.environ.get("FUZZ_TABLE"):
-        with open(os.environ["FUZZ_TABLE"], "a", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-    assert not [k for counts in OUTCOMES.values() for k in counts if k.startswith("problem")]
+    """Runs last in the module: the table of its cases (and FUZZ_TABLE=PATH)."""
+    OUTCOMES.check_table()
