@@ -28,7 +28,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from conftest import GLUE, GPT2_BPE, ROOT, fairseq_train
-from test_task_data import glue_folder, mini_glue, spec_args
+from test_task_data import ROWS, glue_folder, mini_glue, spec_args
 from test_task_train import span_args
 
 pytestmark = [pytest.mark.smoke, pytest.mark.slow]
@@ -166,18 +166,31 @@ def test_the_wheel_declares_no_training_stack(lean):
     assert {"hydra-core", "tensorboard", "matplotlib"} <= train, train
 
 
-def test_the_venv_has_the_package_and_no_fairseq(lean):
+def test_the_venv_has_the_package_and_no_fairseq(lean, exported):
+    """The package comes from the venv, the training stack is not importable, every
+    command module imports without fairseq, and the hub asked for a checkpoint says
+    what to install."""
     _, bin_dir, work = lean
+    checkpoint = exported[0]
     code = ("import importlib.util, sys, span_plugin\n"
             "print(span_plugin.__file__)\n"
             f"print([m for m in {TRAINING_MODULES!r} if importlib.util.find_spec(m)])\n"
             "import span_plugin.cli.predict, span_plugin.cli.preprocess, span_plugin.cli.convert\n"
             "import span_plugin.cli.export, span_plugin.portable, span_plugin.convert\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fairseq', 'torch')))\n")
-    where, visible, loaded = lean_run(bin_dir, "python", "-c", code, cwd=work).stdout.splitlines()
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fairseq', 'torch')))\n"
+            "from span_plugin.hub import SpanHubInterface\n"
+            "try:\n"
+            f"    SpanHubInterface.from_pretrained({str(checkpoint)!r})\n"
+            "except ImportError as err:\n"
+            "    print(f\"{type(err).__name__}: {err}\")\n")
+    out = lean_run(bin_dir, "python", "-c", code, cwd=work).stdout.splitlines()
+    where, visible, loaded, hub = out
     assert Path(where).is_relative_to(bin_dir.parent), where  # not the checkout
     assert visible == "[]", visible
     assert "fairseq" not in loaded, loaded
+    # the fairseq hub on a checkpoint: an ImportError whose one line names the install
+    assert hub.startswith("MissingPackageError: SpanHubInterface on a fairseq checkpoint "
+                          "needs fairseq") and "bash install.sh" in hub, hub
 
 
 def test_lean_preprocessing_equals_the_training_installs(lean):
@@ -220,26 +233,28 @@ def test_lean_conversion_equals_the_training_installs(lean, tiny_bert_hf, conver
 
 
 def test_lean_span_predict_model_writes_what_the_checkpoint_writes(lean, exported):
-    """span-predict --model DIR in the lean venv: MRPC dev from the GLUE TSV and the task
-    folder's valid split, the same bytes as --checkpoint writes in the training install."""
+    """span-predict --model DIR in the lean venv: the task folder's valid and test splits
+    (real MRPC dev and test rows), the same bytes as --checkpoint writes in the training
+    install."""
     from span_plugin.cli.predict import main
 
     _, bin_dir, work = lean
     checkpoint, folder, data = exported
-    glue = ["--glue-dir", GLUE, "--task", "MRPC", "--split", "dev", "--output"]
-    split = ["--data", data, "--split", "valid", "--output"]
-    for argv, name in ((glue, "dev.tsv"), (split, "valid.tsv")):
-        lean_run(bin_dir, "span-predict", "--model", folder, *argv, work / name, cwd=work)
-        assert main(["--checkpoint", str(checkpoint), *map(str, argv),
-                     str(work / f"ckpt-{name}")]) == 0
-        assert (work / name).read_bytes() == (work / f"ckpt-{name}").read_bytes(), name
-    assert len((work / "dev.tsv").read_text(encoding="utf-8").splitlines()) == 409
+    splits = ["--data", data, "--split", "valid", "test", "--output"]
+    lean_run(bin_dir, "span-predict", "--model", folder, *splits, work / "valid.tsv",
+             work / "test.tsv", cwd=work)
+    assert main(["--checkpoint", str(checkpoint), *map(str, splits), str(work / "ckpt-valid.tsv"),
+                 str(work / "ckpt-test.tsv")]) == 0
+    for split in ("valid", "test"):
+        ours = (work / f"{split}.tsv").read_text(encoding="utf-8")
+        assert ours == (work / f"ckpt-{split}.tsv").read_text(encoding="utf-8"), split
+        assert len(ours.splitlines()) == 1 + ROWS["valid"], split  # a header, a line a row
 
 
 def test_what_needs_fairseq_says_what_to_install(lean, exported):
-    """Without fairseq, span-predict --checkpoint, span-export (onnx; hf of a fine-tuned
-    checkpoint) and the hub on a checkpoint each end on one line naming install.sh;
-    --bpe fastbpe names how to build fastBPE."""
+    """Without fairseq, span-predict --checkpoint and span-export (onnx; hf of a
+    fine-tuned checkpoint) each end on one line naming install.sh; --bpe fastbpe names
+    how to build fastBPE."""
     _, bin_dir, work = lean
     checkpoint, _, data = exported
     runs = {
@@ -254,10 +269,6 @@ def test_what_needs_fairseq_says_what_to_install(lean, exported):
         assert proc.returncode == 2 and len(lines) == 1, (command, proc.stderr[-3000:])
         assert lines[0].startswith(f"{command}: error: ") and "needs fairseq" in lines[0] \
             and "bash install.sh" in lines[0], lines
-    hub = lean_run(bin_dir, "python", "-c", "from span_plugin.hub import SpanHubInterface as H\n"
-                   f"H.from_pretrained({str(checkpoint)!r})", cwd=work, check=False)
-    assert "MissingPackageError: SpanHubInterface on a fairseq checkpoint needs fairseq" \
-        in hub.stderr and "bash install.sh" in hub.stderr, hub.stderr[-3000:]
     codes = work / "codes"
     codes.write_text("t h\n", encoding="utf-8")
     proc = lean_run(bin_dir, "span-preprocess", "glue", "--task", "MRPC", "--glue-dir",
