@@ -251,7 +251,7 @@ def measure_all(args):
     results = load(args.results)
     checkpoint, folder, data = prepare(args.work, args.model)
     for rows in args.rows:
-        bench = bench_folder(args.work, data, rows)
+        bench = bench_folder(os.path.join(args.work, args.model), data, rows)
         for source in args.source:
             written = {}
             for order in ORDERS if not args.before else ("before",):
