@@ -312,5 +312,5 @@ def test_importing_the_plugin_registers_its_types_when_transformers_is_imported(
     proc = subprocess.run([sys.executable, "-c", REGISTRATION], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip() == ("[] ['span_plugin_bert', 'span_plugin_roberta', "
-                                   "'span_plugin_xlm-roberta']")
+    assert proc.stdout.strip() == ("[] ['span_plugin_bert', 'span_plugin_camembert', "
+                                   "'span_plugin_roberta', 'span_plugin_xlm-roberta']")

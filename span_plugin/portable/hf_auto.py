@@ -30,6 +30,7 @@ from span_plugin.modules.head_builders import MODEL_DEFAULTS, build_head_module
 # family -> transformers' config and encoder class names
 FAMILY_CLASSES = {"roberta": ("RobertaConfig", "RobertaModel"),
                   "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel"),
+                  "camembert": ("CamembertConfig", "CamembertModel"),
                   "bert": ("BertConfig", "BertModel")}
 TOKENIZER_CLASS = "SpanPluginTokenizer"
 # What a pipeline passes that training's own layout answers (padding to the longest,
