@@ -72,22 +72,27 @@ def declared(wheel, extra=""):
 
 
 def closure(requirements):
-    """``{name: distribution}``: the installed distributions of ``requirements`` and of
-    theirs, transitively (plain installs: no extras)."""
-    found, todo = {}, list(requirements)
+    """``{name: distribution}``: the installed distributions of ``requirements`` (their
+    markers already evaluated) and of theirs, transitively, each with the extras asked of
+    it (torch's CUDA build asks for ``cuda-toolkit[...]``)."""
+    found, seen, todo = {}, set(), list(requirements)
     while todo:
         req = todo.pop()
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        key = (_canonical(req.name), frozenset(req.extras))
+        if key in seen:
             continue
-        if _canonical(req.name) in found:
-            continue
+        seen.add(key)
         try:
             dist = metadata.distribution(req.name)
         except metadata.PackageNotFoundError:
             pytest.fail(f"{req} (declared by the wheel or a dependency) is not installed in "
                         f"{sys.prefix}: the lean venv is made from its installed copies")
         found[_canonical(req.name)] = dist
-        todo += [Requirement(r) for r in dist.requires or ()]
+        for line in dist.requires or ():
+            dep = Requirement(line)
+            if dep.marker is None or any(dep.marker.evaluate({"extra": extra})
+                                         for extra in ("", *req.extras)):
+                todo.append(dep)
     return found
 
 
