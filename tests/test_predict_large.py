@@ -1,7 +1,9 @@
 """span-predict on large files (issue 69 part 2): rows sorted by length into batches and
 written in the input's order, read and written a chunk at a time, a progress bar on a
 terminal only. A tiny MRPC model, trained here for 2 updates on real rows and exported
-with span-export hf, predicts the folder's real dev and test pairs.
+with span-export hf, predicts the folder's real dev and test pairs; a tiny span-labeling
+model and the suite's QA model check that their outputs sort batches without changing
+what they write.
 """
 
 import fcntl
@@ -15,7 +17,8 @@ import warnings
 
 import pytest
 
-from conftest import BIN, GLUE, fairseq_train
+from conftest import (BIN, GLUE, TINY_ROBERTA, USER_DIR, fairseq_train, small_conll_folder,
+                      tiny_train_args)
 from span_plugin.formats.lines import BadInputError, read_file_lines, stream_file_lines
 from span_plugin.formats.text_inputs import InputCutWarning, one_cut_warning, warn_cut
 from test_task_data import glue_folder
@@ -205,3 +208,56 @@ def test_a_progress_bar_on_a_terminal_only(mrpc, tmp_path):
     logged = _span_predict([*argv, tmp_path / "log.tsv"], terminal=False)
     assert logged.strip().splitlines() == [f"{tmp_path / 'log.tsv'}: 64 predictions"], logged
     assert (tmp_path / "tty.tsv").read_bytes() == (tmp_path / "log.tsv").read_bytes()
+
+
+def _outputs(argv, **outputs):
+    """``{name: bytes}`` of the files ``outputs`` (``name=path``) that span-predict
+    ``argv`` with ``--name path`` for each wrote."""
+    _predict(*argv, *(a for name, path in outputs.items()
+                      for a in ("--" + name.replace("_", "-"), path)))
+    return {name.replace("_", "-"): path.read_bytes() for name, path in outputs.items()}
+
+
+@pytest.mark.slow
+def test_tagging_and_qa_outputs_sort_without_changing_them(qa_checkpoint, qa_folder, tmp_path):
+    """A span-labeling checkpoint's entities and scores on a real CoNLL split, and the QA
+    checkpoint's answers to real SQuAD questions, checkpoint and exported folder: batches
+    of 2 (tagging) and 4 (QA) sorted by length write what batches in file order write
+    (n-best scores within 1e-6)."""
+    import json
+
+    from span_plugin.inference.model_export import export_model
+
+    (tmp_path / "conll").mkdir()
+    data = small_conll_folder(tmp_path / "conll")
+    fairseq_train([data, "--user-dir", USER_DIR, "--task", "span_labeling", "--criterion",
+                   "span_labeling", "--arch", "roberta_tagging", *TINY_ROBERTA, "--init-token",
+                   "0", "--max-span-words", "4", *tiny_train_args(tmp_path / "ner")])
+    tagger = tmp_path / "ner" / "checkpoint_last.pt"
+    export_model(tagger, tmp_path / "ner-hf")
+    export_model(qa_checkpoint, tmp_path / "qa-hf")
+    for source in (("--checkpoint", tagger), ("--model", tmp_path / "ner-hf")):
+        found = {}
+        for order in ("length", "file"):
+            out = tmp_path / f"ner-{source[0][2:]}-{order}"
+            found[order] = _outputs([*source, "--data", data, "--split", "valid",
+                                     "--batch-size", "2", "--batch-order", order],
+                                    spans_out=out / "valid.jsonl", results=out / "results.json")
+        assert found["length"]["spans-out"] == found["file"]["spans-out"], source
+        scores = [json.loads(f["results"])["dev"] for f in found.values()]
+        assert scores[0] == scores[1] and scores[0]["valid"]["items"] == 8
+    for source in (("--checkpoint", qa_checkpoint), ("--model", tmp_path / "qa-hf")):
+        found = {}
+        for order in ("length", "file"):
+            out = tmp_path / f"qa-{source[0][2:]}-{order}"
+            found[order] = _outputs([*source, "--input", qa_folder / "valid.json",
+                                     "--batch-size", "4", "--batch-order", order],
+                                    output=out / "predictions.json", nbest=out / "nbest.json")
+        assert found["length"]["output"] == found["file"]["output"], source
+        nbest = [json.loads(f["nbest"]) for f in found.values()]
+        assert nbest[0].keys() == nbest[1].keys() and len(nbest[0]) > 8
+        for qid, answers in nbest[0].items():
+            other = nbest[1][qid]
+            assert [(a["text"], a["start"], a["end"]) for a in answers] == \
+                [(a["text"], a["start"], a["end"]) for a in other], qid
+            assert all(abs(a["score"] - b["score"]) < 1e-6 for a, b in zip(answers, other))
