@@ -23,7 +23,7 @@ Every other head (the span heads read the plugin's n-gram spans, which no
 by name unless :mod:`span_plugin.portable` registered it. A head the table's conditions
 do not hold for goes the same way, with the reason recorded. The exporter then checks
 that the folder's ``AutoTokenizer`` gives the ids of training before it keeps a
-transformers class (:mod:`span_plugin.portable.tokenizer_parity`).
+transformers class (:mod:`span_plugin.inference.hf_classes`).
 """
 
 from dataclasses import dataclass
