@@ -5,17 +5,14 @@ A plain head that one of ``transformers``' own task classes computes exactly is
 exported as that class, its tensors under the class's names, so that
 ``AutoModelForSequenceClassification`` and ``pipeline(...)`` use it with no plugin:
 
-=============================================  ==========================================
-head (kind, model settings)                    transformers class, tensors
-=============================================  ==========================================
-``plain``: fairseq's ``RobertaClassificationHead``  ``{Roberta,XLMRoberta}ForSequenceClassification``:
-(``HEAD=plain``) or the plugin's, on ``<s>``,  ``dense.*`` -> ``classifier.dense.*``,
-tanh, inner dim = hidden size                  ``out_proj.*`` -> ``classifier.out_proj.*``
-``plain`` over BERT's pooler (``--bert-pooler``,  ``BertForSequenceClassification``:
-BERT family)                                    ``out_proj.*`` -> ``classifier.*``
-``token`` (tagging: a linear layer per token)  ``{family}ForTokenClassification``:
-                                                ``out_proj.*`` -> ``classifier.*``
-=============================================  ==========================================
+- ``plain`` on ``<s>``: fairseq's ``RobertaClassificationHead`` (``HEAD=plain``) or the
+  plugin's, tanh, inner size = hidden size -> ``{Roberta,XLMRoberta,Camembert}For
+  SequenceClassification``; ``dense.*`` -> ``classifier.dense.*``, ``out_proj.*`` ->
+  ``classifier.out_proj.*``;
+- ``plain`` over BERT's pooler (``--bert-pooler``, a BERT model) ->
+  ``BertForSequenceClassification``; ``out_proj.*`` -> ``classifier.*``;
+- ``token`` (tagging: a linear layer per token) -> ``{family}ForTokenClassification``;
+  ``out_proj.*`` -> ``classifier.*``.
 
 Every other head (the span heads read the plugin's n-gram spans, which no
 ``transformers`` tokenizer makes) is exported under the plugin's own model type,
