@@ -10,11 +10,25 @@ pairs, one thread, each measurement in a fresh process; and ONNX Runtime on the 
 - pairs/s at batch 32, then at batch 1, over the same pairs in order, after one
   untimed batch of 32 (each path's first-call set-up, caches warm as in a server).
 
+int8 (issue 69, part 3), in the same rounds, at one thread and at all threads: the span
+model in int8 through ONNX Runtime (``span-export onnx --quantize int8``) and through
+the portable torch encoder (``load_model(DIR, quantize="int8")``), against plain
+``transformers`` in float32 and against the peer a deploying user would pick: the plain
+encoder (the same ``AutoModel`` and linear layer as "plain") exported to ONNX and
+quantized by ONNX Runtime's own ``quantize_dynamic`` (``optimum-onnx``, which wraps the
+same call, requires transformers < 4.58 and does not install beside 5.23). The ONNX
+graphs are fed their own inputs: the span graph the dictionary's ids its onnx.json
+names (pad 1), made from the portable encoder's tokens by the recorded ``dict.txt``
+(checked against the hub's own encoding before any timing). The dev metric of float32
+and int8 is the accuracy guard's (``onnx.json``'s and ``config.json``'s ``int8``).
+
 The model: the README's first run (all-MiniLM-L6-v2 Span Fine-tuned on MRPC,
 ``recipes/glue/MRPC.sh``), trained for 2 updates here (the weights do not change the
 timings), exported with ``span-export hf``; built once into ``--work``.
 
     python benchmarks/portable_inference.py [--work runs/bench-portable] [--runs 5]
+    python benchmarks/portable_inference.py --checkpoint CKPT --work runs/bench-int8 \
+        --paths plain plain-onnx-int8 portable-torch portable-int8 onnx onnx-int8 --runs 3
     python benchmarks/portable_inference.py --quick   # a tiny random model, 16 pairs
 """
 
@@ -31,10 +45,14 @@ ROOT = os.path.dirname(HERE)
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 GLUE = os.path.join(DATA, "glue")
 BIN = os.path.dirname(sys.executable)
-PATHS = ("portable-torch", "portable-hf", "hub", "plain", "onnx")
+PATHS = ("portable-torch", "portable-hf", "hub", "plain", "onnx", "portable-int8", "onnx-int8",
+         "plain-onnx-int8")
 NAMES = {"portable-torch": "portable, torch encoder", "portable-hf": "portable, transformers enc.",
-         "hub": "fairseq hub", "plain": "plain transformers", "onnx": "ONNX Runtime"}
+         "hub": "fairseq hub", "plain": "plain transformers", "onnx": "ONNX Runtime",
+         "portable-int8": "span int8, portable torch", "onnx-int8": "span int8, ONNX Runtime",
+         "plain-onnx-int8": "plain int8, ONNX Runtime"}
 PORTABLE = {"portable-torch": "torch", "portable-hf": "transformers"}  # path -> load_model's encoder
+SPAN_INT8 = ("onnx-int8", "portable-int8")
 TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
         "--encoder-attention-heads", "2", "--max-positions", "128"]
 
@@ -68,14 +86,20 @@ def mini_glue(work, rows=64):
     return os.path.dirname(out)
 
 
-def prepare(work, quick):
-    """``(checkpoint, exported folder)`` in ``work``, built when missing."""
-    checkpoint = os.path.join(work, "run", "checkpoints", "checkpoint_last.pt")
+def prepare(work, quick, checkpoint=None):
+    """``(checkpoint, exported folder)`` in ``work``, built when missing: the span
+    model's ``span-export hf`` folder (its int8 figures measured by ``span-export
+    int8-check``), its ``span-export onnx`` graph in float32 and in int8, and the plain
+    peer's graphs (:func:`export_plain`). ``checkpoint``: a fine-tuned one to use instead
+    of training one here."""
+    checkpoint = checkpoint or os.path.join(work, "run", "checkpoints", "checkpoint_last.pt")
     folder = os.path.join(work, "hf")
     if os.path.isfile(os.path.join(folder, "files.json")) and \
-            os.path.isfile(os.path.join(onnx_folder(work), "model.onnx")):
+            os.path.isfile(os.path.join(plain_folder(work), "model.int8.onnx")):
         return checkpoint, folder
-    if quick:
+    if os.path.isfile(checkpoint):
+        pass
+    elif quick:
         gpt2 = os.path.join(DATA, "gpt2_bpe")
         data = os.path.join(work, "data")
         run("span-preprocess", "glue", "--task", "MRPC", "--glue-dir", mini_glue(work),
@@ -94,53 +118,203 @@ def prepare(work, quick):
                                          "OUT_DIR": os.path.join(work, "run"),
                                          "TEST_PREDICTIONS": "0", "NUM_GPUS": "0"})
     run("span-export", "hf", checkpoint, "--out", folder, "--force")
+    # the guard's figures are printed, whatever they are: --force-int8 keeps the graph
+    # and --max-drop 100 the folder's record, so that the speed is measured either way
+    run("span-export", "int8-check", folder, "--max-drop", "100")
     run("span-export", "onnx", checkpoint, "--out", onnx_folder(work), "--force")
+    run("span-export", "onnx", checkpoint, "--out", onnx_folder(work, "int8"), "--force",
+        "--quantize", "int8", "--force-int8")
+    check_graph_ids(checkpoint, folder)
+    export_plain(folder, plain_folder(work))
     return checkpoint, folder
 
 
-def onnx_folder(work):
-    return os.path.join(work, "onnx")
+def onnx_folder(work, kind="fp32"):
+    return os.path.join(work, "onnx" if kind == "fp32" else "onnx-int8")
+
+
+def plain_folder(work):
+    return os.path.join(work, "plain-onnx")
+
+
+def graph_ids(model):
+    """``remap [V]``: the portable model's token id -> the dictionary id the span graph
+    reads (``onnx.json``: fairseq's dictionary, ``<s> <pad> </s> <unk>`` = 0..3, then
+    ``dict.txt``'s lines), from the ``dict.txt`` of the data record's folder, checked by
+    its recorded sha256. A GPT-2 folder's ids are the dictionary's (its vocab.json);
+    WordPiece's are ``vocab.txt``'s order, which the dictionary's is not."""
+    import hashlib
+
+    import numpy as np
+
+    record = model.record
+    ids = dict(model.vocab.ids, **model.vocab.specials)
+    if record["encoder"]["bpe"] == "gpt2":  # the folder's ids are the dictionary's already
+        return np.arange(max(ids.values()) + 1, dtype=np.int64)
+    path = os.path.join(record["data_dir"], "input0", "dict.txt")
+    with open(path, "rb") as f:
+        raw = f.read()
+    if hashlib.sha256(raw).hexdigest() != record["files"]["input0/dict.txt"]:
+        sys.exit(f"{path}: not the dictionary the model's data record holds")
+    index = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for line in raw.decode("utf-8").splitlines():
+        index.setdefault(line.rsplit(" ", 1)[0], len(index))
+    remap = np.full(max(ids.values()) + 1, index["<unk>"], dtype=np.int64)
+    for symbol, i in ids.items():
+        remap[i] = index.get(symbol, index["<unk>"])
+    return remap
+
+
+def check_graph_ids(checkpoint, folder, n=64):
+    """The span graph's inputs made from the portable encoder (:func:`graph_ids`) equal
+    the hub's own (``onnx_graph.model_inputs``) on ``n`` dev pairs, else exit."""
+    import torch
+
+    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.inference.onnx_graph import model_inputs
+    from span_plugin.portable import load_model
+    from span_plugin.portable.batches import pad_rows, pad_tokens
+
+    model, pairs = load_model(folder), dev_pairs(n)
+    remap = graph_ids(model)
+    hub = SpanHubInterface.from_pretrained(checkpoint)
+    for b in range(0, n, 16):
+        chunk = pairs[b:b + 16]
+        want = model_inputs(hub, chunk, ("src_tokens", "spans"))
+        encoded = model.encode(chunk)
+        tokens = torch.from_numpy(remap[pad_tokens([t for t, _ in encoded], model.vocab.pad).numpy()])
+        if not (torch.equal(tokens, want["src_tokens"])
+                and torch.equal(pad_rows([sp for _, sp in encoded], 2), want["spans"])):
+            sys.exit(f"the span graph's inputs made from {folder} differ from the hub's on dev "
+                     f"pairs {b}..{b + len(chunk) - 1}")
+
+
+def plain_network(folder):
+    """The plain path's network: ``transformers``' own model class of the folder's
+    encoder family (an exported span model names the plugin's model type, which only an
+    import of span_plugin registers; the plain path imports none of it) without the
+    pooler, and a seeded linear layer on the first token."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the span heads' tensors are not this model's
+    hf_logging.disable_progress_bar()
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        raw = json.load(f)
+    family = raw["model_type"].removeprefix("span_plugin_")
+    config = AutoConfig.for_model(family, **{k: v for k, v in raw.items()
+                                             if k not in ("model_type", "architectures",
+                                                          "auto_map")})
+    encoder = AutoModel.from_pretrained(folder, config=config, add_pooling_layer=False).eval()
+    torch.manual_seed(0)
+    return encoder, torch.nn.Linear(encoder.config.hidden_size, 2)
+
+
+def export_plain(folder, out):
+    """The plain peer: ``AutoModel`` + linear of ``folder`` exported as optimum exports
+    an encoder (torch's TorchScript-based ONNX exporter, opset 17, dynamic batch and
+    length) to ``out/model.onnx``, then quantized by ONNX Runtime's ``quantize_dynamic``
+    (MatMul/Gemm weights int8, :func:`span_plugin.inference.onnx_quantize.quantize_graph`)
+    to ``out/model.int8.onnx``; ``out/inputs.json`` names the tokenizer outputs it reads."""
+    import warnings
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from span_plugin.inference.onnx_quantize import quantize_graph
+
+    os.makedirs(out, exist_ok=True)
+    encoder, linear = plain_network(folder)
+
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.linear = encoder, linear
+
+        def forward(self, *inputs):
+            named = dict(zip(names, inputs))
+            return self.linear(self.encoder(**named).last_hidden_state[:, 0])
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    example = tokenizer(*zip(*dev_pairs(2)), padding=True, return_tensors="pt")
+    names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in example]
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Plain().eval(), tuple(example[k] for k in names),
+                          os.path.join(out, "model.onnx"), dynamo=False, input_names=names,
+                          output_names=["logits"], opset_version=17,
+                          dynamic_axes={**{k: {0: "batch", 1: "length"} for k in names},
+                                        "logits": {0: "batch"}})
+    quantize_graph(os.path.join(out, "model.onnx"), os.path.join(out, "model.int8.onnx"))
+    with open(os.path.join(out, "inputs.json"), "w", encoding="utf-8") as f:
+        json.dump(names, f)
+
+
+def ort_session(path, threads):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
 # ---------------------------------------------------------------------------------------
 # One measurement (a fresh process)
 # ---------------------------------------------------------------------------------------
 
-def child(path, checkpoint, folder, n):
+def child(path, checkpoint, folder, n, threads=1):
     """Cold start and pairs/s of one path, as a dict (printed as JSON)."""
     start = time.perf_counter()
     import torch
 
-    torch.set_num_threads(1)
-    if path in PORTABLE:
+    torch.set_num_threads(threads)
+    work = os.path.dirname(folder)
+    if path in PORTABLE or path == "portable-int8":
         from span_plugin.portable import load_model
 
-        model = load_model(folder, encoder=PORTABLE[path])
+        model = load_model(folder, encoder=PORTABLE.get(path, "torch"),
+                           quantize="int8" if path == "portable-int8" else None)
         forward = model.predict_logits
-    elif path == "onnx":
-        # span-export onnx's graph in ONNX Runtime, fed by the portable encoder (the
-        # layout of training); load_model also reads the torch weights, which this path
-        # leaves unused: its cold start is an upper bound.
-        import onnxruntime as ort
-
+    elif path in ("onnx", "onnx-int8"):
+        # span-export onnx's graph in ONNX Runtime, fed its own inputs (the dictionary's
+        # ids, onnx.json) from the portable encoder (the layout of training); load_model
+        # also reads the torch weights, which this path leaves unused: its cold start is
+        # an upper bound.
         from span_plugin.portable import load_model
         from span_plugin.portable.batches import pad_rows, pad_tokens
 
         model = load_model(folder, encoder="torch")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = 1
-        session = ort.InferenceSession(os.path.join(onnx_folder(os.path.dirname(folder)),
-                                                    "model.onnx"), options,
-                                       providers=["CPUExecutionProvider"])
+        remap = graph_ids(model)
+        session = ort_session(os.path.join(onnx_folder(work, path[5:] or "fp32"), "model.onnx"),
+                              threads)
         names = [i.name for i in session.get_inputs()]
 
         def forward(pairs, batch_size):
             encoded, out = model.encode(pairs), []
             for b in range(0, len(encoded), batch_size):
                 chunk = encoded[b:b + batch_size]
-                feed = {"src_tokens": pad_tokens([t for t, _ in chunk], model.vocab.pad),
-                        "spans": pad_rows([sp for _, sp in chunk], 2)}
-                out.append(session.run(None, {n: feed[n].numpy() for n in names})[0])
+                feed = {"src_tokens": remap[pad_tokens([t for t, _ in chunk],
+                                                       model.vocab.pad).numpy()],
+                        "spans": pad_rows([sp for _, sp in chunk], 2).numpy()}
+                out.append(session.run(None, {n: feed[n] for n in names})[0])
+            return out
+    elif path == "plain-onnx-int8":
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        session = ort_session(os.path.join(plain_folder(work), "model.int8.onnx"), threads)
+        with open(os.path.join(plain_folder(work), "inputs.json"), encoding="utf-8") as f:
+            names = json.load(f)
+
+        def forward(pairs, batch_size):
+            out = []
+            for b in range(0, len(pairs), batch_size):
+                chunk = pairs[b:b + batch_size]
+                enc = tokenizer([a for a, _ in chunk], [c for _, c in chunk], padding=True,
+                                truncation=True, return_tensors="np")
+                out.append(session.run(None, {k: enc[k].astype("int64") for k in names})[0])
             return out
     elif path == "hub":
         from span_plugin.hub import SpanHubInterface
@@ -148,11 +322,10 @@ def child(path, checkpoint, folder, n):
         model = SpanHubInterface.from_pretrained(checkpoint)
         forward = model.predict_logits
     else:
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        encoder = AutoModel.from_pretrained(folder).eval()
-        linear = torch.nn.Linear(encoder.config.hidden_size, 2)
+        encoder, linear = plain_network(folder)
 
         @torch.no_grad()
         def forward(pairs, batch_size):
@@ -176,10 +349,12 @@ def child(path, checkpoint, folder, n):
             "transformers_loaded": "transformers" in sys.modules}
 
 
-def measure(path, checkpoint, folder, n):
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", LOGLEVEL="ERROR")
+def measure(path, checkpoint, folder, n, threads=1):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               LOGLEVEL="ERROR")
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", path,
-                           "--checkpoint", checkpoint, "--folder", folder, "--pairs", str(n)],
+                           "--checkpoint", checkpoint, "--folder", folder, "--pairs", str(n),
+                           "--threads", str(threads)],
                           cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     if proc.returncode != 0:
@@ -193,19 +368,27 @@ def main():
     p.add_argument("--work", default=os.path.join(ROOT, "runs", "bench-portable"))
     p.add_argument("--runs", type=int, default=5, help="fresh processes per path")
     p.add_argument("--pairs", type=int, default=408, help="MRPC dev pairs (408: all)")
+    p.add_argument("--checkpoint", help="a fine-tuned MRPC checkpoint to export and measure "
+                   "(default: the recipe's, trained 2 updates into --work)")
+    p.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    p.add_argument("--threads", nargs="+", default=["1", "all"],
+                   help="intra-op threads of each measurement (all: every core)")
+    p.add_argument("--json", help="write every measurement and the medians here")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
-    p.add_argument("--checkpoint", help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.checkpoint, args.folder, args.pairs)))
+        print(json.dumps(child(args.child, args.checkpoint, args.folder, args.pairs,
+                               int(args.threads[0]))))
         return
+    args.threads = sorted({os.cpu_count() if t == "all" else int(t) for t in args.threads})
     if args.quick:
         import shutil
         import tempfile
 
         args.work, args.runs, args.pairs = tempfile.mkdtemp(prefix="portable_bench_"), 1, 16
+        args.threads = [1]
         try:
             report(args)
         finally:
@@ -214,46 +397,97 @@ def main():
     report(args)
 
 
+def guard_figures(work, folder):
+    """The accuracy guard's records: ``{"onnx": onnx.json's int8, "portable": config.json's}``."""
+    out = {}
+    with open(os.path.join(onnx_folder(work, "int8"), "onnx.json"), encoding="utf-8") as f:
+        out["onnx"] = json.load(f)["int8"]
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        out["portable"] = json.load(f)["span_plugin"]["int8"]
+    return out
+
+
 def report(args):
-    """Measure every path ``args.runs`` times and print the medians and ratios."""
-    checkpoint, folder = prepare(args.work, args.quick)
-    found = {path: [] for path in PATHS}
+    """Measure every path ``args.runs`` times at each thread count and print the medians
+    and ratios."""
+    checkpoint, folder = prepare(args.work, args.quick, args.checkpoint)
+    paths = [p for p in PATHS if p in args.paths]
+    load = [open("/proc/loadavg").read().split()[0]] if os.path.exists("/proc/loadavg") else []
+    found = {(path, t): [] for path in paths for t in args.threads}
     for r in range(args.runs):  # interleaved, so a change in the machine's load hits all
-        for path in PATHS:
-            found[path].append(measure(path, checkpoint, folder, args.pairs))
+        for t in args.threads:
+            for path in paths:
+                found[path, t].append(measure(path, checkpoint, folder, args.pairs, t))
+        if load:
+            load.append(open("/proc/loadavg").read().split()[0])
     for path in PORTABLE:
-        assert not any(m["fairseq_loaded"] for m in found[path]), f"{path} loaded fairseq"
-    assert not any(m["transformers_loaded"] for m in found["portable-torch"]), \
+        assert not any(m["fairseq_loaded"] for t in args.threads for m in found.get((path, t), ())), \
+            f"{path} loaded fairseq"
+    assert not any(m["transformers_loaded"] for t in args.threads
+                   for m in found.get(("portable-torch", t), ())), \
         "the torch encoder's path loaded transformers"
-    med = {path: {k: statistics.median(m[k] for m in found[path])
-                  for k in ("start", "batch1", "batch32")} for path in PATHS}
-    print(f"{args.pairs} MRPC dev pairs, {args.runs} fresh process(es) per path, one thread; "
-          f"medians (all runs: start s / pairs/s b1 / b32)")
-    for path in PATHS:
-        runs = "; ".join(f"{m['start']:.2f}/{m['batch1']:.1f}/{m['batch32']:.1f}"
-                         for m in found[path])
-        print(f"  {NAMES[path]:28s} start {med[path]['start']:.2f} s, batch 1 "
-              f"{med[path]['batch1']:.1f} pairs/s, batch 32 {med[path]['batch32']:.1f} "
-              f"pairs/s   ({runs})")
+    med = {key: {k: statistics.median(m[k] for m in ms) for k in ("start", "batch1", "batch32")}
+           for key, ms in found.items()}
+    print(f"{args.pairs} MRPC dev pairs, {args.runs} fresh process(es) per path and thread "
+          f"count, interleaved; load average (1 min) at the start and after each round: "
+          f"{', '.join(load) or 'not known'}; medians (all runs: start s / pairs/s b1 / b32)")
+    for t in args.threads:
+        print(f"{t} thread(s):")
+        for path in paths:
+            runs = "; ".join(f"{m['start']:.2f}/{m['batch1']:.1f}/{m['batch32']:.1f}"
+                             for m in found[path, t])
+            print(f"  {NAMES[path]:28s} start {med[path, t]['start']:.2f} s, batch 1 "
+                  f"{med[path, t]['batch1']:.1f} pairs/s, batch 32 {med[path, t]['batch32']:.1f} "
+                  f"pairs/s   ({runs})")
 
-    def ratio(a, b, key):
-        return med[a][key] / med[b][key]
+    def ratio(a, b, key, t=1):
+        return med[a, t][key] / med[b, t][key]
 
-    for path, encoder in PORTABLE.items():
-        goal = " (goal <= 0.7)" if encoder == "torch" else ""
-        print(f"cold start portable ({encoder} encoder) / hub: "
-              f"{ratio(path, 'hub', 'start'):.2f}{goal}")
-    for path, encoder in PORTABLE.items():
-        goal = " (goal >= 0.95)" if encoder == "torch" else ""
-        print(f"pairs/s portable ({encoder} encoder) / plain transformers: batch 1 "
-              f"{ratio(path, 'plain', 'batch1'):.2f}, batch 32 "
-              f"{ratio(path, 'plain', 'batch32'):.2f}{goal}")
-    for path, encoder in PORTABLE.items():
-        print(f"pairs/s portable ({encoder} encoder) / hub: batch 1 "
-              f"{ratio(path, 'hub', 'batch1'):.2f}, batch 32 {ratio(path, 'hub', 'batch32'):.2f}")
-    print(f"pairs/s ONNX Runtime / portable (torch encoder): batch 1 "
-          f"{ratio('onnx', 'portable-torch', 'batch1'):.2f}, batch 32 "
-          f"{ratio('onnx', 'portable-torch', 'batch32'):.2f}")
+    def have(*names):
+        return all((n, args.threads[0]) in med for n in names)
+
+    one = 1 if 1 in args.threads else args.threads[0]
+    if have("portable-torch", "portable-hf", "hub"):
+        for path, encoder in PORTABLE.items():
+            goal = " (goal <= 0.7)" if encoder == "torch" else ""
+            print(f"cold start portable ({encoder} encoder) / hub: "
+                  f"{ratio(path, 'hub', 'start', one):.2f}{goal}")
+    if have("portable-torch", "portable-hf", "plain"):
+        for path, encoder in PORTABLE.items():
+            goal = " (goal >= 0.95)" if encoder == "torch" else ""
+            print(f"pairs/s portable ({encoder} encoder) / plain transformers: batch 1 "
+                  f"{ratio(path, 'plain', 'batch1', one):.2f}, batch 32 "
+                  f"{ratio(path, 'plain', 'batch32', one):.2f}{goal}")
+    if have("portable-torch", "portable-hf", "hub"):
+        for path, encoder in PORTABLE.items():
+            print(f"pairs/s portable ({encoder} encoder) / hub: batch 1 "
+                  f"{ratio(path, 'hub', 'batch1', one):.2f}, batch 32 "
+                  f"{ratio(path, 'hub', 'batch32', one):.2f}")
+    if have("onnx", "portable-torch"):
+        print(f"pairs/s ONNX Runtime / portable (torch encoder): batch 1 "
+              f"{ratio('onnx', 'portable-torch', 'batch1', one):.2f}, batch 32 "
+              f"{ratio('onnx', 'portable-torch', 'batch32', one):.2f}")
+    for t in args.threads:
+        for path in SPAN_INT8:
+            for peer, goal in (("plain", 2.0), ("plain-onnx-int8", 0.95)):
+                if have(path, peer):
+                    print(f"pairs/s {NAMES[path]} / {NAMES[peer]}, {t} thread(s): batch 1 "
+                          f"{ratio(path, peer, 'batch1', t):.2f}, batch 32 "
+                          f"{ratio(path, peer, 'batch32', t):.2f} (goal >= {goal})")
+    figures = guard_figures(args.work, folder)
+    for kind, record in figures.items():
+        print(f"dev {record['metric']} ({kind}, {record['examples']} examples): float32 "
+              f"{record['fp32']:.2f}, int8 {record['int8']:.2f}, drop {record['drop']:.2f} "
+              f"(goal <= 0.5), {record['agreement_of']} agreeing {record['agreement']:.2f}%")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"pairs": args.pairs, "runs": args.runs, "load": load,
+                       "checkpoint": checkpoint, "guard": figures,
+                       "medians": {f"{p} x{t}": v for (p, t), v in med.items()},
+                       "runs_each": {f"{p} x{t}": v for (p, t), v in found.items()}},
+                      f, indent=1)
+            f.write("\n")
+
 
 if __name__ == "__main__":
     main()

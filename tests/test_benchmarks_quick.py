@@ -28,7 +28,13 @@ FIGURES = {
         rf"batch 32 {NUMBER} \(goal >= 0.95\)",
         rf"pairs/s portable \(transformers encoder\) / plain transformers: batch 1 {NUMBER}, "
         rf"batch 32 {NUMBER}",
-        rf"pairs/s ONNX Runtime / portable \(torch encoder\): batch 1 {NUMBER}, batch 32 {NUMBER}"],
+        rf"pairs/s ONNX Runtime / portable \(torch encoder\): batch 1 {NUMBER}, batch 32 {NUMBER}",
+        rf"pairs/s span int8, ONNX Runtime / plain transformers, 1 thread\(s\): batch 1 {NUMBER}, "
+        rf"batch 32 {NUMBER} \(goal >= 2.0\)",
+        rf"pairs/s span int8, portable torch / plain int8, ONNX Runtime, 1 thread\(s\): batch 1 "
+        rf"{NUMBER}, batch 32 {NUMBER} \(goal >= 0.95\)",
+        rf"dev f1 \(onnx, \d+ examples\): float32 {NUMBER}, int8 {NUMBER}, drop {NUMBER}",
+        rf"dev f1 \(portable, \d+ examples\): float32 {NUMBER}, int8 {NUMBER}, drop {NUMBER}"],
     "preprocess_speed.py": [
         rf"\| WikiText-2\+GLUE x N \| 300 \| {NUMBER} \|",
         rf"span preprocessing time / fairseq BPE\+preprocess time: {NUMBER}"],
