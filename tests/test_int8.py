@@ -160,9 +160,16 @@ def test_int8_check_writes_both_figures_into_the_folder(mrpc, tmp_path):
     assert (folder / "README.md").read_text(encoding="utf-8").count("## int8 on the CPU") == 1
     assert load_model(folder, quantize="int8").folder.config["span_plugin"]["int8"]["fp32"] \
         == record["fp32"]
-    # no data named: one line saying what to give
+    # no data named: the data record's folder; when it is gone, one line saying what to give
+    assert run_main("span-export", "int8-check", folder).returncode == 0
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config["span_plugin"]["data_record"]["data_dir"] = str(tmp_path / "gone")
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    from span_plugin.formats.model_folder import write_manifest
+
+    write_manifest(folder)
     proc = run_main("span-export", "int8-check", folder, check=False)
-    assert proc.returncode == 2 and "give --data FOLDER" in proc.stdout
+    assert proc.returncode == 2 and "give --data FOLDER" in proc.stdout, proc.stdout
 
 
 def test_span_predict_model_quantize_int8(mrpc, tmp_path):

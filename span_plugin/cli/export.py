@@ -7,7 +7,7 @@
     span-export onnx CHECKPOINT --out DIR [--force] [--data D] [tokenizer files]
                      [--quantize int8 [--max-drop 0.5] [--split S | --input F] [--force-int8]]
                                                    # fine-tuned model -> model.onnx + onnx.json
-    span-export int8-check DIR (--data D | --input F) [--split S] [--max-drop 0.5] [--force-int8]
+    span-export int8-check DIR [--data D | --input F] [--split S] [--max-drop 0.5] [--force-int8]
                                                    # what int8 costs an hf folder, recorded in it
 """
 
@@ -69,8 +69,8 @@ def _parser():
                        "float32 and int8 predict a labelled split, and both figures go into "
                        "its config.json and model card")
     c.add_argument("folder", metavar="DIR", help="a span-export hf folder of a fine-tuned model")
-    c.add_argument("--data", help="the task folder whose split to predict (an exported "
-                   "folder does not hold its data); or --input")
+    c.add_argument("--data", help="the task folder whose split to predict (default: the one "
+                   "its data record names, when it is here); or --input")
     _guard_arguments(c)
     return parser
 
@@ -122,12 +122,6 @@ def _int8_check(args):
     from span_plugin.inference.int8_check import int8_check
     from span_plugin.inference.int8_guard import summary
 
-    if not (args.data or args.input):
-        from span_plugin.convert.hf_source import ConversionError
-
-        raise ConversionError(f"{args.folder}: give --data FOLDER (the task folder whose "
-                              f"split {args.split} to predict) or --input FILE (labelled "
-                              f"examples): an exported folder does not hold its data")
     record = int8_check(args.folder, data=args.data, split=args.split, input_path=args.input,
                         max_drop=args.max_drop, force_int8=args.force_int8)
     print(f"wrote {args.folder}: config.json span_plugin.int8, README.md, files.json; "

@@ -2,7 +2,8 @@
 (``load_model(DIR, quantize="int8")``) costs a ``span-export hf`` folder, measured and
 written into it.
 
-The folder's model predicts labelled examples (a split of ``--data``, or ``--input``) in
+The folder's model predicts labelled examples (a split of ``--data``, default the folder
+the data record names when it is here, or ``--input``) in
 float32 and in int8 (:mod:`span_plugin.inference.int8_guard`); the figures go into
 ``config.json`` (``span_plugin.int8``) and the model card (``README.md``, its int8
 section), and ``files.json`` is written again with their new sha256. The folder is
@@ -26,11 +27,21 @@ METHOD = ("torch dynamic quantization of the encoder's Linear layers (qint8 weig
 CARD = "README.md"
 
 
+def recorded_data(record):
+    """The task folder the data record names (``data_dir``: where the model was trained),
+    when it is still a folder here; else None."""
+    path = (record or {}).get("data_dir")
+    return path if isinstance(path, str) and os.path.isdir(path) else None
+
+
 def measure_folder(folder, data=None, split="valid", input_path=None):
     """The guard's record (no verdict) of ``folder``'s model in float32 and int8."""
     from span_plugin.portable import load_model
 
-    fp32 = load_model(folder).use_data(data)
+    fp32 = load_model(folder)
+    if data is None and input_path is None:
+        data = recorded_data(fp32.record)
+    fp32.use_data(data)
     int8 = load_model(folder, quantize="int8").use_data(data)
     examples = int8_guard.read_examples(fp32, split, input_path)
     return int8_guard.measure(fp32, int8, examples, METHOD)

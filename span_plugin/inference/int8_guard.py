@@ -78,8 +78,9 @@ def read_examples(predictor, split="valid", input_path=None):
     if input_path is None:
         data = getattr(predictor, "data", None)
         if not data:
-            raise ValueError("no labelled examples to measure int8 on: give --data FOLDER "
-                             "(the task folder whose split to predict) or --input FILE")
+            raise ValueError("no labelled examples to measure int8 on: the data record's "
+                             "folder is not here; give --data FOLDER (the task folder whose "
+                             "split to predict) or --input FILE")
         return _folder_examples(predictor, task, data, split)
     return _file_examples(predictor, task, os.fspath(input_path))
 
