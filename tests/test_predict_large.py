@@ -223,7 +223,7 @@ def test_tagging_and_qa_outputs_sort_without_changing_them(qa_checkpoint, qa_fol
     """A span-labeling checkpoint's entities and scores on a real CoNLL split, and the QA
     checkpoint's answers to real SQuAD questions, checkpoint and exported folder: batches
     of 2 (tagging) and 4 (QA) sorted by length write what batches in file order write
-    (n-best scores within 1e-6)."""
+    (n-best scores within 1e-6). On a terminal the tagging output shows its progress."""
     import json
 
     from span_plugin.inference.model_export import export_model
@@ -246,6 +246,9 @@ def test_tagging_and_qa_outputs_sort_without_changing_them(qa_checkpoint, qa_fol
         assert found["length"]["spans-out"] == found["file"]["spans-out"], source
         scores = [json.loads(f["results"])["dev"] for f in found.values()]
         assert scores[0] == scores[1] and scores[0]["valid"]["items"] == 8
+    shown = _span_predict(["--model", tmp_path / "ner-hf", "--data", data, "--split", "valid",
+                           "--spans-out", tmp_path / "tty.jsonl"], terminal=True)
+    assert "rows/s" in shown and "/8" in shown, shown  # the items' progress, on a terminal
     for source in (("--checkpoint", qa_checkpoint), ("--model", tmp_path / "qa-hf")):
         found = {}
         for order in ("length", "file"):

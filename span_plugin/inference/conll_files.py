@@ -32,9 +32,10 @@ from span_plugin.formats.conll import DOCSTART
 from span_plugin.formats.files import atomic_file
 from span_plugin.formats.flag_values import at_least_zero
 from span_plugin.formats.lines import BadInputError, read_lines
-from span_plugin.inference.outputs import Flag, Output
+from span_plugin.inference.outputs import Flag, Output, chunks
 from span_plugin.modules import entities as ner
 from span_plugin.preprocess.file_records import sha256, short
+from span_plugin.preprocess.progress import bar
 from span_plugin.preprocess.records import provenance
 
 
@@ -99,7 +100,12 @@ def predicted_entities(hub, words, gold, batch_size=32, mode="default", order="l
     """Predicted entities per item (``decoding``: the hub's :meth:`decoding` keywords;
     ``order``: batches by length or in file order), the gold entities read in metric
     ``mode``, and the scores of one against the other."""
-    entities = hub.predict_words(words, batch_size=batch_size, order=order, **decoding)
+    entities = []
+    with bar(len(words), "items", unit="rows") as progress:  # on a terminal only
+        for chunk in chunks(words):
+            entities += hub.predict_words(chunk, batch_size=batch_size, order=order,
+                                          **decoding)
+            progress.update(len(chunk))
     gold_entities = [ner.entities_of(g, mode) for g in gold]
     return entities, gold_entities, scores(entities, gold_entities)
 

@@ -16,13 +16,10 @@ from span_plugin.formats.flag_values import finite
 from span_plugin.formats.lines import (BadInputError, count_lines, read_file_lines,
                                        stream_file_lines)
 from span_plugin.formats.text_inputs import one_cut_warning
-from span_plugin.inference.outputs import Flag, Output
+from span_plugin.inference.outputs import CHUNK_ROWS, Flag, Output, chunks
 from span_plugin.preprocess.progress import bar, on_terminal
 
 HEADER = "index\tprediction"
-# Rows read, sorted by length and predicted together: a bounded look-ahead, so memory is
-# flat in the file's rows while batches still gather rows of like length.
-CHUNK_ROWS = 4096
 CHUNK_BYTES = 1 << 20  # bytes of the input files read at a time
 
 
@@ -120,16 +117,6 @@ def write_predictions(output, predictions, scale=1.0, clip=None):
     with atomic_file(output, text=True) as h:
         h.write("\n".join(format_predictions(predictions, scale, clip)) + "\n")
     print(f"{output}: {len(predictions)} predictions", file=sys.stderr)
-
-
-def chunks(rows, size):
-    """Lists of up to ``size`` consecutive items of the iterable ``rows``."""
-    rows = iter(rows)
-    while True:
-        chunk = list(itertools.islice(rows, size))
-        if not chunk:
-            return
-        yield chunk
 
 
 def stream_predictions(hub, rows, output, where, scale=1.0, clip=None, batch_size=32,

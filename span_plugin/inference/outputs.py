@@ -6,6 +6,7 @@ parser and refuses another task's options from these declarations alone.
 Pure Python: the writers import what they need when they run.
 """
 
+import itertools
 from dataclasses import dataclass
 
 from span_plugin.formats.flag_values import positive
@@ -43,6 +44,21 @@ COMMON = (
          "at a time (the least padding), results written in the input's order; file: "
          "batches in the input's order (the same results, slower)"),
 )
+
+
+# Rows read, sorted by length and predicted together: a bounded look-ahead, so memory is
+# flat in a file's rows while batches still gather rows of like length.
+CHUNK_ROWS = 4096
+
+
+def chunks(rows, size=CHUNK_ROWS):
+    """Lists of up to ``size`` consecutive items of the iterable ``rows``."""
+    rows = iter(rows)
+    while True:
+        chunk = list(itertools.islice(rows, size))
+        if not chunk:
+            return
+        yield chunk
 
 
 @dataclass(frozen=True, eq=False)

@@ -31,8 +31,9 @@ from span_plugin.formats.files import atomic_write
 from span_plugin.formats.flag_values import number_or, positive
 from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
-from span_plugin.inference.outputs import Flag, Output
+from span_plugin.inference.outputs import Flag, Output, chunks
 from span_plugin.preprocess.folders.qa import read_records
+from span_plugin.preprocess.progress import bar
 from span_plugin.preprocess.records import provenance
 
 SHOWN = 20  # notes printed per kind; the results file holds every one
@@ -109,8 +110,12 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
             f"gold answers (or is_impossible)")
     asked = first_occurrences(examples)
     boundaries = answer_boundaries or hub.answer_boundaries
-    answers = hub.predict_examples(asked, n_best, None if tune else null_threshold,
-                                   batch_size, boundaries, order)
+    answers = []
+    with bar(len(asked), "questions", unit="rows") as progress:  # on a terminal only
+        for chunk in chunks(asked):
+            answers += hub.predict_examples(chunk, n_best, None if tune else null_threshold,
+                                            batch_size, boundaries, order)
+            progress.update(len(chunk))
     if len(answers) != len(asked):
         raise ValueError(f"{len(answers)} answers for {len(asked)} questions (the first "
                          f"{asked[0].where if asked else ''}): nothing written to {output}")
