@@ -11,7 +11,6 @@ import os
 import pty
 import struct
 import subprocess
-import sys
 import termios
 import warnings
 
