@@ -213,6 +213,12 @@ def test_qa_span_head_is_refused_in_one_line_before_anything_is_written(qa_folde
     assert len(err.splitlines()) == 1 and "(qa_span) is not exported to ONNX" in err, err
     assert "--qa-head boundary and sf export" in err
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("onnx")]
+    # and as int8: the same line, before anything is quantized
+    assert export_main(["onnx", str(checkpoint), "--out", str(tmp_path / "onnx"),
+                        "--quantize", "int8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(qa_span) is not exported to ONNX" in err, err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("onnx")]
 
 
 @pytest.mark.slow

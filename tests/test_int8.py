@@ -216,3 +216,36 @@ def test_judge_refuses_a_threshold_that_is_not_a_number():
     assert int8_guard.judge(record, 1.0)["accepted"] == "within max_drop"
     with pytest.raises(int8_guard.Int8Refused, match="a drop of 1.00 points, more than"):
         int8_guard.judge(record, 0.99)
+
+
+@pytest.fixture(scope="module")
+def conll_bin(tmp_path_factory):
+    from conftest import small_conll_folder
+
+    return small_conll_folder(tmp_path_factory.mktemp("int8_conll"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["span_labeling", "qa_boundary"])
+def test_onnx_int8_guard_decodes_entities_and_answers(case, request, tmp_path):
+    """Span labeling (entities: a pair of outputs) and QA (a dict of four, -inf masks)
+    through the graph answering the hub: both figures of the task's metric, on the
+    folder's labelled valid split, recorded."""
+    from test_export_onnx import qa_checkpoint_of, tagging_checkpoint
+
+    if case == "span_labeling":
+        checkpoint = tagging_checkpoint(tmp_path / "ckpt", request.getfixturevalue("conll_bin"),
+                                        "span_labeling", "--max-span-words", "4")
+        metric, agreement_of = "entity f1", "entities"
+    else:
+        checkpoint = qa_checkpoint_of(tmp_path / "ckpt", request.getfixturevalue("qa_folder"),
+                                      "boundary")
+        metric, agreement_of = "squad f1", "answers"
+    out = tmp_path / "onnx"
+    assert export_main(["onnx", str(checkpoint), "--out", str(out), "--quantize", "int8",
+                        "--max-drop", "100"]) == 0
+    record = json.loads((out / META).read_text(encoding="utf-8"))["int8"]
+    assert (record["metric"], record["agreement_of"]) == (metric, agreement_of)
+    assert record["examples"] > 0 and "split valid of" in record["source"]
+    assert 0 <= record["int8"] <= 100 and 0 <= record["agreement"] <= 100
+    assert "MatMulInteger" in _ops(out / MODEL)

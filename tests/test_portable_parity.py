@@ -306,3 +306,43 @@ def test_unknown_head_kind_and_changed_file_refused(cases, tmp_path):
         f.write(b"\x00" if f.read(1) != b"\x00" else b"\x01")
     with pytest.raises(ModelFolderError, match=r"model.safetensors: changed since export"):
         load_model(folder)
+
+
+@pytest.mark.parametrize("case", ["mrpc", "stsb", "ner-sf", "ner-span", "qa", "pair"])
+def test_int8_predicts_every_task_and_the_guard_records_it(cases, pair_folders, case, tmp_path):
+    """``load_model(DIR, quantize="int8")`` predicts every task's 100 real inputs in the
+    shape float32 gives, mostly alike; ``span-export int8-check`` measures the folder's
+    labelled split (the span-pair model: its valid JSON Lines, --input) in both and
+    records the figures in the folder, which still loads."""
+    import shutil
+
+    from span_plugin.inference.int8_check import int8_check
+    from span_plugin.portable import load_model
+
+    folder, method, xs, expected, _ = cases[case]
+    model = load_model(folder, quantize="int8")
+    call = getattr(model, method)
+    if method == "predict_logits":
+        got = call([tuple(x) for x in xs], batch_size=16)
+        want = torch.tensor(expected)
+        assert got.shape == want.shape and torch.isfinite(got).all()
+        same = (got.argmax(-1) == want.argmax(-1)).float().mean() if case == "mrpc" else \
+            torch.corrcoef(torch.stack([got[:, 0], want[:, 0]]))[0, 1]
+    elif method == "predict_answers":
+        got = call([tuple(x) for x in xs])
+        same = sum(g["text"] == w["text"] for g, w in zip(got, expected)) / len(expected)
+    else:
+        got = [call(*x) if isinstance(x, list) else call(x) for x in xs]
+        if method == "predict_pairs":
+            got = [[p["label"] for p in g["phrases"]] for g in got]
+            expected = [[p["label"] for p in w["phrases"]] for w in expected]
+        same = sum(g == w for g, w in zip(got, expected)) / len(expected)
+    assert len(got) == len(expected) == N
+    assert same >= 0.8, same
+    copy = tmp_path / "hf"
+    shutil.copytree(folder, copy)
+    given = {"input_path": pair_folders["labelled"].parent / "valid.jsonl"} if case == "pair" else {}
+    record = int8_check(copy, max_drop=100, **given)
+    assert record["examples"] > 0 and 0 <= record["agreement"] <= 100
+    assert abs(record["drop"] - (record["fp32"] - record["int8"])) <= 0.011
+    assert load_model(copy).folder.config["span_plugin"]["int8"] == record
