@@ -91,7 +91,9 @@ def _folder_examples(predictor, task, data, split):
         from span_plugin.inference.glue_files import read_folder_rows
 
         rows = read_folder_rows(data, split)
-        path = os.path.join(data, "raw", f"{split}.label")
+        # class names in raw/; regression targets stay as text in label/
+        paths = [os.path.join(data, d, f"{split}.label") for d in ("raw", "label")]
+        path = next((p for p in paths if os.path.isfile(p)), paths[0])
         if not os.path.isfile(path):
             raise ValueError(f"{path}: missing: {where} has no gold labels to score int8 on")
         gold = _lines(path)
