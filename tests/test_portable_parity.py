@@ -346,3 +346,16 @@ def test_int8_predicts_every_task_and_the_guard_records_it(cases, pair_folders, 
     assert record["examples"] > 0 and 0 <= record["agreement"] <= 100
     assert abs(record["drop"] - (record["fp32"] - record["int8"])) <= 0.011
     assert load_model(copy).folder.config["span_plugin"]["int8"] == record
+
+
+def test_span_pairs_as_onnx_int8_refused_in_one_line(cases, tmp_path, capsys):
+    """Span pairs are not exported to ONNX, int8 or not: one line before anything is
+    quantized or written; their portable int8 path is the test above."""
+    from span_plugin.cli.export import main as export_main
+
+    checkpoint = cases["pair"][4]
+    assert export_main(["onnx", str(checkpoint), "--out", str(tmp_path / "onnx"),
+                        "--quantize", "int8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "span_pair_classification model" in err, err
+    assert not (tmp_path / "onnx").exists()
