@@ -43,6 +43,8 @@ import subprocess
 import sys
 import time
 
+from portable_inference import run  # a console script or command of this environment, checked
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
@@ -54,16 +56,6 @@ TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-emb
         "--encoder-attention-heads", "2", "--max-positions", "128"]
 SOURCES = (("SST-2", "train"), ("CoLA", "train"), ("STS-B", "train"), ("QNLI", "dev"),
            ("QNLI", "test"))
-
-
-def run(*argv, env=None):
-    proc = subprocess.run([str(a) for a in argv], cwd=ROOT, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=dict(os.environ, PATH=BIN + os.pathsep + os.environ["PATH"],
-                                   **(env or {})))
-    if proc.returncode != 0:
-        sys.exit(f"{argv[0]} exited {proc.returncode}:\n{proc.stdout[-4000:]}")
-    return proc.stdout
 
 
 def text_pool():

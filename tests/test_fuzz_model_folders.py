@@ -149,11 +149,16 @@ def m_ngrams_outside(folder, rng):
     return "config.json", "span_plugin.files.ngrams"
 
 
+def linked_out(folder, name):
+    """Move ``name`` out of ``folder`` and leave a link to it in its place."""
+    outside = folder.parent / f"{folder.name}-elsewhere-{name}"
+    shutil.move(folder / name, outside)
+    os.symlink(outside, folder / name)
+    return name, "a link"
+
+
 def m_ngrams_link_out(folder, rng):
-    outside = folder.parent / f"{folder.name}-elsewhere.txt.gz"
-    shutil.move(folder / "ngrams.txt.gz", outside)
-    os.symlink(outside, folder / "ngrams.txt.gz")
-    return "ngrams.txt.gz", "a link"
+    return linked_out(folder, "ngrams.txt.gz")
 
 
 def m_ngrams_swapped(folder, rng):
@@ -286,10 +291,7 @@ def m_ghost_head(folder, rng):
 
 
 def m_manifest_link(folder, rng):
-    outside = folder.parent / f"{folder.name}-files.json"
-    shutil.move(folder / "files.json", outside)
-    os.symlink(outside, folder / "files.json")
-    return "files.json", "a link"
+    return linked_out(folder, "files.json")
 
 
 def m_deep_json(folder, rng):
