@@ -19,16 +19,13 @@ import pytest
 import torch
 
 from conftest import GLUE, fairseq_train, run_main
+from test_convert_roberta import SIZES, TOL  # the tiny HF encoders' sizes, the features' tolerance
 from span_plugin.cli.convert import main as convert_main
 from span_plugin.cli.export import main as export_main
 
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
 
-TOL = 1e-5
-SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-             max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
-             layer_norm_eps=1e-5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 FAMILIES = {"xlmr": ("XLMRoberta", "xlm-roberta"), "camembert": ("Camembert", "camembert")}
 # GLUE dev files and their sentence columns (CoLA's dev.tsv has no header)
 GLUE_TEXT = {"CoLA": (3,), "MRPC": (3, 4), "QNLI": (1, 2), "SST-2": (0,), "STS-B": (7, 8),
