@@ -192,7 +192,7 @@ def save_checkpoint(path, state):
     file, fsync, rename): a run killed at any point resumes from the last whole one."""
     import torch
 
-    from span_plugin.formats.files import atomic_write
+    from span_plugin.files.atomic import atomic_write
 
     atomic_write(path, lambda f: torch.save(state, f))
 

@@ -268,7 +268,7 @@ def launch(name, args, work, extra=()):
                 f"{out} holds an unfinished run of other settings (see {saved}): resuming it "
                 f"would not train what these options say. Delete the folder, or give another --work-dir")
     else:
-        from span_plugin.formats.files import atomic_write
+        from span_plugin.files.atomic import atomic_write
 
         out.mkdir(parents=True)
         atomic_write(saved, lambda f: f.write((json.dumps(settings, indent=1) + "\n").encode()))

@@ -160,7 +160,7 @@ def export(record, args, work):
     checkpoints a re-made pre-training retraced, whose QA runs qa_grid counts as this
     encoder's)."""
     from span_plugin.convert.flags import checkpoint_train_flags
-    from span_plugin.formats.files import atomic_write
+    from span_plugin.files.atomic import atomic_write
     from span_plugin.preprocess.file_records import sha256
     from span_plugin.runtime.checkpoints import load_mapped
     from span_plugin.runtime.transfer import write_stripped

@@ -58,7 +58,7 @@
 #                            refuse DIR (named NAME in messages) when it is, or holds, one
 #                            of the inputs, then lock it until the recipe ends: a second
 #                            recipe writing DIR stops, naming this one's PID and command
-#                            (span_plugin/formats/outputs.py)
+#                            (span_plugin/files/outputs.py)
 # and answers -h/--help among the recipe's arguments with the header comments of the
 # recipe and of the recipe files it sources (its variables), before any work.
 
@@ -102,7 +102,7 @@ hold_output() {
     shift 2
     # The lock file is beside the path OUT resolves to (links followed): every name of
     # one folder has one lock.
-    lock=$(python -m span_plugin.formats.outputs refuse "$out" --name "$name" \
+    lock=$(python -m span_plugin.files.outputs refuse "$out" --name "$name" \
         --command "$RECIPE_COMMAND" --input "$@") || exit 2
     # Node ranks above 0 write no outputs (only_node_rank_zero): on a shared disk, the
     # OUT_DIR is node rank 0's to lock.
@@ -119,7 +119,7 @@ hold_output() {
         # long as they run and goes with them, however they end.
         exec {fd}<>"$lock" || die "cannot create $lock (the lock of $out)"
         rc=0
-        python -m span_plugin.formats.outputs hold "$out" --fd "$fd" --pid $$ \
+        python -m span_plugin.files.outputs hold "$out" --fd "$fd" --pid $$ \
             --command "$RECIPE_COMMAND" || rc=$?
         case $rc in
             0) HELD_LOCKS+=("$lock")

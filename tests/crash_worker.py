@@ -16,7 +16,7 @@ import sys
 
 import fairseq_cli.train  # noqa: F401  (before the plugin, as fairseq-train imports it)
 
-from span_plugin.formats import files
+from span_plugin.files import atomic as files
 
 MODE, _, AT = sys.argv[1].partition(":")
 _commit = files.commit

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import GLUE
-from span_plugin.formats.lines import BadInputError
+from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.folders.align import MAX_PHRASE_WORDS, align_file, identity_rule
 from span_plugin.tokenizers.words import word_ranges
 

@@ -1,4 +1,4 @@
-"""Checkpoint copies as hard links (span_plugin.formats.files.atomic_link): the same
+"""Checkpoint copies as hard links (span_plugin.files.atomic.atomic_link): the same
 bytes under both names, no name changed when the other is replaced, a copy where the
 file system has no links."""
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from span_plugin.formats import files
-from span_plugin.formats.files import atomic_link, atomic_write, staged_folder
+from span_plugin.files import atomic as files
+from span_plugin.files.atomic import atomic_link, atomic_write, staged_folder
 
 
 def test_link_shares_the_bytes_until_one_name_is_replaced(tmp_path):

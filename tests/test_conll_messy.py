@@ -11,7 +11,7 @@ import pytest
 from conftest import DATA, GPT2_BPE, run_cli
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import read_conll
-from span_plugin.formats.lines import BadInputError
+from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.folders import conll as C
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from test_ner_preprocess import wordpiece_spec

@@ -11,12 +11,12 @@ import shutil
 import pytest
 
 from conftest import DATA, GLUE, run_cli
-from span_plugin.formats.lines import BadInputError
+from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import binarize_whole
 from span_plugin.preprocess.folders.check import CheckError, check_folder
 from span_plugin.preprocess.folders.conll import prepare_conll
-from span_plugin.formats.files import PARTIAL
+from span_plugin.files.atomic import PARTIAL
 from span_plugin.preprocess.folders.folder import whole_folder
 from span_plugin.preprocess.folders.glue import prepare_task
 from span_plugin.preprocess.folders.pairs import prepare_pairs

@@ -128,7 +128,8 @@ def test_the_prediction_readers_name_what_the_path_is(kind, not_files, tmp_path)
     """What span-predict reads besides the model: --input (SQuAD/MRQA, span pairs), a
     GLUE TSV of --glue-dir, a folder's raw rows, a tagging folder's items, its record,
     its label names."""
-    from span_plugin.formats.lines import NotAFileError, read_file_lines
+    from span_plugin.files.errors import NotAFileError
+    from span_plugin.formats.lines import read_file_lines
     from span_plugin.formats.squad import read_qa
     from span_plugin.inference.conll_files import read_items
     from span_plugin.inference.glue_files import (read_folder_rows, read_label_names,

@@ -47,7 +47,7 @@ from span_plugin.cli import convert as convert_cli
 from span_plugin.cli import predict as predict_cli
 from span_plugin.cli import preprocess as preprocess_cli
 from span_plugin.cli.export import main as export_main
-from span_plugin.formats.outputs import lock_path
+from span_plugin.files.outputs import lock_path
 
 pytestmark = pytest.mark.slow
 
@@ -267,7 +267,7 @@ def test_a_folder_written_whole_is_never_the_current_one(tmp_path, monkeypatch):
     """The last step of every folder writer (span-export, the span-preprocess builders)
     refuses the current folder and its parents itself, for callers of the library that
     no command line guards."""
-    from span_plugin.formats.files import staged_folder
+    from span_plugin.files.atomic import staged_folder
 
     home = tmp_path / "home"
     home.mkdir()
@@ -547,7 +547,7 @@ def left_behind(root):
 
 
 def test_a_full_disk(fresh, world, capsys, tmp_path):
-    from span_plugin.formats.outputs import locked
+    from span_plugin.files.outputs import locked
 
     w, _ = world
     failures = []
@@ -568,7 +568,7 @@ def test_a_full_disk(fresh, world, capsys, tmp_path):
     # meanwhile a second writer is refused, the holder named as one that wrote no PID
     try:
         with FullDisk(full), locked(earlier):
-            other = subprocess.run([sys.executable, "-c", "from span_plugin.formats.outputs "
+            other = subprocess.run([sys.executable, "-c", "from span_plugin.files.outputs "
                                     f"import locked\nwith locked({str(earlier)!r}): pass"],
                                    capture_output=True, text=True, timeout=120)
         code, output = other.returncode, other.stderr

@@ -1207,7 +1207,7 @@ def test_malformed_input_exits_0_or_2_and_reconciles(fmt, work):
 
 def test_json_nested_deeper_than_the_recursion_limit_is_bad_input(tmp_path):
     """Was: RecursionError out of json.loads, a traceback, in every JSON reader."""
-    from span_plugin.formats.lines import BadInputError
+    from span_plugin.files.errors import BadInputError
     from span_plugin.formats.pairs import read_pair_rows
     from span_plugin.formats.squad import read_qa
     from span_plugin.formats.table import read_table
@@ -1237,7 +1237,7 @@ def test_a_damaged_deflate_stream_is_an_unreadable_gzip_file(tmp_path):
     """Was: zlib.error (neither OSError nor EOFError), a traceback: one flipped bit in
     the deflate stream of an MRQA .jsonl.gz (here: its first block's type made 3,
     which deflate reserves)."""
-    from span_plugin.formats.lines import BadInputError
+    from span_plugin.files.errors import BadInputError
     from span_plugin.formats.squad import read_qa
 
     data = bytearray(gzip.compress(as_mrqa(squad_sources()["valid"]), mtime=0))
@@ -1251,7 +1251,7 @@ def test_a_damaged_deflate_stream_is_an_unreadable_gzip_file(tmp_path):
 
 def test_a_phrase_label_that_is_not_a_string_is_named(tmp_path):
     """Was: TypeError 'unhashable type: list' (a traceback) for "label": []."""
-    from span_plugin.formats.lines import BadInputError
+    from span_plugin.files.errors import BadInputError
     from span_plugin.formats.pairs import read_pair_rows
 
     lines = pair_source(random.Random(1), table_rows("MRPC", 0, 4)).decode().splitlines()
@@ -1269,7 +1269,7 @@ def test_a_phrase_label_that_is_not_a_string_is_named(tmp_path):
 def test_o_with_a_type_is_outside_every_tag_scheme(tmp_path):
     """Was: ``O-MISC`` read as O (a silent change: the tag's type gone)."""
     from span_plugin.formats.conll import read_conll
-    from span_plugin.formats.lines import BadInputError
+    from span_plugin.files.errors import BadInputError
 
     lines = real_lines(DATA / "conll2003" / "train.txt", 0, 12).decode().split("\n")
     assert lines[4] == "German JJ B-NP B-MISC"
@@ -1288,7 +1288,7 @@ def test_a_glue_class_label_holding_whitespace_is_refused(tmp_path, label):
     label/train.label into one row more than the inputs (read with universal newlines),
     so every later label shifted; span-preprocess check failed on the folder."""
     from span_plugin.formats.glue import TASKS, read_split
-    from span_plugin.formats.lines import BadInputError
+    from span_plugin.files.errors import BadInputError
 
     lines = real_lines(GLUE / "MRPC" / "train.tsv", 0, 6).split(b"\n")
     fields = lines[2].split(b"\t")

@@ -7,7 +7,7 @@ or as console scripts; recipes through bash), three classes:
   holding one, or a link to either. It must exit 2 naming both, without a traceback,
   and leave every file as it was (nothing created, nothing lost);
 - concurrent writers: the output is held by another live process, as a builder, a
-  recipe or fairseq-train holds it (``span_plugin.formats.outputs``), over an earlier
+  recipe or fairseq-train holds it (``span_plugin.files.outputs``), over an earlier
   output. The writer must exit 2 naming the holder's PID and command, the earlier output
   byte for byte as it was; once the holder is killed (SIGKILL: its lock file stays),
   the same command succeeds. One case races two real builds;
@@ -38,7 +38,7 @@ from test_training_guard import train  # fairseq-train in-process: its exit stat
 from span_plugin.cli import convert as convert_cli
 from span_plugin.cli import predict as predict_cli
 from span_plugin.cli import preprocess as preprocess_cli
-from span_plugin.formats.outputs import lock_path
+from span_plugin.files.outputs import lock_path
 from span_plugin.runtime.checkpoints import load_mapped
 from span_plugin.runtime.data_record import checkpoint_record
 
@@ -235,9 +235,9 @@ def holder(kind, out, command, cwd):
                   f"hold_output {out} OUT_DIR; echo held; exec sleep 120")
         argv = ["bash", "-c", script]
     else:
-        take = ("from span_plugin.formats.outputs import hold\n"
+        take = ("from span_plugin.files.outputs import hold\n"
                 f"hold({str(out)!r}, {command!r})\n" if kind == "fairseq" else
-                "from span_plugin.formats.outputs import locked\n"
+                "from span_plugin.files.outputs import locked\n"
                 f"held = locked({str(out)!r}, {command!r})\nheld.__enter__()\n")
         argv = [sys.executable, "-c", take + "print('held', flush=True)\nimport time\ntime.sleep(120)\n"]
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, text=True,

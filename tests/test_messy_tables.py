@@ -12,7 +12,8 @@ import pytest
 
 from conftest import GLUE
 from span_plugin.formats.glue import TASKS, read_split
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.pairs import read_pair_rows
 from span_plugin.formats.rows import read_decimal
 from span_plugin.formats.table import read_table

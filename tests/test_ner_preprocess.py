@@ -7,7 +7,7 @@ from fairseq.data import indexed_dataset
 from conftest import DATA, GPT2_BPE, minilm_dir
 from span_plugin.formats import tags as T
 from span_plugin.preprocess.folders import conll as C
-from span_plugin.formats.lines import BadInputError
+from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.binary.binarize import _get_encoder
 from span_plugin.preprocess.folders.check import check_folder
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec

@@ -1,4 +1,4 @@
-"""An input is never destroyed, and one writer at a time (span_plugin.formats.outputs):
+"""An input is never destroyed, and one writer at a time (span_plugin.files.outputs):
 builders and span-convert refuse an output that is or holds one of their inputs before
 writing anything; a second writer of an output exits 2 naming the first one's PID and
 command; the lock of a killed writer is taken over. Inputs are real GLUE rows."""
@@ -14,8 +14,8 @@ from conftest import GLUE
 from test_conll_messy import DICT, ENC  # GPT-2 BPE, no segmentation
 from span_plugin.cli import convert as convert_cli
 from span_plugin.cli import preprocess as preprocess_cli
-from span_plugin.formats import outputs
-from span_plugin.formats.outputs import OutputError, lock_path, locked, writing
+from span_plugin.files import outputs
+from span_plugin.files.outputs import OutputError, lock_path, locked, writing
 
 
 def head(path, n):
@@ -99,7 +99,7 @@ def _holder(path, command):
     """A process holding the lock of ``path`` as a writer does, until killed."""
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\n"
-         "from span_plugin.formats.outputs import locked\n"
+         "from span_plugin.files.outputs import locked\n"
          f"with locked({str(path)!r}, {command!r}):\n"
          "    print('held', flush=True)\n    time.sleep(120)\n"],
         stdout=subprocess.PIPE, text=True)
@@ -130,7 +130,7 @@ def _killed_writer_with_a_child(path, child_seconds):
     lock) and was then killed alone; returns (the writer's PID, the child)."""
     writer = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, subprocess, sys, time\n"
-         "from span_plugin.formats.outputs import lock_path\n"
+         "from span_plugin.files.outputs import lock_path\n"
          f"fd = os.open(lock_path({str(path)!r}), os.O_RDWR | os.O_CREAT)\n"
          "fcntl.flock(fd, fcntl.LOCK_EX)\n"
          "os.write(fd, f'{os.getpid()} recipe.sh\\n'.encode())\n"
@@ -169,7 +169,7 @@ def test_locks_are_reentrant_in_a_process_and_cover_every_output(tmp_path):
             pass
         assert os.path.exists(lock_path(a)) and os.path.exists(lock_path(b))
         other = subprocess.run(
-            [sys.executable, "-c", "from span_plugin.formats.outputs import locked\n"
+            [sys.executable, "-c", "from span_plugin.files.outputs import locked\n"
              f"with locked({str(b)!r}): pass"], capture_output=True, text=True)
         assert other.returncode != 0 and "OutputBusyError" in other.stderr
         assert f"is being written by process {os.getpid()}" in other.stderr

@@ -18,7 +18,8 @@ import pytest
 
 from conftest import (BIN, GLUE, TINY_ROBERTA, USER_DIR, fairseq_train, small_conll_folder,
                       tiny_train_args)
-from span_plugin.formats.lines import BadInputError, read_file_lines, stream_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines, stream_file_lines
 from span_plugin.formats.text_inputs import InputCutWarning, one_cut_warning, warn_cut
 from test_task_data import glue_folder
 from test_task_train import span_args

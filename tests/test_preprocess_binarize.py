@@ -13,7 +13,8 @@ from fairseq.data import indexed_dataset
 from conftest import GLUE, GPT2_BPE, run_cli, run_main
 from span_plugin.data import span_index
 from span_plugin.preprocess import EncoderSpec
-from span_plugin.formats.lines import BadInputError, line_offsets
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import line_offsets
 from span_plugin.preprocess.binary.binarize import binarize_file
 
 import fairseq

@@ -1,7 +1,7 @@
 """Recipes: every one answers --help with its variables and exits 0 without writing
 anything; one recipe per OUT_DIR (a second one exits 2 naming the first's PID and
 command, the lock of a killed recipe is taken over); an OUT_DIR that is or holds an
-input is refused before any work (recipes/lib.sh over span_plugin/formats/outputs.py)."""
+input is refused before any work (recipes/lib.sh over span_plugin/files/outputs.py)."""
 
 import os
 import shutil

@@ -14,7 +14,7 @@ from fairseq.data import Dictionary, indexed_dataset
 from conftest import GLUE, GPT2_BPE
 from span_plugin.data import span_index
 from span_plugin.preprocess.folders.align import align_file
-from span_plugin.formats.lines import BadInputError
+from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from span_plugin.preprocess.folders.pairs import (
     PHRASE_LABEL_DIR,

@@ -14,7 +14,8 @@ import pytest
 
 from conftest import DATA
 
-from span_plugin.formats.lines import BOM, BadInputError
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import BOM
 from span_plugin.formats.squad import SAMPLE_KEY, read_qa, sample_squad, split_squad_articles
 from span_plugin.formats.squad_metrics import squad_scores
 

@@ -1,4 +1,4 @@
-"""formats/stops.py: SIGTERM inside stop_on_sigterm is a Stopped exception in the command
+"""files/stops.py: SIGTERM inside stop_on_sigterm is a Stopped exception in the command
 itself, and the kernel's default in the pool workers it forks (a Python handler in an
 idle worker can miss the signal, and the pool's terminate() would wait on it for ever)."""
 
@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from span_plugin.formats.stops import Stopped, stop_on_sigterm
+from span_plugin.files.stops import Stopped, stop_on_sigterm
 
 
 def _handler_name(_):

@@ -9,7 +9,7 @@ import pytest
 from conftest import GLUE, GPT2_BPE, ROOT, run_cli
 from test_recipes import TINY
 
-from span_plugin.formats.lines import BadInputError
+from span_plugin.files.errors import BadInputError
 from span_plugin.formats.table import read_table
 
 ENC = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",

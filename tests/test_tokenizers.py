@@ -7,7 +7,7 @@ import pytest
 
 from conftest import GLUE, GPT2_BPE, minilm_dir
 from span_plugin.cli.preprocess import main as preprocess_main
-from span_plugin.formats.files import atomic_write
+from span_plugin.files.atomic import atomic_write
 from span_plugin.formats.glue import TASKS, read_split
 from span_plugin.preprocess.segmentation.encoding import BPE_KINDS, EncoderSpec, SpanTokenizer, make_encoder
 from span_plugin.tokenizers import TOKENIZERS, Tokenizer, build_tokenizer, register_tokenizer

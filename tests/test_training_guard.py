@@ -123,7 +123,7 @@ def test_unchanged_rebuild_resumes_and_reset_flags_start_over(relaunch):
 def test_second_run_into_a_held_save_dir_names_the_first(trained, tmp_path, capsys):
     save = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom span_plugin.formats.outputs import hold\n"
+        [sys.executable, "-c", "import time\nfrom span_plugin.files.outputs import hold\n"
          f"hold({str(save)!r}, 'fairseq-train data --save-dir run')\n"
          "print('held', flush=True)\ntime.sleep(120)\n"], stdout=subprocess.PIPE, text=True)
     try:

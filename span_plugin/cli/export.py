@@ -179,7 +179,7 @@ def main(argv=None):
                            lambda: _int8_check(args))
     # The output is never an input read (the checkpoint, the files and folders given or
     # recorded), nor holds one, nor lies inside one; it has one writer; --force replaces
-    # only an earlier export (span_plugin/formats/exports.py).
+    # only an earlier export (span_plugin/files/exports.py).
     inputs = inputs_of(args)
     return run_guarded(f"span-export {args.cmd}", {"--out": args.out}, inputs,
                        lambda: (_onnx if args.cmd == "onnx" else _hf)(args),

@@ -179,13 +179,13 @@ def main(argv=None):
             require_fairseq("--checkpoint")
         except MissingPackageError as err:  # the lean install
             build_parser(True).parse_known_args(argv)  # --help and argparse's errors still work
-            from span_plugin.formats.stops import report
+            from span_plugin.files.stops import report
 
             return report("span-predict", err)
     args, light = parse(argv, portable)
     from span_plugin.formats.model_folder import ModelFolderError
-    from span_plugin.formats.outputs import writing
-    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
+    from span_plugin.files.outputs import writing
+    from span_plugin.files.stops import Stopped, report, stop_on_sigterm
     from span_plugin.inference.outputs import paths_given
 
     errors = (ValueError, OSError, KeyboardInterrupt, Stopped, ModelFolderError)
@@ -198,7 +198,7 @@ def main(argv=None):
     try:
         # No output over an input, nor inside the exported folder (checked whole against
         # its files.json: a file added to it, or an output's lock, would make it fail to
-        # load); one writer of each output (span_plugin.formats.outputs).
+        # load); one writer of each output (span_plugin.files.outputs).
         with stop_on_sigterm(), writing(*paths_given(args, outputs, files_read(args)),
                                         sealed={"--model": MODEL_SEALED}):
             for output in outputs if not portable else ():

@@ -291,7 +291,7 @@ def _command():
 
 
 # The flags whose files the subcommands read, and those they write: an output is never
-# one of the inputs, and has one writer at a time (span_plugin.formats.outputs).
+# one of the inputs, and has one writer at a time (span_plugin.files.outputs).
 INPUT_FLAGS = ("train", "valid", "test", "input", "text", "wikitext", "from_dictionary",
                "task_rows", "exclude_sentences_of", "srcdict", "ngrams", "folder")
 OUTPUT_FLAGS = ("out", "out_first", "out_rest", "holdout_out", "bpe_text", "plot")
@@ -608,9 +608,9 @@ def main(argv=None):
                 f"{args.max_positions - MIN_WINDOW + 1} (a window holds <s> question </s> "
                 f"</s> passage </s>: a question of one token and more passage tokens than "
                 f"the windows share)")
-    from span_plugin.formats.lines import BadInputError
-    from span_plugin.formats.outputs import writing
-    from span_plugin.formats.stops import Stopped, report, stop_on_sigterm
+    from span_plugin.files.errors import BadInputError
+    from span_plugin.files.outputs import writing
+    from span_plugin.files.stops import Stopped, report, stop_on_sigterm
     from span_plugin.preprocess.segmentation.ngrams import NgramFormatError
     from span_plugin.requires import MissingPackageError  # --bpe fastbpe, --plot
 

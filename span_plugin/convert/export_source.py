@@ -212,7 +212,7 @@ def _paths(*values) -> List[str]:
 
 def recorded_inputs(checkpoint) -> Dict[str, List[str]]:
     """What a checkpoint's records name as the inputs it was made from, and that an
-    export reads: ``{description: [paths]}`` for :func:`span_plugin.formats.outputs.writing`,
+    export reads: ``{description: [paths]}`` for :func:`span_plugin.files.outputs.writing`,
     so that no output replaces them:
 
     - the files beside it that an export reads (``dict.txt``, the tokenizer files, BERT's

@@ -15,8 +15,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from span_plugin.convert.hf_source import ConversionError
-from span_plugin.formats.files import atomic_copy, atomic_write, commit
-from span_plugin.formats.stops import named
+from span_plugin.files.atomic import atomic_copy, atomic_write, commit
+from span_plugin.files.stops import named
 
 logger = logging.getLogger(__name__)
 

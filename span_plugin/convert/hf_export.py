@@ -47,8 +47,8 @@ from span_plugin.convert.encoder_map import ENC, FAIRSEQ_PAD, LM, POSITION_OFFSE
 from span_plugin.convert.export_source import SBO_HEAD, EncoderCheckpoint, read_encoder_checkpoint
 from span_plugin.convert.hf_source import ACTIVATIONS, ConversionError
 from span_plugin.convert.spm_export import as_sentencepiece_family
-from span_plugin.formats.exports import not_an_earlier_export
-from span_plugin.formats.files import staged_folder
+from span_plugin.files.exports import not_an_earlier_export
+from span_plugin.files.atomic import staged_folder
 from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece
 
 SUPPORTED_KINDS = ("gpt2", "wordpiece", "sentencepiece-line")
@@ -351,7 +351,7 @@ def without_lm_head(plan: HfExport, why: str) -> None:
 def check_export_dir(out_dir, force: bool, kind: str = "hf") -> Path:
     """``out_dir``: refused when it is a file, or a folder with files unless ``force``;
     with ``force`` too, unless it is an earlier ``span-export kind`` folder and nothing
-    else (:func:`span_plugin.formats.exports.not_an_earlier_export`): ``--force``
+    else (:func:`span_plugin.files.exports.not_an_earlier_export`): ``--force``
     replaces what an export wrote, never a folder of the user's. Links are followed: the
     folder checked is the one written."""
     out_dir = Path(out_dir)
@@ -373,7 +373,7 @@ def check_export_dir(out_dir, force: bool, kind: str = "hf") -> Path:
 def save_weights(tensors: Dict[str, torch.Tensor], path: Path) -> None:
     """safetensors' ``save_file``, its failure to write (a full disk: a
     ``SafetensorError`` holding "os error 28") raised as the OSError it is, naming no
-    file: the folder being written names it (:func:`span_plugin.formats.files.staged_folder`)."""
+    file: the folder being written names it (:func:`span_plugin.files.atomic.staged_folder`)."""
     from safetensors import SafetensorError
     from safetensors.torch import save_file
 

@@ -11,7 +11,8 @@ the file and the line.
 from dataclasses import dataclass, field
 
 from span_plugin.formats import tags as T
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 
 DOCSTART = "-DOCSTART-"
 

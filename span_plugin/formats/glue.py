@@ -19,7 +19,8 @@ row from every input and the label, so nothing shifts. Each row keeps its line
 
 from dataclasses import dataclass
 
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.rows import SplitRows, read_decimal
 from span_plugin.formats.unicode_text import class_label, label_problem
 from span_plugin.formats.tsv import split_rows

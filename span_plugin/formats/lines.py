@@ -16,17 +16,10 @@ import os
 import re
 import stat
 
-from span_plugin.formats.files import atomic_file
+from span_plugin.files.atomic import atomic_file
+from span_plugin.files.errors import BadInputError, NotAFileError
 
 BOM = b"\xef\xbb\xbf"
-
-
-class BadInputError(ValueError):
-    """Input that cannot be processed without losing alignment; names file and line."""
-
-
-class NotAFileError(BadInputError):
-    """A path read as a file that is a folder, a device, a FIFO or a socket."""
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),

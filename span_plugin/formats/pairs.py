@@ -23,7 +23,8 @@ any); there is no skipping of bad rows. Sentence labels are of one JSON type, as
 import json
 from dataclasses import dataclass
 
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.table import (LabelKinds, _BadRow, _check_label, _jsonl_rows, _value,
                                        check_columns)
 from span_plugin.formats.unicode_text import class_label

@@ -58,9 +58,10 @@ import random
 import zlib
 from dataclasses import dataclass, field
 
-from span_plugin.formats.files import atomic_write
-from span_plugin.formats.lines import (BOM, MAX_JSON_BYTES, MAX_LINE, TOO_DEEP, BadInputError,
-                                       bounded_lines, open_bytes)
+from span_plugin.files.atomic import atomic_write
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import (BOM, MAX_JSON_BYTES, MAX_LINE, TOO_DEEP, bounded_lines,
+                                       open_bytes)
 from span_plugin.formats.unicode_text import is_blank
 
 ON_BAD = ("error", "skip")

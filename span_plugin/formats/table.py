@@ -37,7 +37,8 @@ import io
 import json
 import os
 
-from span_plugin.formats.lines import TOO_DEEP, BadInputError, read_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import TOO_DEEP, read_file_lines
 from span_plugin.formats.rows import SplitRows, read_decimal
 from span_plugin.formats.unicode_text import class_label, label_problem
 from span_plugin.formats.tsv import split_rows

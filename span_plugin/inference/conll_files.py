@@ -29,9 +29,10 @@ import os
 
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import DOCSTART
-from span_plugin.formats.files import atomic_file
+from span_plugin.files.atomic import atomic_file
 from span_plugin.formats.flag_values import at_least_zero
-from span_plugin.formats.lines import BadInputError, read_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_lines
 from span_plugin.inference.outputs import Flag, Output, chunks
 from span_plugin.modules import entities as ner
 from span_plugin.preprocess.file_records import sha256, short

@@ -11,10 +11,10 @@ import itertools
 import os
 import sys
 
-from span_plugin.formats.files import atomic_file
+from span_plugin.files.atomic import atomic_file
 from span_plugin.formats.flag_values import finite
-from span_plugin.formats.lines import (BadInputError, count_lines, read_file_lines,
-                                       stream_file_lines)
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import count_lines, read_file_lines, stream_file_lines
 from span_plugin.formats.text_inputs import one_cut_warning
 from span_plugin.inference.outputs import CHUNK_ROWS, Flag, Output, chunks
 from span_plugin.preprocess.progress import bar, on_terminal

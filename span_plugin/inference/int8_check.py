@@ -16,7 +16,7 @@ import os
 import shutil
 
 from span_plugin.convert.hf_source import ConversionError
-from span_plugin.formats.files import staged_folder
+from span_plugin.files.atomic import staged_folder
 from span_plugin.formats.model_card import with_int8_section
 from span_plugin.formats.model_folder import CONFIG, MANIFEST, write_manifest
 from span_plugin.inference import int8_guard

@@ -19,7 +19,7 @@ import torch
 
 from span_plugin.convert.hf_export import check_export_dir, check_finite_tensors
 from span_plugin.convert.hf_source import ConversionError
-from span_plugin.formats.files import staged_folder
+from span_plugin.files.atomic import staged_folder
 from span_plugin.inference import int8_guard
 from span_plugin.inference.hub import SpanHubInterface
 from span_plugin.inference.int8_guard import DEFAULT_MAX_DROP

@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from span_plugin.formats.files import atomic_write
+from span_plugin.files.atomic import atomic_write
 from span_plugin.formats.flag_values import number_or, positive
 from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores

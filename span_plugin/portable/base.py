@@ -1,5 +1,6 @@
-"""The base of the fairseq-free predictors: an exported folder's network, text encoder,
-labels and settings, and the input layout of training on in-memory items.
+"""The base of every predictor (an exported folder's, and a fairseq checkpoint's built in
+memory by :mod:`span_plugin.inference.checkpoint`): network, text encoder, labels and
+settings, and the input layout of training on in-memory items.
 
 ``<s> A </s>`` (one input) or ``<s> A </s> </s> B </s>`` (two), with the task's
 ``--init-token`` / ``--separator-token`` and shortening, the side items (n-gram spans,
@@ -17,7 +18,7 @@ from span_plugin.modules.span_layout import place_spans
 from span_plugin.portable.batches import pad_tokens
 from span_plugin.portable.results import finite_outputs
 
-PREDICTORS = {}  # task name -> PortableModel subclass
+PREDICTORS = {}  # task name -> Predictor subclass
 
 
 def register_predictor(*tasks):
@@ -47,12 +48,13 @@ class Laid:
                            self.window, max_spans, max_span_tokens)
 
 
-class PortableModel:
-    """A fine-tuned model from an exported folder: ``folder``
-    (:class:`~span_plugin.portable.folder.ModelFolder`), ``encoder`` (the training text
-    encoder), ``vocab`` (its symbols -> the model's ids), ``network``
-    (:class:`~span_plugin.portable.model.PortableNetwork`). Subclasses add their task's
-    predictions, with the names and outputs of the fairseq hub's adapters."""
+class Predictor:
+    """A fine-tuned model and what it takes to predict raw text: ``folder``
+    (:class:`~span_plugin.portable.folder.ModelFolder`: task, settings, heads, labels,
+    data record), ``encoder`` (the training text encoder), ``vocab`` (its symbols -> the
+    model's ids), ``network`` (``network(tokens [B, T], head, **inputs)`` -> the head's
+    output: :class:`~span_plugin.portable.model.PortableNetwork`, or a fairseq model
+    behind the same call). Subclasses add their task's predictions."""
 
     default_head = "sentence_classification_head"
 
@@ -88,10 +90,9 @@ class PortableModel:
         return self
 
     @property
-    def task(self):
-        """What the hub's ``hub.task`` gives the ``span-predict`` writers (``cfg``, QA's
-        ``qa_labels``): this model holds them itself."""
-        return self
+    def task_name(self):
+        """The fairseq task the model was trained with (``span_classification``, ...)."""
+        return self.folder.task
 
     @property
     def device(self):
@@ -112,7 +113,7 @@ class PortableModel:
 
     def tokens_of(self, symbols):
         """Encoder symbols -> LongTensor ``[len + 1]`` of the model's ids, ``</s>`` last."""
-        return torch.tensor(self.vocab.line(symbols), dtype=torch.long)
+        return torch.as_tensor(self.vocab.line(symbols), dtype=torch.long)
 
     def lay_out(self, inputs, shorten="none", max_len=None, init_token="task",
                 separator_token="task"):

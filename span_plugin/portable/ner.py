@@ -9,7 +9,7 @@ import torch
 from span_plugin.formats import tags as T
 from span_plugin.formats.text_inputs import check_batch_size, check_text, word_lists, words_of
 from span_plugin.modules import entities as ner
-from span_plugin.portable.base import PortableModel, register_predictor
+from span_plugin.portable.base import Predictor, register_predictor
 from span_plugin.portable.batches import length_batches, pad_rows
 from span_plugin.portable.results import decoding_settings
 from span_plugin.preprocess.folders.conll import split_points, word_token_counts
@@ -76,7 +76,7 @@ class EntityPredictions:
 
 
 @register_predictor("span_tagging", "span_labeling")
-class NerPredictor(EntityPredictions, PortableModel):
+class NerPredictor(EntityPredictions, Predictor):
     default_head = "tagging_head"
 
     @property

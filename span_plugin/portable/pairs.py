@@ -7,7 +7,7 @@ import torch
 
 from span_plugin.formats.text_inputs import check_text, warn_cut
 from span_plugin.modules.span_layout import place_phrase_pairs
-from span_plugin.portable.base import PortableModel, register_predictor
+from span_plugin.portable.base import Predictor, register_predictor
 from span_plugin.portable.batches import pad_rows
 from span_plugin.portable.results import scored
 from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
@@ -89,7 +89,7 @@ def pair_result(out, phrase_labels, labels):
 
 
 @register_predictor("span_pair_classification")
-class PairPredictor(PortableModel):
+class PairPredictor(Predictor):
     default_head = "span_pair_head"
 
     def _names(self, key):

@@ -9,7 +9,7 @@ import torch
 from span_plugin.formats.squad import QAExample
 from span_plugin.formats.text_inputs import check_batch_size, question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
-from span_plugin.portable.base import PortableModel, register_predictor
+from span_plugin.portable.base import Predictor, register_predictor
 from span_plugin.portable.batches import length_order, pad_rows, pad_tokens, unpermuted
 from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
 
@@ -28,7 +28,7 @@ def question_windows(encoder, example, n, positions, stride):
 
 
 @register_predictor("span_qa")
-class QAPredictor(PortableModel):
+class QAPredictor(Predictor):
     default_head = "qa_head"
 
     @property

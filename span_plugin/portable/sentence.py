@@ -6,13 +6,13 @@ import torch
 
 from span_plugin.formats.text_inputs import (check_batch_size, example_width, text_examples,
                                              warn_cut)
-from span_plugin.portable.base import PortableModel, register_predictor
+from span_plugin.portable.base import Predictor, register_predictor
 from span_plugin.portable.batches import in_input_order, length_batches, pad_rows
 from span_plugin.portable.results import class_results
 
 
 @register_predictor("span_classification", "sentence_prediction")
-class SentencePredictor(PortableModel):
+class SentencePredictor(Predictor):
 
     @property
     def regression(self):

@@ -10,7 +10,7 @@ Invalid argument`` or a zip error that names no file. With the plugin loaded
 - every checkpoint file, the first and the copies (hard links where the file system
   allows: no file is changed in place), is written to ``NAME.tmp``,
   flushed to disk, renamed over ``NAME`` and the rename made durable
-  (:func:`span_plugin.formats.files.atomic_write`);
+  (:func:`span_plugin.files.atomic.atomic_write`);
 - checkpoints are read with fairseq's allow-listed types only
   (:mod:`span_plugin.convert.safe_load`): nothing in a file runs. A file that does not
   load raises :class:`NotACheckpointError`, :class:`DamagedCheckpointError` (naming
@@ -36,7 +36,7 @@ import sys
 
 
 # atomic_write is imported from here by runtime.compat and runtime.transfer.
-from span_plugin.formats.files import TMP_SUFFIX, atomic_copy, atomic_link, atomic_write  # noqa: F401
+from span_plugin.files.atomic import TMP_SUFFIX, atomic_copy, atomic_link, atomic_write  # noqa: F401
 # The errors of files that do not load, for the callers of this module.
 from span_plugin.convert.safe_load import (  # noqa: F401
     CheckpointFileError, DamagedCheckpointError, NotACheckpointError, UnsafeCheckpointError,
@@ -201,7 +201,7 @@ def main(argv=None):
             print(f"span_plugin.runtime.checkpoints: {err}", file=sys.stderr)
             return 2
         return 0
-    from span_plugin.formats.outputs import OutputBusyError, locked
+    from span_plugin.files.outputs import OutputBusyError, locked
 
     try:
         with locked(args.save_dir):  # not under a run that is writing it

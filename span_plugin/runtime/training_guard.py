@@ -1,7 +1,7 @@
 """What fairseq-train checks through the plugin before it trains.
 
 - One run per ``--save-dir``: the directory is locked for the life of the run
-  (:func:`span_plugin.formats.outputs.hold`), so a second run into it stops, naming the
+  (:func:`span_plugin.files.outputs.hold`), so a second run into it stops, naming the
   first one's PID and command, instead of both saving over each other's checkpoints.
 - A resumed run trains on the data its checkpoint was trained on: before a checkpoint
   is loaded (fairseq's own resume of ``checkpoint_last.pt``, ``--restore-file``, a
@@ -18,7 +18,7 @@ Either problem ends the command with one line on stderr and exit status 2.
 import os
 import sys
 
-from span_plugin.formats.outputs import OutputBusyError, hold
+from span_plugin.files.outputs import OutputBusyError, hold
 from span_plugin.preprocess.file_records import short
 from span_plugin.preprocess.records.provenance import comparable
 from span_plugin.runtime import checkpoints

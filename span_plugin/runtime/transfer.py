@@ -80,7 +80,7 @@ def main(argv=None):
     q.add_argument("out", help="the file to write, or with --model-dir the folder")
     q.add_argument("--model-dir", help="the span-convert folder the run started from")
     args = p.parse_args(argv)
-    from span_plugin.formats.outputs import writing
+    from span_plugin.files.outputs import writing
 
     try:
         with writing({"out": args.out}, {"checkpoint": args.checkpoint, "--model-dir": args.model_dir}):

@@ -12,7 +12,7 @@ For ``binarize_file(text, "DATA/input0/train", spec, dict.txt)`` the outputs are
 One item per input line, in order, empty lines included (an empty line gives a token
 item holding only ``</s>`` and an empty span item). Lines are read by
 :mod:`span_plugin.formats.lines` (CRLF, BOM; invalid UTF-8 is a
-:class:`~span_plugin.formats.lines.BadInputError` naming the file and the 1-based line,
+:class:`~span_plugin.files.errors.BadInputError` naming the file and the 1-based line,
 unless ``bad_utf8="replace"``).
 
 Workers take byte ranges that start at line starts, write shard files, and the parent

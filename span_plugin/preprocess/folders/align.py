@@ -68,8 +68,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from span_plugin.tokenizers import words as W
-from span_plugin.formats.files import atomic_file
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.atomic import atomic_file
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.pairs import read_pair_rows
 from span_plugin.preprocess.segmentation.ngrams import load_ngrams
 from span_plugin.preprocess.segmentation.segment import Segmenter

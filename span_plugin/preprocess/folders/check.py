@@ -26,8 +26,8 @@ import re
 
 import numpy as np
 
-from span_plugin.formats.lines import (NotAFileError, bounded_lines, open_bytes, read_file_lines,
-                                       regular_file)
+from span_plugin.files.errors import NotAFileError
+from span_plugin.formats.lines import bounded_lines, open_bytes, read_file_lines, regular_file
 from span_plugin.preprocess.binary import indexed, span_files
 
 from span_plugin.preprocess.records import provenance
@@ -170,7 +170,7 @@ def check_folder(folder):
         raise CheckError(f"{folder}: {provenance.RECORD_NAME} records the split "
                          f"{missing[0]!r}, but input0/ has no {missing[0]} files")
     if kind == "tags":
-        from span_plugin.formats.lines import BadInputError
+        from span_plugin.files.errors import BadInputError
         from span_plugin.preprocess.folders.conll import check_tagging_folder
 
         try:

@@ -51,7 +51,8 @@ import numpy as np
 
 from span_plugin.formats import tags as T
 from span_plugin.formats.conll import read_conll
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 from span_plugin.preprocess.binary import indexed, span_files
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import _get_encoder, binarize_file, write_dict

@@ -31,9 +31,10 @@ import os
 import shutil
 import sys
 
-from span_plugin.formats.files import staged_folder
-from span_plugin.formats.outputs import locked
-from span_plugin.formats.lines import BadInputError, read_file_lines, regular_file
+from span_plugin.files.atomic import staged_folder
+from span_plugin.files.outputs import locked
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines, regular_file
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
 from span_plugin.preprocess.binary.labels import binarize_labels, write_label_dict
@@ -54,15 +55,15 @@ def whole_folder(out_dir):
     """Build a folder whole or not at all: yields the temporary folder
     ``OUT.partial-PID`` (same parent, so the same file system) to write into; when
     the block ends without an exception it takes ``OUT``'s place
-    (:func:`span_plugin.formats.files.staged_folder`), else it is removed.
+    (:func:`span_plugin.files.atomic.staged_folder`), else it is removed.
 
     An existing ``OUT`` is replaced only when it is empty or holds a data record (a
     folder span-preprocess made); any other folder or file is refused before anything
     is written, since its files would be lost. ``OUT`` is locked meanwhile: a second
-    build of it stops, naming this one (:func:`span_plugin.formats.outputs.locked`).
+    build of it stops, naming this one (:func:`span_plugin.files.outputs.locked`).
     """
     out_dir = os.path.normpath(str(out_dir))
-    with locked(out_dir):  # one writer at a time (span_plugin.formats.outputs)
+    with locked(out_dir):  # one writer at a time (span_plugin.files.outputs)
         with _replacing(out_dir) as tmp:
             yield tmp
 
@@ -70,7 +71,7 @@ def whole_folder(out_dir):
 @contextlib.contextmanager
 def _replacing(out_dir):
     """:func:`whole_folder` under its lock. A symbolic link is written where it points
-    (:func:`span_plugin.formats.files.staged_folder`): what is checked is that folder."""
+    (:func:`span_plugin.files.atomic.staged_folder`): what is checked is that folder."""
     real = os.path.realpath(out_dir)
     if os.path.lexists(real):
         if not os.path.isdir(real):

@@ -44,7 +44,8 @@ import os
 
 import numpy as np
 
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.pairs import DEFAULT_PHRASE_LABELS, read_pair_rows
 from span_plugin.formats.rows import SplitRows
 from span_plugin.preprocess.binary import indexed, span_files

@@ -25,7 +25,8 @@ import gzip
 import os
 import shutil
 
-from span_plugin.formats.lines import BadInputError, regular_file
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import regular_file
 from span_plugin.preprocess.binary.binarize import binarize_file, write_dict
 from span_plugin.preprocess.file_records import file_entry, short
 from span_plugin.preprocess.folders.folder import whole_folder

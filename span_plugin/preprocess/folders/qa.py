@@ -45,8 +45,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from span_plugin.formats.files import atomic_file
-from span_plugin.formats.lines import BadInputError, read_file_lines
+from span_plugin.files.atomic import atomic_file
+from span_plugin.files.errors import BadInputError
+from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.text_inputs import check_text
 from span_plugin.formats.squad import QAExample, QANote, read_qa
 from span_plugin.preprocess.binary import indexed, span_files

@@ -47,7 +47,7 @@ Who reads it:
 import json
 import os
 
-from span_plugin.formats.files import atomic_file
+from span_plugin.files.atomic import atomic_file
 from span_plugin.formats.lines import regular_file
 from span_plugin.preprocess.file_records import check_plausible, file_entry, sha256, short
 from span_plugin.preprocess.segmentation.segmentations import segmentation_kind

@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from span_plugin.formats.stops import named
+from span_plugin.files.stops import named
 
 TMP_SUFFIX = ".tmp"
 PARTIAL = ".partial-"  # NAME.partial-PID: a folder being built (staged_folder)
@@ -201,7 +201,7 @@ def staged_folder(path):
     sibling: the same file system), a Path to write into; when the block ends without an
     exception it takes ``path``'s place (:func:`commit_folder`, an existing folder replaced
     whole), else it is removed, and a failed write that names no file names ``path``
-    (SIGINT and SIGTERM arrive as exceptions: formats/stops.py). What callers check of an
+    (SIGINT and SIGTERM arrive as exceptions: files/stops.py). What callers check of an
     existing ``path`` (is it theirs to replace?) they check before.
 
     ``path`` is resolved first: through a symbolic link (of it or a folder above it) the

@@ -23,7 +23,7 @@ before it writes:
   taken (a read-only folder) is an :class:`OSError` naming the lock file.
 
 Locks are re-entrant within a process (a command that locks ``--out`` calls a builder
-that locks it again). ``python -m span_plugin.formats.outputs`` does both for a shell
+that locks it again). ``python -m span_plugin.files.outputs`` does both for a shell
 script, the lock on a descriptor the script opened, so that it lasts as long as the
 script.
 """
@@ -38,7 +38,7 @@ import stat
 import sys
 import time
 
-from span_plugin.formats.lines import BadInputError
+from span_plugin.files.errors import BadInputError
 
 LOCK_SUFFIX = ".lock"
 
@@ -387,7 +387,7 @@ def _for_shell(argv=None):
       ends. Exit 0 held; 2 busy (one line naming the holder); 3 the lock file was
       replaced meanwhile (open it again).
     """
-    p = argparse.ArgumentParser(prog="python -m span_plugin.formats.outputs")
+    p = argparse.ArgumentParser(prog="python -m span_plugin.files.outputs")
     sub = p.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("refuse")
     q.add_argument("output")

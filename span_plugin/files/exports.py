@@ -16,7 +16,7 @@ the record its kind writes and nothing that kind does not write:
 
 :func:`not_an_earlier_export` says what makes a folder not one, in words for the
 message; the inputs of the command (the checkpoint, its data folder, ...) are refused
-before, by :func:`span_plugin.formats.outputs.writing`.
+before, by :func:`span_plugin.files.outputs.writing`.
 """
 
 import json
