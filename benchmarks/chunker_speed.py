@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-BPE = DATA / "gpt2_bpe"
+from common import DATA, ROOT
+from common import GPT2_BPE as BPE
+
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
 QUICK_SENTENCES = 200  # of CoLA train and of CoNLL-2000 test, in --quick

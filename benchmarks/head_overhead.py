@@ -32,17 +32,14 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from common import GPT2_BPE, ROOT, TINY  # noqa: E402  (TINY: --quick)
 from dense_span_head import (  # noqa: E402
     dense_span_encoder,
     dense_span_encoder_loop_filled,
     segmentation_like_spans,
 )
 
-ROOT = os.path.dirname(HERE)
-GPT2_DICT = os.path.join(ROOT, "..", "shared", "data", "gpt2_bpe", "dict.txt")
-# --quick (here and in compile_speed.py): a model small enough for a check in seconds
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32",
-        "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2"]
+GPT2_DICT = os.path.join(GPT2_BPE, "dict.txt")
 
 
 def make_dicts(folder, dict_txt):

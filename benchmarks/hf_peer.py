@@ -24,8 +24,9 @@ import time
 
 import torch
 
+from common import ROOT
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 INTERVAL = 25  # updates between stamps (fairseq-train's --log-interval in gpu_throughput.py)
 SIZES = {  # hidden, layers, heads, ffn
     "base": (768, 12, 12, 3072),

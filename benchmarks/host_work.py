@@ -58,10 +58,9 @@ from span_plugin.runtime import update_reads
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from head_overhead import GPT2_DICT, ROOT, build_trainer, make_batch, make_dicts  # noqa: E402
-
-GLUE = os.path.join(ROOT, "..", "shared", "data", "glue")
-GPT2_DIR = os.path.dirname(GPT2_DICT)
+from common import GLUE, MINILM, ROOT, model_flags  # noqa: E402
+from common import GPT2_BPE as GPT2_DIR  # noqa: E402
+from head_overhead import GPT2_DICT, build_trainer, make_batch, make_dicts  # noqa: E402
 
 # Leaf operators that launch no kernel on a GPU: views, allocations, no-op casts.
 NO_KERNEL_OPS = frozenset(
@@ -74,10 +73,8 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
             "aten::unique", "aten::_unique2", "aten::unique_consecutive")
 SIZES = {
     # name: fairseq model flags (both models), default sequence length
-    "tiny": ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim",
-             "128", "--encoder-attention-heads", "4"],
-    "minilm": ["--encoder-layers", "6", "--encoder-embed-dim", "384", "--encoder-ffn-embed-dim",
-               "1536", "--encoder-attention-heads", "12"],
+    "tiny": model_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128, encoder_attention_heads=4),
+    "minilm": MINILM,
     "base": [],
 }
 

@@ -28,23 +28,15 @@ import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-DATA = os.path.join(ROOT, "..", "shared", "data")
-MRPC_DEV = os.path.join(DATA, "glue", "MRPC", "dev.tsv")
-GPT2 = os.path.join(DATA, "gpt2_bpe")
+from common import DATA, ROOT
+from common import GPT2_BPE as GPT2
+from common import TINY_ROBERTA as TINY
+from common import mrpc_dev_pairs as dev_pairs
+
+sys.path.insert(0, str(ROOT))
 FIRST_RUN = os.path.join(ROOT, "runs", "all-MiniLM-L6-v2", "MRPC", "checkpoints",
                          "checkpoint_best.pt")
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--encoder-attention-heads", "2", "--max-positions", "128"]
 BATCH_SIZES = (1, 32)
-
-
-def dev_pairs(n=None):
-    with open(MRPC_DEV, encoding="utf-8-sig") as f:
-        lines = f.read().splitlines()[1:]
-    return [tuple(line.split("\t")[3:5]) for line in lines[:n]]
 
 
 def tiny_checkpoint(work):

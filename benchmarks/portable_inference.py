@@ -40,10 +40,10 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
-GLUE = os.path.join(DATA, "glue")
+from common import DATA, GLUE, ROOT
+from common import TINY_ROBERTA as TINY
+from common import mrpc_dev_pairs as dev_pairs
+
 BIN = os.path.dirname(sys.executable)
 PATHS = ("portable-torch", "portable-hf", "hub", "plain", "onnx", "portable-int8", "onnx-int8",
          "plain-onnx-int8")
@@ -53,15 +53,6 @@ NAMES = {"portable-torch": "portable, torch encoder", "portable-hf": "portable, 
          "plain-onnx-int8": "plain int8, ONNX Runtime"}
 PORTABLE = {"portable-torch": "torch", "portable-hf": "transformers"}  # path -> load_model's encoder
 SPAN_INT8 = ("onnx-int8", "portable-int8")
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--encoder-attention-heads", "2", "--max-positions", "128"]
-
-
-def dev_pairs(n):
-    """The first ``n`` (sentence1, sentence2) pairs of MRPC dev."""
-    with open(os.path.join(GLUE, "MRPC", "dev.tsv"), encoding="utf-8-sig") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:]
-    return [(r[3], r[4]) for r in rows[:n]]
 
 
 def run(*argv, env=None):
@@ -114,7 +105,7 @@ def prepare(work, quick, checkpoint=None):
             "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0")
     else:
         run("bash", os.path.join(ROOT, "recipes", "glue", "MRPC.sh"), "--max-update", "2",
-            env={"GLUE_DIR": GLUE, "DATA_DIR": os.path.join(work, "data"),
+            env={"GLUE_DIR": str(GLUE), "DATA_DIR": os.path.join(work, "data"),
                                          "OUT_DIR": os.path.join(work, "run"),
                                          "TEST_PREDICTIONS": "0", "NUM_GPUS": "0"})
     run("span-export", "hf", checkpoint, "--out", folder, "--force")

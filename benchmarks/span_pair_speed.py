@@ -25,15 +25,12 @@ from argparse import Namespace
 import torch
 import torch.nn.functional as F
 
+from common import GPT2_BPE, ROOT
+from common import TINY_SIZES as TINY  # --quick
 from timing import timed
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-DICT = os.path.join(ROOT, "..", "shared", "data", "gpt2_bpe", "dict.txt")
-# --quick: an encoder small enough for a check in seconds
-TINY = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
-            encoder_attention_heads=2)
+sys.path.insert(0, str(ROOT))
+DICT = os.path.join(GPT2_BPE, "dict.txt")
 
 
 def batches(count, batch, seq_len, pairs, gen):

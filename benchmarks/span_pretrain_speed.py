@@ -26,13 +26,13 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-SHARED = os.path.join(ROOT, "..", "shared", "data")
-BPE = os.path.join(SHARED, "gpt2_bpe")
-WIKI = os.path.join(SHARED, "wikitext-2", "wiki.valid.tokens")
 
-from head_overhead import TINY, time_interleaved_cpu  # noqa: E402
+from common import DATA, ROOT, TINY  # noqa: E402
+from common import GPT2_BPE as BPE  # noqa: E402
+from head_overhead import time_interleaved_cpu  # noqa: E402
+
+WIKI = os.path.join(DATA, "wikitext-2", "wiki.valid.tokens")
 
 
 def prepare(folder, lines):

