@@ -27,9 +27,9 @@ MINILM_SIZES = {"encoder_layers": 6, "encoder_embed_dim": 384, "encoder_ffn_embe
                 "encoder_attention_heads": 12}
 
 
-def model_flags(sizes=TINY_SIZES, **changes):
+def encoder_flags(sizes=TINY_SIZES, **changes):
     """fairseq command-line flags for ``sizes`` with ``changes`` applied (a changed key
-    keeps its place, a new one goes last): ``model_flags(max_positions=128)`` ->
+    keeps its place, a new one goes last): ``encoder_flags(max_positions=128)`` ->
     ``["--encoder-layers", "2", ..., "--max-positions", "128"]``."""
     flags = []
     for dest, value in {**sizes, **changes}.items():
@@ -37,9 +37,9 @@ def model_flags(sizes=TINY_SIZES, **changes):
     return flags
 
 
-TINY = model_flags()
-TINY_ROBERTA = model_flags(max_positions=128)  # the tiny model of the tests and exports
-MINILM = model_flags(MINILM_SIZES)
+TINY = encoder_flags()
+TINY_ROBERTA = encoder_flags(max_positions=128)  # the tiny model of the tests and exports
+MINILM = encoder_flags(MINILM_SIZES)
 
 
 def minilm_dir():

@@ -27,10 +27,10 @@ import sys
 
 import torch
 
-from common import ROOT, model_flags
+from common import ROOT, encoder_flags
 
 TOLERANCE = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}
-TINY = model_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128)  # gpu_throughput.py's tiny
+TINY = encoder_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128)  # gpu_throughput.py's tiny
 
 
 def build(data, batch, extra):

@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 
-from common import DATA, ROOT, model_flags
+from common import DATA, ROOT, encoder_flags
 from common import GPT2_BPE as GPT2
 from span_plugin.runtime.update_reads import OPT_OUT
 
@@ -60,7 +60,7 @@ SECTION = "## GPU throughput (issue 40)"
 MIN_TOKENS, MAX_TOKENS = 321, 384  # with <s> A </s> </s> B </s>: one 64-multiple bucket
 FP16 = ["--fp16", "--fp16-init-scale", "4", "--threshold-loss-scale", "1", "--fp16-scale-window", "128"]
 SIZES = {"base": (12, 768), "large": (24, 1024), "tiny": (2, 64)}
-TINY = model_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128)
+TINY = encoder_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128)
 
 
 # ----------------------------------------------------------------------------------

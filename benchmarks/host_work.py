@@ -58,7 +58,7 @@ from span_plugin.runtime import update_reads
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from common import GLUE, MINILM, ROOT, model_flags  # noqa: E402
+from common import GLUE, MINILM, ROOT, encoder_flags  # noqa: E402
 from common import GPT2_BPE as GPT2_DIR  # noqa: E402
 from head_overhead import GPT2_DICT, build_trainer, make_batch, make_dicts  # noqa: E402
 
@@ -73,7 +73,7 @@ SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select",
             "aten::unique", "aten::_unique2", "aten::unique_consecutive")
 SIZES = {
     # name: fairseq model flags (both models), default sequence length
-    "tiny": model_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128, encoder_attention_heads=4),
+    "tiny": encoder_flags(encoder_embed_dim=64, encoder_ffn_embed_dim=128, encoder_attention_heads=4),
     "minilm": MINILM,
     "base": [],
 }

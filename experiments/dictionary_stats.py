@@ -13,6 +13,8 @@ The sizes are prefixes of each dictionary (its most frequent K n-grams), as
 import argparse
 import os
 
+from grid_lib import GLUE
+
 from span_plugin.formats.glue import TASKS, read_split
 from span_plugin.preprocess.segmentation.ngrams import NgramDict, load_ngrams, read_header
 from span_plugin.preprocess.segmentation.stats import segment_stats, sentence_keys
@@ -97,8 +99,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dict", action="append", required=True, metavar="SCHEME=PATH")
-    p.add_argument("--glue-dir", default=os.path.join(os.path.dirname(__file__), "..", "..",
-                                                      "shared", "data", "glue"))
+    p.add_argument("--glue-dir", default=str(GLUE))
     p.add_argument("--out", help="markdown table (default: print)")
     p.add_argument("--plot", help="PNG")
     args = p.parse_args(argv)

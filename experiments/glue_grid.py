@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from grid_lib import (
-    ROOT, model_flags, read_results, resolve_device, run_grid, run_recipe, trained_on)
+    GLUE, ROOT, model_flags, read_results, resolve_device, run_grid, run_recipe, trained_on)
 
 
 VARIANTS = {
@@ -126,7 +126,7 @@ def run_cell(args, task, variant, seed, device):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", required=True, help="a span-convert output folder")
-    p.add_argument("--glue-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
+    p.add_argument("--glue-dir", default=str(GLUE))
     p.add_argument("--tasks", nargs="+", default=["MRPC", "STS-B", "CoLA"])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])

@@ -9,10 +9,14 @@ import math
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# The checkout's paths and the real data come from benchmarks/common.py, which the
+# benchmarks and the tests share; the studies import them from here.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from common import DATA, GLUE, GPT2_BPE, ROOT  # noqa: E402,F401
 
 
 def read_results(path):

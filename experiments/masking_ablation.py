@@ -50,11 +50,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from grid_lib import ROOT, append_result, cpu_model, read_results, trained_on
+from grid_lib import DATA, ROOT, append_result, cpu_model, read_results, trained_on
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2 (span-convert, recipes/lib.sh default_model)"
 
-WIKI = ROOT.parent / "shared" / "data" / "wikipedia"
+WIKI = DATA / "wikipedia"
 CONDITIONS = {
     "span+sbo": {"MASKING": "span", "SBO_WEIGHT": "1"},
     "span": {"MASKING": "span", "SBO_WEIGHT": "0"},

@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 
 from grid_lib import (
-    ROOT, mean_sd, model_flags, read_results, resolve_device, run_grid, run_recipe, trained_on)
+    DATA, GPT2_BPE, ROOT, mean_sd, model_flags, read_results, resolve_device, run_grid, run_recipe,
+    trained_on)
 
 VARIANTS = {
     "token": {"HEAD": "token"},
@@ -109,8 +110,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", help="a span-convert output folder (WordPiece encoder); "
                    "without it: GPT-2 BPE and a model trained from scratch (smoke runs)")
-    p.add_argument("--bpe-dir", default=str(ROOT.parent / "shared" / "data" / "gpt2_bpe"))
-    p.add_argument("--conll-dir", default=str(ROOT.parent / "shared" / "data" / "conll2003"))
+    p.add_argument("--bpe-dir", default=str(GPT2_BPE))
+    p.add_argument("--conll-dir", default=str(DATA / "conll2003"))
     p.add_argument("--data-dir", help="the tagging folder, prepared there when missing "
                    "[WORK_DIR/data/<model>]")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))

@@ -23,7 +23,6 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 from span_plugin.formats.squad import read_qa
 from span_plugin.formats.squad_metrics import (
     exact_match, f1_score, gold_texts, normalize_answer)

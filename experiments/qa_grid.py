@@ -43,7 +43,7 @@ import sys
 from pathlib import Path
 
 from grid_lib import (
-    ROOT, cpu_model, dictionary_lines, mean_sd, model_flags, paired_line, read_results,
+    DATA, ROOT, cpu_model, dictionary_lines, mean_sd, model_flags, paired_line, read_results,
     resolve_device, run_grid, run_recipe, trained_on, write_report)
 
 HEADS = ("boundary", "sf", "span")
@@ -264,7 +264,7 @@ def parser():
                    "(path, sha256, ...), kept in every record as 'pretraining'; its sha256 is "
                    "part of each run's key")
     p.add_argument("--squad-dev",
-                   default=str(ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"))
+                   default=str(DATA / "squad" / "dev-v1.1.json"))
     p.add_argument("--split-articles", type=int, default=38)
     p.add_argument("--heads", nargs="+", default=list(HEADS), choices=HEADS)
     p.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+from grid_lib import ROOT
 
 
 def load(checkpoint):

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 from glue_grid import hparams, run_glue, train_rows
-from grid_lib import ROOT, model_flags, read_results, resolve_device, run_grid
+from grid_lib import DATA, GLUE, ROOT, model_flags, read_results, resolve_device, run_grid
 
 
 SF = {"HEAD": "span", "SPAN_ENCODER": "cnn-cnn", "SEGMENTATION": "greedy"}
@@ -121,8 +121,8 @@ def main(argv=None):
     p.add_argument("--model-dir", required=True, help="a span-convert output folder")
     p.add_argument("--dictionaries", default=str(ROOT / "runs" / "dictionaries"),
                    help="folder with wiki.bert.txt.gz (experiments/build_dictionaries.sh)")
-    p.add_argument("--glue-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
-    p.add_argument("--nltk-data", default=str(ROOT.parent / "shared" / "data" / "nltk_data"))
+    p.add_argument("--glue-dir", default=str(GLUE))
+    p.add_argument("--nltk-data", default=str(DATA / "nltk_data"))
     p.add_argument("--results", default=str(ROOT / "experiments" / "results" / "sf_minilm.jsonl"))
     p.add_argument("--work-dir", default=str(ROOT / "runs" / "sf_grid"))
     p.add_argument("--batch-size", type=int, default=32)

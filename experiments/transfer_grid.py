@@ -60,7 +60,7 @@ from pathlib import Path
 
 from glue_grid import VARIANTS, hparams, run_glue, train_rows
 from grid_lib import (
-    ROOT, append_result, check_model, model_flags, read_results, resolve_device, run_grid,
+    GLUE, ROOT, append_result, check_model, model_flags, read_results, resolve_device, run_grid,
     run_recipe, trained_on)
 
 from span_plugin.preprocess.folders.align import ALIGNER_VERSION
@@ -266,7 +266,7 @@ def main(argv=None):
     p.add_argument("--model-dir", required=True,
                    help="a span-convert output folder (the recipes' packaged model is "
                    "converted to ~/.cache/span_plugin/models/all-MiniLM-L6-v2)")
-    p.add_argument("--glue-dir", default=str(ROOT.parent / "shared" / "data" / "glue"))
+    p.add_argument("--glue-dir", default=str(GLUE))
     p.add_argument("--targets", nargs="+", default=["MRPC", "STS-B"], choices=list(SOURCE))
     p.add_argument("--shares", nargs="+", type=int, default=[10, 100])
     p.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=list(CONDITIONS),
