@@ -13,10 +13,9 @@ from test_task_data import glue_folder
 from test_task_train import span_args
 
 from span_plugin.formats.text_inputs import example_width
-from span_plugin.inference.folder_kinds import KINDS, check_folder_kind, folder_kind
-from span_plugin.inference.inputs import (InputCutWarning, as_list, question_pairs,
-                                          text_examples, warn_cut)
-from span_plugin.inference.ner import word_lists
+from span_plugin.portable.tasks import KINDS, check_folder_kind, folder_kind
+from span_plugin.formats.text_inputs import (InputCutWarning, as_list, question_pairs,
+                                             text_examples, warn_cut, word_lists)
 
 BPE = {"gpt2_encoder_json": GPT2_BPE / "encoder.json", "gpt2_vocab_bpe": GPT2_BPE / "vocab.bpe"}
 
@@ -147,7 +146,7 @@ def _refused(checkpoint, folder, kind, needs, *args):
 def test_sentence_hub_inputs_and_folder_kind(tmp_path, qa_folder):
     data = glue_folder("SST-2")
     run_main("fairseq-train", *span_args(data, tmp_path, max_update=1))
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(tmp_path / "checkpoint_last.pt", data=data, **BPE)
     one = hub.predict("hello world")
@@ -173,7 +172,7 @@ def test_sentence_hub_inputs_and_folder_kind(tmp_path, qa_folder):
 
 @pytest.mark.slow
 def test_qa_hub_inputs_and_folder_kind(qa_folder, qa_checkpoint, tmp_path):
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(qa_checkpoint)
     context = "It was written by Ann Lee in 1990."

@@ -71,14 +71,14 @@ def test_old_span_labeling_checkpoint_keeps_its_trained_head(expected_ner_pairs)
     """(made by make_ner_pairs.py) The 0.2.0 hub dropped this checkpoint's trained head at
     load; today's keeps it, and the head's logits equal the old encoding and layout with
     the checkpoint's own weights."""
-    from span_plugin.inference.hub import collate_spans
+    from span_plugin.portable.batches import pad_rows
 
     expected = expected_ner_pairs["span_labeling"]
     hub = _hub("span_labeling", "data_ner")
     for words, logits, valid in zip(expected["sentences"], expected["logits"], expected["valid"]):
         tokens, spans, word_spans = hub._encode_words(words)
-        got, got_valid = hub.forward_batch([tokens], spans=collate_spans([spans]),
-                                           words=collate_spans([word_spans]))
+        got, got_valid = hub.forward_batch([tokens], spans=pad_rows([spans], 2),
+                                           words=pad_rows([word_spans], 2))
         torch.testing.assert_close(got[0].detach(), torch.tensor(logits), rtol=0, atol=1e-5)
         assert got_valid[0].tolist() == valid
     assert hub.predict_words(expected["sentences"]) == [

@@ -139,8 +139,8 @@ def _phrase_rows(pair_folders, n=N):
 def cases(tmp_path_factory, request):
     """``{case: (exported folder, method, inputs, the fairseq hub's predictions,
     checkpoint)}``."""
-    from span_plugin.inference.hub import SpanHubInterface
-    from span_plugin.inference.model_export import export_model
+    from span_plugin.hub import SpanHubInterface
+    from span_plugin.export.model_export import export_model
 
     root = tmp_path_factory.mktemp("portable")
     inputs = {
@@ -276,14 +276,6 @@ def test_span_predict_model_refuses_encoder_options(cases, capsys):
     assert "--segmentation does not apply to --model" in capsys.readouterr().err
 
 
-def test_task_outputs_are_the_adapters(cases):
-    """The fairseq-free listing of span-predict's outputs is the adapters' registry."""
-    from span_plugin.inference.hub import ADAPTERS
-    from span_plugin.inference.task_outputs import TASK_OUTPUTS
-
-    assert {t: a.output for t, a in ADAPTERS.items()} == TASK_OUTPUTS
-
-
 def test_unknown_head_kind_and_changed_file_refused(cases, tmp_path):
     """A folder naming a head kind the loader cannot build, or with a changed file, is
     refused in one line naming config.json / the file."""
@@ -316,7 +308,7 @@ def test_int8_predicts_every_task_and_the_guard_records_it(cases, pair_folders, 
     records the figures in the folder, which still loads."""
     import shutil
 
-    from span_plugin.inference.int8_check import int8_check
+    from span_plugin.export.int8_check import int8_check
     from span_plugin.portable import load_model
 
     folder, method, xs, expected, _ = cases[case]

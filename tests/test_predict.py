@@ -10,9 +10,10 @@ from conftest import run_main
 from test_span_pair_train import pair_args
 
 from span_plugin.cli import predict
-from span_plugin.inference.hub import ADAPTERS, SpanHubInterface, register_adapter
-from span_plugin.inference.outputs import Flag, Output
-from span_plugin.inference.pairs import PairHubInterface
+from span_plugin.hub import SpanHubInterface
+from span_plugin.portable.outputs import Flag, Output
+from span_plugin.portable.pairs import PairPredictor
+from span_plugin.portable.tasks import TASKS, ServedTask
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +70,8 @@ def test_span_predict_refuses_a_task_without_adapter(pair_ckpt, tmp_path):
         assert served in proc.stdout, proc.stdout
 
 
-class BestPhraseAdapter(PairHubInterface):
-    """A new adapter: each phrase pair's best label, one TSV row per pair."""
+class BestPhrasePredictor(PairPredictor):
+    """A new predictor: each phrase pair's best label, one TSV row per pair."""
 
     def best_labels(self, row):
         got = self.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])
@@ -91,11 +92,12 @@ BEST_LABELS = Output(title="best phrase labels", usage="one TSV row per phrase p
 
 
 @pytest.mark.slow
-def test_a_new_adapter_is_served_by_its_declaration_alone(pair_folders, pair_ckpt, tmp_path,
-                                                          monkeypatch, capsys):
-    # The adapter, its registration and its writer: nothing of span-predict changes.
-    monkeypatch.delitem(ADAPTERS, "span_pair_classification")
-    register_adapter("span_pair_classification", output=BEST_LABELS)(BestPhraseAdapter)
+def test_a_new_predictor_is_served_by_its_table_entry_alone(pair_folders, pair_ckpt, tmp_path,
+                                                            monkeypatch, capsys):
+    # The predictor, its entry in the task table and its writer: nothing of span-predict changes.
+    served = TASKS["span_pair_classification"]
+    monkeypatch.setitem(TASKS, "span_pair_classification",
+                        ServedTask(BestPhrasePredictor, BEST_LABELS, served.head, served.reads))
     assert "best phrase labels" in predict.build_parser().format_help()
     rows_file = pair_folders["labelled"].parent / "valid.jsonl"
     out = tmp_path / "best.tsv"
@@ -103,7 +105,7 @@ def test_a_new_adapter_is_served_by_its_declaration_alone(pair_folders, pair_ckp
                          "--labels-tsv", str(out)]) == 0
     rows = [json.loads(line) for line in rows_file.read_text(encoding="utf-8").splitlines()]
     hub = SpanHubInterface.from_pretrained(pair_ckpt)
-    assert type(hub) is BestPhraseAdapter
+    assert type(hub) is BestPhrasePredictor
     want = [f"{n}\t{k}\t{p['label']}" for n, row in enumerate(rows, 1) for k, p in enumerate(
         hub.predict_pairs(row["sentence1"], row["sentence2"], row["phrases"])["phrases"])]
     assert out.read_text(encoding="utf-8").splitlines() == want and len(want) > len(rows)

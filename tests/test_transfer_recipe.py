@@ -233,7 +233,7 @@ def test_strip_refuses_a_model_folder_of_another_dictionary(transfer, tmp_path):
 
 @pytest.fixture(scope="module")
 def hub(transfer):
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     return SpanHubInterface.from_pretrained(transfer["out"] / "checkpoints" / "checkpoint_best.pt")
 
@@ -242,9 +242,9 @@ def hub(transfer):
 def test_predict_pairs_equals_the_model_on_the_prepared_folder(transfer, hub):
     """predict_pairs on the raw JSON Lines rows gives what the model gives on the items
     span-preprocess pairs made of them (the same rows, in order, in the valid split)."""
-    from span_plugin.inference.pairs import PairHubInterface
+    from span_plugin.portable.pairs import PairPredictor
 
-    assert isinstance(hub, PairHubInterface)
+    assert isinstance(hub, PairPredictor)
     rows = [json.loads(line) for line in
             (transfer["out"] / "aligned" / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
     hub.task.load_dataset("valid")

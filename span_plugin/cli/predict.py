@@ -28,22 +28,10 @@ def exported(argv):
     return any(a == "--model" or a.startswith("--model=") for a in argv)
 
 
-def outputs_of(portable):
-    """Every task's output: the adapters' registry (fairseq), or (``portable``: for
-    ``--model``, and to try ``--from-validation`` without a model) the same outputs listed
-    without them."""
-    if portable:
-        from span_plugin.inference.task_outputs import task_outputs
-
-        return task_outputs()
-    from span_plugin.inference.hub import adapter_outputs  # registers the adapters
-
-    return adapter_outputs()
-
-
-def build_parser(portable=False):
+def build_parser():
     from span_plugin.formats.flag_values import count
-    from span_plugin.inference.outputs import COMMON
+    from span_plugin.portable.outputs import COMMON
+    from span_plugin.portable.tasks import task_outputs
     from span_plugin.tokenizers import TOKENIZERS, file_options
     from span_plugin.tokenizers.options import add_arguments
 
@@ -61,7 +49,7 @@ def build_parser(portable=False):
                    "task folder whose splits are read")
     for flag in COMMON:
         flag.add_to(p)
-    for output in outputs_of(portable):
+    for output in task_outputs():
         g = p.add_argument_group(output.title, output.usage)
         for flag in output.flags:
             flag.add_to(g)
@@ -98,7 +86,7 @@ def files_read(args):
 def check_flags(args, output, outputs, task, checkpoint):
     """Raise ValueError for an option given that ``output`` does not read (one of another
     task's output), naming what it reads."""
-    from span_plugin.inference.outputs import COMMON
+    from span_plugin.portable.outputs import COMMON
 
     known = dict.fromkeys([f.dest for f in COMMON]
                           + [d for other in outputs for d in other.takes])
@@ -121,7 +109,6 @@ def _quiet_logging():
 def load_exported(args):
     """The predictor of ``--model DIR`` (no fairseq), its output set as the hub's adapter
     sets it. The encoder options are the folder's own: giving one is an error."""
-    from span_plugin.inference.task_outputs import TASK_OUTPUTS
     from span_plugin.portable import load_model
 
     given = [flag for flag, path in files_read(args).items()
@@ -139,13 +126,12 @@ def load_exported(args):
                          f"give --input FILE (or --glue-dir DIR --task TASK), or --data "
                          f"FOLDER, the task folder whose splits to predict")
     model = load_model(args.model, quantize=args.quantize).use_data(args.data)  # its dictionaries: the record's
-    model.output = TASK_OUTPUTS[model.folder.task]
     args.checkpoint = args.model  # what the writers name as the source of the predictions
     return model
 
 
-def load_hub(args):
-    from span_plugin.inference.hub import SpanHubInterface
+def load_checkpoint(args):
+    from span_plugin.hub import SpanHubInterface
 
     if args.quantize:
         raise ValueError(f"--quantize {args.quantize} applies to --model DIR (a span-export "
@@ -157,20 +143,6 @@ def load_hub(args):
         **encoder_files(args))
 
 
-def parse(argv, portable):
-    """``(args, light)``: the command line parsed, and whether the outputs listed without
-    fairseq parse it. ``--from-validation`` tries them first: its stored predictions are
-    written without the model, and then fairseq is never imported (4.1 -> 1.9 s of CPU at
-    a recipe's end, docs/INSTALL.md); a flag only an adapter's registration declares takes
-    the full list."""
-    if portable or "--from-validation" not in argv:
-        return build_parser(portable).parse_args(argv), portable
-    args, unknown = build_parser(True).parse_known_args(argv)
-    if unknown:
-        return build_parser(False).parse_args(argv), False
-    return args, True
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     portable = exported(argv)
@@ -178,23 +150,25 @@ def main(argv=None):
         try:
             require_fairseq("--checkpoint")
         except MissingPackageError as err:  # the lean install
-            build_parser(True).parse_known_args(argv)  # --help and argparse's errors still work
+            build_parser().parse_known_args(argv)  # --help and argparse's errors still work
             from span_plugin.files.stops import report
 
             return report("span-predict", err)
-    args, light = parse(argv, portable)
+    args = build_parser().parse_args(argv)
     from span_plugin.formats.model_folder import ModelFolderError
     from span_plugin.files.outputs import writing
     from span_plugin.files.stops import Stopped, report, stop_on_sigterm
-    from span_plugin.inference.outputs import paths_given
+    from span_plugin.portable.outputs import paths_given
 
     errors = (ValueError, OSError, KeyboardInterrupt, Stopped, ModelFolderError)
     if not portable:
-        from span_plugin.runtime.checkpoints import DamagedCheckpointError
+        from span_plugin.convert.safe_load import DamagedCheckpointError
 
         errors += (DamagedCheckpointError,)
     _quiet_logging()
-    outputs = outputs_of(light)  # the same Output objects either way
+    from span_plugin.portable.tasks import task_outputs
+
+    outputs = task_outputs()
     try:
         # No output over an input, nor inside the exported folder (checked whole against
         # its files.json: a file added to it, or an output's lock, would make it fail to
@@ -204,12 +178,9 @@ def main(argv=None):
             for output in outputs if not portable else ():
                 if output.before_load and not output.before_load(args):
                     return 0  # every prediction written without the model
-            hub = load_exported(args) if portable else load_hub(args)
-            task = hub.task.cfg._name
+            hub = load_exported(args) if portable else load_checkpoint(args)
+            task = hub.task_name
             source = args.checkpoint
-            if hub.output is None:
-                raise ValueError(f"{source}: span-predict writes no output for task "
-                                 f"{task!r}; load it with SpanHubInterface.from_pretrained")
             check_flags(args, hub.output, outputs, task, source)
             hub.output.write(hub, args)
     except errors as err:

@@ -40,11 +40,10 @@ def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None):
     what it costs in accuracy: ``span-export int8-check``)."""
     from span_plugin.formats.model_folder import ModelFolderError
     from span_plugin.modules.head_builders import HEAD_BUILDERS
-    from span_plugin.portable import ner, pairs, qa, sentence  # noqa: F401  (register them)
-    from span_plugin.portable.base import PREDICTORS
     from span_plugin.portable.folder import read_folder
     from span_plugin.portable.model import ENCODERS, load_network
     from span_plugin.portable.quantize import check_quantize, quantize_encoder
+    from span_plugin.portable.tasks import build_predictor
     from span_plugin.portable.text import text_encoder
 
     if encoder not in ENCODERS:
@@ -63,7 +62,7 @@ def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None):
         line = (str(err).strip().splitlines() or [""])[0][:300]
         raise ModelFolderError(f"{folder}: not loadable as an exported model "
                                f"({type(err).__name__}: {line})") from err
-    model = PREDICTORS[found.task](found, text, vocab, network, head=head).to(device)
+    model = build_predictor(found, text, vocab, network, head=head).to(device)
     model.quantize = quantize
     return model
 
@@ -122,8 +121,7 @@ def is_exported_folder(path):
         return False
 
 
-def exported_predictor(folder, data=None, head="sentence_classification_head", device="cpu",
-                       encoder="torch", **given):
+def exported_predictor(folder, data=None, head=None, device="cpu", encoder="torch", **given):
     """What ``SpanHubInterface.from_pretrained(folder)`` returns for an exported folder:
     :func:`load_model`'s predictor, ``data`` the task folder whose splits span-predict
     reads. Encoder settings (``bpe=``, ``ngrams=``, tokenizer files) cannot be given: the
@@ -132,9 +130,7 @@ def exported_predictor(folder, data=None, head="sentence_classification_head", d
     if named:
         raise ValueError(f"{folder} is an exported model folder: it holds its tokenizer, "
                          f"n-gram dictionary and segmentation; {named[0]}= cannot be given")
-    model = load_model(folder, head=None if head == "sentence_classification_head" else head,
-                       device=device, encoder=encoder)
-    return model.use_data(data)
+    return load_model(folder, head=head, device=device, encoder=encoder).use_data(data)
 
 
 class _RegisterAfterTransformers(importlib.abc.MetaPathFinder):

@@ -18,18 +18,6 @@ from span_plugin.modules.span_layout import place_spans
 from span_plugin.portable.batches import pad_tokens
 from span_plugin.portable.results import finite_outputs
 
-PREDICTORS = {}  # task name -> Predictor subclass
-
-
-def register_predictor(*tasks):
-    """Class decorator: ``load_model`` returns this class for folders of ``tasks``."""
-    def register(cls):
-        for task in tasks:
-            PREDICTORS[task] = cls
-        return cls
-    return register
-
-
 @dataclass
 class Laid:
     """One example in the model's layout. ``tokens``: LongTensor ``[T]`` (shortened);
@@ -56,19 +44,16 @@ class Predictor:
     output: :class:`~span_plugin.portable.model.PortableNetwork`, or a fairseq model
     behind the same call). Subclasses add their task's predictions."""
 
-    default_head = "sentence_classification_head"
-
-    def __init__(self, folder, encoder, vocab, network, head=None):
+    def __init__(self, folder, encoder, vocab, network, head=None, default_head=None):
         self.folder, self.encoder, self.vocab, self.network = folder, encoder, vocab, network
         self.record = folder.record
         self.cfg = SimpleNamespace(**folder.task_args)  # the task's arguments, as task.cfg
-        self.head = head or folder.task_args.get("classification_head_name") or self.default_head
+        self.head = head or folder.task_args.get("classification_head_name") or default_head
         if self.head not in folder.heads:
             raise ValueError(f"{folder.where}: no head {self.head!r}; it has {list(folder.heads)}")
         self.reads_spans = "spans" in (folder.heads[self.head].get("inputs") or ())
         self.num_inputs = self.record["inputs"] if self.record else None
         self.data = None  # a task folder to read splits' raw rows from (span-predict --data)
-        self.output = None  # what span-predict writes for it (set by the command)
 
     def use_data(self, data):
         """Read splits from the task folder ``data`` (``span-predict --data``; None: none):
@@ -88,6 +73,13 @@ class Predictor:
                                     where=f"the data record in {self.folder.where}")
         self.data = None if data is None else str(data)
         return self
+
+    @property
+    def output(self):
+        """What ``span-predict`` writes for the task (:data:`span_plugin.portable.tasks.TASKS`)."""
+        from span_plugin.portable.tasks import TASKS
+
+        return TASKS[self.folder.task].output
 
     @property
     def task_name(self):

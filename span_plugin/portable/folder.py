@@ -13,10 +13,6 @@ from dataclasses import dataclass, field
 
 from span_plugin.formats.model_folder import CONFIG, ModelFolderError, check_folder
 
-# The tasks a folder may name, and the predictions each gets (portable.predictors).
-TASKS = ("span_classification", "sentence_prediction", "span_tagging", "span_labeling",
-         "span_qa", "span_pair_classification")
-
 
 @dataclass(frozen=True)
 class ModelFolder:
@@ -88,6 +84,8 @@ def read_folder(path, known_kinds):
     config, listed, shapes = check_folder(path)
     where = os.path.join(path, CONFIG)
     section = config["span_plugin"]
+    from span_plugin.portable.tasks import TASKS  # the predictors: torch
+
     task = section["task"]
     if task not in TASKS:
         raise ModelFolderError(f"{where}: span_plugin.task: {task!r}; load_model serves "

@@ -127,14 +127,13 @@ def _tokenizer_class():
         def _predictor(self):
             if getattr(self, "_span_predictor", None) is None:
                 from span_plugin.modules.head_builders import HEAD_BUILDERS
-                from span_plugin.portable import sentence  # noqa: F401  (registers it)
-                from span_plugin.portable.base import PREDICTORS
                 from span_plugin.portable.folder import read_folder
+                from span_plugin.portable.tasks import build_predictor
                 from span_plugin.portable.text import text_encoder
 
                 found = read_folder(self.name_or_path, HEAD_BUILDERS)
                 text, vocab = text_encoder(found)
-                self._span_predictor = PREDICTORS[found.task](found, text, vocab, None)
+                self._span_predictor = build_predictor(found, text, vocab, None)
             return self._span_predictor
 
         def __call__(self, text=None, text_pair=None, return_tensors=None, **options):

@@ -1,28 +1,28 @@
-"""Named entities from an exported folder (``span_tagging``, ``span_labeling``):
-``predict_entities``, ``predict_words`` and ``decoding`` by the code
-:class:`span_plugin.inference.ner.NerHubInterface` runs too (:class:`EntityPredictions`:
-words cut as ``span-preprocess conll`` cuts them, a sentence longer than the model cut
-between words, the checkpoint's decoding unless another is given)."""
+"""Named entities (``span_tagging``, ``span_labeling``): ``predict_entities``,
+``predict_words`` and ``decoding``. Words are cut as ``span-preprocess conll`` cuts them,
+a sentence longer than the model between words; the checkpoint's decoding unless another
+is given.
+
+    model.predict_entities("EU rejects German call to boycott British lamb.")
+    # -> [{"text": "EU", "type": "ORG", "start": 0, "end": 2}, ...]   (end exclusive)
+
+A tagging head reads its tags by its ``--token-decoding`` (``viterbi`` unless trained
+with ``argmax``); a span-labeling head gives the best non-overlapping entities
+(``overlap="flat"``), or with ``overlap="nested"`` every span whose best type has
+probability >= ``span_threshold`` (:mod:`span_plugin.modules.span_decoding`)."""
 
 import torch
 
 from span_plugin.formats import tags as T
 from span_plugin.formats.text_inputs import check_batch_size, check_text, word_lists, words_of
 from span_plugin.modules import entities as ner
-from span_plugin.portable.base import Predictor, register_predictor
+from span_plugin.portable.base import Predictor
 from span_plugin.portable.batches import length_batches, pad_rows
 from span_plugin.portable.results import decoding_settings
 from span_plugin.preprocess.folders.conll import split_points, word_token_counts
 
 
-class EntityPredictions:
-    """``decoding``, ``predict_words`` and ``predict_entities``, shared by the hub of a
-    fairseq checkpoint and the predictor of an exported folder. The class using it gives
-    ``kind`` (the task's name), ``token_decoding``, ``metric_mode``, ``entity_types``,
-    ``tag_names``, ``device``, ``forward_batch``, ``_parts(words)``,
-    ``_encode_words(words)`` and ``_collate_rows(items)`` (row items ``[n_i, 2]`` ->
-    ``[B, S, 2]``)."""
-
+class NerPredictor(Predictor):
     def decoding(self, token_decoding=None, overlap=None, span_threshold=None):
         """The model's decoding settings with the ones given: a dict with
         ``token_decoding`` (tagging) or ``overlap`` and ``span_threshold`` (span
@@ -50,9 +50,9 @@ class EntityPredictions:
         found_by_item = [None] * len(items)
         for batch in length_batches([len(t) for _, (t, _, _) in items], batch_size, order):
             chunk = [items[i] for i in batch]
-            words = self._collate_rows([w for _, (_, _, w) in chunk]).to(self.device)
+            words = pad_rows([w for _, (_, _, w) in chunk], 2).to(self.device)
             result = self.forward_batch([t for _, (t, _, _) in chunk], words=words,
-                                        spans=self._collate_rows([s for _, (_, s, _) in chunk]))
+                                        spans=pad_rows([s for _, (_, s, _) in chunk], 2))
             if self.kind == "span_labeling":
                 found = ner.labeling_entities(*result, self.entity_types,
                                               settings["overlap"], settings["span_threshold"])
@@ -73,11 +73,6 @@ class EntityPredictions:
         ents = self.predict_words([[w for w, _, _ in found]], **decoding)[0]
         return [{"text": text[found[s][1]:found[e - 1][2]], "type": t,
                  "start": found[s][1], "end": found[e - 1][2]} for s, e, t in sorted(ents)]
-
-
-@register_predictor("span_tagging", "span_labeling")
-class NerPredictor(EntityPredictions, Predictor):
-    default_head = "tagging_head"
 
     @property
     def kind(self):
@@ -119,10 +114,6 @@ class NerPredictor(EntityPredictions, Predictor):
 
     def _parts(self, words):
         return word_parts(self.encoder, words, int(self.cfg.max_positions))
-
-    @staticmethod
-    def _collate_rows(items):
-        return pad_rows(items, 2)
 
 
 def word_parts(encoder, words, max_positions):

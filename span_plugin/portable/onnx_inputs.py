@@ -1,4 +1,6 @@
-"""The inputs of a ``span-export onnx`` graph made from raw text without fairseq.
+"""The inputs of a ``span-export onnx`` graph made from raw text by a predictor's own code
+(:func:`model_inputs`), and by the predictor of an exported folder for a graph traced on
+its checkpoint (:func:`onnx_inputs`).
 
 The graph was traced on the fairseq model: its ``src_tokens`` are the fairseq
 dictionary's ids (``onnx.json``'s ``special_ids``: pad 1), not the ids of the exported
@@ -17,7 +19,46 @@ import torch
 
 from span_plugin.convert.bert import vocab_mapping
 from span_plugin.formats.model_folder import read_json
+from span_plugin.formats.squad import QAExample
 from span_plugin.portable.batches import pad_rows, pad_tokens
+from span_plugin.portable.ner import NerPredictor
+from span_plugin.portable.qa import QAPredictor
+from span_plugin.portable.sentence import SentencePredictor
+
+# Predictors whose inputs model_inputs makes; the others are not exported.
+EXPORTED = (SentencePredictor, NerPredictor, QAPredictor)
+
+
+def model_inputs(model, examples, names):
+    """``{name: int64 tensor}`` for ``names`` of one batch of raw ``examples``, encoded by
+    the predictor ``model``'s own code:
+
+    - sentence models: str or (str, str) per example (``[B, T]``, ``spans [B, S, 2]``);
+    - tagging models: a list of words per example (``words [B, W, 2]`` too);
+    - QA models: (question, context) per example; one row per passage window
+      (``passage [B, 2]``), so B may exceed the number of examples.
+    """
+    pad = model.vocab.pad
+    if isinstance(model, SentencePredictor):
+        encoded = model.encode(examples)
+        net = {"src_tokens": pad_tokens([t for t, _ in encoded], pad),
+               "spans": pad_rows([s for _, s in encoded], 2)}
+    elif isinstance(model, NerPredictor):
+        items = [model._encode_words(list(words)) for words in examples]
+        net = {"src_tokens": pad_tokens([t for t, _, _ in items], pad),
+               "spans": pad_rows([s for _, s, _ in items], 2),
+               "words": pad_rows([w for _, _, w in items], 2)}
+    elif isinstance(model, QAPredictor):
+        windows = model.windows([QAExample(id=str(n), question=q, context=c, answers=[],
+                                           impossible=False, where="pair", labelled=False)
+                                 for n, (q, c) in enumerate(examples)])
+        net = {"src_tokens": pad_tokens([w[1] for w in windows], pad),
+               "passage": torch.tensor([w[2] for w in windows], dtype=torch.long),
+               "spans": pad_rows([w[4] for w in windows], 2)}
+    else:
+        raise ValueError(f"{type(model).__name__} ({model.task_name}): ONNX export covers "
+                         f"sentence and pair classification, tagging and QA")
+    return {n: net[n].long() for n in names}
 
 
 def _record_dictionaries(record):
@@ -62,10 +103,9 @@ def onnx_inputs(model, meta, examples):
     if mapped != meta["special_ids"]:
         raise ValueError(f"onnx.json's special_ids {meta['special_ids']}, but the folder's "
                          f"tokens map to {mapped}")
-    encoded = model.encode(examples)
-    tokens = [t if table is None else table[t] for t, _ in encoded]
-    feed = {"src_tokens": pad_tokens(tokens, meta["special_ids"]["pad"]),
-            "spans": pad_rows([s for _, s in encoded], 2)}
+    feed = model_inputs(model, examples, ("src_tokens", "spans"))
+    if table is not None:  # the pads too: the folder's pad maps to special_ids.pad (checked)
+        feed["src_tokens"] = table[feed["src_tokens"]]
     unknown = sorted(set(meta["inputs"]) - set(feed))
     if unknown:
         raise ValueError(f"onnx.json names inputs {unknown} that a sentence model's "

@@ -1,13 +1,17 @@
-"""Phrase-pair classification from an exported folder (``span_pair_classification``):
-``predict_pairs`` as :class:`span_plugin.inference.pairs.PairHubInterface` gives it
-(character ranges mapped to tokens by the code of ``span-preprocess pairs``, pairs laid
-out and truncated as in training)."""
+"""Phrase-pair classification (``span_pair_classification``, docs/SPAN_PAIRS.md):
+``predict_pairs``, character ranges mapped to tokens by the code of ``span-preprocess
+pairs``, pairs laid out and truncated as in training.
+
+    model.predict_pairs("Amrozi accused his brother", "Amrozi blamed his brother",
+                        [{"source": [7, 14], "target": [7, 13]}])
+    # -> {"phrases": [{"label": "paraphrase", "scores": {...}}], "sentence": {...} or None}
+"""
 
 import torch
 
 from span_plugin.formats.text_inputs import check_text, warn_cut
 from span_plugin.modules.span_layout import place_phrase_pairs
-from span_plugin.portable.base import Predictor, register_predictor
+from span_plugin.portable.base import Predictor
 from span_plugin.portable.batches import pad_rows
 from span_plugin.portable.results import scored
 from span_plugin.preprocess.folders.pairs import _BadRange, range_to_tokens
@@ -88,10 +92,7 @@ def pair_result(out, phrase_labels, labels):
     return result
 
 
-@register_predictor("span_pair_classification")
 class PairPredictor(Predictor):
-    default_head = "span_pair_head"
-
     def _names(self, key):
         labels = self.head_labels
         return list((labels or {}).get(key) or []) if isinstance(labels, dict) else []

@@ -1,15 +1,20 @@
-"""Extractive QA from an exported folder (``span_qa``): ``predict_answers`` and
-``predict_examples`` as :class:`span_plugin.inference.qa.QAHubInterface` gives them: the
-windows of training (``passage_windows`` with the folder's window size and stride, from
-the data record), each ``<s> Q </s> </s> P </s>``, all windows of a question in one
-batch, and the decoder of the validation metrics."""
+"""Extractive QA (``span_qa``): ``predict_answers`` and ``predict_examples``, by the code
+of training: the windows of ``passage_windows`` with the folder's window size and stride
+(from the data record), each ``<s> Q </s> </s> P </s>``, all windows of a question in one
+batch (``batch_size`` counts questions), and the decoder of the validation metrics at the
+answer boundaries the checkpoint records (``answer_boundaries=`` decodes otherwise).
+
+    model.predict_answers([("Who wrote it?", "It was written by Ann Lee in 1990.")])
+    # -> [{"text": "Ann Lee", "start": 18, "end": 25, "score": ..., "null_margin": ...,
+    #      "nbest": [...]}]      (character offsets into the context, end exclusive)
+"""
 
 import torch
 
 from span_plugin.formats.squad import QAExample
 from span_plugin.formats.text_inputs import check_batch_size, question_pairs
 from span_plugin.modules.qa_decoding import answers_of_batch
-from span_plugin.portable.base import Predictor, register_predictor
+from span_plugin.portable.base import Predictor
 from span_plugin.portable.batches import length_order, pad_rows, pad_tokens, unpermuted
 from span_plugin.preprocess.folders.qa import encode_question, passage_windows, spans_in_window
 
@@ -27,10 +32,7 @@ def question_windows(encoder, example, n, positions, stride):
         raise ValueError(f"{example.where or 'pair'} {n + 1} ({example.id}): {err}") from None
 
 
-@register_predictor("span_qa")
 class QAPredictor(Predictor):
-    default_head = "qa_head"
-
     @property
     def qa_labels(self):
         return (self.record or {}).get("labels") or {}

@@ -5,7 +5,7 @@ float32: the heads are small next to the encoder, and keeping them exact leaves 
 features they read as the only thing int8 changes.
 
 What int8 costs in accuracy is measured, not assumed: ``span-export int8-check DIR``
-(:mod:`span_plugin.inference.int8_guard`) predicts a validation split both ways and
+(:mod:`span_plugin.export.int8_guard`) predicts a validation split both ways and
 records both figures in the folder.
 """
 

@@ -1,17 +1,20 @@
-"""Sentence(-pair) classification and regression from an exported folder
-(``span_classification``, ``sentence_prediction``): ``predict``, ``predict_logits`` and
-``encode`` as :class:`span_plugin.inference.sentence.SentenceHubInterface` gives them."""
+"""Sentence(-pair) classification and regression (``span_classification``, and fairseq's
+``sentence_prediction`` baseline: the same tokens, no spans): ``predict``,
+``predict_logits`` and ``encode``.
+
+    model.predict([("A man plays.", "A man is playing.")])
+    # -> [{"label": "1", "probs": {"0": 0.2, "1": 0.8}}]    (regression: {"score": x})
+"""
 
 import torch
 
 from span_plugin.formats.text_inputs import (check_batch_size, example_width, text_examples,
                                              warn_cut)
-from span_plugin.portable.base import Predictor, register_predictor
+from span_plugin.portable.base import Predictor
 from span_plugin.portable.batches import in_input_order, length_batches, pad_rows
 from span_plugin.portable.results import class_results
 
 
-@register_predictor("span_classification", "sentence_prediction")
 class SentencePredictor(Predictor):
 
     @property

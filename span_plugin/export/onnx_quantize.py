@@ -4,8 +4,8 @@ ONNX Runtime session (what the accuracy guard predicts a split with).
 :func:`quantize_graph` is ONNX Runtime's dynamic quantization: the weights of every
 ``MatMul`` and ``Gemm`` stored as int8 (per tensor), activations quantized per call
 (``DynamicQuantizeLinear`` + ``MatMulInteger``); embeddings, LayerNorms and the rest
-stay float32. :class:`SessionModel` stands in for the fairseq model inside a hub, so the
-hub's own batching and decoding run on the graph's outputs.
+stay float32. :class:`SessionNetwork` stands in for a predictor's network, so the predictor's own
+batching and decoding run on the graph's outputs.
 """
 
 import contextlib
@@ -45,46 +45,38 @@ def quantize_graph(src, dst):
         root.setLevel(level)
 
 
-class SessionModel(nn.Module):
-    """A hub model's call, ``model(src_tokens [B, T], classification_head_name=...,
-    **side) -> (head output, None)``, answered by ONNX Runtime ``session`` of its graph.
-    ``input_names`` / ``output_names``: the graph's (``onnx.json``); the output is built
-    as the head returns it: ``logits`` a tensor, ``(logits, valid)`` a pair, other names
-    a dict (QA). The fairseq ``model`` is kept for the rest of the hub's questions
-    (device, positions, heads), not run."""
+class SessionNetwork(nn.Module):
+    """A predictor's network call, ``network(src_tokens [B, T], head, **side)`` -> the
+    head's output, answered by ONNX Runtime ``session`` of its graph. ``input_names`` /
+    ``output_names``: the graph's (``onnx.json``); the output is built as the head
+    returns it: ``logits`` a tensor, ``(logits, valid)`` a pair, other names a dict (QA).
+    The predictor's own ``network`` is kept for its device, not run."""
 
-    def __init__(self, model, session, input_names, output_names):
+    def __init__(self, network, session, input_names, output_names):
         super().__init__()
-        self.inner = model
+        self.inner = network
         self.session = session
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
 
-    def forward(self, src_tokens, classification_head_name=None, **side):
+    def forward(self, src_tokens, head=None, **side):
         given = {"src_tokens": src_tokens, **side}
         feed = {n: given[n].detach().cpu().long().numpy() for n in self.input_names}
         got = [torch.from_numpy(x) for x in self.session.run(list(self.output_names), feed)]
         if self.output_names == ("logits",):
-            return got[0], None
+            return got[0]
         if self.output_names == ("logits", "valid"):
-            return tuple(got), None
-        return dict(zip(self.output_names, got)), None
-
-    def max_positions(self):
-        return self.inner.max_positions()
-
-    @property
-    def classification_heads(self):
-        return self.inner.classification_heads
+            return tuple(got)
+        return dict(zip(self.output_names, got))
 
 
 @contextlib.contextmanager
 def answered_by(hub, session, input_names, output_names):
-    """``hub`` with its model's calls answered by ``session`` (:class:`SessionModel`);
-    its own model put back on exit."""
-    own = hub.model
-    hub.model = SessionModel(own, session, input_names, output_names)
+    """The predictor ``hub`` with its network's calls answered by ``session``
+    (:class:`SessionNetwork`); its own network put back on exit."""
+    own = hub.network
+    hub.network = SessionNetwork(own, session, input_names, output_names)
     try:
         yield hub
     finally:
-        hub.model = own
+        hub.network = own

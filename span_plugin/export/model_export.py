@@ -3,17 +3,18 @@ docs/EXPORT.md) that a reader without fairseq loads from JSON and safetensors on
 
 The encoder goes through part 1's tables (:mod:`span_plugin.convert.hf_export`: the
 Hugging Face config, ``roberta.``/``bert.`` tensors, tokenizer files). The checkpoint is
-then loaded through the hub (:class:`~span_plugin.inference.hub.SpanHubInterface`, the
-package's safe loading; its data folder and files checked against the data record), which
-gives what the checkpoint's tensors alone do not say: each head's kind and options
-(:func:`span_plugin.models.heads.build_head` records them; fairseq's own
-``RobertaClassificationHead`` of a ``HEAD=plain`` run is the ``plain`` kind), the label names of the task's
-dictionaries, and the checked n-gram dictionary and chunker. Added to the folder:
+then loaded as its predictor (:mod:`span_plugin.inference.checkpoint`: the package's
+safe loading; its data folder and files checked against the data record), whose parts
+say what the checkpoint's tensors alone do not: each head's kind and options (fairseq's
+own ``RobertaClassificationHead`` of a ``HEAD=plain`` run is the ``plain`` kind), the
+label names of the task's dictionaries, and the checked n-gram dictionary and chunker.
+The folder holds those parts, from which :func:`span_plugin.portable.load_model` builds
+the same predictor. Added to the folder:
 
 - ``model.safetensors``: every head tensor as ``span_heads.<name>.<rest>``, exactly the
   checkpoint's ``classification_heads.<name>.<rest>``, or, for a plain head that one of
   ``transformers``' task classes computes, under that class's names (``classifier.*``;
-  :mod:`span_plugin.inference.hf_classes`: the class or the plugin's model type, the
+  :mod:`span_plugin.export.hf_classes`: the class or the plugin's model type, the
   label names as ``id2label``); no masked-LM head (fine-tuning does not train it);
 - ``config.json``'s ``span_plugin`` key: format, task, model and task settings (JSON
   scalars), heads, labels, the data record and the files below;
@@ -25,115 +26,23 @@ dictionaries, and the checked n-gram dictionary and chunker. Added to the folder
 The folder is checked as a reader checks it before it is renamed into place.
 """
 
-import argparse
-import enum
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, Mapping, Optional
+from typing import Dict, Optional
 
-from span_plugin.convert.export_source import SBO_HEAD, checkpoint_file, fine_tuned_heads
+from span_plugin.convert.export_source import checkpoint_file, fine_tuned_heads
 from span_plugin.convert.hf_export import check_export_dir, plan_hf_export, write_hf_folder
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.formats.model_card import write_model_card
 from span_plugin.formats.model_folder import FORMAT, file_sha256, write_manifest
-from span_plugin.inference.hf_classes import check_choice, choose_class
+from span_plugin.export.hf_classes import check_choice, choose_class
 from span_plugin.portable import check_model_folder
 
 HEADS_PREFIX = "span_heads."
 CHUNKER_DIR = "chunker"
 RESULTS = "results.json"
-# Settings that name paths of the training machine, not the model.
-LOCAL_SETTINGS = ("data", "save_dir", "restore_file", "finetune_from_model", "user_dir",
-                  "tensorboard_logdir", "log_file")
-
-
-def _scalars(cfg, drop=()) -> Dict:
-    """The JSON scalars of a cfg section (a DictConfig, dict or Namespace), sorted."""
-    if isinstance(cfg, argparse.Namespace):
-        cfg = vars(cfg)
-    out = {}
-    for key in sorted(cfg.keys() if isinstance(cfg, Mapping) or hasattr(cfg, "keys") else []):
-        if key in drop or str(key).startswith("_") and key != "_name":
-            continue
-        try:
-            value = cfg[key]
-        except Exception:  # noqa: BLE001 - an unresolved ??? value: not a setting
-            continue
-        if isinstance(value, enum.Enum):  # fairseq's choice fields
-            value = value.value
-        if value is None or isinstance(value, (bool, int, float, str)):
-            out[str(key)] = value
-    return out
-
-
-def _heads(model, path) -> Dict:
-    """``{name: {"kind", "options", "inputs"}}`` of every task head of ``model``."""
-    heads = {}
-    for name, head in model.classification_heads.items():
-        if name == SBO_HEAD:
-            continue
-        kind = getattr(head, "kind", None)
-        if kind is None:
-            kind, head_options = _fairseq_head(head, name, path)
-        else:
-            head_options = head.options
-        # fairseq's choice options are Enums: their value is the setting.
-        options = {k: v.value if isinstance(v, enum.Enum) else v for k, v in head_options.items()}
-        try:
-            json.dumps(options)
-        except TypeError as err:
-            raise ConversionError(f"{path}: head {name!r} options {options!r} are not "
-                                  f"JSON ({err})") from None
-        heads[name] = {"kind": kind, "options": options,
-                       "inputs": list(getattr(head, "inputs", ()))}
-    return heads
-
-
-def _fairseq_head(head, name, path):
-    """``(kind, options)`` of fairseq's own ``RobertaClassificationHead`` (a ``HEAD=plain``
-    run of ``sentence_prediction``): the plugin's ``plain`` kind, the same parameters
-    and computation (:class:`span_plugin.modules.sentence_heads.PlainClassificationHead`).
-    Another module is refused, naming it."""
-    from fairseq.models.roberta.model import RobertaClassificationHead
-
-    if type(head) is not RobertaClassificationHead:
-        raise ConversionError(
-            f"{path}: head {name!r} is {type(head).__module__}.{type(head).__name__}, neither "
-            f"one of the plugin's head kinds nor fairseq's RobertaClassificationHead: its "
-            f"computation is not known, so it cannot be exported")
-    return "plain", {"num_classes": head.out_proj.out_features,
-                     "inner_dim": head.dense.out_features}
-
-
-def _labels(hub, heads) -> Dict:
-    """``{head: [label names in class-index order]}`` from the task's dictionaries;
-    a span-pair head: ``{"phrasal": [...], "sentential": [...]}`` (each only when that
-    output exists); none for regression and QA."""
-    task, out = hub.task, {}
-    for name, head in heads.items():
-        kind, options = head["kind"], head["options"]
-        if kind in ("sentence", "plain"):
-            if not hub.regression:
-                out[name] = list(hub.labels)
-        elif kind in ("token", "sf"):
-            out[name] = list(task.tag_names)
-        elif kind == "span":
-            out[name] = ["O", *task.entity_types]  # class 0: no entity
-        elif kind == "span_pair":
-            pair = {}
-            if options.get("phrase_classes"):
-                pair["phrasal"] = list(task.phrase_labels)
-            if options.get("sentence_classes"):
-                pair["sentential"] = list(hub.labels)
-            out[name] = pair
-    for name, names in out.items():
-        want = heads[name]["options"].get("num_classes")
-        if isinstance(names, list) and want is not None and len(names) != want:
-            raise ConversionError(f"head {name!r}: {want} classes but the task's dictionary "
-                                  f"names {len(names)}: {names}")
-    return out
 
 
 def _checked_copy(src, dst: Path, sha256: str, what: str) -> None:
@@ -208,16 +117,17 @@ def _results(path: Path) -> Optional[Dict]:
     return None
 
 
-def load_hub(path: Path, heads, data=None, files=None, ngrams=None):
-    """The checkpoint loaded through the hub (safe loading; its data folder and files
-    checked against the data record)."""
-    from span_plugin.inference.hub import SpanHubInterface
+def load_fine_tuned(path: Path, heads, data=None, files=None, ngrams=None):
+    """The checkpoint's predictor (safe loading; its data folder and files checked
+    against the data record) and its parts, every head's kind known
+    (:func:`span_plugin.inference.checkpoint.checkpoint_parts` with ``strict``)."""
+    from span_plugin.inference.checkpoint import checkpoint_parts, load_predictor
 
     try:
-        return SpanHubInterface.from_pretrained(path, data=data, head=heads[0], ngrams=ngrams,
-                                                **(files or {}))
+        hub = load_predictor(path, data=data, head=heads[0], ngrams=ngrams, **(files or {}))
     except (ValueError, FileNotFoundError) as err:  # settings, data folder, weights
         raise ConversionError(str(err).splitlines()[0]) from err
+    return hub, checkpoint_parts(path, hub.model, hub.task, hub.record, strict=True)
 
 
 def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None,
@@ -236,7 +146,7 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
     if not heads:
         return export_hf(path, out_dir, force=force, files=files), None
     plan = plan_hf_export(path, files, heads_allowed=True, data=data)
-    hub = load_hub(path, heads, data, files, ngrams_given)
+    hub, parts = load_fine_tuned(path, heads, data, files, ngrams_given)
     if not hub.record:
         raise ConversionError(
             f"{path}: holds no data record (its folder was made before span_plugin 0.2): the "
@@ -244,7 +154,7 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
             f"no folder could encode text as training did; rebuild the folder with "
             f"span-preprocess and fine-tune again")
     tensors = plan.source.tensors
-    head_info = _heads(hub.model, path)
+    head_info = parts.heads
     for name in head_info:
         prefix = f"classification_heads.{name}."
         plan.tensors.update({HEADS_PREFIX + name + "." + k[len(prefix):]: v
@@ -258,12 +168,10 @@ def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None
     for key, name in copied.items():  # the record says where its files are in DIR
         if name:
             encoder[key]["file"] = name
-    labels = _labels(hub, head_info)
-    span = {"format": FORMAT, "task": getattr(hub.task.cfg, "_name", None),
-            "model_args": _scalars(hub.model.args, drop=LOCAL_SETTINGS),
-            "task_args": _scalars(hub.task.cfg, drop=LOCAL_SETTINGS),
-            "heads": head_info, "labels": labels, "data_record": record,
-            "files": copied}
+    labels = parts.labels
+    span = {"format": FORMAT, "task": parts.task, "model_args": parts.model_args,
+            "task_args": parts.task_args, "heads": head_info, "labels": labels,
+            "data_record": record, "files": copied}
     as_class = choose_class(hub, plan, head_info, labels, span)
     plan.config["span_export"] = {"source": str(path.resolve()), "tokenizer": plan.source.kind,
                                   "dropped": plan.dropped, "lm_head": plan.lm_head,

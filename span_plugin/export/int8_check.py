@@ -4,7 +4,7 @@ written into it.
 
 The folder's model predicts labelled examples (a split of ``--data``, default the folder
 the data record names when it is here, or ``--input``) in
-float32 and in int8 (:mod:`span_plugin.inference.int8_guard`); the figures go into
+float32 and in int8 (:mod:`span_plugin.export.int8_guard`); the figures go into
 ``config.json`` (``span_plugin.int8``) and the model card (``README.md``, its int8
 section), and ``files.json`` is written again with their new sha256. The folder is
 rewritten whole (a staged copy, checked as a reader checks it, renamed into place) or
@@ -19,7 +19,7 @@ from span_plugin.convert.hf_source import ConversionError
 from span_plugin.files.atomic import staged_folder
 from span_plugin.formats.model_card import with_int8_section
 from span_plugin.formats.model_folder import CONFIG, MANIFEST, write_manifest
-from span_plugin.inference import int8_guard
+from span_plugin.export import int8_guard
 
 METHOD = ("torch dynamic quantization of the encoder's Linear layers (qint8 weights per "
           "tensor, activations quantized per batch); embeddings, LayerNorms, pooler and "
@@ -89,7 +89,7 @@ def write_record(folder, record):
 def int8_check(folder, data=None, split="valid", input_path=None,
                max_drop=int8_guard.DEFAULT_MAX_DROP, force_int8=False):
     """Measure, judge and record (module docstring); returns the record written.
-    Raises :class:`~span_plugin.inference.int8_guard.Int8Refused` (nothing written) past
+    Raises :class:`~span_plugin.export.int8_guard.Int8Refused` (nothing written) past
     ``max_drop`` unless ``force_int8``; a folder or examples that cannot be read: one
     ConversionError line."""
     folder = os.fspath(folder)

@@ -31,7 +31,7 @@ from span_plugin.files.atomic import atomic_write
 from span_plugin.formats.flag_values import number_or, positive
 from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
-from span_plugin.inference.outputs import Flag, Output, chunks
+from span_plugin.portable.outputs import Flag, Output, chunks
 from span_plugin.preprocess.folders.qa import read_records
 from span_plugin.preprocess.progress import bar
 from span_plugin.preprocess.records import provenance
@@ -61,7 +61,7 @@ def read_questions(hub, input_path=None, split=None):
                                 f"--input FILE (SQuAD JSON or MRQA JSON Lines)")
     # the versions of the folder read (--data), not of the one the model was trained on
     record = provenance.read_record(hub.data)
-    labels = (record.get("labels") or {}) if record else hub.task.qa_labels
+    labels = (record.get("labels") or {}) if record else hub.qa_labels
     versions = labels.get("versions") or {}
     return read_records(path), versions.get(split, "1.1"), []
 

@@ -33,7 +33,7 @@ from span_plugin.files.atomic import atomic_file
 from span_plugin.formats.flag_values import at_least_zero
 from span_plugin.files.errors import BadInputError
 from span_plugin.formats.lines import read_lines
-from span_plugin.inference.outputs import Flag, Output, chunks
+from span_plugin.portable.outputs import Flag, Output, chunks
 from span_plugin.modules import entities as ner
 from span_plugin.preprocess.file_records import sha256, short
 from span_plugin.preprocess.progress import bar
@@ -195,7 +195,7 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
     entities (one file per split, when given) and ``{"checkpoint", "metric_mode",
     "decoding", "dev": {split: {precision, recall, f1, entities, items, by_type[,
     unseen_types]}}}`` to ``results`` (JSON, when given). ``decoding``: the keywords of
-    the hub's :meth:`~span_plugin.inference.ner.NerHubInterface.decoding`."""
+    the predictor's :meth:`~span_plugin.portable.ner.NerPredictor.decoding`."""
     settings = hub.decoding(**decoding)  # the checkpoint's, with the ones given; checked
     if settings.get("overlap") == "nested" and conll_outs:
         raise ValueError("a CoNLL file holds one IOB2 tag per word, which cannot represent "

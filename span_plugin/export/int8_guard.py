@@ -4,7 +4,7 @@ metric falls more than ``max_drop`` points below float32's.
 
 A *predictor* is anything with the fairseq hub's prediction methods: a hub
 (``SpanHubInterface``, possibly answered by an ONNX graph,
-:mod:`span_plugin.inference.onnx_quantize`) or a portable model
+:mod:`span_plugin.export.onnx_quantize`) or a portable model
 (:func:`span_plugin.portable.load_model`). The examples are a split of a prepared task
 folder (default ``valid``: the data record's folder, or ``--data``) or a file the user
 names (``--input``): a GLUE TSV of the record's GLUE task, a CoNLL file, a SQuAD / MRQA
@@ -52,10 +52,7 @@ class Examples:
 
 def task_of(predictor):
     """The fairseq task name the predictor's model was trained with."""
-    folder = getattr(predictor, "folder", None)
-    if folder is not None and hasattr(folder, "task"):
-        return folder.task
-    return predictor.task.cfg._name
+    return predictor.task_name
 
 
 def _record(predictor):
@@ -88,7 +85,7 @@ def read_examples(predictor, split="valid", input_path=None):
 def _folder_examples(predictor, task, data, split):
     where = f"split {split} of {data}"
     if task == "span_classification":
-        from span_plugin.inference.glue_files import read_folder_rows
+        from span_plugin.portable.glue_files import read_folder_rows
 
         rows = read_folder_rows(data, split)
         # class names in raw/; regression targets stay as text in label/
@@ -101,12 +98,12 @@ def _folder_examples(predictor, task, data, split):
             raise ValueError(f"{path}: {len(gold)} labels for the {len(rows)} rows of {where}")
         return Examples(task, list(rows), gold, where)
     if task in ("span_tagging", "span_labeling"):
-        from span_plugin.inference.conll_files import read_items
+        from span_plugin.portable.conll_files import read_items
 
         words, tags, _ = read_items(data, split)
         return Examples(task, words, tags, where)
     if task == "span_qa":
-        from span_plugin.inference.qa_files import read_questions
+        from span_plugin.portable.qa_files import read_questions
 
         examples, version, _ = read_questions(predictor, split=split)
         return _qa_examples(task, examples, version, where)
@@ -193,7 +190,7 @@ def predict(predictor, examples):
     if task in ("span_tagging", "span_labeling"):
         return [tuple(sorted(e)) for e in predictor.predict_words(examples.inputs, batch_size=32)]
     if task == "span_qa":
-        from span_plugin.inference.qa_files import first_occurrences
+        from span_plugin.portable.qa_files import first_occurrences
 
         asked = first_occurrences(examples.inputs)
         answers = predictor.predict_examples(asked, 20, "default", 16)
@@ -242,7 +239,7 @@ def metric(predictor, examples, predicted):
             return "mcc", 100 * _mcc(predicted, gold)
         return "accuracy", 100 * float(np.mean([p == g for p, g in zip(predicted, gold)]))
     if task in ("span_tagging", "span_labeling"):
-        from span_plugin.inference.conll_files import scores
+        from span_plugin.portable.conll_files import scores
         from span_plugin.modules import entities as ner
 
         mode = predictor.metric_mode

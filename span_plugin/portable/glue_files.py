@@ -16,7 +16,7 @@ from span_plugin.formats.flag_values import finite
 from span_plugin.files.errors import BadInputError
 from span_plugin.formats.lines import count_lines, read_file_lines, stream_file_lines
 from span_plugin.formats.text_inputs import one_cut_warning
-from span_plugin.inference.outputs import CHUNK_ROWS, Flag, Output, chunks
+from span_plugin.portable.outputs import CHUNK_ROWS, Flag, Output, chunks
 from span_plugin.preprocess.progress import bar, on_terminal
 
 HEADER = "index\tprediction"

@@ -16,7 +16,7 @@ import sys
 from span_plugin.files.atomic import atomic_file
 from span_plugin.formats.lines import regular_file, stream_file_lines
 from span_plugin.formats.table import _BadRow, _jsonl_rows
-from span_plugin.inference.outputs import Output
+from span_plugin.portable.outputs import Output
 from span_plugin.preprocess.progress import bar
 
 

@@ -1,5 +1,5 @@
 """The ``transformers`` class of an exported fine-tuned model, chosen and applied to the
-export's plan (:mod:`span_plugin.inference.model_export` calls :func:`choose_class`).
+export's plan (:mod:`span_plugin.export.model_export` calls :func:`choose_class`).
 
 A model with one head that one of ``transformers``' task classes computes exactly
 (:func:`span_plugin.convert.hf_heads.transformers_task_class`) becomes that class when
@@ -62,8 +62,8 @@ def tokenizer_difference(hub, plan, write_tokenizer, task: str) -> Optional[str]
         write_tokenizer(Path(tmp))
         tokenizer = AutoTokenizer.from_pretrained(tmp)
     mapping = _hf_ids(plan.source.kind, plan.source.symbols, tokenizer)
-    eos = hub.task.source_dictionary.eos()
-    typed = bool(getattr(hub.model.args, "bert_token_types", False))
+    eos = hub.vocab.eos
+    typed = bool(hub.folder.model_args.get("bert_token_types"))
     inputs = (hub.record or {}).get("inputs")
     for example in _probe_examples(task, inputs):
         if task in TAGGING_TASKS:

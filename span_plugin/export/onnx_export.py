@@ -1,7 +1,7 @@
 """``span-export onnx``: a fine-tuned checkpoint as ``model.onnx`` plus ``onnx.json``.
 
 The model is loaded as the hub loads it (weights_only, the data record checked), wrapped
-in :class:`span_plugin.inference.onnx_graph.HeadGraph` and traced by torch's dynamo
+in :class:`span_plugin.export.onnx_graph.HeadGraph` and traced by torch's dynamo
 exporter with dynamic batch and length axes (and span, word counts). Before anything is
 written, ONNX Runtime runs the graph on batches of other sizes than the traced one and
 must agree with torch within :data:`TOLERANCE`. ``onnx.json`` says how to feed it: input
@@ -20,14 +20,14 @@ import torch
 from span_plugin.convert.hf_export import check_export_dir, check_finite_tensors
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.files.atomic import staged_folder
-from span_plugin.inference import int8_guard
-from span_plugin.inference.hub import SpanHubInterface
-from span_plugin.inference.int8_guard import DEFAULT_MAX_DROP
-from span_plugin.inference.ner import NerHubInterface
-from span_plugin.inference.onnx_graph import (DYNAMIC_AXES, EXPORTED, MEANINGS, HeadGraph,
+from span_plugin.export import int8_guard
+from span_plugin.hub import SpanHubInterface
+from span_plugin.export.int8_guard import DEFAULT_MAX_DROP
+from span_plugin.export.onnx_graph import (DYNAMIC_AXES, EXPORTED, MEANINGS, HeadGraph,
                                               model_inputs, traceable)
-from span_plugin.inference.onnx_quantize import answered_by, quantize_graph
-from span_plugin.inference.qa import QAHubInterface
+from span_plugin.export.onnx_quantize import answered_by, quantize_graph
+from span_plugin.portable.ner import NerPredictor
+from span_plugin.portable.qa import QAPredictor
 
 MODEL = "model.onnx"
 INT8_STAGED = "model.int8.onnx"  # the int8 graph beside the float32 one until the guard passes
@@ -111,7 +111,7 @@ def _trace(graph, example, path):
     by_arg = {"src_tokens": shapes["src_tokens"]}
     if len(graph.input_names) > 1:
         by_arg["side"] = tuple(shapes[n] for n in graph.input_names[1:])
-    with traceable(graph.model), torch.no_grad(), warnings.catch_warnings():
+    with traceable(graph.network), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(graph, graph.args_of(example), str(path), dynamo=True,
                           input_names=list(graph.input_names),
@@ -177,23 +177,21 @@ def _check(graph, path, batches):
 def _labels(hub):
     """Class names in logit order: tags (tagging), "O" then the entity types (span
     labeling: class 0 is no entity), the task's labels; None for regression and QA."""
-    if isinstance(hub, NerHubInterface):
-        if hub.kind == "span_labeling":
-            return ["O", *hub.task.entity_types]
-        return list(hub.task.tag_names)
-    if isinstance(hub, QAHubInterface) or hub.regression:
+    if isinstance(hub, NerPredictor):
+        return list(hub.head_labels)
+    if isinstance(hub, QAPredictor) or hub.regression:
         return None
     return hub.labels
 
 
 def describe(hub, graph, example, outputs, check):
     """``onnx.json``'s dict."""
-    d = hub.task.source_dictionary
+    v = hub.vocab
     shape = {name: [DYNAMIC_AXES[name].get(k, int(n)) for k, n in enumerate(t.shape)]
              for name, t in example.items()}
     return {
         "format": 1,
-        "task": hub.task.cfg._name,
+        "task": hub.task_name,
         "head": hub.head,
         "head_kind": graph.head_kind,
         "inputs": {n: {"dtype": "int64", "shape": shape[n], "meaning": MEANINGS[n]}
@@ -201,9 +199,9 @@ def describe(hub, graph, example, outputs, check):
         "outputs": {n: {"dtype": str(t.dtype).replace("torch.", ""),
                         "example_shape": list(t.shape)} for n, t in zip(graph.output_names, outputs)},
         "labels": _labels(hub),
-        "regression": bool(getattr(hub.task.cfg, "regression_target", False)),
-        "special_ids": {"bos": d.bos(), "pad": d.pad(), "eos": d.eos(), "unk": d.unk()},
-        "max_positions": int(hub.model.max_positions()),
+        "regression": bool(getattr(hub.cfg, "regression_target", False)),
+        "special_ids": {"bos": v.bos, "pad": v.pad, "eos": v.eos, "unk": v.unk},
+        "max_positions": hub.max_positions,
         "record": hub.record,
         "opset": OPSET,
         "check": check,
@@ -220,26 +218,27 @@ def _require_packages():
 
 
 def load_hub(checkpoint, data=None, **files):
-    """The checkpoint as the hub loads it; its refusals as one ConversionError line."""
+    """The predictor of a checkpoint or an exported folder; its refusals as one
+    ConversionError line."""
     try:
         hub = SpanHubInterface.from_pretrained(checkpoint, data=data, **files)
     except ValueError as err:
         raise ConversionError(f"{checkpoint}: {err}") from None
     if not isinstance(hub, EXPORTED):
-        raise ConversionError(f"{checkpoint}: a {hub.task.cfg._name} model; span-export onnx "
+        raise ConversionError(f"{checkpoint}: a {hub.task_name} model; span-export onnx "
                               f"covers sentence and pair classification, tagging and QA")
-    check_finite_tensors(hub.model.state_dict(), checkpoint)
+    check_finite_tensors(hub.network.state_dict(), checkpoint)
     return hub
 
 
 def quantized(hub, graph, folder, max_drop=DEFAULT_MAX_DROP, split="valid", input_path=None,
               force_int8=False, where="int8"):
     """Replace ``folder``'s float32 ``model.onnx`` by its int8 graph
-    (:func:`~span_plugin.inference.onnx_quantize.quantize_graph`) after the accuracy
+    (:func:`~span_plugin.export.onnx_quantize.quantize_graph`) after the accuracy
     guard: both graphs predict the labelled examples (split ``split`` of the hub's data
     folder, or ``input_path``) through the hub's own decoding; returns the guard's record
-    (:mod:`span_plugin.inference.int8_guard`), or raises
-    :class:`~span_plugin.inference.int8_guard.Int8Refused` with the folder left as it was."""
+    (:mod:`span_plugin.export.int8_guard`), or raises
+    :class:`~span_plugin.export.int8_guard.Int8Refused` with the folder left as it was."""
     try:
         examples = int8_guard.read_examples(hub, split, input_path)
     except ValueError as err:  # no labelled split, a file of another task: one line
