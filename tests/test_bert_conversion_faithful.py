@@ -287,7 +287,7 @@ def test_plain_head_is_berts_classifier(minilm, minilm_data, glue_encodings, cap
     """recipes' HEAD=plain on a converted BERT: roberta_span --sentence-head plain with
     the flags span-convert prints, loaded as --finetune-from-model loads: its logits are
     BertForSequenceClassification's with the same classifier weights."""
-    from span_plugin.models.heads import PooledClassificationHead
+    from span_plugin.modules.sentence_heads import PooledClassificationHead
 
     flags = checkpoint_train_flags(minilm)
     assert flags[-2:] == ["--bert-token-types", "--bert-pooler"]
@@ -314,7 +314,7 @@ def test_span_head_joins_the_span_vector_with_the_pooled_cls(minilm, minilm_data
                                                              glue_encodings):
     """The paper's code over BERT: [s; pooled <s>] -> dropout -> one linear layer;
     dropout 0.1 on the span vectors and on the classifier input."""
-    from span_plugin.models.heads import SpanClassificationHead
+    from span_plugin.modules.sentence_heads import SpanClassificationHead
 
     cfg, _, model = build(minilm_data, "roberta_span", *checkpoint_train_flags(minilm),
                           "--layernorm-eps", "1e-12")

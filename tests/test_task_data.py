@@ -17,7 +17,8 @@ import torch
 
 from conftest import GLUE, GPT2_BPE, run_cli, run_main
 
-from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, layout_starts
+from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset
+from span_plugin.modules.span_layout import layout_starts
 from span_plugin.preprocess.binary.span_files import SpanIndexWriter
 
 # task: (columns of the sentences, label column, header?, regression?)

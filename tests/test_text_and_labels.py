@@ -140,7 +140,7 @@ def test_a_question_of_invisible_characters_is_empty(tmp_path, capsys):
     code, out = build(tmp_path, "qa", "--train", path, "--on-bad", "error")
     err = capsys.readouterr().err
     assert code == 2 and "empty question" in err, err
-    from span_plugin.inference.inputs import question_pairs
+    from span_plugin.formats.text_inputs import question_pairs
 
     with pytest.raises(ValueError, match="pair 0: empty question"):
         question_pairs([("\u200b", "A context.")])

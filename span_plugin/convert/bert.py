@@ -71,12 +71,11 @@ from span_plugin.convert.encoder_map import (
     map_layers,
 )
 from span_plugin.convert.fairseq_out import build_checkpoint, check_out_dir, write_model_folder
-from span_plugin.convert.hf_source import (  # noqa: F401 - ConversionError, open_tensors: public names
+from span_plugin.convert.hf_source import (
     ConversionError,
     EncoderShape,
     EncoderWeights,
     open_encoder_weights,
-    open_tensors,
     read_encoder_shape,
 )
 from span_plugin.tokenizers.wordpiece import BERT_MASK, BERT_SPECIALS, load_wordpiece

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 
-from span_plugin.modules.span_layout import layout_starts, place_spans  # noqa: F401  (layout_starts: its old home)
+from span_plugin.modules.span_layout import place_spans
 
 
 class CropWindowDataset(BaseWrapperDataset):
@@ -99,7 +99,8 @@ class LayoutSpansDataset(SideDataset):
 
     span_datasets: one dataset per input; item i is the flat offset vector
         ``[s0, e0, s1, e1, ...]`` of line i, counting that sentence's own tokens.
-    starts: one int array ``[N]`` per input (see :func:`layout_starts`).
+    starts: one int array ``[N]`` per input
+        (:func:`span_plugin.modules.span_layout.layout_starts`).
     crop: the :class:`CropWindowDataset` the tokens go through, or None.
     max_spans (r): keep the first r spans that survive shortening (None or 0: all).
     max_span_tokens (l): cut each span to its first l tokens (None or 0: no limit).

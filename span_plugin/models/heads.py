@@ -50,8 +50,6 @@ from fairseq.modules.quant_noise import quant_noise as apply_quant_noise_
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
 from span_plugin.modules.head_builders import build_head_module
-from span_plugin.modules.sentence_heads import (  # noqa: F401  (their home before modules)
-    PlainClassificationHead, PooledClassificationHead, SpanClassificationHead)
 
 HEAD_KINDS = {}  # kind -> HeadKind
 HEAD_CHOICES = {}  # option -> {value: kind}: how users name kinds (--qa-head sf)

@@ -35,12 +35,10 @@ import os
 import sys
 
 
-# atomic_write is imported from here by runtime.compat and runtime.transfer.
-from span_plugin.files.atomic import TMP_SUFFIX, atomic_copy, atomic_link, atomic_write  # noqa: F401
-# The errors of files that do not load, for the callers of this module.
-from span_plugin.convert.safe_load import (  # noqa: F401
-    CheckpointFileError, DamagedCheckpointError, NotACheckpointError, UnsafeCheckpointError,
-    _first_line, check_structure, load_checkpoint, structure_problem)
+from span_plugin.convert.safe_load import (CheckpointFileError, DamagedCheckpointError,
+                                           UnsafeCheckpointError, _first_line, load_checkpoint,
+                                           structure_problem)
+from span_plugin.files.atomic import TMP_SUFFIX, atomic_link
 
 LAST = "checkpoint_last.pt"
 # The task-state entry where the span_classification criterion keeps the latest
@@ -102,7 +100,7 @@ def size_flags(state):
     """The fairseq-train model-size flags a loaded checkpoint records (``--encoder-layers
     N ...``), or [] when its cfg or args do not say (the recipes then leave the sizes to
     fairseq)."""
-    from span_plugin.convert.bert import ConversionError
+    from span_plugin.convert.hf_source import ConversionError
     from span_plugin.convert.flags import train_flags
 
     cfg = state.get("cfg")

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from span_plugin.convert.safe_load import allow_checkpoint_types, load_error
+from span_plugin.convert.safe_load import (DamagedCheckpointError, allow_checkpoint_types,
+                                           check_structure, load_error)
+from span_plugin.files.atomic import atomic_link, atomic_write
 from span_plugin.runtime import (checkpoints, distributed, rank_agreement, training_guard,
                                  update_reads)
 from span_plugin.runtime.patching import replace as _replace
@@ -46,14 +48,14 @@ def allow_fairseq_checkpoints():
             if not _is_local(path):  # other storage: fairseq fetches it, torch's default loads it
                 return load(path, *args, **kwargs)
             # raises the file's error; then the entries fairseq reads must be there
-            checkpoints.check_structure(path, checkpoints.load_mapped(path))
+            check_structure(path, checkpoints.load_mapped(path))
             try:
                 return load(path, *args, **kwargs)
             except Exception as err:  # noqa: BLE001 - a file error gets its clear message
                 sorted_err = load_error(path, err)
                 if sorted_err is None:
                     raise
-                if isinstance(sorted_err, checkpoints.DamagedCheckpointError):
+                if isinstance(sorted_err, DamagedCheckpointError):
                     sorted_err = checkpoints.damaged_error(path, sorted_err.detail)
                 raise sorted_err from err
 
@@ -80,7 +82,7 @@ def atomic_checkpoints():
         def torch_persistent_save(obj, filename, async_write=False):
             if async_write or not _is_local(filename):
                 return save(obj, filename, async_write)
-            checkpoints.atomic_write(
+            atomic_write(
                 filename, lambda f: checkpoint_utils._torch_persistent_save(obj, f))
 
         return torch_persistent_save
@@ -107,7 +109,7 @@ def atomic_checkpoints():
             if os.path.exists(dst_path) and not overwrite:
                 return False
             # A hard link: every checkpoint writer here replaces files by rename.
-            checkpoints.atomic_link(src_path, dst_path)
+            atomic_link(src_path, dst_path)
             return True
 
     # Only checkpoint_utils' own name is rebound: save_checkpoint copies through it.

@@ -19,7 +19,8 @@ import io
 import os
 import sys
 
-from span_plugin.runtime.checkpoints import atomic_copy, atomic_write, load_state
+from span_plugin.files.atomic import atomic_copy, atomic_write
+from span_plugin.runtime.checkpoints import load_state
 from span_plugin.runtime.data_record import check_checkpoint_dictionary
 
 HEAD_PREFIX = "classification_heads."
