@@ -13,6 +13,8 @@ import pytest
 from conftest import ROOT
 from script_runner import run_scripts
 
+pytestmark = pytest.mark.research  # the benchmarks' quick modes (pytest.ini)
+
 BENCHMARKS = ROOT / "benchmarks"
 NUMBER = r"[-+]?[\d,]+(\.\d+)?"
 

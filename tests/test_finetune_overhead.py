@@ -63,6 +63,7 @@ def fairseq_epochs(data, batch_size, epochs):
     return out
 
 
+@pytest.mark.research  # benchmarks/finetune_overhead.py
 def test_plain_loop_trains_on_fairseqs_rows_and_batches(mrpc_wordpiece):
     rows, labels, names = fo.read_split(str(mrpc_wordpiece), "train")
     assert len(rows) == ROWS["train"] and sorted(names[:2]) == ["0", "1"]
@@ -87,6 +88,7 @@ def plain(data, out, epochs):
     return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
 
 
+@pytest.mark.research  # benchmarks/finetune_overhead.py
 def test_plain_loop_evaluates_every_epoch_and_resumes_exactly(mrpc_wordpiece, tmp_path):
     per_epoch = math.ceil(ROWS["train"] / 16)
     straight, log = plain(mrpc_wordpiece, tmp_path / "straight", 3)

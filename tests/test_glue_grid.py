@@ -14,6 +14,8 @@ from test_task_data import mini_glue
 
 import grid_lib
 
+pytestmark = pytest.mark.research  # experiments/glue_grid.py and glue_report.py (pytest.ini)
+
 NGRAMS = {"path": "/x/ngrams.default.bert.txt.gz", "sha256": "0123456789abcdef" * 4,
           "packaged": "ngrams.default.bert.txt.gz", "top_k": None, "words": "bert",
           "built": {"corpus": "wiki.AA.txt.gz,wiki.AB.txt.gz", "min_count": "11"}}

@@ -9,6 +9,8 @@ import pytest
 from conftest import ROOT
 from script_runner import run_scripts
 
+pytestmark = pytest.mark.research  # the GPU benchmarks' quick modes and code (pytest.ini)
+
 BENCHMARKS = ROOT / "benchmarks"
 PAIRS = "{pairs}"  # in a run's argv: a folder of its own for the pairs it builds
 

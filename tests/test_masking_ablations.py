@@ -353,6 +353,7 @@ def test_fairseq_train_two_updates(wiki, tmp_path, scheme, sbo):
     assert state["cfg"]["task"]["sample_break_mode"] == "complete_doc"
 
 
+@pytest.mark.research  # experiments/masking_ablation.py and masking_report.py
 def test_masking_records_carry_their_folder_and_the_report_prints_it(tmp_path):
     """experiments/masking_ablation.py: a new record carries its binarized folder's
     record (no provenance.json there: its segmentation file) and the model's settings;

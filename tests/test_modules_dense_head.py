@@ -10,6 +10,8 @@ from span_plugin.modules import build_span_encoder, clip_spans
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.research  # the benchmark's reference formulations (pytest.ini)
+
 
 def load_benchmark():
     spec = importlib.util.spec_from_file_location("dense_span_head", ROOT / "benchmarks" / "dense_span_head.py")

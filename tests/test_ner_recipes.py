@@ -92,6 +92,7 @@ def test_recipe_smoke_run_scores_like_seqeval(head, conll_dir, tmp_path):
     assert hub.predict_entities("") == []
 
 
+@pytest.mark.research  # experiments/ner_grid.py
 @pytest.mark.slow
 def test_ner_grid_records_resumes_and_reports(conll_dir, tmp_path):
     """experiments/ner_grid.py runs the recipe per (variant, seed) and appends its dev and

@@ -101,6 +101,7 @@ def test_recipe_builds_shards_keeps_finished_ones_and_trains_over_them_in_turn(t
     assert re.search(r"epoch 002 \|.*num_updates", log), log[-3000:]
 
 
+@pytest.mark.research  # benchmarks/pretrain_shards.py
 @pytest.mark.slow
 def test_benchmark_small_cut_resumes(tmp_path):
     from pretrain_shards import main, report

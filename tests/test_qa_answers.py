@@ -12,6 +12,8 @@ import qa_answers
 from span_plugin.formats.squad import read_qa, split_squad_articles
 from span_plugin.formats.squad_metrics import gold_texts, score_answer, squad_scores
 
+pytestmark = pytest.mark.research  # experiments/qa_answers.py and qa_grid.py (pytest.ini)
+
 
 def _predictions(examples, seed=0):
     """Exact, shortened, lengthened and wrong answers, mixed."""

@@ -17,6 +17,8 @@ from test_task_data import mini_glue
 import sf_grid
 import sf_report
 
+pytestmark = pytest.mark.research  # experiments/sf_grid.py and sf_report.py (pytest.ini)
+
 
 def test_plan_is_seed_major_and_never_reports_the_selection_seed():
     cells = sf_grid.reported_cells()

@@ -15,6 +15,8 @@ import masking_ablation
 import qa_grid
 import spanbert_qa
 
+pytestmark = pytest.mark.research  # experiments/spanbert_qa.py (pytest.ini)
+
 
 def tiny_squad(path):
     """39 real dev articles cut to their first paragraph and first question (3 questions

@@ -15,6 +15,8 @@ from test_task_data import mini_glue
 
 import grid_lib
 
+pytestmark = pytest.mark.research  # experiments/transfer_grid.py and transfer_report.py (pytest.ini)
+
 
 def test_reports_p_is_scipys_paired_t_test():
     """The p the transfer and NER reports print beside a paired difference."""
