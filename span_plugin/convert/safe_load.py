@@ -150,7 +150,7 @@ def check_file(path):
 def _bad_member(path):
     """What is wrong with the bytes of a zip's entries (their CRC-32 sums, which torch
     never checks: a flipped byte in a tensor's data would load as another weight), or
-    None. Reads the file once: about 0.05 s per 100 MB from the page cache."""
+    None. Reads the file once (its time: docs/RELIABILITY.md, section "Fuzz harness")."""
     try:
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()

@@ -6,8 +6,8 @@ segment that receives no position comes out as zeros. Reductions go through
 ``scatter_reduce`` / ``scatter_add`` into a spare slot S for unsegmented positions,
 which is dropped, so padding can never win a max nor take attention weight. A max with
 one segment a row (the sentence level of the span encoders) is a masked ``amax``
-instead: the same result and gradient without a scatter (4x faster forward + backward
-on the CPU at ``[32, 96, 768]``; on a GPU no atomics).
+instead: the same result and gradient without a scatter (on a GPU no atomics; timings in
+benchmarks/RESULTS.md, section "Re-run after segment max's one-segment path").
 """
 
 import torch

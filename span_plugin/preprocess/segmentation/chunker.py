@@ -64,7 +64,7 @@ TEST_FILE = "corpora/conll2000/test.txt"  # optional: only for the recorded F1
 REQUIRED = (*TAGGER_FILES.values(), TRAIN_FILE)
 
 VERSION = 2  # of the features and training below: part of the cache key
-PASSES = 3  # 5 passes gain 0.1 F1 for 60% more training time
+PASSES = 3  # more passes: little F1 for their time (docs/PREPROCESS.md, "Chunker segmentation")
 SEED = 0
 CACHE_FORMAT = "span_plugin chunker 1"
 MODEL_FILE = "chunker_model.json"  # a trained model in an NLTK data folder, used first
@@ -210,7 +210,8 @@ class ChunkTagger:
     Training uses NLTK's ``AveragedPerceptron`` as it is. Tagging scores with the same
     weights laid out as a dense matrix ``[num_features, num_classes]``: the same sums in
     the same order (rows added one after the other, as NLTK adds them) and the same tie
-    rule (the greatest label), so the same tags, several times faster."""
+    rule (the greatest label), so the same tags in fewer operations (timing in
+    docs/PREPROCESS.md, "Chunker segmentation")."""
 
     def __init__(self, weights, classes):
         require_nltk()
