@@ -1,56 +1,8 @@
-"""Hugging Face BERT-architecture checkpoint -> fairseq RoBERTa checkpoint.
-
-BERT and fairseq's ``roberta`` encoder are the same network (post-LN, exact GELU,
-unscaled embeddings, learned positions, embedding LayerNorm), so the conversion mostly
-renames and reorders tensors:
-
-=================================================  ==========================================
-Hugging Face (``bert.`` prefix or none)            fairseq (``encoder.``)
-=================================================  ==========================================
-embeddings.word_embeddings                         sentence_encoder.embed_tokens (rows permuted)
-embeddings.position_embeddings                     sentence_encoder.embed_positions (rows + 2,
-  + token_type_embeddings[0]                         type 0 folded in; rows 0, 1 zero)
-embeddings.LayerNorm                               sentence_encoder.layernorm_embedding
-encoder.layer.N.attention.self.{query,key,value}   sentence_encoder.layers.N.self_attn.{q,k,v}_proj
-encoder.layer.N.attention.output.dense             ....self_attn.out_proj
-encoder.layer.N.attention.output.LayerNorm         ....self_attn_layer_norm
-encoder.layer.N.intermediate.dense                 ....fc1
-encoder.layer.N.output.dense                       ....fc2
-encoder.layer.N.output.LayerNorm                   ....final_layer_norm
-cls.predictions.transform.{dense,LayerNorm}        lm_head.{dense,layer_norm} (fresh if absent)
-cls.predictions.bias                               lm_head.bias (permuted); lm_head.weight is
-                                                     tied to embed_tokens
-embeddings.token_type_embeddings[1]                token_types.weight[1] (model level; row 0
-  - token_type_embeddings[0]                         is zero: type 0 is in the positions)
-pooler.dense                                       pooler.dense (model level)
-=================================================  ==========================================
-
-The last two have no place in fairseq's RoBERTa encoder: the plugin's models hold them
-(:mod:`span_plugin.models.bert_attach`), so a checkpoint that has them is written for
-the ``roberta_span`` architecture with ``cfg.model.bert_token_types`` /
-``bert_pooler`` set (``span-convert flags`` prints ``--bert-token-types
---bert-pooler``). Pairs are then encoded as BERT encodes them: the tokens after the
-first ``</s>`` (BERT's ``B [SEP]``) get segment B. ``roberta_only=True`` (``span-convert
-bert --roberta-only``) writes a checkpoint fairseq's own ``roberta`` loads instead, with
-both dropped: every token is segment A, heads read the raw ``<s>`` feature.
-
-What has no place in the plugin either is dropped and recorded in the checkpoint's
-``cfg.model.bert_conversion``: the next-sentence classifier, token types past the
-second. fairseq hard-codes LayerNorm eps = 1e-5; BERT's eps is kept as
-``cfg.model.layernorm_eps`` for a model that can set it.
-
-Vocabulary: fairseq's ``Dictionary`` puts ``<s> <pad> </s> <unk>`` at ids 0-3, then
-``dict.txt`` in order, and the GLUE / masked-LM tasks append ``<mask>`` at load. BERT's
-``[CLS] [PAD] [SEP] [UNK]`` take ids 0-3, ``[MASK]`` the last id, and every other
-WordPiece keeps its vocab.txt order in between.
-
-Layers: reading the source (:mod:`.hf_source`: config, lazily opened weights; here:
-the vocabulary) -> mapping tensors (:mod:`.encoder_map` for the layers; here: the
-embeddings, BERT's heads and parts; views of the memory-mapped source, only the
-embedding, position table and LM bias are new tensors) -> writing the folder
-(:mod:`.fairseq_out`, atomically). Everything is validated before the first byte is
-written.
-"""
+"""Hugging Face BERT-architecture checkpoint -> fairseq RoBERTa checkpoint
+(:func:`convert_bert`, :func:`plan_bert_conversion`): the same network, so tensors are
+renamed and reordered, the vocabulary permuted to fairseq's ``Dictionary`` order, and
+BERT's segment-B embedding and pooler kept for ``roberta_span``. The tensor map and the
+vocabulary order: docs/CONVERT.md, section "Module notes"."""
 
 import json
 import logging

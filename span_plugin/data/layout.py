@@ -1,45 +1,8 @@
-"""The model's input layout, built once for tasks (datasets read from disk) and
-inference (raw text encoded in memory).
-
-One example is one or two inputs (sentence A, sentence B). Each input's token item is
-that sentence's own tokens plus ``</s>``, as fairseq-preprocess writes it. The model
-reads them as one sequence::
-
-    <s> A </s> </s> B </s>        init_token=0 (<s>), separator_token=2 (</s>)
-    <s> A </s>                    one input
-
-Side items (n-gram spans, word spans, phrase pairs) count a sentence's own tokens;
-the layout moves them to their positions in that sequence and gives them the same
-shortening as the tokens ("truncate": keep the first ``max_len`` tokens; "random_crop":
-a random window of ``max_len``, the same for tokens and spans): a span the cut goes
-through is clipped to the window, a span past it dropped; a phrase pair whose target
-the truncation cuts is dropped.
-
-Usage, a task (fairseq datasets; ``spans0``/``spans1`` from span_index.load_spans)::
-
-    layout = lay_out([input0, input1], init_token=0, separator_token=2,
-                     shorten="truncate", max_len=512, seed=1)
-    dataset = layout.dataset(
-        pad=dictionary.pad(),
-        net_input={"spans": layout.spans([spans0, spans1], max_spans=r, max_span_tokens=l)},
-        targets={"target": labels},
-        shuffle_seed=1,  # None: keep the file order
-    )
-
-Usage, inference on raw text (a batch of N examples, tensors in memory)::
-
-    from span_plugin.data.in_memory import TensorListDataset
-    tokens0 = TensorListDataset([d.encode_line(line, append_eos=True).long(), ...])
-    spans0 = TensorListDataset([torch.tensor([s0, e0, s1, e1, ...]), ...])
-    layout = lay_out([tokens0], init_token=0, shorten="truncate", max_len=512)
-    spans = layout.spans([spans0], max_spans=r, max_span_tokens=l)
-    item = (layout.tokens[i], spans[i])        # LongTensor [T_i], LongTensor [n_i, 2]
-    batch_spans = spans.collater([spans[i] for i in range(N)])   # [N, S, 2]
-    pairs = layout.phrase_pairs(sources, targets, labels, part="phrases")  # [P_i, 5] items
-
-``layout.starts[k][i]``: where input k of example i starts in its sequence (before
-shortening).
-"""
+"""The model's input layout (:func:`lay_out` -> :class:`Layout`), built once for tasks
+(datasets read from disk) and inference (raw text encoded in memory): one or two inputs
+as ``<s> A </s> </s> B </s>``, with the side items (n-gram spans, word spans, phrase
+pairs) moved to their positions and shortened as the tokens are. Usage, both ways:
+docs/TASK_MODEL.md, section "Module notes"."""
 
 import numpy as np
 from fairseq.data import (

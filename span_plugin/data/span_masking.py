@@ -1,53 +1,9 @@
-"""Masking of one token block for masked-LM pre-training, in numpy (no fairseq, no
-torch): SpanBERT's span masking and its two ablations, BERT's whole-word and token
-masking (``SpanMasker.scheme``: ``span``, ``whole-word``, ``token``).
-
-A block is an int array ``tokens [T]``. What may be masked: every token that is not
-special (``<s> </s> <pad> <unk> <mask>``). Each scheme is one method that returns the
-chosen token ranges ``(starts [n], ends [n])``, and :meth:`SpanMasker.apply` replaces
-them, 80/10/10 per range. The budget is ``round(mask_prob * maskable tokens)`` (at least
-1), counted over the tokens the scheme may choose.
-
-``span`` (SpanBERT), units grouped as follows:
-
-- ``geometric``: units are words. Span lengths in words are drawn from
-  Geo(p) truncated to 1..max_words and renormalised (p = 0.2, 10 words: mean 3.80),
-  until their words could hold the budget; the spans are then placed uniformly at
-  random among all placements in which no two spans overlap or touch (at least one
-  unmasked word between them), so every span has visible boundary tokens. Taken in a
-  random order, spans are kept until ``round(mask_prob * maskable tokens)`` tokens (at
-  least 1) are chosen; the last one kept is shortened, by whole words, to just reach
-  the budget (so realised spans are a little shorter than drawn ones: mean about 3.7
-  words in 512-token blocks). A special token inside a span (``</s>`` where a block
-  holds several lines) stays visible and splits the span's masked run in two.
-- ``units`` given (the n-gram segmenter's spans): the segments are taken in a random
-  order until the budget is reached, each one whole. Neighbouring segments may both
-  be chosen: then they form one masked run.
-
-``whole-word`` (BERT's whole-word masking): words are taken in a random order, each
-whole, skipping a word that would overshoot the budget (as BERT's
-``create_pretraining_data.py`` does), until the budget is reached: exactly the budget
-unless no remaining word is short enough. Two chosen words side by side form one masked
-run.
-
-``token`` (BERT's original masking): exactly the budget of single tokens, drawn
-uniformly without replacement among the maskable ones, with no regard to words (a word
-may be masked in part).
-
-In every scheme the words, segments or tokens that contain the block's first or last
-token are never masked, so every maximal run of chosen tokens has a visible token on
-each side (fairseq blocks with ``--sample-break-mode none`` end in the middle of a
-sentence, often of a word): these two tokens are the run's boundaries for the span
-boundary objective, whatever the scheme (for ``token`` and ``whole-word`` a run is
-usually one token or one word; chosen neighbours merge into one run).
-
-Each chosen range as a whole becomes ``<mask>`` (80%), random tokens (10%) or stays
-unchanged (10%): per span, per word, or per token. The result is ``source`` (the
-model's input) and ``target`` (the original token at chosen positions, ``pad``
-elsewhere), as fairseq's masked_lm has them.
-Everything draws from the ``numpy.random.Generator`` it is given: the caller seeds it
-with (seed, epoch, index), which makes the masking deterministic.
-"""
+"""Masking of one token block ``tokens [T]`` for masked-LM pre-training, in numpy (no
+fairseq, no torch): SpanBERT's span masking and its two ablations, BERT's whole-word and
+token masking (:class:`SpanMasker`, ``scheme``: ``span``, ``whole-word``, ``token``).
+:meth:`SpanMasker.apply` gives ``source`` and ``target`` as fairseq's masked_lm has
+them, drawn from the ``numpy.random.Generator`` it is given. How each scheme chooses its
+ranges and the budget: docs/PRETRAIN.md, section "Module notes"."""
 
 from dataclasses import dataclass
 

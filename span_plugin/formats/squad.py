@@ -1,54 +1,8 @@
 """Extractive question answering files: SQuAD v1.1 / v2.0 JSON and MRQA JSON Lines, read
 into :class:`QAExample` (:func:`read_qa`), and SQuAD files split by article
 (:func:`split_squad_articles`) or sampled by question or article (:func:`sample_squad`).
-
-Formats (``.jsonl``/``.ndjson`` names are MRQA, other names are told by the first line:
-an object with ``header`` is MRQA, anything else SQuAD JSON; gzip is told by its magic
-bytes, so ``.gz`` of either works):
-
-- SQuAD JSON (``.json``): one object ``{"version", "data": [{"title", "paragraphs":
-  [{"context", "qas": [{"id", "question", "answers": [{"text", "answer_start"}],
-  "is_impossible"?, "plausible_answers"?}]}]}]}``. Version ``2.0``/``v2.0`` or any
-  ``is_impossible`` key makes it v2.0 (a v2.0 question without ``is_impossible`` is
-  impossible when it has no answer, as the official evaluation reads it), else 1.1.
-  ``plausible_answers`` are not read.
-- MRQA (``.jsonl``, ``.jsonl.gz``): a header line ``{"header": {"dataset", "split"}}``,
-  then one object per context ``{"context", "qas": [{"qid", "question", "answers":
-  [str], "detected_answers": [{"text", "char_spans": [[start, end]], ...}]}]}``; the
-  ``char_spans`` end is INCLUSIVE and every span is one occurrence ``(what the span
-  reads, start)``: the format places an answer by its span, and a ``text`` that differs
-  from it (384 of 34,727 in SQuAD's MRQA file) is noted, not refused. Without
-  ``char_spans``, ``token_spans`` (inclusive) through the line's ``context_tokens``
-  (``[token, char offset]``) place it. ``answers`` (every accepted answer text) is kept
-  in :attr:`QAExample.accepted`: the MRQA evaluation scores against it. An optional
-  ``is_impossible: true`` is read as in v2.0.
-
-Answer offsets are Python ``str`` indices of the context as written, never shifted. An
-answer they do not place (offset missing, outside the context, or where the context
-reads another text) is, for training (``official=False``), an error naming both texts,
-or with ``on_bad="skip"`` left out of :attr:`QAExample.answers` and kept in
-:attr:`QAExample.unplaced` (scored against, never trained on; a question left with no
-placed answer is dropped). For prediction and scoring (``official=True``) it is never
-an error: the official SQuAD scripts read only answer texts, so it is kept in
-``unplaced`` and noted. Other problems of one question (missing or mistyped keys, empty
-context or question, an answerable question without answers, an impossible question
-with answers) are a :class:`BadInputError`, or with ``on_bad="skip"`` the question is
-left out and listed in :attr:`QASplit.dropped`. Malformed JSON and a missing file-level
-structure (``data``, ``paragraphs``, ``context``, ``qas``, the MRQA header) are always
-errors.
-
-A reused question id is never an error: every occurrence is read (the official scripts
-look a prediction up by id for each question of the file) and each reuse is noted.
-Notes (:class:`QANote`: reused ids, unplaced answers, MRQA text disagreements, a v2.0
-``is_impossible`` that disagrees with the answers under ``official``) are listed in
-:attr:`QASplit.notes`, by id and place, for the caller to report and count.
-
-Files to predict need no answers: with ``require_answers=False`` a question without the
-``answers`` key (SQuAD; in v1.1 an empty list too) or without ``detected_answers`` (MRQA)
-is read unlabelled (:attr:`QAExample.labelled` False: no answers, not impossible), as in
-the official test files. In v2.0 an empty ``answers`` list stays an impossible question,
-as the official evaluation reads it.
-"""
+How each format is told apart and read, and what is an error or a note: docs/QA.md,
+section "Module notes"."""
 
 import gzip
 import hashlib

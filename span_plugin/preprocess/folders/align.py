@@ -1,64 +1,9 @@
-"""A weak phrase aligner for paraphrase sentence pairs (``span-preprocess align-pairs``).
-
-No phrase-alignment corpus is on these machines, so phrase pairs are made from real
-paraphrase pairs (MRPC train rows labelled 1, STS-B train rows scored >= 4) by string
-matching. It is a weak aligner: users with better alignments write them in the same
-JSON Lines format (docs/SPAN_PAIRS.md) and skip this step.
-
-Aligner version :data:`ALIGNER_VERSION` (2; version 1 kept every identical anchor as a
-positive, so 83-91% of its positives were identical strings and "identical ->
-paraphrase" nearly solved the task). Per paraphrase pair (words are those of the
-encoder's word scheme, ``words``: GPT-2 pre-token words, or BERT pre-tokens for
-WordPiece; every phrase starts and ends at a word boundary of that encoder, so
-``span-preprocess pairs`` can map it to tokens; words are compared by their case-folded
-keys):
-
-1. **anchors**: the identical stretches of the two word sequences, found by a
-   Ratcliff-Obershelp diff (:class:`difflib.SequenceMatcher`, longest common block
-   first, then recursively left and right of it; no junk heuristic). Anchors are in
-   order on both sides, so reordered material never forms a gap;
-2. **paraphrases** (positives): each *replace* block of the diff, i.e. the two differing
-   spans between consecutive anchors (or an anchor and the sentence start or end),
-   with punctuation-only words trimmed off both ends; kept when each side then holds
-   1-:data:`MAX_PHRASE_WORDS` words, and neither side holds a digit (in these corpora a
-   changed number, "5.2 percent" -> "5.3 percent", is a changed fact more often than a
-   paraphrase). The two sides share no word (a shared word would have been an anchor),
-   so no positive is an identical string. Pure insertions and deletions (a span on one
-   side only) give no pair;
-3. **in-paraphrase negatives**: for each positive (s, t), the source phrase s against
-   another word window of the same target sentence: of the same length as t (another
-   length, nearest first, when none fits), not overlapping t, starting and ending on a
-   word with a letter or digit, and never the source phrase's own string. Windows holding
-   a word that sentence 1 lacks are preferred (else most would be anchor words copied
-   from sentence 1, a cue that needs no alignment); ``require_overlap``: windows sharing
-   a word with s are preferred before that;
-4. **random partners**: ``random_ratio`` x (paraphrase pairs) extra rows, sentence 1 of
-   one pair with sentence 2 of another (sentence label ``0``); their phrase pairs are the
-   **random** negatives: each positive source phrase of that sentence 1 against a window
-   of the partner chosen as in 3 (same length, not its own string), so every phrase pair
-   stays inside its own sentence pair.
-
-``keep_identical`` (``--keep-identical``) adds identical pairs as positives as well:
-the n-gram segmenter's segments (greedy longest match) lying inside an anchor, each with
-the same words of the other sentence (version 1's identity positives, for comparison).
-
-Lengths are bounded on every class (1-4 words on each side but for identical segments),
-and a phrase pair's classes differ only in which target they pair a source phrase with,
-so neither phrase length nor the source phrase tells the class.
-:func:`identity_rule` scores the rule "identical strings -> paraphrase; random partner
--> random; else in-paraphrase" on any phrase-pair file: on version 2 output it can only
-get the negatives right.
-
-Everything is drawn from one ``random.Random(seed)``: the same input and seed give the
-same file.
-
-``exclude``: paraphrase rows that share a sentence with these files (GLUE TSVs: the
-target task's dev and test files) are dropped before anything is drawn, with case,
-spaces and punctuation ignored, so that transfer data cannot leak a target's evaluation
-sentences (STS-B's MSRpar genre comes from the MRPC corpus). ``holdout``: the last
-``holdout`` paraphrase rows left go to a second file (with their own random partners),
-a validation file for when the source's own dev split is excluded.
-"""
+"""A weak phrase aligner for paraphrase sentence pairs (``span-preprocess align-pairs``):
+phrase pairs (paraphrase, in-paraphrase and random negatives) from MRPC / STS-B
+paraphrase rows by a word diff; :func:`align_file` is the entry point,
+:func:`identity_rule` scores the "identical strings -> paraphrase" rule on a file.
+Aligner version :data:`ALIGNER_VERSION`; the rule, step by step: docs/SPAN_PAIRS.md,
+"The weak aligner"."""
 
 import difflib
 import json

@@ -1,46 +1,7 @@
-"""CoNLL files -> a binarized tagging folder (``span-preprocess conll``).
-
-Input: CoNLL files as :mod:`span_plugin.formats.conll` reads them (word ... tag columns,
-a blank line after each sentence, IOB1, IOB2 or BIOES tags); the folder stores IOB2.
-
-Output, beside what ``span-preprocess glue`` writes for a one-input task::
-
-    out/raw/{split}.input0      a sentence's words joined by single spaces, one item a line
-    out/raw/{split}.label       its IOB2 tags, space-separated
-    out/raw/{split}.source      "LINE WORDS": the source line of the item's first word
-                                and its word count (CoNLL prediction files are written
-                                back onto the source lines with it)
-    out/input0/{split}.{bin,idx}, .spans.{bin,idx}, dict.txt
-                                tokens and n-gram spans (span-preprocess binarize of
-                                raw/{split}.input0: the same code as the GLUE folders)
-    out/words/{split}.{bin,idx} word boundaries: item i is the flat (start, end) token
-                                offsets of its words, in the span-file format
-    out/label/{split}.{bin,idx} tag ids, one per word (int32); label/tags.txt names them
-    out/dropped_rows.tsv        sentences left out (``unknown_labels="skip"``), with file,
-                                line and reason
-    out/provenance.json         the data record (labels: kind "tags")
-
-The entity types (and so the tags) are the training split's. A type that only valid or
-test has (``unknown_labels``): ``"map-to-o"`` (default) reads its tags as ``O``, with a
-warning naming type and count and the count in the record's
-``labels.stats[split].unseen_types``; ``"error"`` stops naming type, file and line;
-``"skip"`` leaves the sentence out and lists it in ``dropped_rows.tsv``. Without a
-train split the types of all splits are used, with a warning. Every file has the
-training file's number of columns (the tag is the last one: a file without it would
-give its chunk column as tags), and the record's ``labels.stats[split].entity_types``
-counts the entities of each type as read, so a wrong column shows (a warning names
-types that are all chunk types). The folder is written whole or not at all
-(:func:`span_plugin.preprocess.folders.folder.whole_folder`); ``bad_utf8="replace"`` counts its
-replacements in ``labels.stats[split].utf8_replacements`` and the record's ``bad_utf8``.
-
-Every word carries its tag on its first sub-token (the task reads the tags at the word
-starts of ``words/``). N-gram spans come from the segmenter over the encoder's own words
-(which refine CoNLL's: ``U.S.`` is four GPT-2 words), so the dictionary and the
-segmenter share one word definition. A sentence with more than ``max_tokens`` tokens is
-split between words into items that fit (preferring a cut that does not fall inside an
-entity; a cut that must fall inside one starts the next item with ``B-``), never
-dropped. Every bad line is an error naming the file and the line.
-"""
+"""CoNLL files -> a binarized tagging folder (``span-preprocess conll``,
+:func:`prepare_conll`): words, IOB2 tags (one per word, on its first sub-token), word
+boundaries and n-gram spans, written whole or not at all. The folder's files, unseen
+entity types and long sentences: docs/NER.md, section "Module notes"."""
 
 import glob
 import logging

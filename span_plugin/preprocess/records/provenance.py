@@ -1,48 +1,8 @@
-"""One record of how a task folder was made: ``DATA/provenance.json``.
-
-``span-preprocess glue`` and ``span-preprocess table`` write it last, once every other
-file of the folder exists (a folder without it was made before records existed, or its
-preparation did not finish)::
-
-    {"format": "span_plugin data record 1", "plugin_version": "0.2.0",
-     "command": "span-preprocess glue --task RTE ...", "task": "RTE", "inputs": 2,
-     "encoder": {"bpe": "gpt2",
-                 "files": {"encoder_json": {"path": "/abs/encoder.json", "sha256": "..."},
-                           "vocab_bpe": {...}},
-                 "srcdict": {"path": "/abs/dict.txt", "sha256": "..."},
-                 "ngrams": {"path": ..., "sha256": ..., "packaged": "ngrams.default.txt.gz",
-                            "top_k": null, "words": "gpt2",       (null: segmentation none)
-                            "built": {"corpus": "wiki.AA.txt.gz,...", "min_count": "11",
-                                      ...}},  (the dictionary header, ngrams.read_header)
-                 "segmentation": "greedy", "seed": 0},
-     "labels": {"kind": "classes", "names": ["entailment", "not_entailment"],
-                "positive": "entailment"}       (regression: {"kind": "regression",
-                                                  "scale": 5.0, "range": [0.0, 5.0]})
-     "source": {"train": {"path": ..., "sha256": ...}, ...},
-     "rows": {"train": 2490, "valid": 277, "test": 3000},
-     "bad_utf8": {"mode": "replace", "replacements": {"train": 2, "valid": 0}},
-     "files": {"input0/train.bin": "<sha256>", ..., "label/dict.txt": "<sha256>"}}
-
-Each kind writes its own part of ``encoder``: the tokenizer its ``files``, keyed by its
-files' :class:`~span_plugin.preprocess.segmentation.encoding.EncoderSpec` fields as it declares them
-(:meth:`span_plugin.tokenizers.base.Tokenizer.recorded_paths`: WordPiece records the
-file a folder resolves to, plus ``wordpiece_config`` when a bare vocab.txt took its
-casing from a tokenizer_config.json); the segmentation its own keys
-(:meth:`span_plugin.preprocess.segmentation.segment.Segmentation.record`: ``chunker`` records its NLTK
-data and model as ``encoder.chunker``). A segmentation that needs no dictionary records
-null ``ngrams``. ``files`` covers every file of the folder except ``raw/`` and the
-record itself.
-
-Who reads it:
-
-- the tasks (``span_classification`` itself; ``sentence_prediction`` through the
-  ``span_classification`` criterion) check the folder against it with
-  :func:`verify_folder` and put it into the task state, which fairseq saves in every
-  checkpoint (:mod:`span_plugin.runtime.data_record`);
-- the hub and ``span-predict`` rebuild the encoder from the checkpoint's copy
-  (:mod:`span_plugin.preprocess.records.encoder_settings`);
-- ``span-preprocess check`` prints it (:func:`describe`) and verifies the folder.
-"""
+"""One record of how a task folder was made, ``DATA/provenance.json``, written last by
+``span-preprocess`` (:func:`write_record`), read back and checked against the folder
+(:func:`read_record`, :func:`verify_folder`) and printed by ``span-preprocess check``
+(:func:`describe`). Its fields, who writes each part and who reads it: docs/DATA.md and
+docs/PREPROCESS.md, section "Module notes"."""
 
 import json
 import os
