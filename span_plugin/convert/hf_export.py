@@ -1,37 +1,9 @@
-"""fairseq RoBERTa encoder checkpoint -> a standard Hugging Face model folder.
-
-The inverse of :mod:`.roberta` and :mod:`.bert`, by the same tables: the encoder layers
-through :func:`.encoder_map.hf_layers` (the one layer table of both directions), the
-vocabulary through :func:`.bert.vocab_mapping` (WordPiece) or ids as they are (GPT-2
-BPE: fairseq index == Hugging Face id). The folder holds ``config.json``,
-``model.safetensors`` (the encoder, and its masked-LM head when that head was trained:
-:func:`lm_head_trained`) and the tokenizer files that ``AutoTokenizer`` reads;
-``transformers``' own classes load it, no custom code.
-
-=====================================  ==========================================================
-fairseq (``encoder.``)                 Hugging Face (``roberta.`` / ``bert.`` prefix)
-=====================================  ==========================================================
-sentence_encoder.embed_tokens          embeddings.word_embeddings (WordPiece: rows back in
-                                         vocab.txt order)
-sentence_encoder.embed_positions       embeddings.position_embeddings (RoBERTa: as is; BERT:
-                                         rows 2..)
-(none: type 0 is in the positions)     embeddings.token_type_embeddings row 0, zero
-token_types.weight row 1 (plugin)      token_type_embeddings row 1 (BERT: zero without one;
-                                         RoBERTa: type_vocab_size 2 only with it)
-pooler.dense (plugin)                  pooler.dense (BERT's; RoBERTa's when fine-tuned with it)
-lm_head.{dense,layer_norm,bias}        lm_head.* / cls.predictions.{transform.*,bias}; the
-                                         decoder is tied to the word embeddings in both
-classification_heads.span_boundary     dropped: the span pre-training objective's head
-=====================================  ==========================================================
-
-Tokenizer kinds: ``gpt2`` (RoBERTa's byte-level BPE; ``vocab.json`` maps each BPE token
-to its fairseq index), ``wordpiece`` (BERT) and ``sentencepiece-line`` (XLM-R and
-CamemBERT: RoBERTa's tensors under their family's ``model_type``, the tokenizer by
-:mod:`.spm_export`). Another kind has no Hugging Face tokenizer that gives the same ids
-and is refused. A checkpoint with a fine-tuned head is
-planned here for its encoder only (``heads_allowed``); its heads, labels and data record
-are added by :mod:`span_plugin.inference.model_export`, a layer that can load the model.
-"""
+"""fairseq RoBERTa encoder checkpoint -> a standard Hugging Face model folder
+(:func:`export_hf`), the inverse of :mod:`.roberta` and :mod:`.bert` by the same tables
+(:mod:`.encoder_map`, :func:`.bert.vocab_mapping`): ``config.json``,
+``model.safetensors`` (the encoder, and its masked-LM head when trained:
+:func:`lm_head_trained`) and the tokenizer files ``AutoTokenizer`` reads. The tensor map
+and the tokenizer kinds: docs/EXPORT.md, section "Module notes"."""
 
 import json
 import os

@@ -1,39 +1,8 @@
-"""Hugging Face RoBERTa-family checkpoint (RoBERTa, XLM-R, CamemBERT) -> fairseq RoBERTa.
-
-These models were trained in fairseq and ported to Hugging Face with their ids kept:
-the Hugging Face id of a token is its fairseq dictionary index (``<s> <pad> </s> <unk>``
-at 0-3, ``dict.txt`` in order, ``<mask>`` last, appended by fairseq's tasks at load).
-The conversion keeps that: the embedding, the LM head and the vocabulary pass through
-unpermuted, and ``dict.txt`` is written so that index == Hugging Face id:
-
-- byte-level BPE (``vocab.json`` + ``merges.txt``, or ``tokenizer.json``): the plugin's
-  ``gpt2`` tokenizer writes the decimal id of each BPE token (through ``encoder.json`` =
-  ``vocab.json``), so ``dict.txt`` lists the decimal ids 4 .. V-2 in order;
-- sentencepiece (``sentencepiece.bpe.model``): the plugin's ``sentencepiece-line``
-  tokenizer encodes the whole line as the model's own tokenizer does (its words are
-  sentencepiece's: the ``spm`` word scheme) and writes pieces, so ``dict.txt`` lists the
-  piece of each id 4 .. V-2 (Hugging Face's ids from ``tokenizer.json``, or else the
-  family's layout: XLM-R's offset 1, CamemBERT's ``<unk>NOTUSED`` row). An id whose token the tokenizer never writes (CamemBERT's
-  ``<s>``/``</s>`` pieces, ids without a token) keeps its row under the placeholder
-  ``madeupwordNNNN``, as fairseq pads its own dictionaries.
-
-=================================================  ==========================================
-Hugging Face (``roberta.`` prefix or none)         fairseq (``encoder.``)
-=================================================  ==========================================
-embeddings.word_embeddings                         sentence_encoder.embed_tokens (as is)
-embeddings.position_embeddings                     sentence_encoder.embed_positions (as is:
-  + token_type_embeddings[0]                         both start at padding_idx + 1 = 2;
-                                                     type 0 folded into rows 2..)
-encoder.layer.N.*                                  sentence_encoder.layers.N.* (:mod:`.encoder_map`)
-lm_head.{dense,layer_norm,bias}                    lm_head.{dense,layer_norm,bias} (fresh if
-                                                     absent); lm_head.weight tied to embed_tokens
-pooler.dense                                       dropped: fairseq's roberta has no pooler (the
-                                                     family is pre-trained without one)
-=================================================  ==========================================
-
-The output is for fairseq's own ``roberta`` architecture; ``cfg.model.hf_conversion``
-records what was converted, folded, made fresh and dropped.
-"""
+"""Hugging Face RoBERTa-family checkpoint (RoBERTa, XLM-R, CamemBERT) -> fairseq RoBERTa
+(:func:`convert_roberta`, :func:`plan_roberta_conversion`): the ids are fairseq's
+already, so the embedding, LM head and vocabulary pass through unpermuted and
+``dict.txt`` is written so that index == Hugging Face id. The tensor map and the
+``dict.txt`` of each tokenizer kind: docs/CONVERT.md, section "Module notes"."""
 
 import json
 import logging

@@ -1,40 +1,9 @@
-"""Criterion ``span_classification``: sentence_prediction's loss, GLUE metrics that
-stay exact when summed over batches and workers.
-
-Logged metrics (percentages, as fairseq's criterion reports them):
-
-* classification: ``accuracy``, ``mcc`` (Matthews, multi-class formula), and for two
-  classes ``f1`` of the positive label: ``--positive-label``, else the one the data
-  folder's record names (``span-preprocess glue``: MRPC/QQP/CoLA/SST-2/WNLI ``1``,
-  RTE/QNLI ``entailment``; ``span-preprocess table --positive-label``). When neither
-  names one, the run goes on without ``f1`` and says so;
-* regression: ``pearson`` and ``spearman``.
-
-The criterion serves both heads (task ``span_classification`` and fairseq's
-``sentence_prediction``): at start it checks the data folder against its record and
-puts the record into the task state, which fairseq saves in every checkpoint
-(:mod:`span_plugin.preprocess.records.provenance`).
-
-Every statistic is a count or a sum, logged with ``log_scalar_sum`` and summed by
-fairseq's fast all-reduce path, so an epoch's value is exact whatever the batching
-and the number of workers: confusion-matrix cells for accuracy/F1/MCC; n, sum x,
-sum y, sum x^2, sum y^2, sum xy for Pearson. Spearman needs the ranks of the whole
-set: in eval mode a regression batch also returns ``[N]`` vectors indexed by example
-id (prediction, target, a 1 where the id was seen), N the size of the largest loaded
-split; summed over workers they hold every prediction exactly once, which is then
-ranked. (Summing, not gathering: fairseq's gather path needs CUDA.) Any of the
-metric names works with ``--best-checkpoint-metric NAME
---maximize-best-checkpoint-metric``.
-
-The predictions of the latest validation pass (the eval-mode calls since the last
-training step) are kept in the task state as ``valid_predictions``: ``{"ids": [...],
-"values": [...]}``, class indices or regression outputs by example id. fairseq saves the
-task state in every checkpoint right after the validation that decided it, so
-``checkpoint_best.pt`` holds the dev predictions that made it best, and
-``span-predict --from-validation`` writes them without a second pass over the dev set.
-A process sees only its own shard, and one pass may cover several subsets (MNLI):
-the reader uses the record only when it holds every row of the split exactly once.
-"""
+"""Criterion ``span_classification``: sentence_prediction's loss and GLUE metrics
+(accuracy, MCC, F1 of the positive label; Pearson, Spearman) logged as counts and sums,
+so they stay exact when summed over batches and workers. It checks the data folder
+against its record and keeps the latest validation pass's predictions in the task state
+(``valid_predictions``). How each statistic is summed and who reads the predictions:
+docs/GLUE.md, section "Module notes"."""
 
 import logging
 from dataclasses import dataclass, field

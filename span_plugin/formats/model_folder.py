@@ -1,36 +1,8 @@
 """The integrity rules of an exported model folder (``span-export hf`` of a fine-tuned
-checkpoint; docs/EXPORT.md), checked whole: a reader trusts nothing in the folder until
-every rule below holds, and whoever edited the folder cannot make it pass by recomputing
-``files.json``.
-
-``files.json``: ``{"format": 1, "files": {"<name>": "<sha256>", ...}}``, names relative
-to the folder with ``/`` separators. The writer calls :func:`write_manifest` last; a
-reader calls :func:`check_folder` first, before it opens any other file, and every
-refusal is a :class:`ModelFolderError`, one line naming the file (and the field):
-
-- the listing (:func:`verify_folder`): ``files.json`` missing, a link or not a regular
-  file, unreadable or not of format 1; a listed file missing or with other bytes; a file
-  not listed; a link; a file with a pickle's suffix (a pickle runs code when loaded);
-- every JSON file read (:func:`read_json`): a regular file of at most
-  :data:`MAX_JSON_BYTES`, UTF-8, nested at most :data:`MAX_JSON_DEPTH` levels, no
-  ``NaN``/``Infinity``;
-- ``model.safetensors`` (:func:`safetensors_header`): its header read without loading a
-  tensor: a JSON object of at most :data:`MAX_HEADER_BYTES`, each tensor of a known
-  dtype with a shape its bytes fit, inside the file;
-- ``config.json`` (:func:`check_config`) against the tensors and itself, before anything
-  is allocated: ``model_type`` and ``architectures`` of the tensors' family, the sizes
-  (vocabulary, width, layers, positions, token types) the tensors' shapes, the span
-  section of the types the format says; every head with tensors and every head tensor
-  with a head; each head's label list as long as its classes (class 0 ``"O"`` for a
-  span-labeling head), the task's ``num_classes`` the head's, the data record's label
-  names the head's; sizes that no tensor holds (``max_answer_tokens``, ``max_positions``)
-  within the model's positions; every file named in ``span_plugin.files`` inside the
-  folder and listed, with the sha256 the data record holds for it.
-
-What needs more than JSON (each head's tensors against the module its options build,
-the tokenizer's vocabulary against the embedding rows, finite weights) is checked by
-the loader, :mod:`span_plugin.portable`, before it allocates the network.
-"""
+checkpoint; docs/EXPORT.md), checked whole: the writer calls :func:`write_manifest`
+last, a reader :func:`check_folder` first, before it opens any other file; every
+refusal is a :class:`ModelFolderError` naming the file. The rules (``files.json``, JSON
+bounds, the tensors' header, ``config.json``): docs/EXPORT.md, section "Module notes"."""
 
 import hashlib
 import json

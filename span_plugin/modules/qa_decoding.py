@@ -1,35 +1,9 @@
-"""Answers of questions from the score grids of their windows (every QA head).
-
-For each window the ``top_k`` best candidates of ``scores [N, T, A]`` (the grid of
-:mod:`span_plugin.modules.qa_heads`) are mapped to characters of the context; the
-candidates of all windows of a question are merged (an answer seen in two overlapping
-windows keeps its best score) and the ``n_best`` best kept, with probabilities from a
-softmax over them (as BERT's n-best file). The no-answer score of a question is its
-lowest window no-answer score (BERT's SQuAD 2.0 rule); ``null_margin`` = that minus the
-best answer's score, and the answer is "" when it is above the threshold.
-
-Answer boundaries (``boundaries``):
-
-- ``"word"``: answers are words of the original text. Only candidates whose first token
-  begins a word and whose last token ends one are ranked, so an answer never starts or
-  ends inside a word. A word is a run of letters, digits and combining marks; white
-  space, punctuation and symbols separate words and each CJK ideograph is a word of its
-  own (the words of BERT's BasicTokenizer). So "(UMC)" holds the word "UMC" between two
-  punctuation words, and "Denver," the word "Denver": answers may leave punctuation out,
-  as gold answers do. (Whitespace-delimited words would not do: 15,913 of the 34,726
-  gold answers of SQuAD v1.1 dev start or end inside one, mostly leaving out a comma or
-  a quote; 76 start or end inside a word as defined here.)
-  Why candidates are restricted rather than snapped outwards to the enclosing words: the
-  answer returned is then the very span the head scored, and its score ranks it; a
-  snapped span would carry the score of a shorter one it contains. The heads are trained
-  on the tokens that cover a gold answer, which are word-aligned for 99.8% of gold
-  answers, so the candidates left out are ones training never rewarded. A question
-  none of whose candidates is word-aligned (text in a script without word separators,
-  a word longer than ``--max-answer-tokens``) is decoded at token level instead, so it
-  still gets an answer.
-- ``"token"``: every candidate token span (the behaviour before word boundaries, and
-  that of checkpoints trained before the option existed).
-"""
+"""Answers of questions from the score grids ``scores [N, T, A]`` of their windows (every
+QA head; :func:`decode_answers`, :func:`answers_of_batch`): each window's best
+candidates mapped to characters of the context, merged per question, the ``n_best`` kept
+with softmax probabilities, and "" when the no-answer margin is above the threshold.
+Answer boundaries ``"word"`` or ``"token"``, and why words: docs/QA.md, section
+"Module notes"."""
 
 import functools
 import math

@@ -1,36 +1,9 @@
-"""One device read per training update, in fairseq's own Trainer.
-
-Each time the host reads a value off the GPU (``.item()``, ``bool(t)``, ``if t``) it
-waits until the GPU has run everything queued, and the GPU then idles while the host
-does the rest of the update and queues the next batch. fairseq 0.12 reads the device
-about ten times an update, none of them needed to train:
-
-- the encoder's ``if has_pads``, once per layer;
-- the gradient norm's finiteness: in the AMP wrapper, in ``Trainer.train_step``, and
-  in ``Trainer._reduce_and_log_stats``; ``--fp16``'s loss scaler compares it twice more;
-- under ``--amp``, the scaler's ``found_inf`` before stepping and its scale for the log;
-- every meter of the update, smoothed into a dict the train loop only tests for None.
-
-With this module the update reads the device once: right after clipping, the gradient
-norm (with the AMP scale and growth tracker) comes to the host in one copy
-(:func:`read_once`), and every test of it is made on that copy, so updates are stepped,
-skipped, retried and stopped exactly where fairseq does. The rest moves off the host:
-
-- ``--amp`` with a fused torch optimizer (``--optimizer torch_adamw``) steps through
-  GradScaler's device path: an overflowing step is skipped on the device. The scale
-  fairseq logs each update is GradScaler's update rule applied on the host to the values
-  read (exact: the scale only ever doubles or halves). fairseq's AMP wrapper divides the
-  gradients by the scale a second time before stepping (``scaler.step`` of the fairseq
-  wrapper unscales again); that division is kept, on the device, so the updates stay
-  fairseq's (docs/GPU.md).
-- In training, the encoder hands its padding mask to every layer instead of testing
-  whether the batch has padding (an all-False mask changes nothing).
-- The per-update stats dict is smoothed when, and if, it is read.
-
-``SPAN_PLUGIN_FAIRSEQ_UPDATE=1`` in the environment restores fairseq's own update (each
-patched function then calls fairseq's). TPUs and optimizers without a device-side skip
-(fairseq's ``adam`` under ``--amp``) keep fairseq's reads.
-"""
+"""One device read per training update, in fairseq's own Trainer: right after clipping, the
+gradient norm (with the AMP scale and growth tracker) comes to the host in one copy
+(:func:`read_once`) and every test of it is made on that copy, so updates are stepped,
+skipped, retried and stopped exactly where fairseq does. ``SPAN_PLUGIN_FAIRSEQ_UPDATE=1``
+restores fairseq's own update. Which reads go and why: docs/GPU.md, section
+"Module notes"."""
 
 import logging
 import os

@@ -1,43 +1,9 @@
-"""Chunker segmentation (the paper's Table 6 "NLTK SF"): every chunk is a span.
-
-For each sentence, over exactly the words the encoder segments
-(:mod:`span_plugin.tokenizers.words`, scheme ``gpt2`` or ``bert``):
-
-1. the sentence's Penn Treebank tokens (NLTK's word tokenizer: ``do n't``, ``Mr.``,
-   ``3.5``), the tokens the tagger and CoNLL-2000 know. The encoder's words are found in
-   the text again with the scheme's own splitter, in their original case (the encoder
-   hands the segmenter lower-cased keys), checked against the keys, and grouped with the
-   tokens they share characters with (GPT-2's ``don 't`` and the tokens ``do n't`` make
-   one unit). Should the words not match the keys, the keys themselves are tagged (a
-   warning; the spans still cover exactly the encoder's words).
-2. POS tags from NLTK's averaged perceptron tagger, read from its JSON files (the format
-   NLTK 3.9+ ships) with :mod:`json`: no pickle is ever loaded.
-3. IOB chunk tags (NP, VP, PP, ADVP, SBAR, ...) from a chunker trained here on CoNLL-2000
-   train: NLTK's averaged perceptron (``nltk.tag.perceptron.AveragedPerceptron``) as the
-   classifier of a consecutive chunker (the NLTK book, chapter 7) over word and POS
-   windows and the two previous chunk tags, decoded greedily left to right. NLTK's
-   maxent classifier would take many minutes on CoNLL-2000; the perceptron takes three
-   passes. It is trained on the POS tags the tagger gives the training words (not the
-   corpus's own), the tags it sees when segmenting.
-4. span lengths: each chunk is a span (a chunk starts at ``B-X`` or at an ``I-X`` that
-   continues no ``X`` chunk, as conlleval reads IOB), a token outside every chunk a span
-   of its own; a span starts at the first word of the unit where its chunk starts (a
-   chunk start inside a unit joins the unit to the span before), so spans are runs of
-   whole encoder words and their lengths sum to the number of words.
-
-Training is deterministic (seeded order, fixed number of passes) and takes about 20-40
-seconds on one core; the result is cached as JSON in ``$SPAN_CACHE/chunker`` (default
-``~/.cache/span_plugin/chunker``) under a key of everything it depends on (sha256 of the
-tagger files, train.txt and test.txt, NLTK's version, passes, seed, feature version), and
-kept in memory per process. A cache file that does not match its key is trained over.
-An NLTK data folder that holds ``chunker_model.json`` in the cache's format (the
-``chunker/`` folder of an exported model, docs/EXPORT.md) is read from it first.
-Its chunk F1 on CoNLL-2000 test (when test.txt is there) is measured at training time and
-recorded with the model and in every data record that uses it.
-
-The NLTK data folder is ``--nltk-data DIR`` (``nltk_data=``), else the first folder of
-``$NLTK_DATA`` and NLTK's default search path that holds every file needed.
-"""
+"""Chunker segmentation (the paper's Table 6 "NLTK SF"): every chunk is a span. Over the
+words the encoder segments, NLTK's POS tagger (read from JSON, no pickle) and an
+averaged-perceptron chunker trained here on CoNLL-2000 give IOB chunk tags; each chunk
+is a span of whole encoder words. :class:`ChunkTagger` tags; the trained model is cached
+under ``$SPAN_CACHE/chunker``. The steps, the cache key and the data folder:
+docs/PREPROCESS.md, sections "Chunker segmentation" and "Module notes"."""
 
 import hashlib
 import json

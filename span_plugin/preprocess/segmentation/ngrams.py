@@ -1,35 +1,7 @@
-"""N-gram dictionaries: the text format, loading, and exact counting at scale.
-
-Dictionary format (UTF-8 text, optionally gzip-compressed when the name ends in
-``.gz``)::
-
-    # span_plugin ngrams v1 words=gpt2 n=2..5 min_count=11 corpus_tokens=103227021
-    new york<TAB>20412
-    the united states<TAB>9011
-
-Lines starting with ``#`` are comments. Every other line is one n-gram: its words
-(matching keys from :mod:`span_plugin.tokenizers.words`: lower-cased GPT-2 pre-tokens
-without whitespace for ``words=gpt2``, canonical BERT pre-tokens for ``words=bert``;
-a header without ``words=`` means gpt2) joined by single spaces, a tab, and its
-corpus count.
-Lines are sorted by count (descending), so the first K lines are the K most frequent
-n-grams; ``load_ngrams(top_k=K)`` relies on that.
-
-Counting (:func:`count_ngrams`) is exact and runs in memory bounded by the vocabulary
-and the number of frequent n-grams, not by the corpus:
-
-1. Workers tokenize byte ranges of the corpus files into words, map them to chunk-local
-   ids and count them. The parent sums the word counts; words below ``min_count`` can
-   be in no frequent n-gram and become breaks (-1), like line ends. The corpus is kept
-   on disk as one int32 array of global word ids.
-2. Level by level (apriori): an n-gram can reach ``min_count`` only if its (n-1)-word
-   prefix did, so an n-gram is packed exactly into one int64 as
-   ``prefix_gram_id << 23 | last_word_id`` (limits: fewer than 2**23 frequent words,
-   fewer than 2**31 frequent n-grams per level). Workers count the keys of their chunk
-   with ``np.unique`` and spill them to hash partitions on disk; each partition is
-   merged and thresholded on its own. Then every position gets the id of the frequent
-   n-gram starting there (or -1), which the next level extends by one word.
-"""
+"""N-gram dictionaries: the text format (``words<TAB>count`` lines under a ``# span_plugin
+ngrams v1`` header, most frequent first), loading (:func:`load_ngrams`) and exact
+counting at scale in bounded memory (:func:`count_ngrams`). The format and the counting
+method: docs/PREPROCESS.md, section "Module notes"."""
 
 import gzip
 import logging
