@@ -49,7 +49,8 @@ def first_paragraphs(out, paragraphs):
 
 def preprocess(out, max_positions, doc_stride, squad=SQUAD_DEV):
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
-    from span_plugin.preprocess.folders.qa import prepare_qa
+    from span_plugin.preprocess.folders.options import FolderOptions
+    from span_plugin.preprocess.folders.qa import QASettings, prepare_qa
 
     converted = os.path.join(out, "minilm")  # its dict.txt, as the recipes make it
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "span-convert"), "bert",
@@ -59,8 +60,8 @@ def preprocess(out, max_positions, doc_stride, squad=SQUAD_DEV):
     spec = EncoderSpec(bpe="wordpiece", wordpiece=converted)
     start = time.perf_counter()
     summaries = prepare_qa(os.path.join(out, "bin"), {"valid": squad},
-                           spec, dict_path, max_positions=max_positions, doc_stride=doc_stride,
-                           command="benchmark")
+                           FolderOptions(spec, dict_path, command="benchmark"),
+                           QASettings(max_positions=max_positions, doc_stride=doc_stride))
     seconds = time.perf_counter() - start
     s = summaries["valid"]
     print(f"preprocess: {s.questions} questions, {s.windows} windows in {seconds:.1f} s "

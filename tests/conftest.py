@@ -136,6 +136,7 @@ def small_conll_folder(root, **segmentation):
     """Real CoNLL-2003 sentences (24 train, 8 valid) in a tagging folder ``root/bin``
     (GPT-2 BPE; by default greedy segmentation with the packaged n-gram dictionary)."""
     from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.folders.options import FolderOptions
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     files = {}
@@ -144,8 +145,8 @@ def small_conll_folder(root, **segmentation):
         files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"), **segmentation)
-    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
-                  str(GPT2_BPE / "dict.txt"), name="conll2003")
+    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()},
+                  FolderOptions(spec, str(GPT2_BPE / "dict.txt"), name="conll2003"))
     return root / "bin"
 
 

@@ -54,6 +54,7 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 def conll_folder(tmp_path_factory):
     """span-preprocess conll of the first 400 lines of CoNLL-2003 train (train and valid)."""
     from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.folders.options import FolderOptions
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("compile_conll")
@@ -62,7 +63,7 @@ def conll_folder(tmp_path_factory):
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
     files = {"train": str(root / "train.txt"), "valid": str(root / "train.txt")}
-    prepare_conll(root / "bin", files, spec, str(GPT2_BPE / "dict.txt"))
+    prepare_conll(root / "bin", files, FolderOptions(spec, str(GPT2_BPE / "dict.txt")))
     return root / "bin"
 
 

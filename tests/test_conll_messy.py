@@ -13,6 +13,7 @@ from span_plugin.formats import tags as T
 from span_plugin.formats.conll import read_conll
 from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.folders import conll as C
+from span_plugin.preprocess.folders.options import FolderOptions
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from test_ner_preprocess import wordpiece_spec
 
@@ -61,7 +62,8 @@ def test_valid_without_the_tag_column_beside_train_is_refused(real, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(BadInputError, match=rf"{valid}: 3 columns on every word line, but the "
                        rf"train file {real['train']} has 4"):
-        C.prepare_conll(out, {"train": str(real["train"]), "valid": str(valid)}, SPEC, DICT)
+        C.prepare_conll(out, {"train": str(real["train"]), "valid": str(valid)},
+                        FolderOptions(SPEC, DICT))
     assert not out.exists()
 
 
@@ -76,7 +78,7 @@ def test_ragged_columns_are_an_error_naming_the_line(real, tmp_path):
 
 def test_entity_types_are_counted_as_read(real, tmp_path):
     counts, stats = C.prepare_conll(tmp_path / "out", {k: str(v) for k, v in real.items()},
-                                    SPEC, DICT)
+                                    FolderOptions(SPEC, DICT))
     for split, path in real.items():
         # the files are well-formed IOB2 here: one entity per B- tag
         expected = {}
@@ -94,7 +96,7 @@ def test_entity_types_are_counted_as_read(real, tmp_path):
 def test_a_file_without_its_tag_column_shows_chunk_types(real, tmp_path, caplog):
     train = write(tmp_path / "train3.txt", drop_column(real["train"].read_text().splitlines(True), 3))
     with caplog.at_level(logging.WARNING):
-        _, stats = C.prepare_conll(tmp_path / "out", {"train": str(train)}, SPEC, DICT)
+        _, stats = C.prepare_conll(tmp_path / "out", {"train": str(train)}, FolderOptions(SPEC, DICT))
     assert set(stats["train"]["entity_types"]) <= C.CHUNK_TYPES
     assert {"NP", "VP"} <= set(stats["train"]["entity_types"])
     assert "are chunk types: is the tag column missing" in caplog.text
@@ -166,7 +168,7 @@ def test_bad_word_is_named_at_its_own_line(real, tmp_path):
     lines[20] = "\u0301 NNP I-NP I-ORG\n"
     f = write(tmp_path / "accent.txt", lines)
     with pytest.raises(BadInputError, match=rf"{f}:21: word 3 of the sentence \('\u0301'\) gives no"):
-        C.prepare_conll(tmp_path / "out", {"train": str(f)}, spec, str(srcdict))
+        C.prepare_conll(tmp_path / "out", {"train": str(f)}, FolderOptions(spec, str(srcdict)))
     assert not (tmp_path / "out").exists()
 
 
@@ -175,7 +177,8 @@ def test_word_longer_than_max_tokens_is_named_at_its_own_line(real, tmp_path):
     lines[21] = "Qzxvwqpzxkqvjzx" * 3 + " VBD B-VP O\n"  # "said": word 4, line 22
     f = write(tmp_path / "long.txt", lines)
     with pytest.raises(BadInputError, match=rf"{f}:22: word 4 alone has \d+ tokens"):
-        C.prepare_conll(tmp_path / "out", {"train": str(f)}, SPEC, DICT, max_tokens=6)
+        C.prepare_conll(tmp_path / "out", {"train": str(f)}, FolderOptions(SPEC, DICT),
+                        max_tokens=6)
 
 
 def test_bad_utf8_replace_records_its_replacements(real, tmp_path):
@@ -185,8 +188,8 @@ def test_bad_utf8_replace_records_its_replacements(real, tmp_path):
     f.write_bytes(raw)
     with pytest.raises(BadInputError, match=rf"{f}:5: invalid UTF-8"):  # "German"
         read_conll(f)
-    _, stats = C.prepare_conll(tmp_path / "out", {"train": str(f)}, SPEC, DICT,
-                               bad_utf8="replace")
+    _, stats = C.prepare_conll(tmp_path / "out", {"train": str(f)},
+                               FolderOptions(SPEC, DICT, bad_utf8="replace"))
     assert stats["train"]["utf8_replacements"] == 3
     record = json.loads((tmp_path / "out" / "provenance.json").read_text())
     assert record["bad_utf8"] == {"mode": "replace", "replacements": {"train": 3}}

@@ -19,8 +19,9 @@ from span_plugin.preprocess.folders.conll import prepare_conll
 from span_plugin.files.atomic import PARTIAL
 from span_plugin.preprocess.folders.folder import whole_folder
 from span_plugin.preprocess.folders.glue import prepare_task
+from span_plugin.preprocess.folders.options import FolderOptions
 from span_plugin.preprocess.folders.pairs import prepare_pairs
-from span_plugin.preprocess.folders.qa import prepare_qa
+from span_plugin.preprocess.folders.qa import QASettings, prepare_qa
 from span_plugin.preprocess.folders.table import prepare_table
 from test_conll_messy import DICT, ENC, SPEC  # GPT-2 BPE, no segmentation: fast folders
 
@@ -62,22 +63,23 @@ def inputs(tmp_path_factory):
 
 def build(kind, inputs, out, **kw):
     """One builder, in-process (no start-up cost)."""
+    options = FolderOptions(SPEC, DICT)
     if kind == "glue":
-        return prepare_task("WNLI", str(inputs / "glue"), str(out), SPEC, DICT, **kw)
+        return prepare_task("WNLI", str(inputs / "glue"), str(out), options, **kw)
     if kind == "table":
         return prepare_table(str(out), {s: str(inputs / f"{s}.jsonl") for s in ("train", "valid")},
-                             ["sentence1", "sentence2"], "label", SPEC, DICT, **kw)
+                             ["sentence1", "sentence2"], "label", options, **kw)
     if kind == "pairs":
         return prepare_pairs(str(out), {s: str(inputs / f"{s}.jsonl") for s in ("train", "valid")},
-                             SPEC, DICT, label_column="label", **kw)
+                             options, label_column="label", **kw)
     if kind == "conll":
         return prepare_conll(str(out), {s: str(inputs / f"{s}.conll") for s in ("train", "valid")},
-                             SPEC, DICT, **kw)
+                             options, **kw)
     if kind == "qa":
         valid = kw.pop("valid", "valid")
         return prepare_qa(str(out), {"train": str(inputs / "train.squad.json"),
-                                     "valid": str(inputs / f"{valid}.squad.json")}, SPEC, DICT,
-                          max_positions=128, doc_stride=32, **kw)
+                                     "valid": str(inputs / f"{valid}.squad.json")}, options,
+                          QASettings(max_positions=128, doc_stride=32, **kw))
     raise ValueError(kind)
 
 

@@ -24,6 +24,7 @@ def _conll_folder(root, valid_text):
     """A tagging folder whose train split is small_conll_folder's (same tags and
     dictionary) and whose valid split is ``valid_text``."""
     from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.folders.options import FolderOptions
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root.mkdir(parents=True, exist_ok=True)
@@ -32,7 +33,7 @@ def _conll_folder(root, valid_text):
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
     prepare_conll(root / "bin", {"train": str(root / "train.txt"), "valid": str(root / "valid.txt")},
-                  spec, str(GPT2_BPE / "dict.txt"), name="conll2003")
+                  FolderOptions(spec, str(GPT2_BPE / "dict.txt"), name="conll2003"))
     return root / "bin"
 
 

@@ -1210,7 +1210,7 @@ def test_json_nested_deeper_than_the_recursion_limit_is_bad_input(tmp_path):
     from span_plugin.files.errors import BadInputError
     from span_plugin.formats.pairs import read_pair_rows
     from span_plugin.formats.squad import read_qa
-    from span_plugin.formats.table import read_table
+    from span_plugin.formats.table import TableReading, read_table
 
     (label, a, b), = table_rows("MRPC", 0, 1)
     good = dumps({"sentence1": a, "sentence2": b, "label": label, "phrases": []})
@@ -1219,7 +1219,8 @@ def test_json_nested_deeper_than_the_recursion_limit_is_bad_input(tmp_path):
     path.write_text(good + "\n" + deep + "\n", encoding="utf-8")
     with pytest.raises(BadInputError, match=rf"{path}:2: JSON nested too deeply"):
         read_table(path, ["sentence1"], "label")
-    assert read_table(path, ["sentence1"], "label", bad_rows="skip").dropped[0][0] == 2
+    skipped = read_table(path, ["sentence1"], "label", TableReading(bad_rows="skip"))
+    assert skipped.dropped[0][0] == 2
     with pytest.raises(BadInputError, match=rf"{path}:2: JSON nested too deeply"):
         read_pair_rows(path)
     squad = tmp_path / "squad.json"

@@ -16,7 +16,7 @@ from span_plugin.files.errors import BadInputError
 from span_plugin.formats.lines import read_file_lines
 from span_plugin.formats.pairs import read_pair_rows
 from span_plugin.formats.rows import read_decimal
-from span_plugin.formats.table import read_table
+from span_plugin.formats.table import TableReading, read_table
 
 
 def mrpc(n, skip=0):
@@ -95,8 +95,8 @@ def test_pandas_quotes_of_a_real_row_are_named(tmp_path):
     with pytest.raises(BadInputError, match=rf"{path}:2: field 1 is a quoted field holding a "
                        r"doubled quote"):
         read_table(path, ["text"], "label")
-    assert read_table(path, ["text"], "label", fmt="csv", delimiter="\t").inputs[0][0] == \
-        mrpc(1)[0][3]
+    quoted = TableReading(fmt="csv", delimiter="\t")
+    assert read_table(path, ["text"], "label", quoted).inputs[0][0] == mrpc(1)[0][3]
 
 
 def test_quoted_field_with_tab_and_line_break_is_named_not_read_as_rows(tmp_path):
@@ -110,12 +110,12 @@ def test_quoted_field_with_tab_and_line_break_is_named_not_read_as_rows(tmp_path
                        r"line break \(it ends on line 5\).*--format csv --delimiter '\\t'"):
         read_table(path, ["text"], "label")
     # Skipped: the whole quoted record goes, no fragment stays.
-    skipped = read_table(path, ["text"], "label", bad_rows="skip")
+    skipped = read_table(path, ["text"], "label", TableReading(bad_rows="skip"))
     assert skipped.rows == 4 and skipped.lines == [2, 3, 6, 7]
     assert [line for line, _ in skipped.dropped] == [4]
     assert skipped.labels == [label(r) for i, r in enumerate(rows) if i != 2]
     # The fix the message names reads it whole.
-    fixed = read_table(path, ["text"], "label", fmt="csv", delimiter="\t")
+    fixed = read_table(path, ["text"], "label", TableReading(fmt="csv", delimiter="\t"))
     assert fixed.rows == 5 and fixed.labels == [label(r) for r in rows]
     assert fixed.inputs[0][2] == (rows[2][3][:20] + "\tneg " + rows[2][3][20:]).strip()
 
@@ -131,7 +131,7 @@ def test_each_kind_of_quoted_field_is_named(tmp_path, what, edit):
     with pytest.raises(BadInputError, match=rf"{path}:5: field 1 is a quoted field holding "
                        rf"a {what}"):
         read_table(path, ["text"], "label")
-    assert read_table(path, ["text"], "label", fmt="csv", delimiter="\t").rows == 6
+    assert read_table(path, ["text"], "label", TableReading(fmt="csv", delimiter="\t")).rows == 6
 
 
 def test_glue_file_with_a_quoted_field_is_refused_by_line(tmp_path):
@@ -206,7 +206,7 @@ def test_scores_outside_ascii_decimal_notation_are_refused(tmp_path, score):
                                               for i, r in enumerate(rows)))
     with pytest.raises(BadInputError, match=rf"{path}:3: label .* is not a number "
                        r"\(regression\): .* ASCII decimal notation"):
-        read_table(path, ["text"], "score", regression=True)
+        read_table(path, ["text"], "score", TableReading(regression=True))
 
 
 def test_ascii_decimal_scores_are_read():

@@ -304,6 +304,7 @@ def test_labeling_entities_nested_against_probabilities():
 def conll_folder(tmp_path_factory):
     """Real CoNLL-2003 sentences (40 train, 16 valid) and their tagging folder."""
     from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.folders.options import FolderOptions
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("conll_decoding")
@@ -313,8 +314,8 @@ def conll_folder(tmp_path_factory):
         files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
-    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
-                  str(GPT2_BPE / "dict.txt"), name="conll2003")
+    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()},
+                  FolderOptions(spec, str(GPT2_BPE / "dict.txt"), name="conll2003"))
     return root / "bin"
 
 

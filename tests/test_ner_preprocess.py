@@ -10,6 +10,7 @@ from span_plugin.preprocess.folders import conll as C
 from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.binary.binarize import _get_encoder
 from span_plugin.preprocess.folders.check import check_folder
+from span_plugin.preprocess.folders.options import FolderOptions
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
 CONLL = DATA / "conll2003"
@@ -66,7 +67,7 @@ def test_real_rows_align_words_tokens_tags_and_spans(encoder, real_files, tmp_pa
                      }[encoder]()
     out = tmp_path / "bin"
     files = {s: str(real_files / f"{s}.txt") for s in ("train", "valid")}
-    counts, stats = C.prepare_conll(out, files, spec, str(srcdict), max_tokens=40)
+    counts, stats = C.prepare_conll(out, files, FolderOptions(spec, str(srcdict)), max_tokens=40)
     assert stats["train"]["split_sentences"] >= 1  # a sentence past 40 tokens, cut
     check_folder(str(out))
     C.check_tagging_folder(str(out))
@@ -160,4 +161,4 @@ def test_word_with_no_tokens_is_an_error(tmp_path):
     f = write(tmp_path, "EU B-ORG\n\u0301 O\n", "accent.txt")  # a lone accent: BERT drops it
     # the line named is the line that holds the word (line 2), not the sentence's first
     with pytest.raises(BadInputError, match=rf"{f}:2: word 2 of the sentence .* gives no tokens"):
-        C.prepare_conll(tmp_path / "out", {"train": f}, spec, str(srcdict))
+        C.prepare_conll(tmp_path / "out", {"train": f}, FolderOptions(spec, str(srcdict)))

@@ -19,6 +19,7 @@ def conll_dir(tmp_path_factory):
     """A few dozen real sentences per split, and their tagging folder ``bin/`` (made
     here, in-process, as `span-preprocess conll` makes it: a process less per run)."""
     from span_plugin.preprocess.folders.conll import prepare_conll
+    from span_plugin.preprocess.folders.options import FolderOptions
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
     root = tmp_path_factory.mktemp("conll")
@@ -28,8 +29,8 @@ def conll_dir(tmp_path_factory):
         files[split].write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
-    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()}, spec,
-                  str(GPT2_BPE / "dict.txt"), name="conll2003")
+    prepare_conll(root / "bin", {k: str(v) for k, v in files.items()},
+                  FolderOptions(spec, str(GPT2_BPE / "dict.txt"), name="conll2003"))
     return root
 
 

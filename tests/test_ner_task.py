@@ -11,6 +11,7 @@ from span_plugin.modules import entities as ner
 from span_plugin.formats import tags as T
 from span_plugin.criterions.ner import SpanLabelingCriterion
 from span_plugin.preprocess.folders.conll import prepare_conll
+from span_plugin.preprocess.folders.options import FolderOptions
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from span_plugin.tasks.span_tagging import SpanLabelingTask
 
@@ -22,7 +23,8 @@ def folder(tmp_path_factory):
     (root / "train.txt").write_text("".join(lines))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
-    prepare_conll(root / "bin", {"train": str(root / "train.txt")}, spec, str(GPT2_BPE / "dict.txt"))
+    prepare_conll(root / "bin", {"train": str(root / "train.txt")},
+                  FolderOptions(spec, str(GPT2_BPE / "dict.txt")))
     return root / "bin"
 
 

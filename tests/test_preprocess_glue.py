@@ -14,6 +14,7 @@ from conftest import GLUE, GPT2_BPE, run_cli
 from span_plugin.preprocess import EncoderSpec
 from span_plugin.preprocess.folders.check import CheckError, check_folder
 from span_plugin.preprocess.folders.glue import prepare_task
+from span_plugin.preprocess.folders.options import FolderOptions
 
 ENC = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
        GPT2_BPE / "vocab.bpe", "--srcdict", GPT2_BPE / "dict.txt"]
@@ -25,7 +26,7 @@ DICT = str(GPT2_BPE / "dict.txt")
 
 def _prepare(task, glue, out, **kw):
     """The library call behind `span-preprocess glue` (in-process: no start-up cost)."""
-    return prepare_task(task, str(glue), str(out), SPEC, DICT, workers=1, **kw)
+    return prepare_task(task, str(glue), str(out), FolderOptions(SPEC, DICT, workers=1), **kw)
 
 
 @pytest.fixture(scope="module")

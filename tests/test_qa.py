@@ -653,7 +653,8 @@ def test_preprocessing_in_worker_processes_writes_the_same_folder(tmp_path, squa
     processes: every file of the folder is the one a single process writes."""
     from conftest import GPT2_BPE
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
-    from span_plugin.preprocess.folders.qa import CHUNK_QUESTIONS, prepare_qa
+    from span_plugin.preprocess.folders.options import FolderOptions
+    from span_plugin.preprocess.folders.qa import CHUNK_QUESTIONS, QASettings, prepare_qa
 
     data = json.loads(SQUAD_DEV.read_text(encoding="utf-8"))
     data["data"] = data["data"][:1]
@@ -664,8 +665,9 @@ def test_preprocessing_in_worker_processes_writes_the_same_folder(tmp_path, squa
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
     for workers in (1, 2):
         prepare_qa(str(tmp_path / f"w{workers}"), {"train": str(tmp_path / "train.json")},
-                   spec, str(GPT2_BPE / "dict.txt"), max_positions=128, doc_stride=32,
-                   on_bad="skip", command="test", workers=workers)
+                   FolderOptions(spec, str(GPT2_BPE / "dict.txt"), workers=workers,
+                                 command="test"),
+                   QASettings(max_positions=128, doc_stride=32, on_bad="skip"))
     files = sorted(p.relative_to(tmp_path / "w1") for p in (tmp_path / "w1").rglob("*") if p.is_file())
     assert len(files) > 10
     for name in files:

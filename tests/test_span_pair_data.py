@@ -14,6 +14,7 @@ from fairseq.data import Dictionary, indexed_dataset
 from conftest import GLUE, GPT2_BPE
 from span_plugin.data import span_index
 from span_plugin.preprocess.folders.align import align_file
+from span_plugin.preprocess.folders.options import FolderOptions
 from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from span_plugin.preprocess.folders.pairs import (
@@ -90,7 +91,7 @@ def test_round_trip_real_mrpc(tmp_path, encoder, request):
     src = tmp_path / "train.jsonl"
     expected = _make_jsonl(src, rows)
     out = tmp_path / "folder"
-    counts, pairs = prepare_pairs(out, {"train": str(src)}, spec, str(srcdict),
+    counts, pairs = prepare_pairs(out, {"train": str(src)}, FolderOptions(spec, str(srcdict)),
                                   label_column="label", positive="1")
     assert counts == {"train": 60}
     assert pairs["train"] == sum(len(e) for e in expected) > 100
@@ -220,7 +221,7 @@ def test_task_layout_points_at_the_phrase_tokens(tmp_path):
     spec = gpt2_spec()
     src = tmp_path / "train.jsonl"
     expected = _make_jsonl(src, mrpc_rows(30), seed=2)
-    prepare_pairs(tmp_path / "f", {"train": str(src)}, spec, str(GPT2_BPE / "dict.txt"),
+    prepare_pairs(tmp_path / "f", {"train": str(src)}, FolderOptions(spec, str(GPT2_BPE / "dict.txt")),
                   label_column="label")
     full = _load_task(tmp_path / "f")
     full_ds = full.load_dataset("train")
@@ -260,7 +261,7 @@ def test_load_check_names_file_and_line(tmp_path):
     src = tmp_path / "train.jsonl"
     expected = _make_jsonl(src, mrpc_rows(12), seed=3)
     out = tmp_path / "f"
-    prepare_pairs(out, {"train": str(src)}, gpt2_spec(), str(GPT2_BPE / "dict.txt"))
+    prepare_pairs(out, {"train": str(src)}, FolderOptions(gpt2_spec(), str(GPT2_BPE / "dict.txt")))
     prefixes = [phrase_prefix(str(out / f"input{k}" / "train")) for k in range(2)]
     labels = str(out / PHRASE_LABEL_DIR / "train")
     token_sets = [indexed_dataset.MMapIndexedDataset(str(out / f"input{k}" / "train"))

@@ -10,7 +10,7 @@ from conftest import GLUE, GPT2_BPE, ROOT, run_cli
 from test_recipes import TINY
 
 from span_plugin.files.errors import BadInputError
-from span_plugin.formats.table import read_table
+from span_plugin.formats.table import TableReading, read_table
 
 ENC = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe",
        GPT2_BPE / "vocab.bpe", "--srcdict", GPT2_BPE / "dict.txt", "--workers", "1"]
@@ -122,14 +122,14 @@ def test_csv_regression_trains_with_the_recipe(tmp_path):
 
 def test_csv_quoting_line_breaks_and_regression(tmp_path):
     files = sts_csv(tmp_path / "src")
-    rows = read_table(files["train"], ["text"], "score", regression=True)
+    rows = read_table(files["train"], ["text"], "score", TableReading(regression=True))
     assert rows.inputs[0][2] == 'He said "no", then left.'  # one line per row
     assert rows.labels[:3] == ["0", "0.5", "1"] and rows.rows == 30
     # The same rows as a tab-separated file with the GLUE layout read the same.
     tsv = tmp_path / "train.tsv"
     tsv.write_text("id\ttext\tscore\n" + "".join(
         f"{i}\t{t}\t{y}\n" for i, (t, y) in enumerate(zip(rows.inputs[0], rows.labels))))
-    again = read_table(tsv, ["text"], "score", regression=True)
+    again = read_table(tsv, ["text"], "score", TableReading(regression=True))
     assert again.inputs == rows.inputs and again.labels == rows.labels
 
 
@@ -139,7 +139,7 @@ def test_bad_rows_name_file_and_line_or_are_left_out(tmp_path):
                  + json.dumps({"y": "b"}) + "\n" + json.dumps({"s": "x", "y": ""}) + "\n")
     with pytest.raises(BadInputError, match=rf"{p}:3: not valid JSON .*--bad-rows skip"):
         read_table(p, ["s"], "y")
-    rows = read_table(p, ["s"], "y", bad_rows="skip")
+    rows = read_table(p, ["s"], "y", TableReading(bad_rows="skip"))
     assert rows.inputs == [["one", "two"]] and rows.labels == ["a", "b"]
     assert [(ln, why.split(" (")[0]) for ln, why in rows.dropped] == [
         (3, "not valid JSON"), (4, "text column 's' holds null, expected text"),
@@ -154,7 +154,7 @@ def test_bad_rows_name_file_and_line_or_are_left_out(tmp_path):
     r = tmp_path / "c.tsv"
     r.write_text("s\ty\nfine\t1.5\nbad\tten\n")
     with pytest.raises(BadInputError, match=rf"{r}:3: label 'ten' is not a number \(regression\)"):
-        read_table(r, ["s"], "y", regression=True)
+        read_table(r, ["s"], "y", TableReading(regression=True))
     u = tmp_path / "d.tsv"
     u.write_bytes(b"s\ty\nok\t1\nbad \xff byte\t0\n")
     with pytest.raises(BadInputError, match=rf"{u}:3: invalid UTF-8"):

@@ -86,6 +86,17 @@ def _print_dropped(out):
         print(summary)
 
 
+def _folder_options(args, spec):
+    """The :class:`~span_plugin.preprocess.folders.options.FolderOptions` of the
+    arguments, encoding with ``spec`` (:func:`_spec`)."""
+    from span_plugin.preprocess.folders.options import FolderOptions
+
+    return FolderOptions(spec=spec, dict_path=args.srcdict, workers=args.workers,
+                         bad_utf8=args.bad_utf8,
+                         unknown_labels=getattr(args, "unknown_labels", None),
+                         name=getattr(args, "name", None), command=_command())
+
+
 def _spec(args, need_dict=True):
     from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 
@@ -153,29 +164,26 @@ def cmd_glue(args):
     if args.task != "ALL" and args.task not in TASKS:
         raise SystemExit(f"span-preprocess glue: unknown task {args.task!r}; expected one of "
                          f"{', '.join(TASKS)} or ALL")
-    spec = _spec(args)
+    options = _folder_options(args, _spec(args))
     names = [t for t in TASKS if os.path.isdir(os.path.join(args.glue_dir, t))] \
         if args.task == "ALL" else [args.task]
     for name in names:
         out = os.path.join(args.out, f"{name}-bin") if args.task == "ALL" else args.out
-        counts = prepare_task(name, args.glue_dir, out, spec, args.srcdict, workers=args.workers,
-                              bad_rows=args.bad_rows, bad_utf8=args.bad_utf8,
-                              unknown_labels=args.unknown_labels, command=_command())
+        counts = prepare_task(name, args.glue_dir, out, options, bad_rows=args.bad_rows)
         print(f"{name}: {out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
         _print_dropped(out)
 
 
 def cmd_table(args):
+    from span_plugin.formats.table import TableReading
     from span_plugin.preprocess.folders.table import prepare_table
 
-    spec = _spec(args)
+    options = _folder_options(args, _spec(args))
     files = _split_files(args)
-    counts = prepare_table(args.out, files, args.text_columns, args.label_column, spec,
-                           args.srcdict, name=args.name, fmt=args.format, delimiter=args.delimiter,
-                           regression=args.regression, positive=args.positive_label,
-                           drop_labels=args.drop_labels or (), bad_rows=args.bad_rows,
-                           bad_utf8=args.bad_utf8, unknown_labels=args.unknown_labels,
-                           workers=args.workers, command=_command())
+    reading = TableReading(fmt=args.format, delimiter=args.delimiter, regression=args.regression,
+                           drop_labels=args.drop_labels or (), bad_rows=args.bad_rows)
+    counts = prepare_table(args.out, files, args.text_columns, args.label_column, options,
+                           reading, positive=args.positive_label)
     print(f"{args.out}: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
     _print_dropped(args.out)
 
@@ -183,15 +191,11 @@ def cmd_table(args):
 def cmd_pairs(args):
     from span_plugin.preprocess.folders.pairs import prepare_pairs
 
-    spec = _spec(args)
+    options = _folder_options(args, _spec(args))
     files = _split_files(args)
-    counts, pairs = prepare_pairs(args.out, files, spec, args.srcdict,
-                                  text_columns=args.text_columns,
+    counts, pairs = prepare_pairs(args.out, files, options, text_columns=args.text_columns,
                                   label_column=args.label_column, phrases_key=args.phrases_key,
-                                  phrase_labels=args.phrase_labels, name=args.name,
-                                  positive=args.positive_label, bad_utf8=args.bad_utf8,
-                                  unknown_labels=args.unknown_labels, workers=args.workers,
-                                  command=_command())
+                                  phrase_labels=args.phrase_labels, positive=args.positive_label)
     print(f"{args.out}: " + ", ".join(f"{s} {n} rows, {pairs[s]} phrase pairs"
                                       for s, n in counts.items()))
     _print_dropped(args.out)
@@ -214,12 +218,10 @@ def cmd_align_pairs(args):
 def cmd_conll(args):
     from span_plugin.preprocess.folders.conll import prepare_conll
 
-    spec = _spec(args)
+    options = _folder_options(args, _spec(args))
     files = _split_files(args)
-    counts, stats = prepare_conll(args.out, files, spec, args.srcdict, scheme=args.tag_scheme,
-                                  bad_tags=args.bad_tags, max_tokens=args.max_tokens,
-                                  workers=args.workers, bad_utf8=args.bad_utf8, name=args.name,
-                                  unknown_labels=args.unknown_labels, command=_command())
+    counts, stats = prepare_conll(args.out, files, options, scheme=args.tag_scheme,
+                                  bad_tags=args.bad_tags, max_tokens=args.max_tokens)
     for split, s in stats.items():
         unseen = "".join(f", {n} {t} entities not in train" for t, n in s["unseen_types"].items())
         dropped = (f", {s['dropped_sentences']} sentences left out"
@@ -241,7 +243,7 @@ def cmd_conll(args):
 
 
 def cmd_qa(args):
-    from span_plugin.preprocess.folders.qa import prepare_qa
+    from span_plugin.preprocess.folders.qa import QASettings, prepare_qa
 
     files = _split_files(args)
     if not files:
@@ -250,10 +252,9 @@ def cmd_qa(args):
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file (--{split})")
         regular_file(path, f"--{split}")
-    summaries = prepare_qa(args.out, files, _spec(args), args.srcdict,
-                           max_positions=args.max_positions, doc_stride=args.doc_stride,
-                           on_bad=args.on_bad, name=args.name, command=_command(),
-                           workers=args.workers)
+    summaries = prepare_qa(args.out, files, _folder_options(args, _spec(args)),
+                           QASettings(max_positions=args.max_positions,
+                                      doc_stride=args.doc_stride, on_bad=args.on_bad))
     for split, s in summaries.items():
         print(f"{split}: {s.questions} questions in {s.windows} windows ({s.impossible} "
               f"impossible, {s.dropped} dropped: see dropped_rows.tsv), {s.inexact_answers} "
@@ -338,9 +339,8 @@ def cmd_binarize(args):
 def cmd_pretrain(args):
     from span_plugin.preprocess.folders.pretrain import prepare_pretrain
 
-    rows = prepare_pretrain(args.out, args.train, _spec(args), args.srcdict, valid=args.valid,
-                            workers=args.workers, bad_utf8=args.bad_utf8, command=_command(),
-                            keep=args.keep)
+    rows = prepare_pretrain(args.out, args.train, _folder_options(args, _spec(args)),
+                            valid=args.valid, keep=args.keep)
     if rows is None:
         print(f"{args.out}: kept (made from the same text and settings)")
     else:

@@ -1,13 +1,42 @@
 """Users' own tables: TSV, CSV or JSON Lines with named columns, read into rows
-(:func:`read_table`; :mod:`span_plugin.preprocess.folders.table` writes the task
-folder): one or two text columns, one label column (classes as written, or regression
-numbers). The formats, the label rules and bad rows: docs/PREPROCESS.md, section
-"Module notes"."""
+(:func:`read_table`; :mod:`span_plugin.preprocess.folders.table` writes the task folder).
+
+Formats (``fmt="auto"`` tells them by the file name):
+
+- ``tsv`` (``.tsv``, ``.tab``): a header line, then one row per line, fields split on tabs,
+  no quoting (the GLUE layout, :mod:`span_plugin.formats.tsv`); a CSV-quoted field
+  holding a tab or a line break is a bad row that names the fix (``--format csv
+  --delimiter '\t'``);
+- ``csv`` (``.csv``): RFC 4180 as Python's ``csv`` reads it (quoted fields may hold the
+  delimiter, quotes and line breaks), a header row first; ``delimiter`` sets the
+  separator (``"\\t"`` for quoted TSV such as pandas writes);
+- ``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``): one JSON object per line, keyed by
+  column name (the Hugging Face datasets ``to_json`` export).
+
+One or two text columns (one input per column), one label column: class labels as
+written (a JSON number ``1`` is the class ``"1"``; the class labels of a JSON Lines file
+are all of one JSON type, since ``1``, ``1.0`` and ``true`` would be three classes), or
+numbers in ASCII decimal notation with ``regression``. Header names (and the keys of
+a JSON object) are unique: a name given twice is an error naming both columns.
+Test files need no label column; their labels are never read. Which labels a valid
+file may hold (the train file's) is checked when the folder is written
+(:func:`span_plugin.preprocess.folders.folder.restrict_to_train_labels`).
+
+Bad input is handled as in ``span-preprocess glue``: a row with another number of
+fields than the header, a line that is not a JSON object, a missing column or key, a
+null or non-scalar value, an empty class label or a regression label that is not a
+finite number is an error ``FILE:LINE: why``, or with ``bad_rows="skip"`` the row is left
+out of every input and the label and listed with its reason. Rows whose label
+is one of ``drop_labels`` (SNLI's ``-``, or ``-1`` in Hugging Face exports) are left out
+and listed. Invalid UTF-8, a BOM and CRLF line ends: as ``glue``. Line breaks inside a
+text field (CSV, JSON) become spaces, so that each row stays one line of the folder.
+"""
 
 import csv
 import io
 import json
 import os
+from dataclasses import dataclass
 
 from span_plugin.files.errors import BadInputError
 from span_plugin.formats.lines import TOO_DEEP, read_file_lines
@@ -199,13 +228,33 @@ def check_columns(text_columns, label_column):
                          f"{list(text_columns)}: the model would read its label as input")
 
 
-def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
-               regression=False, drop_labels=(), bad_rows="error", bad_utf8="error"):
-    """Read one file into :class:`SplitRows`; ``label_column=None`` reads no labels."""
+@dataclass(frozen=True)
+class TableReading:
+    """How :func:`read_table` reads a file (module docstring): ``fmt`` ("auto": by
+    the file name), the CSV ``delimiter``, ``regression`` (numeric labels), the labels
+    whose rows are left out (``drop_labels``) and what a bad row does (``bad_rows``:
+    "error" or "skip")."""
+
+    fmt: str = "auto"
+    delimiter: str = ","
+    regression: bool = False
+    drop_labels: tuple = ()
+    bad_rows: str = "error"
+
+    def __post_init__(self):
+        object.__setattr__(self, "drop_labels", tuple(self.drop_labels))
+
+
+def read_table(path, text_columns, label_column=None, reading=TableReading(),
+               bad_utf8="error"):
+    """Read one file into :class:`SplitRows` as ``reading`` (:class:`TableReading`)
+    says; ``label_column=None`` reads no labels."""
     check_columns(text_columns, label_column)
-    fmt = detect_format(path, fmt)
+    fmt = detect_format(path, reading.fmt)
+    regression, drop_labels = reading.regression, reading.drop_labels
     lines = read_file_lines(path, bad_utf8)
-    rows = _jsonl_rows(path, lines) if fmt == "jsonl" else _delimited_rows(path, lines, fmt, delimiter)
+    rows = (_jsonl_rows(path, lines) if fmt == "jsonl"
+            else _delimited_rows(path, lines, fmt, reading.delimiter))
     out = SplitRows(inputs=[[] for _ in text_columns],
                     labels=[] if label_column is not None else None,
                     replacements=lines.replacements)
@@ -237,7 +286,7 @@ def read_table(path, text_columns, label_column=None, fmt="auto", delimiter=",",
                     continue
                 label = _check_label(label, label_column, regression)
         except _BadRow as bad:
-            if bad_rows == "skip":
+            if reading.bad_rows == "skip":
                 out.dropped.append((lineno, str(bad)))
                 continue
             raise BadInputError(f"{path}:{lineno}: {bad}; fix the row or pass --bad-rows "

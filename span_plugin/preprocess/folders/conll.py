@@ -6,7 +6,7 @@ entity types and long sentences: docs/NER.md, section "Module notes"."""
 import glob
 import logging
 import os
-import sys
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -188,117 +188,144 @@ def warn_chunk_types(found, files):
                            files[split], ", ".join(counts))
 
 
-def prepare_conll(out_dir, files, spec, dict_path, *, scheme="iob2", bad_tags="repair",
-                  max_tokens=510, workers=1, bad_utf8="error", unknown_labels="map-to-o",
-                  name=None, command=None):
+def prepare_conll(out_dir, files, options, *, scheme="iob2", bad_tags="repair",
+                  max_tokens=510):
     """Write the tagging folder of ``files`` ({split: path}, train first).
 
-    max_tokens: most tokens per item, without the specials the task adds (a model with
-    512 positions and ``<s> ... </s>``: 510). unknown_labels: entity types train does
-    not have (module docstring). Returns ``({split: items written}, {split: stats})``.
+    options: :class:`~span_plugin.preprocess.folders.options.FolderOptions`; its
+    unknown_labels (None: "map-to-o") handles entity types train does not have (module
+    docstring). max_tokens: most tokens per item, without the specials the task adds (a
+    model with 512 positions and ``<s> ... </s>``: 510). Returns ``({split: items
+    written}, {split: stats})``.
     """
-    encoder = _get_encoder(spec)  # built once per process, shared with binarize_file
-    read = {split: read_conll(path, scheme, bad_tags, bad_utf8) for split, path in files.items()}
+    encoder = _get_encoder(options.spec)  # built once per process, shared with binarize_file
+    read = {split: read_conll(path, scheme, bad_tags, options.bad_utf8)
+            for split, path in files.items()}
     same_columns(read, files)
     n_sentences = {split: len(parsed.sentences) for split, parsed in read.items()}
     found = {split: entity_counts(parsed) for split, parsed in read.items()}
     warn_chunk_types(found, files)
+    unknown_labels = options.unknown_labels or "map-to-o"
     types, unseen, dropped = restrict_to_train_types(read, files, unknown_labels)
-    name = name or folder_name(out_dir)
+    conll = _ConllSplits(files, read, types, unseen, dropped, found, n_sentences)
+    options = replace(options, name=options.name or folder_name(out_dir))
     with whole_folder(out_dir) as tmp:  # whole or absent
-        return _write_conll_folder(tmp, files, read, spec, dict_path, encoder, types, unseen,
-                                   dropped, found, n_sentences, scheme=scheme,
-                                   bad_tags=bad_tags, max_tokens=max_tokens, workers=workers,
-                                   bad_utf8=bad_utf8, unknown_labels=unknown_labels,
-                                   name=name, command=command)
+        return _write_conll_folder(tmp, conll, options, encoder, scheme=scheme,
+                                   bad_tags=bad_tags, max_tokens=max_tokens,
+                                   unknown_labels=unknown_labels)
 
 
-def _write_conll_folder(out_dir, files, read, spec, dict_path, encoder, types, unseen,
-                        dropped, found, n_sentences, *, scheme, bad_tags, max_tokens,
-                        workers, bad_utf8, unknown_labels, name, command):
+@dataclass
+class _ConllSplits:
+    """The splits :func:`prepare_conll` read and checked, with what the record says of
+    them (each a dict by split)."""
+
+    files: dict  # the source paths
+    read: dict  # ConllSplit, entity types train lacks already handled
+    types: list  # the entity types kept, sorted
+    unseen: dict  # {type: entities} of the types train lacks
+    dropped: dict  # [(line, reason)] of the sentences left out
+    found: dict  # {type: entities} as read
+    n_sentences: dict  # sentences read
+
+
+def _write_conll_folder(out_dir, conll, options, encoder, *, scheme, bad_tags, max_tokens,
+                        unknown_labels):
     """The files of :func:`prepare_conll`, written into ``out_dir`` (a temporary folder
     that takes the folder's place at the end)."""
-    names = T.tag_names(types)
+    names = T.tag_names(conll.types)
     tag_id = {t: i for i, t in enumerate(names)}
-    raw_dir = os.path.join(out_dir, "raw")
-    for d in (raw_dir, os.path.join(out_dir, WORDS_DIR), os.path.join(out_dir, LABEL_DIR)):
-        os.makedirs(d, exist_ok=True)
+    for d in ("raw", WORDS_DIR, LABEL_DIR):
+        os.makedirs(os.path.join(out_dir, d), exist_ok=True)
     counts, stats = {}, {}
-    for split, parsed in read.items():
-        path = files[split]
-        items = []  # (words, tags, token counts, source line)
-        splits_made = 0
-        for s in parsed.sentences:
-            tok = word_token_counts(encoder, s.words, path, s.line)
-            if sum(tok) <= max_tokens:
-                items.append((s.words, s.tags, tok, s.line))
-                continue
-
-            def first_count(k, words=s.words, line=s.line):
-                return word_token_counts(encoder, [words[k]], path, line + k)[0]
-
-            try:
-                bounds = split_points(tok, s.tags, max_tokens, first_count)
-            except BadInputError as err:
-                # one word a line: word k of the sentence is on line s.line + k
-                raise BadInputError(f"{path}:{s.line + getattr(err, 'word', 0)}: "
-                                    f"{err}") from None
-            splits_made += len(bounds) - 2
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                part_tags, part_tok = list(s.tags[a:b]), list(tok[a:b])
-                if part_tags[0].startswith("I-"):  # a cut inside an entity
-                    part_tags[0] = "B-" + part_tags[0][2:]
-                if a > 0:
-                    part_tok[0] = first_count(a)
-                # one word a line in CoNLL files: word a is on line s.line + a
-                items.append((s.words[a:b], part_tags, part_tok, s.line + a))
-        with open(os.path.join(raw_dir, f"{split}.input0"), "w", encoding="utf-8") as f:
-            f.writelines(" ".join(w) + "\n" for w, _, _, _ in items)
-        with open(os.path.join(raw_dir, f"{split}.label"), "w", encoding="utf-8") as f:
-            f.writelines(" ".join(t) + "\n" for _, t, _, _ in items)
-        with open(os.path.join(raw_dir, f"{split}.source"), "w", encoding="utf-8") as f:
-            f.writelines(f"{line} {len(w)}\n" for w, _, _, line in items)
-        prefix = os.path.join(out_dir, "input0", split)
-        binarize_file(os.path.join(raw_dir, f"{split}.input0"), prefix, spec, dict_path,
-                      workers=workers, bad_utf8="error")
-        lengths = _item_lengths(prefix)
-        with span_files.SpanIndexWriter(os.path.join(out_dir, WORDS_DIR, split)) as w:
-            for i, (_, _, tok, line) in enumerate(items):
-                if sum(tok) != lengths[i]:
-                    raise BadInputError(
-                        f"{path}:{line}: the words give {sum(tok)} tokens one by one but "
-                        f"{lengths[i]} as a sentence (item {i + 1} of {split}); "
-                        f"this encoder does not cut space-joined words apart")
-                ends = np.cumsum(tok)
-                w.add(zip((ends - tok).tolist(), ends.tolist()))
-        _write_items(os.path.join(out_dir, LABEL_DIR, split),
-                     ([tag_id[t] for t in tags] for _, tags, _, _ in items))
+    for split, parsed in conll.read.items():
+        items, splits_made = _items(encoder, parsed.sentences, conll.files[split], max_tokens)
+        _write_split(out_dir, split, items, conll.files[split], options, tag_id)
         counts[split] = len(items)
-        stats[split] = {"sentences": n_sentences[split], "items": len(items),
+        stats[split] = {"sentences": conll.n_sentences[split], "items": len(items),
                         "split_sentences": splits_made, "documents": parsed.documents,
                         "empty_documents": parsed.empty_documents,
                         "repaired_tags": parsed.repairs, "columns": parsed.columns,
-                        "entity_types": found[split], "unseen_types": unseen[split],
-                        "dropped_sentences": len(dropped[split]),
+                        "entity_types": conll.found[split], "unseen_types": conll.unseen[split],
+                        "dropped_sentences": len(conll.dropped[split]),
                         "utf8_replacements": parsed.replacements}
     with open(os.path.join(out_dir, "dropped_rows.tsv"), "w", encoding="utf-8") as f:
         f.write("split\tfile\tline\treason\n")
-        for split, left in dropped.items():
-            f.writelines(f"{split}\t{files[split]}\t{line}\t{why}\n" for line, why in left)
-    write_dict(dict_path, os.path.join(out_dir, "input0"))
+        for split, left in conll.dropped.items():
+            f.writelines(f"{split}\t{conll.files[split]}\t{line}\t{why}\n" for line, why in left)
+    write_dict(options.dict_path, os.path.join(out_dir, "input0"))
     with open(os.path.join(out_dir, LABEL_DIR, TAGS_FILE), "w", encoding="utf-8") as f:
         f.writelines(t + "\n" for t in names)
     labels = {"kind": "tags", "scheme": "iob2", "input_scheme": scheme, "bad_tags": bad_tags,
-              "names": names, "types": types, "positive": None, "max_tokens": max_tokens,
+              "names": names, "types": conll.types, "positive": None, "max_tokens": max_tokens,
               "unknown_labels": unknown_labels, "stats": stats}
-    provenance.write_record(
-        out_dir, task=name, inputs=1,
-        encoder=provenance.encoder_record(spec, dict_path), labels=labels, rows=counts,
-        source={split: provenance.file_entry(path) for split, path in files.items()},
-        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-        bad_utf8=provenance.utf8_entry(bad_utf8, {split: parsed.replacements
-                                                  for split, parsed in read.items()}))
+    provenance.write_record(out_dir, provenance.RecordFields(
+        command=options.record_command(), task=options.name, inputs=1,
+        encoder=provenance.encoder_record(options.spec, options.dict_path), labels=labels,
+        source={split: provenance.file_entry(path) for split, path in conll.files.items()},
+        rows=counts,
+        bad_utf8=provenance.utf8_entry(options.bad_utf8, {split: parsed.replacements
+                                                          for split, parsed in conll.read.items()})))
     return counts, stats
+
+
+def _items(encoder, sentences, path, max_tokens):
+    """``([(words, tags, token counts, source line)], sentences cut)``: the items of
+    one split's sentences, those longer than ``max_tokens`` cut between words."""
+    items = []
+    splits_made = 0
+    for s in sentences:
+        tok = word_token_counts(encoder, s.words, path, s.line)
+        if sum(tok) <= max_tokens:
+            items.append((s.words, s.tags, tok, s.line))
+            continue
+
+        def first_count(k, words=s.words, line=s.line):
+            return word_token_counts(encoder, [words[k]], path, line + k)[0]
+
+        try:
+            bounds = split_points(tok, s.tags, max_tokens, first_count)
+        except BadInputError as err:
+            # one word a line: word k of the sentence is on line s.line + k
+            raise BadInputError(f"{path}:{s.line + getattr(err, 'word', 0)}: "
+                                f"{err}") from None
+        splits_made += len(bounds) - 2
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            part_tags, part_tok = list(s.tags[a:b]), list(tok[a:b])
+            if part_tags[0].startswith("I-"):  # a cut inside an entity
+                part_tags[0] = "B-" + part_tags[0][2:]
+            if a > 0:
+                part_tok[0] = first_count(a)
+            # one word a line in CoNLL files: word a is on line s.line + a
+            items.append((s.words[a:b], part_tags, part_tok, s.line + a))
+    return items, splits_made
+
+
+def _write_split(out_dir, split, items, path, options, tag_id):
+    """One split's raw text, tokens, word boundaries and tag ids; ``path``: its source,
+    named when its words and its tokens disagree."""
+    raw_dir = os.path.join(out_dir, "raw")
+    with open(os.path.join(raw_dir, f"{split}.input0"), "w", encoding="utf-8") as f:
+        f.writelines(" ".join(w) + "\n" for w, _, _, _ in items)
+    with open(os.path.join(raw_dir, f"{split}.label"), "w", encoding="utf-8") as f:
+        f.writelines(" ".join(t) + "\n" for _, t, _, _ in items)
+    with open(os.path.join(raw_dir, f"{split}.source"), "w", encoding="utf-8") as f:
+        f.writelines(f"{line} {len(w)}\n" for w, _, _, line in items)
+    prefix = os.path.join(out_dir, "input0", split)
+    binarize_file(os.path.join(raw_dir, f"{split}.input0"), prefix, options.spec,
+                  options.dict_path, workers=options.workers, bad_utf8="error")
+    lengths = _item_lengths(prefix)
+    with span_files.SpanIndexWriter(os.path.join(out_dir, WORDS_DIR, split)) as w:
+        for i, (_, _, tok, line) in enumerate(items):
+            if sum(tok) != lengths[i]:
+                raise BadInputError(
+                    f"{path}:{line}: the words give {sum(tok)} tokens one by one but "
+                    f"{lengths[i]} as a sentence (item {i + 1} of {split}); "
+                    f"this encoder does not cut space-joined words apart")
+            ends = np.cumsum(tok)
+            w.add(zip((ends - tok).tolist(), ends.tolist()))
+    _write_items(os.path.join(out_dir, LABEL_DIR, split),
+                 ([tag_id[t] for t in tags] for _, tags, _, _ in items))
 
 
 def read_tag_names(folder):

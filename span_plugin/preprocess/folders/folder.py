@@ -29,7 +29,6 @@ import functools
 import logging
 import os
 import shutil
-import sys
 
 from span_plugin.files.atomic import staged_folder
 from span_plugin.files.outputs import locked
@@ -188,22 +187,23 @@ def label_names(dict_path):
     return [n for n in names if not n.startswith("madeupword")]
 
 
-def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=False,
-                      workers=1, positive=None, label_scale=1.0, label_range=None,
-                      unknown_labels="error", bad_utf8="error", command=None):
+def write_task_folder(out_dir, splits, options, *, task, regression=False, positive=None,
+                      label_scale=1.0, label_range=None):
     """Write the folder of rows already read.
 
     splits: list of ``(split, source_path, SplitRows)``, in order (train first).
-    unknown_labels: a valid/test label train does not have: "error" or "skip"
-    (:func:`restrict_to_train_labels`, applied first, before anything is written).
+    options: :class:`~span_plugin.preprocess.folders.options.FolderOptions`; its
+    unknown_labels (None: "error") says what a valid/test label train does not have
+    does: "error" or "skip" (:func:`restrict_to_train_labels`, applied first, before
+    anything is written); its bad_utf8 says how the sources were read, which the record
+    keeps with the replacements each split's rows counted (``SplitRows.replacements``).
+    task: the task name in the record.
     positive: the class F1 counts as positive (two classes only), or None.
     label_scale, label_range: regression only; values are stored divided by the scale
     (STS-B: 5) and predictions are clipped to the range (STS-B: [0, 5]).
-    bad_utf8: how the sources were read; the record keeps it with the replacements
-    each split's rows counted (``SplitRows.replacements``).
     Returns ``{split: rows written}``.
     """
-    restrict_to_train_labels(splits, unknown_labels, regression)
+    restrict_to_train_labels(splits, options.unknown_labels or "error", regression)
     raw_dir = os.path.join(out_dir, "raw")
     os.makedirs(raw_dir, exist_ok=True)
     counts, dropped, present = {}, [], []
@@ -227,10 +227,10 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
     for split, _, n in present:
         for k in range(n):
             binarize_file(os.path.join(raw_dir, f"{split}.input{k}"),
-                          os.path.join(out_dir, f"input{k}", split), spec, dict_path,
-                          workers=workers, bad_utf8="error")
+                          os.path.join(out_dir, f"input{k}", split), options.spec,
+                          options.dict_path, workers=options.workers, bad_utf8="error")
     for k in range(n_inputs.pop()):
-        write_dict(dict_path, os.path.join(out_dir, f"input{k}"))
+        write_dict(options.dict_path, os.path.join(out_dir, f"input{k}"))
 
     labelled = [s for s, has_label, _ in present if has_label]
     label_dir = os.path.join(out_dir, "label")
@@ -254,13 +254,12 @@ def write_task_folder(out_dir, splits, spec, dict_path, *, task, regression=Fals
                   **({"merged_variants": merged} if merged else {})}
     else:
         labels = {"kind": "none"}
-    provenance.write_record(
-        out_dir, task=task, inputs=len(splits[0][2].inputs),
-        encoder=provenance.encoder_record(spec, dict_path), labels=labels, rows=counts,
-        source={split: provenance.file_entry(path) for split, path, _ in splits},
-        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-        bad_utf8=provenance.utf8_entry(bad_utf8, {split: rows.replacements
-                                                  for split, _, rows in splits}))
+    provenance.write_record(out_dir, provenance.RecordFields(
+        command=options.record_command(), task=task, inputs=len(splits[0][2].inputs),
+        encoder=provenance.encoder_record(options.spec, options.dict_path), labels=labels,
+        source={split: provenance.file_entry(path) for split, path, _ in splits}, rows=counts,
+        bad_utf8=provenance.utf8_entry(options.bad_utf8, {split: rows.replacements
+                                                          for split, _, rows in splits})))
     return counts
 
 

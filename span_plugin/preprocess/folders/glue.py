@@ -1,8 +1,8 @@
 """GLUE (and SNLI) task folders laid out as fairseq's RoBERTa recipe lays them out.
 
-``prepare_task("RTE", glue_dir, out, spec, dict_txt)`` reads ``glue_dir/RTE/*.tsv``
-(:mod:`span_plugin.formats.glue`: splits, columns, row checks) and writes
-(``examples/roberta/preprocess_GLUE_tasks.sh`` layout, plus spans and raw text)::
+``prepare_task("RTE", glue_dir, out, FolderOptions(spec, dict_txt))`` reads
+``glue_dir/RTE/*.tsv`` (:mod:`span_plugin.formats.glue`: splits, columns, row checks) and
+writes (``examples/roberta/preprocess_GLUE_tasks.sh`` layout, plus spans and raw text)::
 
     out/raw/{split}.input0|input1|label   the extracted fields, one row per line
     out/input0/{split}.{bin,idx}          tokens, as fairseq-preprocess --srcdict writes them
@@ -32,10 +32,10 @@ from span_plugin.preprocess.folders.folder import whole_folder, write_task_folde
 logger = logging.getLogger(__name__)
 
 
-def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
-                 bad_rows="default", bad_utf8="error", unknown_labels="error", command=None):
-    """Build the binarized folder of one task (and its data record). Returns
-    {split: rows written}."""
+def prepare_task(task_name, glue_dir, out_dir, options, bad_rows="default"):
+    """Build the binarized folder of one task (and its data record) with ``options``
+    (:class:`~span_plugin.preprocess.folders.options.FolderOptions`; the record's task
+    name is the task's own). Returns {split: rows written}."""
     task = TASKS[task_name]
     src = os.path.join(glue_dir, task.name)
     if not os.path.isdir(src):
@@ -46,14 +46,13 @@ def prepare_task(task_name, glue_dir, out_dir, spec, dict_path, workers=1,
         if not os.path.exists(path):
             logger.warning("%s: %s missing, split %s skipped", task.name, path, split)
             continue
-        splits.append((split, path, read_split(task, path, raw_split, bad_rows, bad_utf8)))
+        splits.append((split, path, read_split(task, path, raw_split, bad_rows,
+                                               options.bad_utf8)))
     if not splits:
         raise FileNotFoundError(f"{src}: none of the split files "
                                 f"{[s + '.tsv' for s, _ in task.splits]} exist")
     with whole_folder(out_dir) as tmp:  # whole or absent
         return write_task_folder(
-            tmp, splits, spec, dict_path, task=task.name, regression=task.regression,
-            workers=workers, positive=task.positive,
-            label_scale=5.0 if task.regression else 1.0,
-            label_range=[0.0, 5.0] if task.regression else None,
-            unknown_labels=unknown_labels, bad_utf8=bad_utf8, command=command)
+            tmp, splits, options, task=task.name, regression=task.regression,
+            positive=task.positive, label_scale=5.0 if task.regression else 1.0,
+            label_range=[0.0, 5.0] if task.regression else None)

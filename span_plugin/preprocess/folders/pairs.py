@@ -1,9 +1,43 @@
-"""Sentence pairs with aligned phrase pairs (JSON Lines, read by
-:mod:`span_plugin.formats.pairs`) -> a span-pair task folder: what ``span-preprocess
-table`` writes plus each line's phrase-pair sources and targets as token spans and their
-labels. :func:`check_built_from` refuses a folder built from other phrase pairs. The
-input keys, the folder's files and the label rules: docs/SPAN_PAIRS.md, section
-"Module notes"."""
+"""Sentence pairs with aligned phrase pairs (JSON Lines) -> a span-pair task folder.
+
+Input, one JSON object a line (read by :mod:`span_plugin.formats.pairs`)::
+
+    {"sentence1": "Amrozi accused his brother", "sentence2": "Amrozi blamed his brother",
+     "label": "1",
+     "phrases": [{"source": [7, 14], "target": [7, 13], "label": "paraphrase"}]}
+
+- the two text keys (``--text-columns``, default ``sentence1 sentence2``);
+- an optional sentence label (``--label-column``; left out: no sentence labels);
+- ``phrases`` (``--phrases-key``): a list, possibly empty, of phrase pairs, each
+  ``source`` (a character range ``[start, end)`` of the first text, end exclusive, in
+  Python ``str`` indices of the text as written), ``target`` (the same in the second
+  text) and ``label`` (one of the declared phrase labels).
+
+A range must hold whole tokens of the sentence's own encoder: empty, outside the text,
+starting or ending inside a token's characters (a token's leading space is outside it)
+is an error ``FILE:LINE: ...``.
+
+Output: the folder ``span-preprocess table`` writes (tokens, n-gram spans, sentence
+labels, data record), plus::
+
+    out/input0/{split}.phrases.spans.{bin,idx} item i: phrase pair sources of line i, as flat
+                                           (start, end) offsets in that sentence's own
+                                           tokens (the span-file format, docs/DATA.md;
+                                           overlapping and nested spans allowed)
+    out/input1/{split}.phrases.spans.{bin,idx} the targets, pair j of input0 <-> pair j here
+    out/phrase_label/{split}.{bin,idx}     item i: one label id per phrase pair (int32)
+    out/phrase_label/labels.txt            the declared labels, one a line, id = line - 1
+
+The phrase files are written before the data record, so the record hashes them too,
+and the record's ``source`` names the JSON Lines files it was built from (with their
+sha256): :func:`check_built_from` refuses a folder built from other phrase pairs
+(``span-preprocess check FOLDER --built-from train=FILE valid=FILE``; the transfer
+recipe runs it on an existing folder before it trains on it).
+The sentence label set is the train file's: a valid label outside it is an error naming
+the file, line and label, or (``unknown_labels="skip"``) the row is left out of every
+file, phrase pairs included, and listed in ``dropped_rows.tsv``; a train file without
+rows is an error. Phrase labels are the declared ones (``--phrase-labels``).
+"""
 
 import bisect
 import os
@@ -136,27 +170,28 @@ def read_phrase_labels(folder):
     return [line for line in read_file_lines(path) if line.strip()]
 
 
-def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1", "sentence2"),
+def prepare_pairs(out_dir, files, options, *, text_columns=("sentence1", "sentence2"),
                   label_column=None, phrases_key="phrases",
-                  phrase_labels=DEFAULT_PHRASE_LABELS, name=None, positive=None,
-                  bad_utf8="error", unknown_labels="error", workers=1, command=None):
+                  phrase_labels=DEFAULT_PHRASE_LABELS, positive=None):
     """Build a span-pair folder from ``files`` = {"train": path, "valid": path, ...}
-    (JSON Lines). Returns ``({split: rows}, {split: phrase pairs})``."""
+    (JSON Lines) with ``options``
+    (:class:`~span_plugin.preprocess.folders.options.FolderOptions`). Returns
+    ``({split: rows}, {split: phrase pairs})``."""
     if not files:
         raise ValueError("give at least one of --train, --valid, --test")
     if len(set(phrase_labels)) != len(phrase_labels) or any(
             not lab or any(c.isspace() for c in lab) for lab in phrase_labels):
         raise ValueError(f"phrase labels {list(phrase_labels)}: expected distinct names "
                          f"without whitespace")
-    enc = _get_encoder(spec)
+    enc = _get_encoder(options.spec)
     splits, n_pairs = [], {}
     for split, path in given_splits(files):
         # As span-preprocess table: the labels of a test file are never read.
         rows = read_pairs(path, enc, text_columns, None if split == "test" else label_column,
-                          phrases_key, phrase_labels, bad_utf8)
+                          phrases_key, phrase_labels, options.bad_utf8)
         splits.append((split, str(path), rows))
     # Before the phrase files: a row left out leaves every file together.
-    restrict_to_train_labels(splits, unknown_labels)
+    restrict_to_train_labels(splits, options.unknown_labels or "error")
     with whole_folder(out_dir) as tmp:  # whole or absent
         for split, _, rows in splits:
             write_phrase_files(tmp, split, rows)
@@ -165,10 +200,8 @@ def prepare_pairs(out_dir, files, spec, dict_path, *, text_columns=("sentence1",
         with open(os.path.join(tmp, PHRASE_LABEL_DIR, PHRASE_LABELS_FILE), "w",
                   encoding="utf-8", newline="\n") as f:
             f.write("".join(lab + "\n" for lab in phrase_labels))
-        counts = write_task_folder(tmp, splits, spec, dict_path, task=name or folder_name(out_dir),
-                                   workers=workers, positive=positive,
-                                   unknown_labels=unknown_labels, bad_utf8=bad_utf8,
-                                   command=command)
+        counts = write_task_folder(tmp, splits, options,
+                                   task=options.name or folder_name(out_dir), positive=positive)
         # The tokens were binarized in a second pass: its counts must equal ours.
         for split, path, rows in splits:
             for k in range(2):

@@ -86,10 +86,12 @@ def kept(out_dir, sources, spec, dict_path):
     return True
 
 
-def prepare_pretrain(out_dir, train, spec, dict_path, *, valid=None, workers=1,
-                     bad_utf8="error", command=None, keep=False):
-    """Build the folder (module docstring). Returns ``{split: lines}``, or None when
-    ``keep`` found it finished."""
+def prepare_pretrain(out_dir, train, options, *, valid=None, keep=False):
+    """Build the folder (module docstring) with ``options``
+    (:class:`~span_plugin.preprocess.folders.options.FolderOptions`; its name and
+    unknown_labels are not read, and its command is recorded as given). Returns
+    ``{split: lines}``, or None when ``keep`` found it finished."""
+    spec, dict_path = options.spec, options.dict_path
     sources = {"train": train, **({"valid": valid} if valid else {})}
     for split, path in sources.items():
         if not os.path.exists(path):
@@ -103,7 +105,7 @@ def prepare_pretrain(out_dir, train, spec, dict_path, *, valid=None, workers=1,
             text = _plain_text(path, tmp, f".{split}.txt")
             try:
                 s = binarize_file(text, os.path.join(tmp, split), spec, dict_path,
-                                  workers=workers, bad_utf8=bad_utf8)
+                                  workers=options.workers, bad_utf8=options.bad_utf8)
             finally:
                 if text != str(path):
                     os.remove(text)
@@ -113,9 +115,9 @@ def prepare_pretrain(out_dir, train, spec, dict_path, *, valid=None, workers=1,
             shutil.copyfile(spec.encoder_json, os.path.join(tmp, "encoder.json"))
         with open(os.path.join(tmp, "segmentation"), "w", encoding="utf-8") as f:
             f.write(spec.segmentation + "\n")
-        provenance.write_record(
-            tmp, task=TASK, inputs=1, encoder=provenance.encoder_record(spec, dict_path),
-            labels={"kind": "none"}, rows=rows,
+        provenance.write_record(tmp, provenance.RecordFields(
+            command=options.command, task=TASK, inputs=1,
+            encoder=provenance.encoder_record(spec, dict_path), labels={"kind": "none"},
             source={split: provenance.file_entry(path) for split, path in sources.items()},
-            command=command, bad_utf8=provenance.utf8_entry(bad_utf8, {}))
+            rows=rows, bad_utf8=provenance.utf8_entry(options.bad_utf8, {})))
     return rows

@@ -1,13 +1,44 @@
-"""Extractive QA examples -> question + passage windows, binarized (``span-preprocess qa``):
-each question and context tokenized once, the context cut into overlapping windows of
-``<s> Q </s> </s> P </s>`` that fit ``max_positions``, answers mapped from character
-offsets to tokens (never shifted). The folder's files and how unplaced answers are
-counted: docs/QA.md, section "Module notes"."""
+"""Extractive QA examples -> question + passage windows, binarized (``span-preprocess qa``).
+
+A question and its context are tokenized once (tokens, n-gram spans, character offsets
+of every token). When the context does not fit beside the question, it is cut into
+windows of at most ``max_positions - len(question) - 4`` tokens (the layout
+``<s> Q </s> </s> P </s>``) that overlap by ``doc_stride`` tokens; the windows of one
+question are consecutive items. The folder::
+
+    out/raw/{split}.jsonl              one question a line: id, question, context, answers
+                                       ([text, char start]), impossible, title, accepted
+                                       (MRQA's answer strings), unplaced (gold answers
+                                       not trained on): what the metrics read
+    out/input0/{split}.{bin,idx}       the question's tokens + </s>, one item per window
+    out/input0/{split}.spans.{bin,idx} its n-gram spans
+    out/input1/{split}.{bin,idx}       the window's passage tokens + </s>
+    out/input1/{split}.spans.{bin,idx} the context's n-gram spans clipped to the window
+    out/qa/{split}.window.{bin,idx}    per window: [question index, first context token]
+    out/qa/{split}.offsets.{bin,idx}   per window: flat [char start, char end) of each
+                                       passage token in the context
+    out/qa/{split}.answer.{bin,idx}    per window: [start, end) of the first gold answer in
+                                       the window's passage tokens, or empty (no answer
+                                       in the window, or an impossible question)
+    out/input{0,1}/dict.txt, out/provenance.json (labels: kind "qa")
+    out/dropped_rows.tsv               questions left out (on_bad="skip"), with the reason
+    out/input_notes.tsv                answers left out of training, reused question ids,
+                                       MRQA texts that differ from their span: by id
+
+Answers stay character offsets (checked against their text by
+:mod:`span_plugin.formats.squad`) and reach tokens through the tokenizer's offsets:
+the first token ending after the answer's start to the last token starting before its
+end. An answer is never shifted: one that its offsets do not place, or that covers no
+token, is an error, or with ``on_bad="skip"`` left out of training (kept in the
+record's ``unplaced`` for the metrics), listed in ``input_notes.tsv`` and counted
+(``unplaced_answers``); a question left without answers, or that leaves no room for the
+passage, is a row of ``dropped_rows.tsv``. An answer whose tokens also cover characters
+outside it is counted (``inexact_answers``).
+"""
 
 import json
 import multiprocessing as mp
 import os
-import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
@@ -227,32 +258,46 @@ def encoded_questions(encoder, examples, strict, spec=None, workers=1):
             yield from done
 
 
-def write_split(out_dir, split, examples, encoder, dict_path, max_positions, doc_stride,
-                on_bad="error", dropped=None, notes=None, spec=None, workers=1):
+@dataclass(frozen=True)
+class QASettings:
+    """How questions become windows: tokens per window (``max_positions``), tokens two
+    consecutive windows share (``doc_stride``), and what a question or answer that
+    cannot be placed does (``on_bad``: "error" or "skip")."""
+
+    max_positions: int = 384
+    doc_stride: int = 128
+    on_bad: str = "error"
+
+
+def write_split(out_dir, split, examples, encoder, options, settings, dropped=None,
+                notes=None):
     """Encode and write one split's windows; returns ``(QASummary, kept examples)``.
 
-    examples: :class:`~span_plugin.formats.squad.QAExample` list; dropped: a list the
-    skipped questions are appended to as ``(where, id, reason)`` under
-    ``on_bad="skip"``; notes: a list the answers left out of training (they cover no
-    token) are appended to as :class:`~span_plugin.formats.squad.QANote`. Such an
-    answer moves to the example's ``unplaced`` (scored, not trained on); a question left
-    without answers is skipped. spec, workers: tokenize in that many processes
+    examples: :class:`~span_plugin.formats.squad.QAExample` list; options:
+    :class:`~span_plugin.preprocess.folders.options.FolderOptions` (its spec, dict_path
+    and workers); settings: :class:`QASettings`. dropped: a list the skipped questions
+    are appended to as ``(where, id, reason)`` under ``on_bad="skip"``; notes: a list the
+    answers left out of training (they cover no token) are appended to as
+    :class:`~span_plugin.formats.squad.QANote`. Such an answer moves to the example's
+    ``unplaced`` (scored, not trained on); a question left without answers is skipped.
+    With ``options.workers > 1`` questions are tokenized in that many processes
     (:func:`encoded_questions`); the folder is the same.
     """
     summary, kept = QASummary(), []
     notes = [] if notes is None else notes
-    out = _SplitWriter(out_dir, split, dict_path)
+    on_bad = settings.on_bad
+    out = _SplitWriter(out_dir, split, options.dict_path)
     ok = False
     try:
         for ex, enc in zip(examples, encoded_questions(encoder, examples, on_bad != "skip",
-                                                       spec, workers)):
+                                                       options.spec, options.workers)):
             try:
                 if isinstance(enc, str):
                     raise ValueError(enc)
                 if enc.unplaced:
                     ex = _without_unplaced(ex, enc.unplaced, notes)
-                windows = passage_windows(len(enc.context), len(enc.question), max_positions,
-                                          doc_stride)
+                windows = passage_windows(len(enc.context), len(enc.question),
+                                          settings.max_positions, settings.doc_stride)
             except ValueError as err:
                 if on_bad != "skip":
                     raise BadInputError(f"{ex.where}: question {ex.id!r}: {err}") from None
@@ -329,10 +374,14 @@ def read_records(path):
 
 
 @builds_whole_folder  # written whole or not at all (preprocess/folders/folder.py)
-def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride=128,
-               on_bad="error", name="qa", command=None, workers=1):
+def prepare_qa(out_dir, files, options, settings=QASettings()):
     """Write the QA folder of ``files`` ({split: SQuAD JSON or MRQA JSON Lines path},
-    train first), tokenizing in ``workers`` processes. Returns ``{split: QASummary}``."""
+    train first) with ``options``
+    (:class:`~span_plugin.preprocess.folders.options.FolderOptions`: tokenizing in its
+    ``workers`` processes; task name None: ``qa``) and ``settings``
+    (:class:`QASettings`). Returns ``{split: QASummary}``."""
+    on_bad, spec, dict_path = settings.on_bad, options.spec, options.dict_path
+    max_positions, doc_stride = settings.max_positions, settings.doc_stride
     if on_bad not in ("error", "skip"):
         raise ValueError(f"on_bad must be 'error' or 'skip', got {on_bad!r}")
     encoder = _get_encoder(spec)
@@ -345,9 +394,8 @@ def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride
         if not data.examples:
             raise BadInputError(f"{path}: no question left to write for split {split}")
         skipped, notes = [], list(data.notes)
-        summary, kept = write_split(out_dir, split, data.examples, encoder, dict_path,
-                                    max_positions, doc_stride, on_bad, skipped, notes,
-                                    spec=spec, workers=workers)
+        summary, kept = write_split(out_dir, split, data.examples, encoder, options,
+                                    settings, skipped, notes)
         dropped += [(split, path, where, qid, why) for where, qid, why in skipped]
         if not kept and skipped:  # 0 windows would pass `check` and train on nothing
             why = Counter(why for _, _, why in skipped).most_common(1)[0][0]
@@ -371,11 +419,11 @@ def prepare_qa(out_dir, files, spec, dict_path, *, max_positions=384, doc_stride
         write_dict(dict_path, os.path.join(out_dir, f"input{k}"))
     labels = {"kind": "qa", "max_positions": max_positions, "doc_stride": doc_stride,
               "versions": versions, "stats": {s: v.as_dict() for s, v in summaries.items()}}
-    provenance.write_record(
-        out_dir, task=name, inputs=2, encoder=provenance.encoder_record(spec, dict_path),
-        labels=labels, rows={s: v.questions for s, v in summaries.items()},
+    provenance.write_record(out_dir, provenance.RecordFields(
+        command=options.record_command(), task=options.name or "qa", inputs=2,
+        encoder=provenance.encoder_record(spec, dict_path), labels=labels,
         source={split: provenance.file_entry(path) for split, path in files.items()},
-        command=command or " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]))
+        rows={s: v.questions for s, v in summaries.items()}))
     return summaries
 
 
@@ -383,3 +431,4 @@ def _write_tsv(path, header, rows):
     with open(path, "w", encoding="utf-8") as f:
         for row in [header, *rows]:
             f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
+

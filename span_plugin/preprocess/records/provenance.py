@@ -6,6 +6,8 @@ docs/PREPROCESS.md, section "Module notes"."""
 
 import json
 import os
+from dataclasses import dataclass
+from typing import Optional
 
 from span_plugin.files.atomic import atomic_file
 from span_plugin.formats.lines import regular_file
@@ -74,21 +76,37 @@ def utf8_entry(mode, replacements):
     return {"mode": mode, "replacements": dict(replacements)}
 
 
-def write_record(folder, *, task, inputs, encoder, labels, rows, source, command,
-                 bad_utf8=None):
-    """Hash every file of ``folder`` and write its record (atomically, last).
-    bad_utf8: :func:`utf8_entry` of the sources, when the builder read them as text."""
+@dataclass(frozen=True)
+class RecordFields:
+    """What a record says of how its folder was made (all but the format, the plugin's
+    version and the files' hashes). encoder: :func:`encoder_record`; source: ``{split:
+    file_entry}``; rows: ``{split: rows}``; bad_utf8: :func:`utf8_entry` of the
+    sources, when the builder read them as text (None: left out of the record)."""
+
+    command: Optional[str]
+    task: str
+    inputs: int
+    encoder: dict
+    labels: dict
+    source: dict
+    rows: dict
+    bad_utf8: Optional[dict] = None
+
+
+def write_record(folder, fields):
+    """Hash every file of ``folder`` and write its record of ``fields``
+    (:class:`RecordFields`), atomically and last."""
     record = {
         "format": FORMAT,
         "plugin_version": plugin_version(),
-        "command": command,
-        "task": task,
-        "inputs": inputs,
-        "encoder": encoder,
-        "labels": labels,
-        "source": source,
-        "rows": rows,
-        **({"bad_utf8": bad_utf8} if bad_utf8 is not None else {}),
+        "command": fields.command,
+        "task": fields.task,
+        "inputs": fields.inputs,
+        "encoder": fields.encoder,
+        "labels": fields.labels,
+        "source": fields.source,
+        "rows": fields.rows,
+        **({"bad_utf8": fields.bad_utf8} if fields.bad_utf8 is not None else {}),
         "files": {rel: sha256(os.path.join(folder, rel)) for rel in folder_files(folder)},
     }
     with atomic_file(os.path.join(folder, RECORD_NAME), text=True) as f:
