@@ -1,36 +1,8 @@
 """Users' own tables: TSV, CSV or JSON Lines with named columns, read into rows
-(:func:`read_table`; :mod:`span_plugin.preprocess.folders.table` writes the task folder).
-
-Formats (``fmt="auto"`` tells them by the file name):
-
-- ``tsv`` (``.tsv``, ``.tab``): a header line, then one row per line, fields split on tabs,
-  no quoting (the GLUE layout, :mod:`span_plugin.formats.tsv`); a CSV-quoted field
-  holding a tab or a line break is a bad row that names the fix (``--format csv
-  --delimiter '\t'``);
-- ``csv`` (``.csv``): RFC 4180 as Python's ``csv`` reads it (quoted fields may hold the
-  delimiter, quotes and line breaks), a header row first; ``delimiter`` sets the
-  separator (``"\\t"`` for quoted TSV such as pandas writes);
-- ``jsonl`` (``.jsonl``, ``.ndjson``, ``.json``): one JSON object per line, keyed by
-  column name (the Hugging Face datasets ``to_json`` export).
-
-One or two text columns (one input per column), one label column: class labels as
-written (a JSON number ``1`` is the class ``"1"``; the class labels of a JSON Lines file
-are all of one JSON type, since ``1``, ``1.0`` and ``true`` would be three classes), or
-numbers in ASCII decimal notation with ``regression``. Header names (and the keys of
-a JSON object) are unique: a name given twice is an error naming both columns.
-Test files need no label column; their labels are never read. Which labels a valid
-file may hold (the train file's) is checked when the folder is written
-(:func:`span_plugin.preprocess.folders.folder.restrict_to_train_labels`).
-
-Bad input is handled as in ``span-preprocess glue``: a row with another number of
-fields than the header, a line that is not a JSON object, a missing column or key, a
-null or non-scalar value, an empty class label or a regression label that is not a
-finite number is an error ``FILE:LINE: why``, or with ``bad_rows="skip"`` the row is left
-out of every input and the label and listed with its reason. Rows whose label
-is one of ``drop_labels`` (SNLI's ``-``, or ``-1`` in Hugging Face exports) are left out
-and listed. Invalid UTF-8, a BOM and CRLF line ends: as ``glue``. Line breaks inside a
-text field (CSV, JSON) become spaces, so that each row stays one line of the folder.
-"""
+(:func:`read_table`; :mod:`span_plugin.preprocess.folders.table` writes the task
+folder): one or two text columns, one label column (classes as written, or regression
+numbers). The formats, the label rules and bad rows: docs/PREPROCESS.md, section
+"Module notes"."""
 
 import csv
 import io

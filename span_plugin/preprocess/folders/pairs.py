@@ -1,43 +1,9 @@
-"""Sentence pairs with aligned phrase pairs (JSON Lines) -> a span-pair task folder.
-
-Input, one JSON object a line (read by :mod:`span_plugin.formats.pairs`)::
-
-    {"sentence1": "Amrozi accused his brother", "sentence2": "Amrozi blamed his brother",
-     "label": "1",
-     "phrases": [{"source": [7, 14], "target": [7, 13], "label": "paraphrase"}]}
-
-- the two text keys (``--text-columns``, default ``sentence1 sentence2``);
-- an optional sentence label (``--label-column``; left out: no sentence labels);
-- ``phrases`` (``--phrases-key``): a list, possibly empty, of phrase pairs, each
-  ``source`` (a character range ``[start, end)`` of the first text, end exclusive, in
-  Python ``str`` indices of the text as written), ``target`` (the same in the second
-  text) and ``label`` (one of the declared phrase labels).
-
-A range must hold whole tokens of the sentence's own encoder: empty, outside the text,
-starting or ending inside a token's characters (a token's leading space is outside it)
-is an error ``FILE:LINE: ...``.
-
-Output: the folder ``span-preprocess table`` writes (tokens, n-gram spans, sentence
-labels, data record), plus::
-
-    out/input0/{split}.phrases.spans.{bin,idx} item i: phrase pair sources of line i, as flat
-                                           (start, end) offsets in that sentence's own
-                                           tokens (the span-file format, docs/DATA.md;
-                                           overlapping and nested spans allowed)
-    out/input1/{split}.phrases.spans.{bin,idx} the targets, pair j of input0 <-> pair j here
-    out/phrase_label/{split}.{bin,idx}     item i: one label id per phrase pair (int32)
-    out/phrase_label/labels.txt            the declared labels, one a line, id = line - 1
-
-The phrase files are written before the data record, so the record hashes them too,
-and the record's ``source`` names the JSON Lines files it was built from (with their
-sha256): :func:`check_built_from` refuses a folder built from other phrase pairs
-(``span-preprocess check FOLDER --built-from train=FILE valid=FILE``; the transfer
-recipe runs it on an existing folder before it trains on it).
-The sentence label set is the train file's: a valid label outside it is an error naming
-the file, line and label, or (``unknown_labels="skip"``) the row is left out of every
-file, phrase pairs included, and listed in ``dropped_rows.tsv``; a train file without
-rows is an error. Phrase labels are the declared ones (``--phrase-labels``).
-"""
+"""Sentence pairs with aligned phrase pairs (JSON Lines, read by
+:mod:`span_plugin.formats.pairs`) -> a span-pair task folder: what ``span-preprocess
+table`` writes plus each line's phrase-pair sources and targets as token spans and their
+labels. :func:`check_built_from` refuses a folder built from other phrase pairs. The
+input keys, the folder's files and the label rules: docs/SPAN_PAIRS.md, section
+"Module notes"."""
 
 import bisect
 import os
