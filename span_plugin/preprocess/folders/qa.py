@@ -1,40 +1,8 @@
-"""Extractive QA examples -> question + passage windows, binarized (``span-preprocess qa``).
-
-A question and its context are tokenized once (tokens, n-gram spans, character offsets
-of every token). When the context does not fit beside the question, it is cut into
-windows of at most ``max_positions - len(question) - 4`` tokens (the layout
-``<s> Q </s> </s> P </s>``) that overlap by ``doc_stride`` tokens; the windows of one
-question are consecutive items. The folder::
-
-    out/raw/{split}.jsonl              one question a line: id, question, context, answers
-                                       ([text, char start]), impossible, title, accepted
-                                       (MRQA's answer strings), unplaced (gold answers
-                                       not trained on): what the metrics read
-    out/input0/{split}.{bin,idx}       the question's tokens + </s>, one item per window
-    out/input0/{split}.spans.{bin,idx} its n-gram spans
-    out/input1/{split}.{bin,idx}       the window's passage tokens + </s>
-    out/input1/{split}.spans.{bin,idx} the context's n-gram spans clipped to the window
-    out/qa/{split}.window.{bin,idx}    per window: [question index, first context token]
-    out/qa/{split}.offsets.{bin,idx}   per window: flat [char start, char end) of each
-                                       passage token in the context
-    out/qa/{split}.answer.{bin,idx}    per window: [start, end) of the first gold answer in
-                                       the window's passage tokens, or empty (no answer
-                                       in the window, or an impossible question)
-    out/input{0,1}/dict.txt, out/provenance.json (labels: kind "qa")
-    out/dropped_rows.tsv               questions left out (on_bad="skip"), with the reason
-    out/input_notes.tsv                answers left out of training, reused question ids,
-                                       MRQA texts that differ from their span: by id
-
-Answers stay character offsets (checked against their text by
-:mod:`span_plugin.formats.squad`) and reach tokens through the tokenizer's offsets:
-the first token ending after the answer's start to the last token starting before its
-end. An answer is never shifted: one that its offsets do not place, or that covers no
-token, is an error, or with ``on_bad="skip"`` left out of training (kept in the
-record's ``unplaced`` for the metrics), listed in ``input_notes.tsv`` and counted
-(``unplaced_answers``); a question left without answers, or that leaves no room for the
-passage, is a row of ``dropped_rows.tsv``. An answer whose tokens also cover characters
-outside it is counted (``inexact_answers``).
-"""
+"""Extractive QA examples -> question + passage windows, binarized (``span-preprocess qa``):
+each question and context tokenized once, the context cut into overlapping windows of
+``<s> Q </s> </s> P </s>`` that fit ``max_positions``, answers mapped from character
+offsets to tokens (never shifted). The folder's files and how unplaced answers are
+counted: docs/QA.md, section "Module notes"."""
 
 import json
 import multiprocessing as mp
@@ -431,4 +399,3 @@ def _write_tsv(path, header, rows):
     with open(path, "w", encoding="utf-8") as f:
         for row in [header, *rows]:
             f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
-
