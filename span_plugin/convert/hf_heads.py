@@ -1,27 +1,8 @@
-"""Which ``transformers`` class an exported fine-tuned model is, and under which names
-its head tensors are stored.
-
-A plain head that one of ``transformers``' own task classes computes exactly is
-exported as that class, its tensors under the class's names, so that
-``AutoModelForSequenceClassification`` and ``pipeline(...)`` use it with no plugin:
-
-- ``plain`` on ``<s>``: fairseq's ``RobertaClassificationHead`` (``HEAD=plain``) or the
-  plugin's, tanh, inner size = hidden size -> ``{Roberta,XLMRoberta,Camembert}For
-  SequenceClassification``; ``dense.*`` -> ``classifier.dense.*``, ``out_proj.*`` ->
-  ``classifier.out_proj.*``;
-- ``plain`` over BERT's pooler (``--bert-pooler``, a BERT model) ->
-  ``BertForSequenceClassification``; ``out_proj.*`` -> ``classifier.*``;
-- ``token`` (tagging: a linear layer per token) -> ``{family}ForTokenClassification``;
-  ``out_proj.*`` -> ``classifier.*``.
-
-Every other head (the span heads read the plugin's n-gram spans, which no
-``transformers`` tokenizer makes) is exported under the plugin's own model type,
-:func:`plugin_model_type` (``span_plugin_roberta``, ...), which ``transformers`` refuses
-by name unless :mod:`span_plugin.portable` registered it. A head the table's conditions
-do not hold for goes the same way, with the reason recorded. The exporter then checks
-that the folder's ``AutoTokenizer`` gives the ids of training before it keeps a
-transformers class (:mod:`span_plugin.inference.hf_classes`).
-"""
+"""Which ``transformers`` class an exported fine-tuned model is (:class:`TaskClass`), and
+under which names its head tensors are stored: a plain head one of ``transformers``'
+task classes computes exactly is exported as that class; every other head under the
+plugin's own model type. The table of heads and classes: docs/EXPORT.md, section
+"Module notes"."""
 
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple

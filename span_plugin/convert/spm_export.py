@@ -1,34 +1,9 @@
 """The tokenizer of a ``sentencepiece-line`` checkpoint (XLM-R, CamemBERT) as Hugging
-Face's own ``XLMRobertaTokenizer`` / ``CamembertTokenizer`` folder files.
-
-Those classes run sentencepiece's Unigram over the whole line with the model's own
-normalization (its precompiled character map), as ``sentencepiece-line`` does; only the
-ids are theirs to choose, from ``tokenizer.json``'s vocabulary in id order. That
-vocabulary is written in the checkpoint's dictionary order, so Hugging Face id ==
-fairseq index whatever order ``dict.txt`` is in (XLM-R's layout, CamemBERT's, or
-another); each piece keeps its sentencepiece score, which is what picks the pieces.
-
-===============================  ============================================================
-fairseq dictionary row           tokenizer.json vocabulary entry (same id)
-===============================  ============================================================
-``<s> <pad> </s> <unk>`` (0-3)   the same names, score 0 (``<unk>`` is the Unigram's unk id)
-a sentencepiece piece            the piece, its sentencepiece score
-any other row (placeholders,     ``<unused SYMBOL>``: a name holding a space, which no
-  CamemBERT's unused rows)         pre-tokenized word does, so the tokenizer never writes it
-``<mask>`` (last)                ``<mask>``
-===============================  ============================================================
-
-Every piece of the sentencepiece model must have a row: fairseq maps a piece without one
-to ``<unk>``, which a Unigram vocabulary cannot say (it would cut the text otherwise).
-
-The family (``config.json``'s ``model_type`` and the tokenizer class) is the one a
-``span-convert`` checkpoint came from (its ``hf_conversion`` record), else CamemBERT for
-CamemBERT's layout (pieces at sentencepiece id + 4), else XLM-R. ``<s>``/``</s>`` are
-rows 0 and 2, fairseq's, as every checkpoint trained here used them; a ``span-convert``
-checkpoint keeps the rows its source opened and closed with (CamemBERT's Hugging Face
-tokenizer uses its sentencepiece ``<s>``/``</s>`` rows 5 and 6), so that it leaves as it
-came in.
-"""
+Face's own ``XLMRobertaTokenizer`` / ``CamembertTokenizer`` folder files
+(:func:`write_spm_tokenizer`): ``tokenizer.json``'s vocabulary written in the
+checkpoint's dictionary order, so Hugging Face id == fairseq index, each piece with its
+sentencepiece score. The row map and how the family is chosen: docs/EXPORT.md, section
+"Module notes"."""
 
 import json
 import shutil

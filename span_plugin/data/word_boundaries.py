@@ -1,32 +1,7 @@
-"""Where words begin in a block of token ids, from the dictionary alone (numpy only).
-
-Span masking counts whole words, and a word is the pre-token that the subword model
-splits (the word schemes of :mod:`span_plugin.tokenizers.words`). Binarized text keeps
-only ids, so the word starts are recovered from the symbols of ``dict.txt``:
-
-- ``wordpiece`` (BERT family, a ``span-convert`` dictionary): a token begins a word
-  unless it starts with ``##``. BERT's pre-tokenizer already splits punctuation, so
-  these are exactly the ``bert`` scheme's words.
-- ``gpt2`` (RoBERTa's byte-level BPE; ``dict.txt`` holds GPT-2 ids, ``encoder.json``
-  their byte strings): GPT-2's pre-tokenizer cuts text into runs of letters, of digits,
-  of other characters (each with an optional leading space), the contractions ``'s 't
-  're 've 'm 'll 'd`` and runs of whitespace; BPE never merges across them. So a token
-  begins a word when it starts with a space, is or follows a contraction, or when its
-  first character is of another class (letter / digit / other) than the previous
-  token's last one. A token that continues a UTF-8 character split by BPE never begins
-  a word; a whitespace-only token joins the word after it (as
-  :mod:`span_plugin.tokenizers.gpt2` counts it). A character split across tokens
-  counts as a word edge (rare outside CJK text, where GPT-2 splits characters into
-  bytes). These are the ``gpt2`` scheme's words (tested against the encoder).
-- ``sentencepiece`` (XLM-R, CamemBERT: a ``span-convert roberta`` dictionary of pieces):
-  a token begins a word when it starts with sentencepiece's word marker ``▁``: the
-  ``spm`` scheme's words, as the ``sentencepiece-line`` tokenizer starts them.
-- ``token``: every token is a word (any other vocabulary).
-
-``auto`` picks ``gpt2`` when every ordinary symbol is a decimal id, ``wordpiece`` when
-some symbol starts with ``##``, ``sentencepiece`` when some starts with ``▁``, and
-otherwise refuses, asking for the kind.
-"""
+"""Where words begin in a block of token ids, from the dictionary alone (numpy only), for
+span masking's whole words: :func:`build_word_boundaries` of a kind (``wordpiece``,
+``gpt2``, ``sentencepiece``, ``token`` or ``auto``) gives a :class:`WordBoundaries`.
+The rule of each kind and how ``auto`` picks: docs/PRETRAIN.md, section "Module notes"."""
 
 import json
 

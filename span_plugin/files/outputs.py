@@ -1,32 +1,9 @@
-"""What a command writes: never one of its own inputs, and one writer at a time.
-
-Every command that writes a folder or a file (``span-preprocess`` builders,
-``span-convert``, ``span-export``, ``span-predict``, fairseq-train's ``--save-dir``
-through the plugin, the recipes' ``OUT_DIR`` and data folders) enters :func:`writing`
-before it writes:
-
-- an output that is one of its inputs, or a folder that holds one, is refused
-  (:class:`OutputError`, a :class:`BadInputError`), since replacing the output would
-  destroy the input. Paths are compared as the things they name: symbolic links and
-  other spellings resolved, and by ``(st_dev, st_ino)`` (a bind mount; a hard link of an
-  input file inside the output folder). An output inside a *sealed* input (an exported
-  model folder, which is checked whole against its ``files.json``) is refused too;
-- an empty output path, and an output that is or holds the current folder, are refused
-  (however spelled: ``''``, ``.``, ``./``, ``x/..``, its absolute path, ``..``);
-- each output is locked (``fcntl.flock`` on ``OUTPUT.lock`` beside the output's
-  *resolved* path, so that two names of one output, a link among them, are one lock).
-  A second writer gets :class:`OutputBusyError` naming the holder's PID and command,
-  which the holder writes into the lock file for that message only, best-effort: the
-  lock itself is the kernel's, needs no free space (on a full disk the file stays
-  empty) and goes with the process that held it, so a lock of a killed process is
-  simply taken. The file is removed when its holder is done. A lock that cannot be
-  taken (a read-only folder) is an :class:`OSError` naming the lock file.
-
-Locks are re-entrant within a process (a command that locks ``--out`` calls a builder
-that locks it again). ``python -m span_plugin.files.outputs`` does both for a shell
-script, the lock on a descriptor the script opened, so that it lasts as long as the
-script.
-"""
+"""What a command writes: never one of its own inputs, nor the current folder, and one
+writer at a time. Every writing command enters :func:`writing` before it writes: outputs
+are compared with the inputs as the things paths name (:class:`OutputError`) and each is
+locked beside its resolved path (:class:`OutputBusyError` names the holder).
+``python -m span_plugin.files.outputs`` does both for a shell script. The rules in full:
+docs/RELIABILITY.md, section "Module notes"."""
 
 import argparse
 import atexit

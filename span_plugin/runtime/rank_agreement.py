@@ -1,32 +1,9 @@
-"""Every rank trains on the same data with the same code: checked before training.
-
-Once the process group is up and before fairseq-train sets up its task (so before it
-reads any data, and again at every start, a resume or a restarted group included), every
-rank makes a digest of
-
-- each folder of ``--data`` (colon-separated folders: each, by position): the sha256 of
-  every file its data record (``provenance.json``) lists, as the files are now (a
-  missing one as ``missing``), and the record's own content (labels, encoder settings,
-  n-gram dictionary, rows) without what differs from node to node (paths, the command);
-  a folder without a record: every file's sha256;
-- the versions of span_plugin, fairseq and torch;
-- the arguments that define the model, the task and the criterion (not per-node ones:
-  paths, ranks, device ids, data-loader workers),
-
-and the ranks exchange them (``all_gather_object``, over the default process group on
-gloo, over a gloo group of the same timeout beside NCCL). Any difference ends every rank
-with one line, the same on every rank, naming the node rank(s) and global ranks that
-differ from the others, the file or value, and both values; exit status 2. A stale copy
-of ``data-bin`` on one node is the common case. A rank whose own digest failed (a record
-it cannot read) sends the failure, which ends every rank the same way.
-
-The exchange is one collective inside the process group's timeout (``DIST_TIMEOUT`` of
-span_plugin.cli.launch; torch's default otherwise): a rank that never comes ends the
-others with one line when it runs out. A single process skips all of it.
-
-Installed by :func:`span_plugin.runtime.compat.bf16_without_xla`'s wrapper of fairseq's
-``call_main``, which hands fairseq's ``main`` over as :class:`AgreeFirst`.
-"""
+"""Every rank trains on the same data with the same code, checked before training: each
+rank digests its data folders (by their records), the versions of span_plugin, fairseq
+and torch, and the model / task / criterion arguments; the ranks exchange the digests
+and any difference ends every rank with one line naming the ranks, the file or value
+and both values (exit 2). Installed as :class:`AgreeFirst`. What is digested and how it
+is exchanged: docs/DISTRIBUTED.md, section "Module notes"."""
 
 import logging
 import os

@@ -1,27 +1,8 @@
-"""fairseq's "mmap" indexed dataset files, written and read with numpy alone.
-
-This module must not import torch or fairseq (not even lazily): it is what lets the
-preprocessing layer write ``fairseq-preprocess``-compatible binaries and start fast.
-It matches ``fairseq.data.indexed_dataset.MMapIndexedDataset`` /
-``MMapIndexedDatasetBuilder`` byte for byte (tests/test_indexed_format.py checks it).
-
-A file set ``PREFIX`` is two files:
-
-``PREFIX.bin``
-    every item's values, back to back, in the set's dtype (native byte order, which is
-    little-endian everywhere fairseq runs), no header, no padding.
-``PREFIX.idx`` (all integers little-endian)::
-
-    offset  size   field
-    0       9      magic  b"MMIDIDX\\x00\\x00"
-    9       8      version, uint64, always 1
-    17      1      dtype code, uint8 (see DTYPE_CODES)
-    18      8      N, the number of items, uint64
-    26      4*N    sizes: items' lengths in elements, int32
-    26+4N   8*N    pointers: items' byte offsets into .bin, int64 (cumulative, from 0)
-
-(fairseq's format has no ``doc_idx``; that is Megatron-LM's variant of the same magic.)
-"""
+"""fairseq's "mmap" indexed dataset files (``PREFIX.bin`` values, ``PREFIX.idx`` sizes and
+pointers), written (:class:`IndexedWriter`) and read (:class:`IndexedReader`) with numpy
+alone, byte for byte as ``fairseq.data.indexed_dataset.MMapIndexedDataset`` writes them
+(tests/test_indexed_format.py). Imports neither torch nor fairseq, not even lazily. The
+byte layout: docs/DATA.md, section "Module notes"."""
 
 import os
 import shutil

@@ -1,28 +1,8 @@
 """A task folder from rows already read (GLUE TSVs or a user's table), laid out as
-fairseq's RoBERTa GLUE recipe lays it out, with span files and the data record::
-
-    out/raw/{split}.input0|input1|label   the fields, one row per line
-    out/input{k}/{split}.{bin,idx}        tokens (fairseq-preprocess --srcdict output)
-    out/input{k}/{split}.spans.{bin,idx}  span index, item i = line i
-    out/input{k}/dict.txt                 the encoder's fairseq dictionary
-    out/label/{split}.{bin,idx}, dict.txt  class labels, as fairseq-preprocess --only-source
-                                          writes them (span_plugin.preprocess.binary.labels)
-    out/label/{split}.label               regression: one value per line
-    out/dropped_rows.tsv                  rows left out, with file, line and reason
-    out/provenance.json                   how all of it was made (span_plugin.preprocess.records.provenance)
-
-Splits are written in the order given; labels for every split whose rows carry them.
-The label set is the train split's (:func:`restrict_to_train_labels`): a valid or test
-label that train does not have is an error ``FILE:LINE``, or with ``unknown_labels="skip"``
-the row is left out and listed in ``dropped_rows.tsv``; a train split with no rows is an
-error. The label dictionary is built from the train labels (from the labelled splits
-present, with a warning, when there is no train split).
-
-A folder is whole or absent (:func:`whole_folder`): every builder (``glue``, ``table``,
-``pairs``, ``conll``, ``qa``) writes into ``OUT.partial-PID`` beside ``OUT`` and renames
-it into place once its record is written; a failure removes it, so no half folder is
-ever taken for a prepared one.
-"""
+fairseq's RoBERTa GLUE recipe lays it out, with span files and the data record
+(:func:`write_task_folder`); the label set is the train split's
+(:func:`restrict_to_train_labels`), and every builder writes whole or not at all
+(:func:`whole_folder`). The folder's files: docs/PREPROCESS.md, section "Module notes"."""
 
 import contextlib
 import functools

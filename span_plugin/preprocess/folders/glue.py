@@ -1,27 +1,8 @@
-"""GLUE (and SNLI) task folders laid out as fairseq's RoBERTa recipe lays them out.
-
+"""GLUE (and SNLI) task folders laid out as fairseq's RoBERTa recipe lays them out:
 ``prepare_task("RTE", glue_dir, out, FolderOptions(spec, dict_txt))`` reads
-``glue_dir/RTE/*.tsv`` (:mod:`span_plugin.formats.glue`: splits, columns, row checks) and
-writes (``examples/roberta/preprocess_GLUE_tasks.sh`` layout, plus spans and raw text)::
-
-    out/raw/{split}.input0|input1|label   the extracted fields, one row per line
-    out/input0/{split}.{bin,idx}          tokens, as fairseq-preprocess --srcdict writes them
-    out/input0/{split}.spans.{bin,idx}    span index, item i = line i
-    out/input0/dict.txt                   the GPT-2 dictionary
-    out/input1/...                        second input of pair tasks
-    out/label/{split}.{bin,idx}, dict.txt  labels, as fairseq-preprocess --only-source writes them
-    out/label/{split}.label               STS-B: score / 5 as the recipe's awk prints it
-    out/dropped_rows.tsv                  rows left out (QQP's malformed rows, SNLI's "-",
-                                          with unknown_labels="skip" dev/test rows whose
-                                          label train does not have)
-    out/provenance.json                   the data record (span_plugin.preprocess.records.provenance), with
-                                          the task's F1 positive class (Task.positive)
-
-The label set is train.tsv's: a dev (or SNLI test) label outside it is an error naming
-the file, line and label, or its row is left out (``unknown_labels="skip"``); a
-train.tsv without rows is an error (:func:`span_plugin.preprocess.folders.folder.restrict_to_train_labels`).
-The folder is written whole or not at all (:func:`span_plugin.preprocess.folders.folder.whole_folder`).
-"""
+``glue_dir/RTE/*.tsv`` (:mod:`span_plugin.formats.glue`) and writes the folder of
+:mod:`span_plugin.preprocess.folders.folder`, with the task's F1 positive class. The
+folder's files: docs/GLUE.md, section "Module notes"."""
 
 import logging
 import os
