@@ -1,26 +1,8 @@
-"""Extractive QA batches: one item is one question with all its windows, so that a batch
-always holds every window of its questions (answers are decoded across windows, and
-the validation metrics are exact per batch).
-
-A window is laid out by :func:`span_plugin.data.layout.lay_out` as
-``<s> Q </s> </s> P </s>``; its passage occupies positions ``[p0, p0 + len(P))``.
-Batch (N windows of B questions, T the longest window)::
-
-    id                     LongTensor [B]     question index in the split
-    nsentences             B
-    ntokens                tokens of all windows
-    net_input.src_tokens   LongTensor [N, T]  right-padded
-    net_input.src_lengths  LongTensor [N]
-    net_input.passage      LongTensor [N, 2]  (p0, p0 + len(P)): the passage positions
-    net_input.spans        LongTensor [N, S, 2]  n-gram spans of question and passage in
-                                              the layout, (0, 0) rows pad (given spans)
-    target                 LongTensor [N, 2]  (start, last) positions of the gold answer,
-                                              (0, 0) when the window has none (``<s>``)
-    qa.question            LongTensor [N]     which of the B questions a window belongs to
-    qa.offsets             LongTensor [N, T, 2]  characters of each passage token in its
-                                              context, (-1, -1) elsewhere
-    qa.records             the B questions (:class:`~span_plugin.formats.squad.QAExample`)
-"""
+"""Extractive QA batches (:class:`QAWindowsDataset`): one item is one question with all its
+windows, so a batch holds every window of its questions. N windows of B questions,
+T the longest: ``net_input.src_tokens [N, T]``, ``net_input.passage [N, 2]``,
+``net_input.spans [N, S, 2]``, ``target [N, 2]``, ``qa.question [N]``, ``qa.offsets
+[N, T, 2]``. Every field: docs/QA.md, section "Module notes"."""
 
 import numpy as np
 import torch

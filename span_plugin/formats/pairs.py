@@ -1,24 +1,8 @@
-"""Sentence pairs with aligned phrase pairs (JSON Lines), read into rows.
-
-One JSON object a line (read by the same reader as :mod:`span_plugin.formats.table`)::
-
-    {"sentence1": "Amrozi accused his brother", "sentence2": "Amrozi blamed his brother",
-     "label": "1",
-     "phrases": [{"source": [7, 14], "target": [7, 13], "label": "paraphrase"}]}
-
-- the two text keys (default ``sentence1 sentence2``);
-- an optional sentence label (``label_column``; None: no sentence labels);
-- ``phrases`` (``phrases_key``): on every row, a list, possibly empty, of phrase pairs, each
-  ``source`` (a character range ``[start, end)`` of the first text, end exclusive, in
-  Python ``str`` indices of the text as written), ``target`` (the same in the second
-  text) and ``label`` (one of the declared phrase labels).
-
-Every row that does not fit is an error ``FILE:LINE: why`` (a row without the phrases
-key too: read as "no phrase pairs" it would turn a misnamed key into a file without
-any); there is no skipping of bad rows. Sentence labels are of one JSON type, as in
-:mod:`span_plugin.formats.table`. Whether a range holds whole tokens is the encoder's business
-(:mod:`span_plugin.preprocess.folders.pairs`).
-"""
+"""Sentence pairs with aligned phrase pairs (JSON Lines), read into rows
+(:func:`read_pair_rows`): two text keys, an optional sentence label and ``phrases``, a
+list of ``{"source": [start, end), "target": [start, end), "label"}`` character ranges.
+Every row that does not fit is an error ``FILE:LINE: why``. The keys in full:
+docs/SPAN_PAIRS.md, section "Module notes"."""
 
 import json
 from dataclasses import dataclass

@@ -1,24 +1,8 @@
-"""Entity tag schemes: reading IOB1, IOB2 and BIOES, storing IOB2, and chunking with
-CoNLL's conlleval semantics. Pure Python; shared by ``span-preprocess conll``, the NER
-criterion and the hub.
-
-Inside the plugin every tag sequence is IOB2 (``B-X`` starts an entity of type X,
-``I-X`` continues it, ``O`` is outside). Input schemes map onto it:
-
-- ``iob1``: ``I-X`` is inside an entity; ``B-X`` only separates two adjacent entities of
-  type X. An ``I-X`` after ``O`` or after another type starts an entity (``B-X``).
-- ``iob2``: kept as is. An ``I-X`` after ``O`` or after another type is ill-formed;
-  ``repair`` reads it as conlleval does, as the start of an entity (``B-X``), and
-  counts it; ``error`` stops.
-- ``bioes``: ``S-X`` -> ``B-X``, ``E-X`` -> ``I-X``; an ``I-X``/``E-X`` that does not
-  continue an entity of type X is repaired (or an error) as for iob2, and so is an
-  entity begun by ``B-X`` that no ``E-X`` ends (``B-X B-X``, ``B-X O``, ``B-X I-X`` at
-  the sentence end): conlleval ends it at its last tag, and that is how it is read.
-
-:func:`entities` reads any such sequence with conlleval's rules (the ``seqeval``
-package's default mode), so predictions are never repaired: an ``I-X`` the model
-predicts after ``O`` simply starts an entity, as conlleval scores it.
-"""
+"""Entity tag schemes: reading IOB1, IOB2 and BIOES into IOB2 (:func:`to_iob2`, ill-formed
+tags repaired as conlleval reads them, or an error), and chunking with conlleval's
+semantics (:func:`entities`: predictions are never repaired). Pure Python; shared by
+``span-preprocess conll``, the NER criterion and the hub. Each scheme's mapping:
+docs/NER.md, section "Module notes"."""
 
 SCHEMES = ("iob1", "iob2", "bioes")
 PREFIXES = {"iob1": "BI", "iob2": "BI", "bioes": "BIES"}

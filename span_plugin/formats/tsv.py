@@ -1,25 +1,8 @@
-"""Tab-separated rows as the GLUE tooling reads them: one row a line, fields split on
-tabs, quotes are text (``csv`` with ``quoting=QUOTE_NONE``).
-
-Quotes stay text because the published GLUE files need it: MRPC, QNLI and STS-B hold
-sentences that open a quotation they never close, and a few rows whose first sentence
-opens a quote that the second one closes (MRPC dev line 365); read with quoting, such
-rows merge fields or lines. The one thing plain splitting gets wrong is a file written
-with CSV quoting (pandas ``to_csv(sep="\\t")``, Python's ``csv``): a quoted field that
-holds a tab or a line break. Split on tabs it becomes extra fields or extra rows, and a
-field holding both can give rows of the right width that are fragments (a row of a
-5-row file read as two, one of them a fragment with the row's label). Such a field is
-named, never read as something else (:func:`split_rows`): the caller stops, naming the
-line and the fix, or leaves the whole record out. So is a field that is quoted whole
-with a doubled quote inside (``"a ""b"" c"``): CSV's escaping, which no GLUE file holds,
-and read as text it would keep the doubled quotes.
-
-A field counts as CSV-quoted only where both readings can be told apart: it starts
-with ``"``, its quote closes (inner quotes doubled) right before a tab or a line end
-on a later line or past a tab, the CSV reading of those lines is one row of the
-header's width, and the plain reading is not (a line break inside, or a field count
-other than the header's). No row of the GLUE files here is such a field (tested).
-"""
+"""Tab-separated rows as the GLUE tooling reads them: one row a line, fields split on tabs,
+quotes are text. A CSV-quoted field holding a tab or a line break (or quoted whole with
+a doubled quote inside) is named, never read as something else (:func:`split_rows`).
+Why quotes stay text and when a field counts as CSV-quoted: docs/GLUE.md, section
+"Module notes"."""
 
 import csv
 import io

@@ -1,47 +1,10 @@
-"""The heads a span model can carry: one registry of head kinds, the one way a head is
-chosen (every task, the ``--sentence-head``/``--tagging-head``/``--qa-head`` options and
-SpanBERT's pre-training head alike).
-
-A head kind is a function ``build(args, **options) -> nn.Module`` registered with
-:func:`register_head_kind`, which also declares
-
-- ``inputs``: the ``net_input`` tensors the head reads, by name. The model takes them
-  from ``net_input`` and calls ``head(features [B, T, D], **inputs)``; a batch without
-  one is an error naming the head and the input. A new input needs only a head kind
-  that declares it and a task that puts it in ``net_input``: the model knows no names.
-- ``choice``: ``(option, value)`` when users pick the kind with a command-line option
-  (``("--qa-head", "sf")``); :func:`head_choices` lists an option's values,
-  :func:`chosen_kind` maps a value to its kind.
-
-The modules and the mapping from model arguments to them are pure torch
-(:mod:`span_plugin.modules.head_builders`, which the fairseq-free loader of exported
-folders shares); a kind here adds fairseq's training-only parts (quant noise, BERT's
-initialisation of the SBO head).
-
-``RobertaSpanModel.register_head(name, kind, **options)`` builds one and stores it under
-``name`` (``classification_heads.<name>.*`` in checkpoints).
-
-| kind | choice | module | inputs | output |
-|---|---|---|---|---|
-| ``sentence`` | ``--sentence-head span`` | ``modules.SpanClassificationHead`` (the paper's) | spans | logits ``[B, C]`` |
-| ``plain`` | ``--sentence-head plain`` | ``modules.PlainClassificationHead`` (fairseq's RoBERTa head), or ``modules.PooledClassificationHead`` | | logits ``[B, C]`` |
-| ``token`` | ``--tagging-head token`` | ``modules.TokenTaggingHead`` | | logits ``[B, T, C]`` |
-| ``sf`` | ``--tagging-head sf`` | ``modules.SpanTokenTaggingHead`` | spans | logits ``[B, T, C]`` |
-| ``span`` | (span_labeling) | ``modules.SpanLabelingHead`` | words | ``(logits [B, W, L, C], valid [B, W, L])`` |
-| ``span_pair`` | (span_pair_classification) | ``modules.SpanPairHeads`` | phrases | ``{"phrasal", "sentential"}`` |
-| ``qa_boundary`` | ``--qa-head boundary`` | ``modules.BoundaryQAHead`` | passage | ``{"start", "end", "scores", "null"}`` |
-| ``qa_boundary_sf`` | ``--qa-head sf`` | ``modules.SpanBoundaryQAHead`` | passage, spans | as ``qa_boundary`` |
-| ``qa_span`` | ``--qa-head span`` | ``modules.SpanQAHead`` | passage | ``{"scores", "null"}`` |
-| ``span_boundary`` | (roberta_spanbert) | ``modules.SpanBoundaryHead`` | masked_tokens | SBO logits ``[N, V]`` |
-
-The two sentence heads (``sentence``, ``plain``; ``--sentence-head`` picks which one
-``register_classification_head`` builds) have two forms. On a RoBERTa encoder they
-read the ``<s>`` feature and carry their own dense + tanh layer. With BERT's pooler
-(``--bert-pooler``) they read the pooled ``<s>`` (the model's pooler, passed as
-``pooled [B, D]`` to heads whose ``reads_pooled`` is true: the one input the model makes
-rather than takes from ``net_input``) and end in one linear layer: BERT's own
-classifier, and the paper's span head over BERT's pooled output.
-"""
+"""The heads a span model can carry: one registry of head kinds (:func:`register_head_kind`,
+``build(args, **options) -> nn.Module`` with the ``net_input`` names it reads and the
+option value that picks it), built by :func:`build_head`; the model calls
+``head(features [B, T, D], **inputs)``. The modules are pure torch
+(:mod:`span_plugin.modules.head_builders`); a kind here adds fairseq's training-only
+parts. The table of kinds, inputs and outputs: docs/TASK_MODEL.md, section
+"Module notes"."""
 
 from dataclasses import dataclass
 from typing import Callable, Tuple

@@ -1,26 +1,8 @@
-"""Answer-span heads of extractive QA.
-
-Both heads score every candidate answer of a window on one grid, so that decoding
-(:mod:`span_plugin.modules.qa_decoding`) is the same for both:
-
-    scores[b, i, w]   score of the answer from position i to position i + w (inclusive),
-                      w < A = max_answer_tokens; -inf unless both ends lie in the passage
-    null[b]           score of "no answer in this window"
-
-- :class:`BoundaryQAHead` (BERT's and SpanBERT's): a start and an end logit per token;
-  a span scores ``start[i] + end[j]``, no-answer ``start[0] + end[0]`` (``<s>``); loss the
-  mean of the start and end cross-entropies.
-- :class:`SpanBoundaryQAHead`: the boundary head over token-level Span Fine-tuning
-  features ``[x_t; ReLU(conv within t's n-gram span)]`` (the ``sf`` tagging head's), so
-  each start and end logit also sees the n-gram the token belongs to.
-- :class:`SpanQAHead`: each candidate span's representation ``[x_i; x_j; attentive(i..j)]``
-  (endpoint and self-attentive extractors of :mod:`span_extractors`, on features
-  projected to ``span_dim``) scored by a two-layer network, no-answer from the ``<s>``
-  feature; loss one cross-entropy over no-answer and all candidates.
-
-Targets (both): LongTensor ``[B, 2]``, the gold (start, last) positions, (0, 0) for no
-answer in the window.
-"""
+"""Answer-span heads of extractive QA (:class:`BoundaryQAHead`, :class:`SpanBoundaryQAHead`,
+:class:`SpanQAHead`), scoring every candidate of a window on one grid so that decoding is
+the same for all: ``scores [B, T, A]`` (answer from position i to i + w inclusive, -inf
+unless inside the passage) and ``null [B]``; targets LongTensor ``[B, 2]`` (start, last),
+(0, 0) for no answer. Each head's scores and loss: docs/QA.md, section "Module notes"."""
 
 import torch
 import torch.nn as nn

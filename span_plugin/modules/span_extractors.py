@@ -1,26 +1,9 @@
 """Span extractors: one small module per scheme behind one interface, in one registry
-(after AllenNLP's ``allennlp/modules/span_extractors``). Every head builds its span
-representations from here (:func:`build_span_extractor`).
-
-Interface: ``extractor(features [B, T, H], spans [B, K, 2]) -> [B, K, output_dim]``.
-Spans are ``(start, end)`` positions into T, end exclusive, clamped to ``[0, T]``; they
-may overlap, nest, repeat or be empty (``start >= end``: the row comes out as zeros).
-
-Pooling extractors (``max``, ``self-attentive``, ``conv``) also pool a packed
-partition: ``pool_segments(values [B, N, H], segment_ids [B, N], S) -> [B, S, H]``
-(``segment_ids < 0``: in no segment). That is the sentence encoder's fast path, on
-tokens and then on span vectors (:mod:`span_encoder`); arbitrary spans go through the
-same method after their tokens are packed (:func:`span_pooling.pool_span_members`).
-
-| kind | output_dim | parameters (state-dict names) |
-|---|---|---|
-| ``endpoint`` | 2 H: ``[x_start; x_end-1]`` | none |
-| ``max`` | H | none |
-| ``mean`` | H | none |
-| ``self-attentive`` | H: softmax of ``score(x)`` within the span | ``score`` (Linear(H, 1)) |
-| ``conv`` | H: max of ReLU(conv) run within the span | ``conv`` (SegmentConv1d) |
-| ``width`` | H: embedding of the width ``end - start`` | ``weight`` [max_width, H] |
-"""
+(:func:`build_span_extractor`): ``extractor(features [B, T, H], spans [B, K, 2]) ->
+[B, K, output_dim]``, spans ``(start, end)`` end exclusive, an empty span a zero row.
+Pooling extractors also pool a packed partition: ``pool_segments(values [B, N, H],
+segment_ids [B, N], S) -> [B, S, H]``. The kinds and their parameters:
+docs/SPAN_ENCODER.md, section "Module notes"."""
 
 import torch
 import torch.nn as nn

@@ -1,33 +1,9 @@
-"""Crash-safe checkpoints: every checkpoint file a run writes is whole or absent.
-
-fairseq 0.12 writes the first file of a save to ``NAME.tmp`` and renames it (without
-``fsync``), then *copies* it to the other names (``checkpoint_last.pt``,
-``checkpoint_best.pt``, ...) in place: a run killed during such a copy leaves a cut-off
-file under the final name, which later fails to load with ``OSError: [Errno 22]
-Invalid argument`` or a zip error that names no file. With the plugin loaded
-(:func:`span_plugin.runtime.compat.apply`):
-
-- every checkpoint file, the first and the copies (hard links where the file system
-  allows: no file is changed in place), is written to ``NAME.tmp``,
-  flushed to disk, renamed over ``NAME`` and the rename made durable
-  (:func:`span_plugin.files.atomic.atomic_write`);
-- checkpoints are read with fairseq's allow-listed types only
-  (:mod:`span_plugin.convert.safe_load`): nothing in a file runs. A file that does not
-  load raises :class:`NotACheckpointError`, :class:`DamagedCheckpointError` (naming
-  what to do) or :class:`UnsafeCheckpointError`, each naming the file;
-- :func:`prepare_resume` (``python -m span_plugin.runtime.checkpoints resume SAVE_DIR``, run by
-  the recipes before every relaunch) removes stale ``*.tmp`` files, moves a damaged
-  ``checkpoint_last.pt`` aside and, when another intact checkpoint has more updates
-  (a save cut off between its files) or ``checkpoint_last.pt`` is gone, puts the newest
-  intact one in its place, so that fairseq resumes from it.
-
-``python -m span_plugin.runtime.checkpoints same-dictionary CHECKPOINT DICT`` (run by the
-recipes on ROBERTA_PATH before a first launch) refuses a starting checkpoint trained
-with another dictionary than DICT (:func:`span_plugin.runtime.data_record.check_checkpoint_dictionary`).
-``python -m span_plugin.runtime.checkpoints check CHECKPOINT`` (run by the recipes on
-ROBERTA_PATH before anything else) loads it with the allow-list and prints the model-size
-flags it records.
-"""
+"""Crash-safe checkpoints: every checkpoint file a run writes is whole or absent (written
+to ``NAME.tmp``, flushed, renamed, the rename made durable), read with fairseq's
+allow-listed types only, and :func:`prepare_resume` (``python -m
+span_plugin.runtime.checkpoints resume SAVE_DIR``) sets a damaged ``checkpoint_last.pt``
+aside before a relaunch. Why fairseq's own saves are not enough and the other commands
+(``same-dictionary``, ``check``): docs/RELIABILITY.md, section "Module notes"."""
 
 import argparse
 import glob

@@ -1,24 +1,9 @@
-"""Task ``span_qa``: extractive question answering (SQuAD 1.1/2.0, MRQA) on folders made
-by ``span-preprocess qa`` (docs/QA.md).
-
-Each window is laid out as ``<s> question </s> </s> passage </s>``; one dataset item is
-a question with all its windows (:mod:`span_plugin.data.qa_windows`), so answers are
-decoded across windows and the validation metrics (the official SQuAD exact match and
-F1, criterion ``span_qa``) are exact per batch. ``--batch-size`` counts questions.
-
-Heads (``--qa-head``): ``boundary`` (start and end logits, BERT's and SpanBERT's),
-``sf`` (the boundary logits over token-level Span Fine-tuning features: each token
-joined with a convolution inside its n-gram span, from the folder's span files; as the
-``sf`` tagging head) or ``span`` (candidate spans of up to ``--max-answer-tokens``
-scored from span representations through the shared span extractors).
-
-Answers are decoded at word level by default (``--answer-boundaries word``: they start
-and end on word boundaries of the context; ``token``: any token span), in validation, in
-``span-predict`` and in the hub alike, as the checkpoint's task config says. A
-checkpoint made before the option existed decodes as it did then (token): fairseq fills
-a missing config field with its default, so the task state also holds the setting
-(:data:`BOUNDARIES_STATE`), and a checkpoint whose state lacks it is an older one.
-"""
+"""Task ``span_qa``: extractive question answering (SQuAD 1.1/2.0, MRQA) on folders made by
+``span-preprocess qa``; one item is a question with all its windows
+(:mod:`span_plugin.data.qa_windows`), ``--batch-size`` counts questions. Heads
+``--qa-head boundary|sf|span``; answers decoded on word boundaries by default
+(``--answer-boundaries``), kept in the task state (:data:`BOUNDARIES_STATE`) so that
+older checkpoints decode as they did. docs/QA.md, section "Module notes"."""
 
 import logging
 import os

@@ -1,24 +1,8 @@
-"""Task ``spanbert_masked_lm``: SpanBERT's span masking over fairseq monolingual text,
-and BERT's whole-word and token masking as its ablations.
-
-Data: a folder with ``dict.txt`` and ``{split}.{bin,idx}`` (``fairseq-preprocess
---only-source`` or ``span-preprocess binarize``), cut into blocks of up to
-``--tokens-per-sample`` tokens (``<s>`` included) by fairseq's ``TokenBlockDataset``
-(``--sample-break-mode``, default ``complete_doc``: whole lines, never across an empty
-line, the document break; a line longer than a block is cut into pieces first), single
-segments, no next-sentence objective. Masking (:mod:`span_plugin.data.span_masking`)
-happens in the dataset, per (seed, epoch, block), with ``--masking``:
-
-- ``span`` (default, SpanBERT), by ``--span-masking``:
-  ``geometric``: spans of whole words, lengths from Geo(p) clipped at
-  ``--max-span-words``; ``ngram``: the n-gram segmenter's spans, read from
-  ``{split}.spans.{bin,idx}`` (``span-preprocess binarize`` writes them with the tokens);
-- ``whole-word`` (BERT-WWM): whole words at random up to the budget;
-- ``token`` (BERT): single tokens at random, words ignored.
-
-Word starts come from ``dict.txt`` (:mod:`span_plugin.data.word_boundaries`; GPT-2 needs
-``encoder.json``). See docs/PRETRAIN.md.
-"""
+"""Task ``spanbert_masked_lm``: SpanBERT's span masking over fairseq monolingual text, and
+BERT's whole-word and token masking as its ablations (``--masking``), on blocks of up to
+``--tokens-per-sample`` tokens; masking (:mod:`span_plugin.data.span_masking`) happens in
+the dataset per (seed, epoch, block), word starts from ``dict.txt``
+(:mod:`span_plugin.data.word_boundaries`). Data and options: docs/PRETRAIN.md."""
 
 import contextlib
 import itertools

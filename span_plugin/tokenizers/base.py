@@ -1,26 +1,8 @@
-"""The one tokenizer interface and its registry.
-
-A tokenizer turns a line into the symbols of fairseq's ``dict.txt`` and says where its
-words start (what the n-gram segmenter of :mod:`span_plugin.preprocess.segmentation.encoding`
-works on) and which characters each token covers (what phrase ranges are read with).
-A kind is a subclass registered under the name ``--bpe`` / ``EncoderSpec.bpe`` gives,
-declaring its files once (:class:`~span_plugin.tokenizers.options.Option`)::
-
-    @register_tokenizer("mykind")
-    class MyTokenizer(Tokenizer):
-        word_scheme = "gpt2"                     # the words it segments (words.WORD_SCHEMES)
-        files = (Option("my_vocab", help="my vocabulary file"),)   # required
-        optional_files = ()
-        def __init__(self, my_vocab): ...
-        def pieces(self, text): ...
-        def offsets(self, text): ...
-        def decode(self, tokens): ...
-
-and one import line in :mod:`span_plugin.tokenizers` so that it registers. Its files are
-then ``--my-vocab`` of ``span-preprocess`` and ``span-predict``, ``my_vocab=`` of the hub,
-and ``encoder.files.my_vocab`` (path and sha256) of the data record, checked at inference.
-A bare field name (``files = ("bpe_vocab",)``) takes the declaration another kind made.
-"""
+"""The one tokenizer interface (:class:`Tokenizer`: symbols of ``dict.txt``, word starts,
+each token's characters) and its registry (:func:`register_tokenizer`). A kind declares
+its files once (:class:`~span_plugin.tokenizers.options.Option`); the command lines, the
+hub and the data record derive from that. How to add a kind: docs/ARCHITECTURE.md,
+section "Module notes"."""
 
 from span_plugin.tokenizers import words as W
 from span_plugin.tokenizers.options import Option

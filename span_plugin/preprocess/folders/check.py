@@ -1,24 +1,8 @@
-"""Validate a task folder of any kind the package writes (``span-preprocess check
-DIR``, which also prints the record).
-
-Every folder: its data record exists and lists every file with the sha256 the file
-has; for every ``input*/{split}`` the span file exists and lines up with the tokens;
-every file of a split holds one item per row: the inputs, the labels, and the text
-of ``raw/`` (``{split}.input*``, ``.label``, ``.source``: not hashed by the record, so
-their line counts are what catches a cut one); the rows the record gives. Then by
-kind (the record's ``labels.kind``, and the folder's own files):
-
-- ``tags`` (``span-preprocess conll``): words tile each item's tokens, one tag a word,
-  every tag id named (:func:`span_plugin.preprocess.folders.conll.check_tagging_folder`);
-- ``qa`` (``span-preprocess qa``): the window, offset and answer files have one item a
-  window; the windows of each question are consecutive, every question of
-  ``raw/{split}.jsonl`` has some; offsets and answers lie inside their window;
-- pre-training (``span-preprocess pretrain``, task ``pretrain``): the splits' token and
-  span files are at the top of the folder, not in ``input*/``;
-- span pairs (``span-preprocess pairs``, a ``phrase_label/`` folder): one phrase list a
-  row on both sides and in the labels, every phrase inside its sentence, every label
-  declared.
-"""
+"""Validate a task folder of any kind the package writes (``span-preprocess check DIR``,
+:func:`check_folder`, which also prints the record): the record's hashes, one item per
+row in every file, span files lined up with the tokens, then the checks of its kind
+(tags, QA windows, pre-training, span pairs). What each kind checks: docs/PREPROCESS.md,
+section "Module notes"."""
 
 import glob
 import os

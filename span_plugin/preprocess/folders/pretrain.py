@@ -1,25 +1,8 @@
-"""A pre-training folder (task ``spanbert_masked_lm``): one text file's tokens and n-gram
-spans, optionally a validation text's, with the data record::
-
-    out/train.{bin,idx}, train.spans.{bin,idx}   the training text, one item a line
-    out/valid.{bin,idx}, valid.spans.{bin,idx}   the validation text (when given)
-    out/dict.txt                                 the model's fairseq dictionary
-    out/encoder.json                             GPT-2's (--bpe gpt2): the task reads
-                                                 word starts from it
-    out/segmentation                             the segmentation's name (greedy, none)
-    out/provenance.json                          the record (labels kind "none")
-
-``span-preprocess pretrain`` builds it whole or not at all (:func:`whole_folder`); a
-``.gz`` text is decompressed into the folder being built first (the binarizer reads
-byte ranges of the file in parallel, which a gzip stream does not have) and removed
-before the folder takes its place. One folder per text file is a shard of a corpus: the
-recipe (recipes/pretrain/spanbert.sh) builds one per file, several at a time, and
-trains over them with colon-joined ``--data`` (docs/PRETRAIN.md, "Corpora in shards").
-
-With ``keep=True`` an existing folder whose record names the same sources (by sha256)
-and the same encoder settings is kept as it is (a relaunch does not redo finished
-shards); one made from other sources or settings is an error naming the difference.
-"""
+"""A pre-training folder (task ``spanbert_masked_lm``, :func:`prepare_pretrain`): one text
+file's tokens and n-gram spans, optionally a validation text's, with ``dict.txt`` and the
+data record, built whole or not at all; one folder per text file is a shard of a corpus.
+The folder's files, ``.gz`` input and ``keep=True``: docs/PRETRAIN.md, section
+"Module notes"."""
 
 import gzip
 import os

@@ -1,26 +1,7 @@
-"""Word-level segmentation into spans: the registry of segmentation kinds, and the
-n-gram ones (greedy, random) and none.
-
-A segmentation is a list of span lengths in words that sums to the number of words.
-
-- ``greedy`` (the paper's): from the left, at word i try n = min(longest n-gram
-  starting with word i, words left) down to 2; a dictionary hit makes an n-word span,
-  no hit a one-word span. Matching uses the case-folded keys of
-  :mod:`span_plugin.tokenizers.words`. Unlike the public reference code, an n-gram
-  ending on the last word is found, and punctuation is a word of its own.
-- ``random``: the greedy span lengths of the same sentence, shuffled. The span-length
-  distribution is exactly the greedy one; the boundaries are random. The shuffle is
-  seeded by ``seed`` and the sentence text, so it does not depend on worker count or
-  line order.
-- ``none``: every word is its own span (the paper's "CNN without segmentation").
-- ``chunker`` (:mod:`span_plugin.preprocess.segmentation.chunker`): every chunk of a POS-tag chunker
-  is a span (the paper's "NLTK SF").
-
-A kind is a :class:`Segmentation` subclass registered by name, declaring once whether it
-needs an n-gram dictionary, the options it reads (``--nltk-data``), what it adds to the
-data record and what it takes back from it at inference; its module is imported by
-:mod:`span_plugin.preprocess.segmentation.segmentations`, which registers every kind.
-"""
+"""Word-level segmentation into spans (lists of span lengths in words that sum to the
+number of words): the registry of segmentation kinds (:class:`Segmentation`) and the
+n-gram ones, ``greedy`` (the paper's) and ``random``, and ``none``. What each kind does
+and what a kind declares: docs/PREPROCESS.md, section "Module notes"."""
 
 import random
 
