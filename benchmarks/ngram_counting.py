@@ -77,14 +77,14 @@ def count_once(path, workers, min_count):
     # The counter needs only numpy and regex: the preprocessing layer loads neither torch
     # nor fairseq, which would dominate the memory figures.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    from span_plugin.preprocess.segmentation.ngrams import count_ngrams
+    from span_plugin.preprocess.segmentation.ngrams import NgramCounting, count_ngrams
 
     assert "torch" not in sys.modules and "fairseq" not in sys.modules
 
     base = _vm("VmRSS")
     cpu0 = _cpu()
     t = time.perf_counter()
-    res = count_ngrams([path], min_count=min_count, workers=workers)
+    res = count_ngrams([path], NgramCounting(min_count=min_count), workers=workers)
     dt = time.perf_counter() - t
     return {"seconds": dt, "cpu_seconds": _cpu() - cpu0, "tokens": res.corpus_tokens,
             "ngrams": len(res.items),

@@ -38,8 +38,9 @@ def test_gzip_corpus_counts_as_its_text(tmp_path, wiki_lines):
     packed = tmp_path / "wiki.txt.gz"
     with gzip.open(packed, "wt", encoding="utf-8") as f:
         f.write("".join(wiki_lines))
-    a = NG.count_ngrams([plain], min_count=3, workers=1, words="bert")
-    b = NG.count_ngrams([packed], min_count=3, workers=2, words="bert", chunk_bytes=64 << 10)
+    a = NG.count_ngrams([plain], NG.NgramCounting(min_count=3, words="bert"), workers=1)
+    b = NG.count_ngrams([packed], NG.NgramCounting(min_count=3, words="bert"), workers=2,
+                        chunk_bytes=64 << 10)
     assert len(a.items) > 1000 and a.items == b.items and a.corpus_tokens == b.corpus_tokens
 
 
@@ -47,8 +48,8 @@ def test_header_records_corpus_and_settings(tmp_path, wiki_lines):
     corpus = tmp_path / "my wiki.txt"
     corpus.write_text("".join(wiki_lines), encoding="utf-8")
     out = tmp_path / "d.txt.gz"
-    res = NG.build_dictionary([corpus], out, min_count=11, words="gpt2", workers=1,
-                              task_rows=[GLUE / "CoLA"])
+    res = NG.build_dictionary([corpus], out, NG.NgramCounting(min_count=11, words="gpt2"),
+                              workers=1, task_rows=[GLUE / "CoLA"])
     head = NG.read_header(out)
     assert head["words"] == "gpt2" and head["n"] == "2..5" and head["min_count"] == "11"
     assert head["corpus"] == "my%20wiki.txt"
@@ -59,7 +60,7 @@ def test_header_records_corpus_and_settings(tmp_path, wiki_lines):
     assert min(d.counts.values()) >= 11
     # a size is a prefix: cutting the full file = counting with top_k
     assert NG.cut_dictionary(out, tmp_path / "top50.txt", 50) == 50
-    top = NG.count_ngrams([corpus], min_count=11, workers=1, top_k=50)
+    top = NG.count_ngrams([corpus], NG.NgramCounting(min_count=11, top_k=50), workers=1)
     assert NG.load_ngrams(tmp_path / "top50.txt").counts == dict(top.items)
     assert NG.read_header(tmp_path / "top50.txt") == dict(head, top_k="50")
 

@@ -51,16 +51,16 @@ def test_count_ngrams_is_exact_on_wikitext(tmp_path):
     # a real slice, counted with small chunks so that many chunks and partitions merge
     part = tmp_path / "wiki.tokens"
     part.write_bytes(b"".join(open(WIKI, "rb").readlines()[:1500]))
-    res = NG.count_ngrams([part], min_count=2, workers=2, wikitext=True,
-                          chunk_bytes=16 << 10, partitions=3, edge_punct=True)
+    res = NG.count_ngrams([part], NG.NgramCounting(min_count=2, edge_punct=True), workers=2,
+                          wikitext=True, chunk_bytes=16 << 10, partitions=3)
     ref = _brute_counts([part], True)
     expected = sorted(((g, c) for g, c in ref.items() if c >= 2), key=lambda gc: (-gc[1], gc[0]))
     assert len(expected) > 5000
     assert res.items == expected
     assert any(len(g) == 5 for g, _ in res.items)
     # min_n/max_n and top_k
-    res3 = NG.count_ngrams([part], min_n=3, max_n=3, min_count=2, workers=1, top_k=100,
-                           edge_punct=True)
+    res3 = NG.count_ngrams([part], NG.NgramCounting(min_n=3, max_n=3, min_count=2, top_k=100,
+                                                    edge_punct=True), workers=1)
     assert [g for g, _ in res3.items] == [g for g, _ in
                                           sorted(((g, c) for g, c in _brute_counts([part], False, 3).items()
                                                   if len(g) == 3 and c >= 2),
@@ -71,12 +71,12 @@ def test_edge_punctuation_filter(tmp_path):
     part = tmp_path / "t.txt"
     part.write_text("in new york , the city .\n" * 3 + "a state-of-the-art plan .\n" * 3,
                     encoding="utf-8")
-    grams = {g for g, _ in NG.count_ngrams([part], min_count=3, workers=1).items}
+    grams = {g for g, _ in NG.count_ngrams([part], NG.NgramCounting(min_count=3), workers=1).items}
     assert ("new", "york") in grams and ("state", "-", "of") in grams
     assert all(W.split_words(g[0])[0].isalnum() and g[-1].isalnum() for g in grams)
     assert ("york", ",") not in grams and (",", "the") not in grams
-    every = {g for g, _ in NG.count_ngrams([part], min_count=3, workers=1,
-                                           edge_punct=True).items}
+    every = {g for g, _ in NG.count_ngrams([part], NG.NgramCounting(min_count=3, edge_punct=True),
+                                           workers=1).items}
     assert ("york", ",") in every and grams < every
 
 

@@ -126,7 +126,8 @@ def _spec(args, need_dict=True):
 
 
 def cmd_ngrams(args):
-    from span_plugin.preprocess.segmentation.ngrams import TaskRowsInCorpus, build_dictionary, cut_dictionary
+    from span_plugin.preprocess.segmentation.ngrams import (NgramCounting, TaskRowsInCorpus,
+                                                            build_dictionary, cut_dictionary)
 
     if args.glue_dir:
         raise SystemExit(
@@ -144,12 +145,13 @@ def cmd_ngrams(args):
     if not paths:
         raise SystemExit("span-preprocess ngrams: give --text or --wikitext")
     try:
-        res = build_dictionary(paths, args.out, min_n=args.min_n, max_n=args.max_n,
-                               min_count=args.min_count, workers=args.workers,
-                               wikitext=list(args.wikitext or []), top_k=args.top_k,
-                               edge_punct=args.keep_edge_punct, partitions=args.partitions,
-                               tmp_dir=args.tmp_dir, words=args.words,
-                               task_rows=args.task_rows or (), on_task_rows=args.on_task_rows)
+        counting = NgramCounting(min_n=args.min_n, max_n=args.max_n, min_count=args.min_count,
+                                 top_k=args.top_k, edge_punct=args.keep_edge_punct,
+                                 words=args.words)
+        res = build_dictionary(paths, args.out, counting, wikitext=list(args.wikitext or []),
+                               task_rows=args.task_rows or (), on_task_rows=args.on_task_rows,
+                               workers=args.workers, partitions=args.partitions,
+                               tmp_dir=args.tmp_dir)
     except TaskRowsInCorpus as e:
         raise SystemExit(f"span-preprocess ngrams: {e}")
     print(f"{args.out}: {len(res.items)} n-grams over {args.words} words "

@@ -11,6 +11,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from typing import Optional
 from urllib.parse import quote
 
 import numpy as np
@@ -320,23 +321,37 @@ class CountResult:
     vocab_size: int
 
 
-def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=(),
-                 chunk_bytes=8 << 20, partitions=8, tmp_dir=None, top_k=None,
-                 edge_punct=False, words="gpt2"):
-    """Count word n-grams (``min_n <= n <= max_n``) occurring at least ``min_count``
-    times in the corpus files, exactly. Lines are sentences or paragraphs; n-grams
-    never cross a line end. ``wikitext``: True, or the subset of ``paths`` in
-    WikiText format (see :func:`corpus_lines`). edge_punct: keep n-grams that begin
-    or end with a word without letters or digits (", and", "america ,"); by default
-    they are left out, so spans do not swallow neighbouring punctuation (punctuation
-    inside an n-gram, as in "state - of - the - art", stays). words: the word scheme
-    (``words.WORD_SCHEMES``) of the encoder that will use the dictionary. Returns a
-    :class:`CountResult`.
+@dataclass(frozen=True)
+class NgramCounting:
+    """What a count keeps (the dictionary's header records it): word n-grams with
+    ``min_n <= n <= max_n`` seen at least ``min_count`` times, the ``top_k`` most frequent
+    of them (None: all). edge_punct: keep n-grams that begin or end with a word without
+    letters or digits (", and", "america ,"); by default they are left out, so spans do
+    not swallow neighbouring punctuation (punctuation inside an n-gram, as in "state - of
+    - the - art", stays). words: the word scheme (``words.WORD_SCHEMES``) of the encoder
+    that will use the dictionary."""
+
+    min_n: int = 2
+    max_n: int = 5
+    min_count: int = 2
+    top_k: Optional[int] = None
+    edge_punct: bool = False
+    words: str = "gpt2"
+
+
+def count_ngrams(paths, counting=NgramCounting(), workers=None, wikitext=(),
+                 chunk_bytes=8 << 20, partitions=8, tmp_dir=None):
+    """Count the word n-grams ``counting`` (:class:`NgramCounting`) keeps in the corpus
+    files, exactly. Lines are sentences or paragraphs; n-grams never cross a line end.
+    ``wikitext``: True, or the subset of ``paths`` in WikiText format (see
+    :func:`corpus_lines`). workers, chunk_bytes, partitions, tmp_dir: processes, bytes a
+    worker reads at a time, hash partitions of the spill files and where they go.
+    Returns a :class:`CountResult`.
     """
-    W.splitter(words)  # refuse an unknown scheme before any work
-    if not 2 <= min_n <= max_n:
-        raise ValueError(f"need 2 <= min_n <= max_n, got {min_n}..{max_n}")
-    if min_count < 1:
+    W.splitter(counting.words)  # refuse an unknown scheme before any work
+    if not 2 <= counting.min_n <= counting.max_n:
+        raise ValueError(f"need 2 <= min_n <= max_n, got {counting.min_n}..{counting.max_n}")
+    if counting.min_count < 1:
         raise ValueError("min_count must be >= 1")
     workers = workers or os.cpu_count() or 1
     tmp = tempfile.mkdtemp(prefix="span_ngrams_", dir=tmp_dir)
@@ -351,8 +366,7 @@ def count_ngrams(paths, min_n=2, max_n=5, min_count=2, workers=None, wikitext=()
         plain = [_plain_file(p, tmp) for p in paths]
         wiki = {q for p, q in zip(paths, plain) if p in wiki}
         with ctx.Pool(workers) as pool:
-            return _count(pool, plain, min_n, max_n, min_count, wiki, chunk_bytes,
-                          partitions, tmp, top_k, edge_punct, words)
+            return _count(pool, plain, wiki, counting, chunk_bytes, partitions, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -368,9 +382,31 @@ def _plain_file(path, tmp):
     return out
 
 
-def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, tmp, top_k,
-           edge_punct, words):
-    # Pass 1: words -> local ids; global word counts.
+def _count(pool, paths, wikitext, counting, chunk_bytes, parts, tmp):
+    """:func:`count_ngrams` over the plain files ``paths`` (``wikitext``: those in
+    WikiText format), its workers ``pool``, spilling into ``tmp``."""
+    chunk_vocabs, word_counts = _read_words(pool, paths, wikitext, counting.words,
+                                            chunk_bytes, tmp)
+    corpus_tokens = sum(word_counts.values())
+    min_count = counting.min_count
+    frequent = sorted((w for w, c in word_counts.items() if c >= min_count),
+                      key=lambda w: (-word_counts[w], w))
+    if len(frequent) >= MAX_WORDS:
+        raise ValueError(f"{len(frequent)} words reach min_count={min_count}; the exact "
+                         f"packing allows {MAX_WORDS - 1}: raise min_count")
+    word_id = {w: i for i, w in enumerate(frequent)}
+    del word_counts
+    corpus, bounds = _global_ids(chunk_vocabs, word_id, tmp)
+    if not bounds or bounds[-1][1] == 0:
+        return CountResult(items=[], corpus_tokens=corpus_tokens, vocab_size=len(frequent))
+    levels = _count_levels(pool, corpus, bounds, counting, parts, tmp)
+    items = _decoded(levels, frequent, counting)
+    return CountResult(items=items, corpus_tokens=corpus_tokens, vocab_size=len(frequent))
+
+
+def _read_words(pool, paths, wikitext, words, chunk_bytes, tmp):
+    """Pass 1: each chunk of ``chunk_bytes`` as local word ids, with its vocabulary.
+    Returns ``([(ids path, vocabulary path, vocabulary size)], {word: count})``."""
     tasks = []
     for path in paths:
         for start, end in _line_chunks(path, chunk_bytes):
@@ -389,16 +425,13 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
             chunk_vocabs.append((out_path, vocab_path, len(vocab)))
             shown.update(task[2] - task[1])
     word_counts.pop("", None)
-    corpus_tokens = sum(word_counts.values())
-    frequent = sorted((w for w, c in word_counts.items() if c >= min_count),
-                      key=lambda w: (-word_counts[w], w))
-    if len(frequent) >= MAX_WORDS:
-        raise ValueError(f"{len(frequent)} words reach min_count={min_count}; the exact "
-                         f"packing allows {MAX_WORDS - 1}: raise min_count")
-    word_id = {w: i for i, w in enumerate(frequent)}
-    del word_counts
+    return chunk_vocabs, word_counts
 
-    # The corpus as global ids (-1: line end or rare word), chunk by chunk.
+
+def _global_ids(chunk_vocabs, word_id, tmp):
+    """The corpus as global ids (-1: line end or rare word), chunk by chunk, in
+    ``tmp/corpus.i32``; the chunks' files are removed. Returns ``(path, [(start,
+    end)] of each chunk)``."""
     corpus = os.path.join(tmp, "corpus.i32")
     bounds = []
     with open(corpus, "wb") as out:
@@ -414,29 +447,31 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
             g.tofile(out)
             bounds.append((pos, pos + len(g)))
             pos += len(g)
-    total = pos
-    if total == 0:
-        return CountResult(items=[], corpus_tokens=corpus_tokens, vocab_size=len(frequent))
+    return corpus, bounds
 
-    # Levels 2..max_n.
-    levels = {}  # n -> (sorted keys int64, counts int64)
+
+def _count_levels(pool, corpus, bounds, counting, parts, tmp):
+    """Levels 2..max_n: ``{n: (sorted keys int64, counts int64)}`` of the n-grams seen
+    ``min_count`` times; stops early at a level without any."""
+    total = bounds[-1][1]
+    levels = {}
     prev = None
-    shown = progress.bar(max_n - 1, "counting n-grams", unit="level")
-    for n in range(2, max_n + 1):
+    shown = progress.bar(counting.max_n - 1, "counting n-grams", unit="level")
+    for n in range(2, counting.max_n + 1):
         shown.update(1)
         spills = [os.path.join(tmp, f"l{n}.c{i}") for i in range(len(bounds))]
         pool.map(_count_level, [(corpus, prev, s, e, n, parts, sp)
                                 for (s, e), sp in zip(bounds, spills)])
         merged = pool.map(_merge_partition, [
             ([f"{sp}.p{k}" for sp in spills if os.path.exists(f"{sp}.p{k}.k.npy")],
-             min_count) for k in range(parts)])
+             counting.min_count) for k in range(parts)])
         keys = np.concatenate([m[0] for m in merged])
         cnts = np.concatenate([m[1] for m in merged])
         order = np.argsort(keys)
         keys, cnts = keys[order], cnts[order]
         levels[n] = (keys, cnts)
-        logger.info("level %d: %d n-grams with count >= %d", n, len(keys), min_count)
-        if n == max_n or len(keys) == 0:
+        logger.info("level %d: %d n-grams with count >= %d", n, len(keys), counting.min_count)
+        if n == counting.max_n or len(keys) == 0:
             break
         keys_path = os.path.join(tmp, f"keys{n}.npy")
         np.save(keys_path, keys)
@@ -447,19 +482,25 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
             os.remove(prev)
         prev = cur
     shown.close()
+    return levels
 
-    # Decode keys into word-id matrices, level by level: [num_grams, n].
+
+def _decoded(levels, frequent, counting):
+    """``[(words, count)]`` of the ``levels``' keys, most frequent first (ties by text),
+    as ``counting`` keeps them: n >= min_n, edge punctuation, top_k."""
     items = []
+    # Decode keys into word-id matrices, level by level: [num_grams, n].
     mats = {1: np.arange(len(frequent), dtype=np.int64)[:, None]}
     is_punct = np.array([not _HAS_ALNUM.search(w) for w in frequent], dtype=bool)
+    top_k = counting.top_k
     for n in sorted(levels):
         keys, cnts = levels[n]
         prefix = keys >> WORD_BITS
         last = keys & (MAX_WORDS - 1)
         mats[n] = np.concatenate([mats[n - 1][prefix], last[:, None]], axis=1)
-        if n >= min_n:
+        if n >= counting.min_n:
             order = np.argsort(-cnts, kind="stable")
-            if not edge_punct:
+            if not counting.edge_punct:
                 ok = ~(is_punct[mats[n][order, 0]] | is_punct[mats[n][order, -1]])
                 order = order[ok]
             if top_k is not None and len(order) > top_k:
@@ -470,7 +511,7 @@ def _count(pool, paths, min_n, max_n, min_count, wikitext, chunk_bytes, parts, t
     items.sort(key=lambda gc: (-gc[1], gc[0]))
     if top_k is not None:
         items = items[:top_k]
-    return CountResult(items=items, corpus_tokens=corpus_tokens, vocab_size=len(frequent))
+    return items
 
 
 def cut_dictionary(src, dst, top_k):
@@ -491,10 +532,11 @@ class TaskRowsInCorpus(ValueError):
 TASK_ROW_POLICIES = ("error", "drop", "count")
 
 
-def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=None,
-                     wikitext=(), top_k=None, edge_punct=False, words="gpt2", task_rows=(),
+def build_dictionary(paths, out_path, counting=NgramCounting(), *, wikitext=(), task_rows=(),
                      on_task_rows="error", **kw):
-    """Count n-grams in ``paths`` and write the dictionary file; returns CountResult.
+    """Count the n-grams ``counting`` (:class:`NgramCounting`) keeps in ``paths`` and
+    write the dictionary file; returns CountResult. ``kw``: :func:`count_ngrams`'s
+    workers, chunk_bytes, partitions, tmp_dir.
 
     task_rows: task files or folders the dictionary will serve. Corpus lines that are
     their sentences (:mod:`span_plugin.preprocess.segmentation.leakage`) raise
@@ -532,23 +574,20 @@ def build_dictionary(paths, out_path, min_n=2, max_n=5, min_count=2, workers=Non
                         wikitext = [q for p, q in zip(paths, kept) if str(p) in wiki]
                     paths, dropped = kept, hits
         res = _count_and_save(paths, out_path, names, checked if task_rows else None,
-                              dropped, min_n, max_n, min_count, workers, wikitext, top_k,
-                              edge_punct, words, **kw)
+                              dropped, counting, wikitext, **kw)
     finally:
         shutil.rmtree(keep, ignore_errors=True)
     return res
 
 
-def _count_and_save(paths, out_path, names, checked, dropped, min_n, max_n, min_count,
-                    workers, wikitext, top_k, edge_punct, words, **kw):
-    res = count_ngrams(paths, min_n=min_n, max_n=max_n, min_count=min_count,
-                       workers=workers, wikitext=wikitext, top_k=top_k,
-                       edge_punct=edge_punct, words=words, **kw)
+def _count_and_save(paths, out_path, names, checked, dropped, counting, wikitext, **kw):
+    res = count_ngrams(paths, counting, wikitext=wikitext, **kw)
+    c = counting
     corpus = ",".join(quote(name, safe="") for name in names)
-    comment = (f"words={words} n={min_n}..{max_n} min_count={min_count} "
+    comment = (f"words={c.words} n={c.min_n}..{c.max_n} min_count={c.min_count} "
                f"corpus={corpus} corpus_tokens={res.corpus_tokens}"
                + (f" task_rows_checked={checked}" if checked is not None else "")
                + (f" task_rows_dropped={dropped}" if dropped else "")
-               + (f" top_k={top_k}" if top_k else "") + (" edge_punct" if edge_punct else ""))
+               + (f" top_k={c.top_k}" if c.top_k else "") + (" edge_punct" if c.edge_punct else ""))
     save_ngrams(out_path, res.items, comment)
     return res
