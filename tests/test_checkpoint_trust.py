@@ -171,7 +171,7 @@ def test_the_scan_finds_what_it_looks_for():
 def test_library_loaders_refuse_the_payload(planted):
     from fairseq import checkpoint_utils
 
-    from span_plugin.convert.bert import open_tensors
+    from span_plugin.convert.hf_source import open_tensors
     from span_plugin.convert.flags import checkpoint_train_flags
     from span_plugin.inference.glue_files import write_validation_predictions
     from span_plugin.inference.hub import SpanHubInterface

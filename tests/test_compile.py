@@ -246,7 +246,7 @@ def test_span_head_under_inductor_equals_eager():
     dropped the input gradient of SegmentConv1d: it now stacks shifted slices when
     compiled.)"""
     from span_plugin.models.compiled import pad_spans_to_length
-    from span_plugin.models.heads import SpanClassificationHead
+    from span_plugin.modules.sentence_heads import SpanClassificationHead
 
     fresh_dynamo()
     torch.manual_seed(0)

@@ -106,7 +106,7 @@ def test_a_malformed_encoder_json_is_named(tmp_path, capsys):
 
 def test_a_lone_surrogate_in_hub_text_names_the_example():
     from span_plugin.inference.hub import SpanHubInterface
-    from span_plugin.inference.inputs import question_pairs
+    from span_plugin.formats.text_inputs import question_pairs
 
     hub = SpanHubInterface.from_pretrained(CHECKPOINT, data=FIXTURE / "data",
                                            ngrams=FIXTURE / "ngrams.v0_2.txt.gz")

@@ -487,7 +487,7 @@ def build_parser():
                    help="in-paraphrase negatives must share a word with the source phrase")
     q.add_argument("--keep-identical", action="store_true",
                    help="also keep identical segments of the anchors as paraphrase pairs "
-                   "(aligner version 1's positives; the identity rule then nearly solves "
+                   "(identity positives, for comparison; the identity rule then nearly solves "
                    "the phrasal task)")
     q.add_argument("--holdout-rows", type=count, default=0, metavar="N",
                    help="write the last N paraphrase rows left (with their own random "
