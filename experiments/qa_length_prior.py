@@ -39,11 +39,17 @@ from grid_lib import ROOT
 
 
 def load(checkpoint):
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
-    hub = SpanHubInterface.from_pretrained(str(checkpoint))
-    hub.eval()
-    return hub
+    return SpanHubInterface.from_pretrained(str(checkpoint))
+
+
+def batches(hub, examples, batch_size):
+    """``(questions, question of each window [N], offsets [N, T, 2], head output)`` of each
+    batch of ``batch_size`` questions (the predictor's ``batch_outputs``)."""
+    for k, (question, offsets, output) in zip(range(0, len(examples), batch_size),
+                                              hub.batch_outputs(examples, batch_size)):
+        yield examples[k:k + batch_size], question, offsets, output
 
 
 def token_width(offsets, start, end):
@@ -62,19 +68,18 @@ def widths_on(hub, examples, batch_size):
     window holding it."""
     predicted, gold = collections.Counter(), {}
     best = {}
-    for batch, output in hub.batch_outputs(examples, batch_size):
-        qa = batch["qa"]
+    for records, question, offsets, output in batches(hub, examples, batch_size):
         scores = output["scores"]  # [N, T, A]: the flat argmax's remainder is the width
         a = scores.size(-1)
         top, index = scores.flatten(1).max(1)
-        for w, q in enumerate(qa["question"].tolist()):
-            record = qa["records"][q]
+        for w, q in enumerate(question.tolist()):
+            record = records[q]
             key = record.id
             if key not in best or top[w] > best[key][0]:
                 best[key] = (float(top[w]), int(index[w]) % a)
-            offsets = qa["offsets"][w].tolist()
+            window_offsets = offsets[w].tolist()
             text, start = record.answers[0]
-            width = token_width(offsets, start, start + len(text))
+            width = token_width(window_offsets, start, start + len(text))
             if width is not None and key not in gold:
                 gold[key] = width
     for _, width in best.values():
@@ -88,13 +93,11 @@ def decode(hub, examples, batch_size, bias=None):
 
     answers = {}
     boundaries = hub.answer_boundaries
-    for batch, output in hub.batch_outputs(examples, batch_size):
+    for records, question, offsets, output in batches(hub, examples, batch_size):
         if bias is not None:
             output = dict(output, scores=output["scores"] + bias.to(output["scores"]))
-        qa = batch["qa"]
-        records = qa["records"]
         for record, answer in zip(records, answers_of_batch(
-                output, qa["question"], qa["offsets"], [r.context for r in records],
+                output, question, offsets, [r.context for r in records],
                 boundaries=boundaries)):
             answers[record.id] = answer["text"]
     return answers

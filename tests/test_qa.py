@@ -439,17 +439,21 @@ def test_train_validate_predict_agree(qa_folder, tmp_path, head):
     assert token["f1"] == pytest.approx(squad_scores(
         json.loads((out / "token.json").read_text()), examples)["f1"])
 
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(save / "checkpoint_last.pt")
     # the hub builds the batches of training from raw text: tokens, passage and spans
     valid = hub.task.load_dataset("valid")
     n = min(6, len(valid))
-    ours = hub.dataset([valid[i]["record"] for i in range(n)])
+    from span_plugin.portable.batches import pad_rows, pad_tokens
+
+    windows = hub.windows([valid[i]["record"] for i in range(n)])  # an item: a question's windows
     want = valid.collater([valid[i] for i in range(n)])["net_input"]
-    got = ours.collater([ours[i] for i in range(n)])["net_input"]
-    assert set(got) == set(want) == {"src_tokens", "src_lengths", "passage", "spans"}
-    for key in want:
+    got = {"src_tokens": pad_tokens([w[1] for w in windows], hub.vocab.pad),
+           "passage": torch.tensor([w[2] for w in windows]),
+           "spans": pad_rows([w[4] for w in windows], 2)}
+    assert set(want) == {"src_tokens", "src_lengths", "passage", "spans"}
+    for key in got:
         assert torch.equal(got[key], want[key]), key
     ex = examples[0]
     answer = hub.predict_answers([(ex.question, ex.context)])[0]

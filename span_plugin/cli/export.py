@@ -76,9 +76,9 @@ def _parser():
 
 
 def _guard_arguments(group):
-    """The accuracy guard's flags (span_plugin/inference/int8_guard.py)."""
+    """The accuracy guard's flags (span_plugin/export/int8_guard.py)."""
     from span_plugin.formats.flag_values import finite
-    from span_plugin.inference.int8_guard import DEFAULT_MAX_DROP
+    from span_plugin.export.int8_guard import DEFAULT_MAX_DROP
 
     group.add_argument("--split", default="valid", help="the labelled split of the data "
                        "folder to measure on (default: valid)")
@@ -92,9 +92,9 @@ def _guard_arguments(group):
 
 
 def _onnx(args):
-    from span_plugin.inference.onnx_export import export_onnx
+    from span_plugin.export.onnx_export import export_onnx
 
-    from span_plugin.inference.int8_guard import DEFAULT_MAX_DROP
+    from span_plugin.export.int8_guard import DEFAULT_MAX_DROP
 
     if not args.quantize:
         given = [flag for flag, on in (("--force-int8", args.force_int8), ("--input", args.input),
@@ -113,14 +113,14 @@ def _onnx(args):
           f"{', '.join(meta['inputs'])}; outputs {', '.join(meta['outputs'])}; ONNX Runtime "
           f"within {meta['check']['max_abs_diff']:.1e} of torch on its check batches")
     if "int8" in meta:
-        from span_plugin.inference.int8_guard import summary
+        from span_plugin.export.int8_guard import summary
 
         print(f"model.onnx is the int8 graph; {summary(meta['int8'])}")
 
 
 def _int8_check(args):
-    from span_plugin.inference.int8_check import int8_check
-    from span_plugin.inference.int8_guard import summary
+    from span_plugin.export.int8_check import int8_check
+    from span_plugin.export.int8_guard import summary
 
     record = int8_check(args.folder, data=args.data, split=args.split, input_path=args.input,
                         max_drop=args.max_drop, force_int8=args.force_int8)
@@ -129,7 +129,7 @@ def _int8_check(args):
 
 
 def _hf(args):
-    from span_plugin.inference.model_export import export_model
+    from span_plugin.export.model_export import export_model
 
     files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
     plan, span = export_model(args.checkpoint, args.out, force=args.force, files=files,

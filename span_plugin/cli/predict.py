@@ -166,7 +166,7 @@ def main(argv=None):
 
         errors += (DamagedCheckpointError,)
     _quiet_logging()
-    from span_plugin.portable.tasks import task_outputs
+    from span_plugin.portable.tasks import TASKS, task_outputs
 
     outputs = task_outputs()
     try:
@@ -181,8 +181,9 @@ def main(argv=None):
             hub = load_exported(args) if portable else load_checkpoint(args)
             task = hub.task_name
             source = args.checkpoint
-            check_flags(args, hub.output, outputs, task, source)
-            hub.output.write(hub, args)
+            output = TASKS[task].output
+            check_flags(args, output, outputs, task, source)
+            output.write(hub, args)
     except errors as err:
         # Settings that differ from the checkpoint's, a damaged checkpoint, a pair
         # model given single sentences, a flag of another task, a missing file, a full

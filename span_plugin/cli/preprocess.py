@@ -204,16 +204,17 @@ def cmd_pairs(args):
 
 
 def cmd_align_pairs(args):
-    from span_plugin.preprocess.folders.align import align_file
+    from span_plugin.preprocess.folders.align import AlignSettings, align_file
 
     if bool(args.holdout_rows) != bool(args.holdout_out):
         raise SystemExit("span-preprocess align-pairs: give --holdout-rows and --holdout-out together")
-    stats = align_file(args.input, args.out, source=args.source, ngrams=args.ngrams,
-                       random_ratio=args.random_sentence_ratio, seed=args.seed,
-                       require_overlap=args.require_overlap, min_score=args.min_score,
-                       exclude=args.exclude_sentences_of, words=args.words,
-                       keep_identical=args.keep_identical, holdout=args.holdout_rows,
-                       holdout_path=args.holdout_out)
+    settings = AlignSettings(words=args.words, ngrams=args.ngrams,
+                             random_ratio=args.random_sentence_ratio, seed=args.seed,
+                             require_overlap=args.require_overlap,
+                             keep_identical=args.keep_identical)
+    stats = align_file(args.input, args.out, settings, source=args.source,
+                       min_score=args.min_score, exclude=args.exclude_sentences_of,
+                       holdout=args.holdout_rows, holdout_path=args.holdout_out)
     print(stats.report())
 
 

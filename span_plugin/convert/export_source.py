@@ -92,7 +92,7 @@ def _refuse_fine_tuned(path: Path, tensors, cfg: Dict, heads_allowed: bool) -> N
         task = _plain(cfg.get("task")).get("_name") or _plain(cfg.get("args")).get("task")
         raise ConversionError(
             f"{path}: a fine-tuned model (task {task}, head {', '.join(heads)}); this reads "
-            f"encoders only: export it with span-export hf (span_plugin.inference.model_export)")
+            f"encoders only: export it with span-export hf (span_plugin.export.model_export)")
     if ENC + "embed_tokens.weight" not in tensors:
         raise ConversionError(f"{path}: no {ENC}embed_tokens.weight: not a fairseq RoBERTa "
                               f"encoder checkpoint")

@@ -292,7 +292,7 @@ def plan_hf_export(checkpoint, files=None, heads_allowed=False, data=None) -> Hf
     """Read and check everything; map the tensors. Nothing is written. ``files``: the
     tokenizer's files by field, for a checkpoint whose own are elsewhere;
     ``heads_allowed``: plan the encoder of a fine-tuned checkpoint (its heads are the
-    caller's: :mod:`span_plugin.inference.model_export`); ``data``: the task folder it
+    caller's: :mod:`span_plugin.export.model_export`); ``data``: the task folder it
     was trained on (``--data``), where its dictionary is looked for first."""
     ckpt = read_encoder_checkpoint(checkpoint, SUPPORTED_KINDS, files, heads_allowed, data)
     plan = (_bert if ckpt.kind == "wordpiece" else _roberta)(ckpt)

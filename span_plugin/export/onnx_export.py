@@ -58,9 +58,9 @@ SHORTEST = {"sentence": "Yes", "pair": ("Yes", "No"), "words": ["Yes"], "qa": ("
 def example_sets(hub):
     """``(examples, shortest)``: the raw examples :func:`model_inputs` encodes for
     ``hub``'s kind of model, and its shortest input."""
-    if isinstance(hub, QAHubInterface):
+    if isinstance(hub, QAPredictor):
         return QUESTIONS, SHORTEST["qa"]
-    if isinstance(hub, NerHubInterface):
+    if isinstance(hub, NerPredictor):
         words = [s.replace(",", " ,").replace(".", " .").split() for s in SENTENCES]
         return words, SHORTEST["words"]
     if hub.num_inputs == 2:

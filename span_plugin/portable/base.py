@@ -75,13 +75,6 @@ class Predictor:
         return self
 
     @property
-    def output(self):
-        """What ``span-predict`` writes for the task (:data:`span_plugin.portable.tasks.TASKS`)."""
-        from span_plugin.portable.tasks import TASKS
-
-        return TASKS[self.folder.task].output
-
-    @property
     def task_name(self):
         """The fairseq task the model was trained with (``span_classification``, ...)."""
         return self.folder.task
@@ -101,6 +94,11 @@ class Predictor:
 
     def to(self, device):
         self.network.to(device)
+        return self
+
+    def eval(self):
+        """The network is always in eval mode; here for scripts that call it."""
+        self.network.eval()
         return self
 
     def tokens_of(self, symbols):

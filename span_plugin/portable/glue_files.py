@@ -79,7 +79,7 @@ def folder_row_paths(data, split):
 
 
 def prediction_lines(predictions, first=0, regression_scale=1.0, clip=None):
-    """Submission lines (no header) of the dicts of ``SentenceHubInterface.predict``,
+    """Submission lines (no header) of the dicts of ``SentencePredictor.predict``,
     numbered from ``first``."""
     lines = []
     for i, p in enumerate(predictions, start=first):
@@ -94,7 +94,7 @@ def prediction_lines(predictions, first=0, regression_scale=1.0, clip=None):
 
 
 def format_predictions(predictions, regression_scale=1.0, clip=None):
-    """Submission lines (header first) for the dicts of ``SentenceHubInterface.predict``."""
+    """Submission lines (header first) for the dicts of ``SentencePredictor.predict``."""
     return [HEADER, *prediction_lines(predictions, 0, regression_scale, clip)]
 
 
@@ -166,7 +166,7 @@ def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression
 def validation_predictions(state, data=None):
     """The predictions fairseq-train's own validation made of the folder's ``valid``
     split with the weights of this checkpoint (kept in the task state by the
-    ``span_classification`` criterion), one dict per row as ``SentenceHubInterface
+    ``span_classification`` criterion), one dict per row as ``SentencePredictor
     .predict`` gives them (``label``; regression ``score``), and the folder's record.
 
     Returns ``(predictions, record, None)``, or ``(None, None, why)`` when the

@@ -10,7 +10,8 @@ import json
 import random
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from span_plugin.tokenizers import words as W
 from span_plugin.files.atomic import atomic_file
@@ -259,15 +260,33 @@ def paraphrase_rows(path, source="auto", min_score=4.0, exclude=()):
     return kept, len(rows) - len(kept)
 
 
-def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, seed=1,
-               require_overlap=False, keep_identical=False, where=None):
+@dataclass(frozen=True)
+class AlignSettings:
+    """How the aligner pairs phrases. words: the word scheme of the encoder that will
+    read the file (and of the n-gram dictionary ``ngrams``; None: the packaged one);
+    random_ratio: random partner rows per paraphrase row; seed: of the one
+    ``random.Random`` everything is drawn from; require_overlap: prefer in-paraphrase
+    windows that share a word with the source phrase; keep_identical: also keep the
+    identical segments of the anchors as paraphrase pairs."""
+
+    words: str = "gpt2"
+    ngrams: Optional[str] = None
+    random_ratio: float = 0.5
+    seed: int = 1
+    require_overlap: bool = False
+    keep_identical: bool = False
+
+
+def align_rows(rows, out_path, settings=AlignSettings(), where=None):
     """Write the phrase pairs of the paraphrase ``rows`` ((sentence1, sentence2) pairs)
-    and their random partners to ``out_path``; returns :class:`AlignStats`."""
+    and their random partners to ``out_path`` as ``settings`` (:class:`AlignSettings`)
+    say; returns :class:`AlignStats`."""
     if len(rows) < 2:
         raise BadInputError(f"{where or out_path}: {len(rows)} paraphrase rows; need at "
                             f"least 2 (random partners pair two rows)")
-    rng = random.Random(seed)
-    segmenter = (Segmenter(load_ngrams(ngrams, words=words), segmentation="greedy")
+    rng = random.Random(settings.seed)
+    words, keep_identical = settings.words, settings.keep_identical
+    segmenter = (Segmenter(load_ngrams(settings.ngrams, words=words), segmentation="greedy")
                  if keep_identical else None)
     sents = [(_Sentence(a, words, segmenter), _Sentence(b, words, segmenter)) for a, b in rows]
     stats = AlignStats()
@@ -282,7 +301,7 @@ def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, s
                 stats.classes[y] += 1
 
         for s, t in sents:
-            pairs = align_pair(s, t, rng, require_overlap, keep_identical, stats)
+            pairs = align_pair(s, t, rng, settings.require_overlap, keep_identical, stats)
             pos = [(a, b) for a, b, y in pairs if y == PARAPHRASE]
             positives_of.append(pos)
             stats.identical += sum(s.key(a) == t.key(b) for a, b in pos)
@@ -291,7 +310,7 @@ def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, s
             stats.source_words += [a[1] - a[0] for a, _ in pos]
             write(s, t, PARAPHRASE_ROW, pairs)
             stats.paraphrase_rows += 1
-        for _ in range(int(round(random_ratio * len(sents)))):
+        for _ in range(int(round(settings.random_ratio * len(sents)))):
             i = rng.randrange(len(sents))
             j = rng.randrange(len(sents) - 1)
             j += j >= i  # another pair's sentence 2
@@ -307,22 +326,19 @@ def align_rows(rows, out_path, *, words="gpt2", ngrams=None, random_ratio=0.5, s
     return stats
 
 
-def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, seed=1,
-               require_overlap=False, min_score=4.0, exclude=(), words="gpt2",
-               keep_identical=False, holdout=0, holdout_path=None):
+def align_file(path, out_path, settings=AlignSettings(), *, source="auto", min_score=4.0,
+               exclude=(), holdout=0, holdout_path=None):
     """Write the JSON Lines file of :mod:`span_plugin.preprocess.folders.pairs` from the
-    paraphrase rows of ``path``, without those sharing a sentence with the files
-    ``exclude``; ``words``: the word scheme of the encoder that will read the file (and
-    of the n-gram dictionary); ``holdout`` > 0: the last ``holdout`` rows left go to
-    ``holdout_path`` instead (aligned on their own, seed + 1). Returns
-    :class:`AlignStats` (the held-out file's in ``.holdout``)."""
+    paraphrase rows of ``path`` (``source``: "mrpc", "stsb" or "auto"; STS-B rows scored
+    ``min_score`` or more), without those sharing a sentence with the files ``exclude``,
+    aligned as ``settings`` (:class:`AlignSettings`) say; ``holdout`` > 0: the last
+    ``holdout`` rows left go to ``holdout_path`` instead (aligned on their own, seed +
+    1). Returns :class:`AlignStats` (the held-out file's in ``.holdout``)."""
     rows, excluded = paraphrase_rows(path, source, min_score, exclude)
     where = (f"{path}: after dropping {excluded} paraphrase rows that share a sentence with "
              f"{', '.join(map(str, exclude))} (EXCLUDE / --exclude-sentences-of takes the "
              f"target task's dev and test files; a file's own split drops all of its rows)"
              if exclude else str(path))
-    settings = dict(words=words, ngrams=ngrams, random_ratio=random_ratio,
-                    require_overlap=require_overlap, keep_identical=keep_identical)
     held = None
     if holdout:
         if holdout_path is None:
@@ -331,9 +347,9 @@ def align_file(path, out_path, source="auto", ngrams=None, random_ratio=0.5, see
             raise BadInputError(f"{where}: {len(rows)} paraphrase rows, too few to hold out "
                                 f"{holdout} and train on the rest")
         rows, kept = rows[:-holdout], rows[-holdout:]
-        held = align_rows(kept, holdout_path, seed=seed + 1, where=f"{where} (held out)",
-                          **settings)
-    stats = align_rows(rows, out_path, seed=seed, where=where, **settings)
+        held = align_rows(kept, holdout_path, replace(settings, seed=settings.seed + 1),
+                          where=f"{where} (held out)")
+    stats = align_rows(rows, out_path, settings, where=where)
     stats.excluded_rows = excluded
     stats.holdout = held
     return stats

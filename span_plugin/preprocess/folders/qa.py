@@ -399,3 +399,4 @@ def _write_tsv(path, header, rows):
     with open(path, "w", encoding="utf-8") as f:
         for row in [header, *rows]:
             f.write("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in row) + "\n")
+
