@@ -139,7 +139,7 @@ def transfer_data(args, target, seed):
     """The aligned transfer pairs of (target, seed): (folder with train.jsonl and
     dev.jsonl, statistics per split). Made on every call (a second or two), the same
     files each time (the aligner is seeded)."""
-    from span_plugin.preprocess.folders.align import align_file
+    from span_plugin.preprocess.folders.align import AlignSettings, align_file
 
     source, glue = SOURCE[target], Path(args.glue_dir)
     exclude = [glue / target / f for f in ("dev.tsv", "test.tsv") if (glue / target / f).exists()]
@@ -147,8 +147,9 @@ def transfer_data(args, target, seed):
     pairs.mkdir(parents=True, exist_ok=True)
     stats = {}
     for split in ("train", "dev"):
-        s = align_file(glue / source / f"{split}.tsv", pairs / f"{split}.jsonl", seed=seed,
-                       exclude=exclude, words="bert")  # a span-convert model: WordPiece
+        s = align_file(glue / source / f"{split}.tsv", pairs / f"{split}.jsonl",
+                       AlignSettings(seed=seed, words="bert"),  # a span-convert model: WordPiece
+                       exclude=exclude)
         stats[split] = {"paraphrase_rows": s.paraphrase_rows, "random_rows": s.random_rows,
                         "excluded_rows": s.excluded_rows, "phrase_pairs": dict(s.classes),
                         "identity_rule": s.rule.as_dict()}

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import GLUE
 from span_plugin.files.errors import BadInputError
-from span_plugin.preprocess.folders.align import MAX_PHRASE_WORDS, align_file, identity_rule
+from span_plugin.preprocess.folders.align import (MAX_PHRASE_WORDS, AlignSettings, align_file,
+                                                  identity_rule)
 from span_plugin.tokenizers.words import word_ranges
 
 HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
@@ -60,7 +61,7 @@ def test_positives_are_the_differing_spans_between_anchors(tmp_path):
          "He told reporters in a brief statement that the deal was signed ."),
     ])
     out = tmp_path / "pairs.jsonl"
-    stats = align_file(src, out, seed=1, words="bert")
+    stats = align_file(src, out, AlignSettings(seed=1, words="bert"))
     found = phrases(out)
     positives = {(a, b) for i, _, a, b, y, _, _ in found if y == "paraphrase"}
     assert positives == {("company", "firm"), ("rose", "increased")}
@@ -87,7 +88,7 @@ def test_positives_are_the_differing_spans_between_anchors(tmp_path):
 
     # --keep-identical: identical segments of the anchors are positives too.
     kept = tmp_path / "kept.jsonl"
-    stats = align_file(src, kept, seed=1, words="bert", keep_identical=True)
+    stats = align_file(src, kept, AlignSettings(seed=1, words="bert", keep_identical=True))
     same = [(a, b) for _, _, a, b, y, _, _ in phrases(kept) if y == "paraphrase" and a == b]
     assert stats.identical == len(same) > 5 and ("profits", "profits") in same
     assert stats.rule.correct["paraphrase"] == len(same)
@@ -99,7 +100,7 @@ def test_real_training_pairs_classes_and_identity_rule(tmp_path, task):
     with its partner; lengths bounded; no digits; in-paraphrase and paraphrase pairs as
     many; the identity rule, recomputed from the file, only gets the negatives."""
     out = tmp_path / "pairs.jsonl"
-    stats = align_file(GLUE / task / "train.tsv", out, seed=1, words="bert")
+    stats = align_file(GLUE / task / "train.tsv", out, AlignSettings(seed=1, words="bert"))
     found = phrases(out)
     counts = {y: sum(1 for *_, lab, _, _ in found if lab == y)
               for y in ("paraphrase", "in-paraphrase", "random")}
@@ -122,15 +123,16 @@ def test_real_training_pairs_classes_and_identity_rule(tmp_path, task):
 
     # Version 1's positives (--keep-identical): the identity rule nearly solves the task.
     old = tmp_path / "old.jsonl"
-    stats = align_file(GLUE / task / "train.tsv", old, seed=1, words="bert", keep_identical=True)
+    stats = align_file(GLUE / task / "train.tsv", old,
+                       AlignSettings(seed=1, words="bert", keep_identical=True))
     correct, total = rule_by_hand(old)
     assert stats.rule.accuracy == pytest.approx(100.0 * correct / total) and correct / total > 0.9
 
 
 def test_holdout_rows_go_to_their_own_file(tmp_path):
     train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
-    stats = align_file(GLUE / "MRPC" / "train.tsv", train, seed=1, words="bert", holdout=50,
-                       holdout_path=held)
+    stats = align_file(GLUE / "MRPC" / "train.tsv", train, AlignSettings(seed=1, words="bert"),
+                       holdout=50, holdout_path=held)
     assert stats.holdout.paraphrase_rows == 50 and stats.holdout.random_rows == 25
     assert stats.paraphrase_rows + 50 == sum(1 for line in (GLUE / "MRPC" / "train.tsv").open()
                                              if line.startswith("1\t"))

@@ -13,7 +13,7 @@ from fairseq.data import Dictionary, indexed_dataset
 
 from conftest import GLUE, GPT2_BPE
 from span_plugin.data import span_index
-from span_plugin.preprocess.folders.align import align_file
+from span_plugin.preprocess.folders.align import AlignSettings, align_file
 from span_plugin.preprocess.folders.options import FolderOptions
 from span_plugin.files.errors import BadInputError
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
@@ -161,11 +161,11 @@ def test_leading_space_is_outside_the_token(tmp_path):
 def test_aligner_on_real_mrpc_is_fast_and_deterministic(tmp_path, capsys):
     mrpc = GLUE / "MRPC" / "train.tsv"
     start = time.perf_counter()
-    stats = align_file(mrpc, tmp_path / "a.jsonl", seed=3)
+    stats = align_file(mrpc, tmp_path / "a.jsonl", AlignSettings(seed=3))
     assert time.perf_counter() - start < 20
-    align_file(mrpc, tmp_path / "b.jsonl", seed=3)
+    align_file(mrpc, tmp_path / "b.jsonl", AlignSettings(seed=3))
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
-    align_file(mrpc, tmp_path / "c.jsonl", seed=4)
+    align_file(mrpc, tmp_path / "c.jsonl", AlignSettings(seed=4))
     assert (tmp_path / "a.jsonl").read_bytes() != (tmp_path / "c.jsonl").read_bytes()
     report = stats.report()
     assert "identical" in report and "one word" in report and "pairs per" in report
@@ -302,7 +302,7 @@ def test_aligner_drops_pairs_sharing_a_target_sentence(tmp_path):
     assert 100 < len(leaking) < len(positives) // 2  # the overlap is real, and partial
 
     out = tmp_path / "pairs.jsonl"
-    stats = align_file(GLUE / "STS-B" / "train.tsv", out, seed=1,
+    stats = align_file(GLUE / "STS-B" / "train.tsv", out, AlignSettings(seed=1),
                        exclude=[GLUE / "MRPC" / "dev.tsv", GLUE / "MRPC" / "test.tsv"])
     kept = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert stats.excluded_rows == len(leaking)
@@ -324,10 +324,10 @@ def test_aligner_words_fit_the_encoder(tmp_path, converted_minilm):
     decoding to its own text."""
     stsb = GLUE / "STS-B" / "train.tsv"
     wordpiece = EncoderSpec(bpe="wordpiece", wordpiece=str(converted_minilm)).build()
-    align_file(stsb, tmp_path / "gpt2.jsonl", seed=1, words="gpt2")
+    align_file(stsb, tmp_path / "gpt2.jsonl", AlignSettings(seed=1, words="gpt2"))
     with pytest.raises(BadInputError, match=r"gpt2\.jsonl:\d+: phrase pair \d+ .* (starts|ends) inside token"):
         read_pairs(str(tmp_path / "gpt2.jsonl"), wordpiece, label_column="label")
-    stats = align_file(stsb, tmp_path / "bert.jsonl", seed=1, words="bert")
+    stats = align_file(stsb, tmp_path / "bert.jsonl", AlignSettings(seed=1, words="bert"))
     rows = read_pairs(str(tmp_path / "bert.jsonl"), wordpiece, label_column="label")
     assert rows.rows == stats.paraphrase_rows + stats.random_rows
     assert sum(map(len, rows.phrases)) == sum(stats.classes.values()) > 2000
