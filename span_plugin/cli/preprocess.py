@@ -392,10 +392,7 @@ def cmd_encode(args):
         print(" ".join(f"{s}:{e}" for s, e in spans))
 
 
-def build_parser():
-    p = argparse.ArgumentParser(prog="span-preprocess", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-
+def _add_ngrams_parser(sub):
     q = sub.add_parser("ngrams", help="count n-grams and write a dictionary")
     q.add_argument("--out", required=True, help="output file (.gz: gzip-compressed)")
     q.add_argument("--text", nargs="+",
@@ -425,6 +422,8 @@ def build_parser():
                    help="hash partitions of the spill files: more = less memory per merge")
     q.set_defaults(func=cmd_ngrams)
 
+
+def _add_glue_parser(sub):
     q = sub.add_parser("glue", help="build a GLUE task's binarized folder")
     q.add_argument("--task", required=True, help="CoLA, SST-2, MRPC, STS-B, QQP, MNLI, "
                    "QNLI, RTE, WNLI, SNLI, or ALL (every task folder present)")
@@ -437,6 +436,8 @@ def build_parser():
     _add_encoder_args(q)
     q.set_defaults(func=cmd_glue)
 
+
+def _add_table_parser(sub):
     q = sub.add_parser("table", help="build a task folder from your own TSV, CSV or "
                        "JSON Lines files with named columns")
     _add_split_files(q, "")
@@ -460,6 +461,8 @@ def build_parser():
     _add_encoder_args(q)
     q.set_defaults(func=cmd_table)
 
+
+def _add_pairs_parser(sub):
     q = sub.add_parser("pairs", help="build a span-pair folder (span_pair_classification) "
                        "from JSON Lines sentence pairs with phrase pairs (docs/SPAN_PAIRS.md)")
     _add_split_files(q, " (.jsonl)")
@@ -474,6 +477,8 @@ def build_parser():
     _add_encoder_args(q)
     q.set_defaults(func=cmd_pairs)
 
+
+def _add_align_pairs_parser(sub):
     q = sub.add_parser("align-pairs", help="weak aligner: phrase pairs from paraphrase "
                        "sentence pairs (MRPC label 1, STS-B score >= 4) -> JSON Lines")
     q.add_argument("--input", required=True, help="GLUE MRPC or STS-B train.tsv")
@@ -502,6 +507,8 @@ def build_parser():
     q.add_argument("--seed", type=int, default=1)
     q.set_defaults(func=cmd_align_pairs)
 
+
+def _add_conll_parser(sub):
     q = sub.add_parser("conll", help="build a tagging folder (span_tagging, span_labeling) "
                        "from CoNLL files: word ... tag columns, blank lines between sentences")
     _add_split_files(q, test="test file (labelled: span-predict scores it)")
@@ -522,6 +529,8 @@ def build_parser():
     _add_encoder_args(q)
     q.set_defaults(func=cmd_conll)
 
+
+def _add_qa_parser(sub):
     q = sub.add_parser("qa", help="build an extractive QA folder (span_qa) from SQuAD 1.1/2.0 "
                        "JSON or MRQA JSON Lines (.jsonl, .jsonl.gz)")
     _add_split_files(q, test="test file (questions without answers are predicted, not "
@@ -539,6 +548,8 @@ def build_parser():
     _add_encoder_args(q)
     q.set_defaults(func=cmd_qa)
 
+
+def _add_qa_split_parser(sub):
     q = sub.add_parser("qa-split", help="split a SQuAD JSON file by article (e.g. dev-v1.1: "
                        "the first 38 articles to train, the last 10 to evaluate)")
     q.add_argument("input")
@@ -547,6 +558,8 @@ def build_parser():
     q.add_argument("--out-rest", required=True)
     q.set_defaults(func=cmd_qa_split)
 
+
+def _add_qa_sample_parser(sub):
     q = sub.add_parser("qa-sample", help="a part of a SQuAD JSON file fixed by a seed: N "
                        "questions or N articles drawn at random, kept in file order (e.g. a "
                        "validation set small enough for a CPU); the file records what it holds")
@@ -558,6 +571,8 @@ def build_parser():
     q.add_argument("--seed", type=int, default=1)
     q.set_defaults(func=cmd_qa_sample)
 
+
+def _add_binarize_parser(sub):
     q = sub.add_parser("binarize", help="encode + spans + binarize one text file")
     q.add_argument("input")
     q.add_argument("output_prefix", help="e.g. DATA/input0/train")
@@ -565,6 +580,8 @@ def build_parser():
     _add_encoder_args(q)
     q.set_defaults(func=cmd_binarize)
 
+
+def _add_pretrain_parser(sub):
     q = sub.add_parser("pretrain", help="build a pre-training folder (spanbert_masked_lm) "
                        "from a text file (.gz too): tokens, spans, dict.txt, the record; "
                        "one per file of a sharded corpus (docs/PRETRAIN.md)")
@@ -578,6 +595,8 @@ def build_parser():
     _add_encoder_args(q)
     q.set_defaults(func=cmd_pretrain)
 
+
+def _add_check_parser(sub):
     q = sub.add_parser("check", help="validate binarized folders")
     q.add_argument("folders", nargs="+")
     q.add_argument("--built-from", nargs="+", metavar="SPLIT=FILE",
@@ -585,6 +604,8 @@ def build_parser():
                    "(by sha256) for SPLIT, e.g. train=aligned/train.jsonl")
     q.set_defaults(func=cmd_check)
 
+
+def _add_stats_parser(sub):
     q = sub.add_parser("stats", help="spans per sentence and span lengths by dictionary size")
     q.add_argument("--text", nargs="+", help="text files, one sentence a line")
     q.add_argument("--folder", nargs="+", help="task folders (their raw/*.input* text)")
@@ -595,10 +616,23 @@ def build_parser():
     q.add_argument("--max-lines", type=positive, help="read at most this many lines per file")
     q.set_defaults(func=cmd_stats)
 
+
+def _add_encode_parser(sub):
     q = sub.add_parser("encode", help="show tokens and spans of sentences")
     q.add_argument("sentences", nargs="*")
     _add_encoder_args(q)
     q.set_defaults(func=cmd_encode)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="span-preprocess", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for add in (_add_ngrams_parser, _add_glue_parser, _add_table_parser, _add_pairs_parser,
+                _add_align_pairs_parser, _add_conll_parser, _add_qa_parser,
+                _add_qa_split_parser, _add_qa_sample_parser, _add_binarize_parser,
+                _add_pretrain_parser, _add_check_parser, _add_stats_parser,
+                _add_encode_parser):
+        add(sub)
     return p
 
 
