@@ -19,10 +19,10 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from span_plugin.cli.export import main as export_main  # noqa: E402
-from span_plugin.inference.hub import SpanHubInterface  # noqa: E402
-from span_plugin.inference.onnx_export import (META, MODEL, TOLERANCE, max_abs_diff,  # noqa: E402
+from span_plugin.hub import SpanHubInterface  # noqa: E402
+from span_plugin.export.onnx_export import (META, MODEL, TOLERANCE, max_abs_diff,  # noqa: E402
                                                open_session, run_session)
-from span_plugin.inference.onnx_graph import HeadGraph, model_inputs  # noqa: E402
+from span_plugin.export.onnx_graph import HeadGraph, model_inputs  # noqa: E402
 
 BPE = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe", GPT2_BPE / "vocab.bpe"]
 BATCH_SIZES = (1, 7, 32, 3, 16, 5, 24, 12)  # cycled: batches of many sizes and lengths
@@ -167,6 +167,25 @@ def test_sentence_models_run_in_onnx_runtime_as_in_torch(case, tmp_path, request
     pairs = rows()[:32]
     got = run_session(session, model_inputs(hub, pairs, tuple(meta["inputs"])))["logits"]
     assert max_abs_diff(got, hub.predict_logits(pairs, batch_size=32).numpy()) <= TOLERANCE
+
+
+@pytest.mark.slow
+def test_an_exported_folder_is_traced_as_its_predictor_runs(mrpc_checkpoint, tmp_path):
+    """span-export onnx of a span-export hf folder: the folder's own network traced (no
+    fairseq model), its ids and special ids; ONNX Runtime gives the folder predictor's
+    logits, and the checkpoint's within the same tolerance."""
+    hf = tmp_path / "hf"
+    assert export_main(["hf", str(mrpc_checkpoint), "--out", str(hf)]) == 0
+    meta = export(hf, tmp_path / "onnx")
+    folder = SpanHubInterface.from_pretrained(hf)
+    assert meta["special_ids"]["pad"] == folder.vocab.pad
+    assert meta["head_kind"] == "sentence" and meta["record"]["inputs"] == 2
+    _, session = assert_onnx_matches_torch(hf, tmp_path / "onnx", glue_rows("MRPC", (3, 4)))
+    pairs = glue_rows("MRPC", (3, 4))[:32]
+    got = run_session(session, model_inputs(folder, pairs, tuple(meta["inputs"])))["logits"]
+    assert max_abs_diff(got, folder.predict_logits(pairs, batch_size=32).numpy()) <= TOLERANCE
+    checkpoint = SpanHubInterface.from_pretrained(mrpc_checkpoint, **BPE_FILES)
+    assert max_abs_diff(got, checkpoint.predict_logits(pairs, batch_size=32).numpy()) <= TOLERANCE
 
 
 # head -> (task, its training flags, inputs, outputs)

@@ -4,9 +4,9 @@
                        --gpt2-vocab-bpe F | --wordpiece F | --sentencepiece-model F]
                        # encoder -> HF folder; fine-tuned
                        # model -> that folder + heads, labels, data record (docs/EXPORT.md)
-    span-export onnx CHECKPOINT --out DIR [--force] [--data D] [tokenizer files]
+    span-export onnx CHECKPOINT|DIR --out DIR [--force] [--data D] [tokenizer files]
                      [--quantize int8 [--max-drop 0.5] [--split S | --input F] [--force-int8]]
-                                                   # fine-tuned model -> model.onnx + onnx.json
+                                                   # fine-tuned model or hf folder -> model.onnx + onnx.json
     span-export int8-check DIR [--data D | --input F] [--split S] [--max-drop 0.5] [--force-int8]
                                                    # what int8 costs an hf folder, recorded in it
 """
@@ -47,10 +47,11 @@ def _parser():
     add_arguments(p.add_argument_group(
         "tokenizer files (default: beside the checkpoint, else where its record says)"),
         [file_options()[field] for field in TOKENIZER_FIELDS])
-    o = sub.add_parser("onnx", help="a fine-tuned checkpoint (sentence/pair classification, "
+    o = sub.add_parser("onnx", help="a fine-tuned checkpoint or a span-export hf folder (sentence/pair classification, "
                        "regression, tagging, QA) -> model.onnx with dynamic batch and length "
                        "axes, and onnx.json (its inputs, outputs, labels and data record)")
-    o.add_argument("checkpoint", help="a fine-tuned checkpoint_*.pt")
+    o.add_argument("checkpoint", help="a fine-tuned checkpoint_*.pt, or a folder of span-export "
+                   "hf (its own network is traced; the graph takes the folder's token ids)")
     o.add_argument("--out", required=True, help="output folder: model.onnx, onnx.json")
     o.add_argument("--force", action="store_true",
                    help="replace an earlier span-export onnx folder (whole); a folder that is "

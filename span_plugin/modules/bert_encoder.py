@@ -177,7 +177,11 @@ class BertEncoder(nn.Module):
         real = tokens.ne(self.cfg.pad_token_id)
         x = self.embeddings(tokens, token_types).view(B * T, -1)
         rows = mask = None
-        if not bool(real.all()):
+        if torch.compiler.is_exporting():
+            # A graph of fixed shape (span-export onnx): every position computed, the pads
+            # masked out of attention and their features zeroed, as the packed path gives.
+            mask = real[:, None, None, :]
+        elif not bool(real.all()):
             rows = real.view(-1).nonzero().squeeze(1)  # [N]
             mask = real[:, None, None, :]
             x = x.index_select(0, rows)
@@ -185,6 +189,8 @@ class BertEncoder(nn.Module):
             x = layer(x, (B, T), rows, mask)
         if rows is not None:
             x = x.new_zeros(B * T, x.size(-1)).index_copy_(0, rows, x)
+        elif mask is not None:
+            x = x * real.view(B * T, 1)
         return x.view(B, T, -1)
 
     def pool(self, features):
