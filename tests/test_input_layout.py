@@ -1,7 +1,9 @@
-"""The one input-layout builder (span_plugin.data.layout) on real rows of a folder made by
+"""The one input-layout builder (``modules.span_layout.lay_out_example``, which the task's
+datasets of ``data.layout`` and the predictors call) on real rows of a folder made by
 ``span-preprocess glue``: the task's batches hold exactly the layout computed by hand
 from the files (<s> A </s> </s> B </s>, truncation clipping and dropping spans, r/l
-limits), and the in-memory path (the hub's) gives the same items as the files."""
+limits), and the predictors' path (the builder, the truncation window, ``place_spans``)
+gives the same items."""
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from span_plugin.data import span_index
 from span_plugin.data.in_memory import TensorListDataset
 from span_plugin.data.layout import check_label_count, lay_out
+from span_plugin.modules.span_layout import lay_out_example, layout_starts, place_spans
 from test_task_data import glue_folder
 
 MAX_LEN = 24
@@ -68,17 +71,24 @@ def test_task_batches_hold_the_hand_computed_layout(limits):
     assert clipped  # the rows do reach the truncation
 
 
-def test_in_memory_inputs_give_the_file_layout():
+def test_one_builder_lays_out_files_and_raw_inputs_alike():
     folder = glue_folder("MRPC")
     rows = _rows(folder, "valid", 6)
-    inputs = [TensorListDataset([torch.tensor(row[k][0]) for row in rows]) for k in (0, 1)]
-    spans = [TensorListDataset([torch.tensor(row[k][1]).view(-1) for row in rows]) for k in (0, 1)]
-    layout = lay_out(inputs, init_token=0, separator_token=2, shorten="truncate", max_len=MAX_LEN)
-    laid = layout.spans(spans)
-    for i, row in enumerate(rows):
-        tokens, want = _by_hand(row, MAX_LEN)
-        assert layout.tokens[i].tolist() == tokens
-        assert laid[i].tolist() == want
+    sizes = [np.array([len(row[k][0]) for row in rows]) for k in (0, 1)]
+    for init, sep in ((0, 2), (0, None)):  # RoBERTa's pairs, BERT's
+        starts = layout_starts(sizes, init, sep)  # the datasets' spans: every row at once
+        for i, row in enumerate(rows):
+            tokens, at = lay_out_example([torch.tensor(row[k][0]) for k in (0, 1)], init, sep)
+            assert at == [int(starts[0][i]), int(starts[1][i])]
+            assert tokens.tolist() == [init, *row[0][0], *([sep] if sep else []), *row[1][0]]
+    cut = 0
+    for row in rows:  # the predictors' truncation and spans
+        tokens, at = lay_out_example([torch.tensor(row[k][0]) for k in (0, 1)], 0, 2)
+        window = (0, MAX_LEN) if len(tokens) > MAX_LEN else None
+        spans = place_spans([torch.tensor(row[k][1], dtype=torch.long) for k in (0, 1)], at, window)
+        assert (tokens[:MAX_LEN].tolist(), spans.tolist()) == _by_hand(row, MAX_LEN)
+        cut += window is not None
+    assert cut
 
 
 def test_phrase_pairs_past_the_truncation_are_dropped():

@@ -1,25 +1,24 @@
-"""The model's input layout (:func:`lay_out` -> :class:`Layout`), built once for tasks
-(datasets read from disk) and inference (raw text encoded in memory): one or two inputs
-as ``<s> A </s> </s> B </s>``, with the side items (n-gram spans, word spans, phrase
-pairs) moved to their positions and shortened as the tokens are. Usage, both ways:
-docs/TASK_MODEL.md, section "Module notes"."""
+"""The model's input layout over a task's datasets (:func:`lay_out` -> :class:`Layout`):
+each example laid out as ``<s> A </s> </s> B </s>`` by
+:func:`~span_plugin.modules.span_layout.lay_out_example` (the builder the predictors call
+too), with the side items (n-gram spans, word spans, phrase pairs) moved to their
+positions and shortened as the tokens are. Usage: docs/TASK_MODEL.md, "Module notes"."""
 
 import numpy as np
 from fairseq.data import (
-    ConcatSentencesDataset,
+    FairseqDataset,
     IdDataset,
     NestedDictionaryDataset,
     NumelDataset,
     NumSamplesDataset,
     PadDataset,
-    PrependTokenDataset,
     SortDataset,
     data_utils,
 )
 
 from span_plugin.data.phrase_pairs import PhrasePairsDataset
 from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset
-from span_plugin.modules.span_layout import layout_starts
+from span_plugin.modules.span_layout import lay_out_example, layout_starts
 
 SHORTEN_METHODS = ("none", "truncate", "random_crop")
 
@@ -38,6 +37,49 @@ class RightPadToMultipleDataset(PadDataset):
                                          pad_to_multiple=self.multiple)
 
 
+class LaidOutDataset(FairseqDataset):
+    """Item i: example i's inputs in the model's layout, by
+    :func:`~span_plugin.modules.span_layout.lay_out_example` (LongTensor ``[T_i]``).
+    ``inputs``: one or two token datasets of equal length."""
+
+    def __init__(self, inputs, init_token=None, separator_token=None):
+        super().__init__()
+        self.inputs, self.init_token, self.separator_token = list(inputs), init_token, separator_token
+        specials = int(init_token is not None) + int(separator_token is not None) * (len(inputs) - 1)
+        self._sizes = sum(np.asarray(ds.sizes, dtype=np.int64) for ds in inputs) + specials
+
+    def __getitem__(self, index):
+        return lay_out_example([ds[index] for ds in self.inputs], self.init_token,
+                               self.separator_token)[0]
+
+    def __len__(self):
+        return len(self.inputs[0])
+
+    @property
+    def sizes(self):
+        return self._sizes
+
+    def size(self, index):
+        return int(self._sizes[index])
+
+    def num_tokens(self, index):
+        return self.size(index)
+
+    @property
+    def supports_prefetch(self):
+        return all(getattr(ds, "supports_prefetch", False) for ds in self.inputs)
+
+    def prefetch(self, indices):
+        for ds in self.inputs:
+            ds.prefetch(indices)
+
+    def set_epoch(self, epoch):
+        super().set_epoch(epoch)
+        for ds in self.inputs:
+            if hasattr(ds, "set_epoch"):
+                ds.set_epoch(epoch)
+
+
 def lay_out(inputs, init_token=None, separator_token=None, shorten="none", max_len=None, seed=1):
     """Concatenate one or two token datasets into the model's layout.
 
@@ -51,16 +93,10 @@ def lay_out(inputs, init_token=None, separator_token=None, shorten="none", max_l
     """
     if shorten not in SHORTEN_METHODS:
         raise ValueError(f"unknown shorten method {shorten!r}; expected one of {SHORTEN_METHODS}")
-    starts = layout_starts([ds.sizes for ds in inputs], init_token, separator_token)
-    first = inputs[0] if init_token is None else PrependTokenDataset(inputs[0], init_token)
-    tokens = first
-    if len(inputs) == 2:
-        second = inputs[1]
-        if separator_token is not None:
-            second = PrependTokenDataset(second, separator_token)
-        tokens = ConcatSentencesDataset(first, second)
-    elif len(inputs) != 1:
+    if len(inputs) not in (1, 2):
         raise ValueError(f"an example is one or two inputs, got {len(inputs)}")
+    starts = layout_starts([ds.sizes for ds in inputs], init_token, separator_token)
+    tokens = LaidOutDataset(inputs, init_token, separator_token)
     crop = None
     if shorten != "none":
         crop = tokens = CropWindowDataset(tokens, max_len, mode=shorten, seed=seed)

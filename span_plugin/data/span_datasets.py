@@ -35,7 +35,7 @@ class CropWindowDataset(BaseWrapperDataset):
             raise ValueError(f"unknown shorten mode {mode!r}")
         self.max_len = int(max_len)
         self.mode = mode
-        # fairseq's ConcatSentencesDataset recomputes its sizes on every access.
+        # read once: a wrapped dataset may recompute its sizes on every access
         self._full_sizes = np.asarray(dataset.sizes)
         self._sizes = np.minimum(self._full_sizes, self.max_len)
         self.seed = seed

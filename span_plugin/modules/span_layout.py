@@ -1,8 +1,8 @@
 """Where spans lie on the token axis: per-token span ids, span validity, clipping.
 
-How the spans of each input get into the model's input layout (one example, pure
-torch: the task's datasets and the fairseq-free loader share it): :func:`layout_starts`,
-:func:`place_spans`, :func:`place_phrase_pairs`.
+How one example's inputs, and then their spans, get into the model's input layout (pure
+torch: the task's datasets and the predictors share it): :func:`lay_out_example`,
+:func:`layout_starts`, :func:`place_spans`, :func:`place_phrase_pairs`.
 
 Spans arrive as a LongTensor ``[B, S, 2]`` of ``(start, end)`` token positions, end
 exclusive, sorted and non-overlapping. Rows with ``start >= end`` are empty (the
@@ -124,6 +124,37 @@ def clip_spans(
     packed = spans.new_zeros(spans.size(0), width + 1, 2)
     packed.scatter_(1, target.unsqueeze(-1).expand(-1, -1, 2), torch.stack([start, end], -1))
     return packed[:, :width].contiguous()
+
+
+def lay_out_example(items: Sequence[torch.Tensor], init_token: Optional[int] = None,
+                    separator_token: Optional[int] = None) -> Tuple[torch.Tensor, list]:
+    """One example's inputs in the model's layout: the one builder of it, which the
+    training datasets (:mod:`span_plugin.data.layout`), the QA windows and the predictors
+    call.
+
+    Args:
+        items: one LongTensor ``[T_k]`` per input (one or two), its own tokens and
+            ``</s>``, as fairseq-preprocess writes a line.
+        init_token: prepended to input 0 (``<s>``; None: nothing); separator_token:
+            prepended to input 1 (``</s>`` for RoBERTa's ``<s> A </s> </s> B </s>``; None:
+            nothing, BERT's ``[CLS] A [SEP] B [SEP]``).
+
+    Returns:
+        ``(tokens LongTensor [T], starts)``: where each input's first token sits (what
+        :func:`layout_starts` gives for every example at once).
+    """
+    if len(items) not in (1, 2):
+        raise ValueError(f"an example is one or two inputs, got {len(items)}")
+    pieces, starts, at = [], [], 0
+    for k, item in enumerate(items):
+        token = init_token if k == 0 else separator_token
+        if token is not None:
+            pieces.append(item.new_tensor([token]))
+            at += 1
+        starts.append(at)
+        pieces.append(item)
+        at += len(item)
+    return torch.cat(pieces), starts
 
 
 def layout_starts(input_sizes, init_token, separator_token):

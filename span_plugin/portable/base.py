@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from span_plugin.modules.span_layout import place_spans
+from span_plugin.modules.span_layout import lay_out_example, place_spans
 from span_plugin.portable.batches import pad_tokens
 from span_plugin.portable.results import finite_outputs
 
@@ -115,17 +115,8 @@ class Predictor:
             init_token = getattr(self.cfg, "init_token", None)
         if separator_token == "task":
             separator_token = getattr(self.cfg, "separator_token", None)
-        init = self.vocab.fairseq_index(init_token)
-        sep = self.vocab.fairseq_index(separator_token)
-        starts = [int(init is not None)]
-        for previous in inputs[:-1]:
-            starts.append(starts[-1] + len(previous) + int(sep is not None))
-        pieces = [] if init is None else [torch.tensor([init])]
-        for k, item in enumerate(inputs):
-            if k and sep is not None:
-                pieces.append(torch.tensor([sep]))
-            pieces.append(item)
-        tokens = torch.cat(pieces)
+        tokens, starts = lay_out_example(inputs, self.vocab.fairseq_index(init_token),
+                                         self.vocab.fairseq_index(separator_token))
         full = len(tokens)
         window = None
         if shorten == "truncate" and full > max_len:
