@@ -246,11 +246,11 @@ def test_span_head_under_inductor_equals_eager():
     dropped the input gradient of SegmentConv1d: it now stacks shifted slices when
     compiled.)"""
     from span_plugin.models.compiled import pad_spans_to_length
-    from span_plugin.modules.sentence_heads import SpanClassificationHead
+    from span_plugin.modules.sentence_heads import SpanClassificationHead, SpanHeadOptions
 
     fresh_dynamo()
     torch.manual_seed(0)
-    head = SpanClassificationHead(16, 16, 16, 2, span_encoder="cnn-cnn")
+    head = SpanClassificationHead(16, 16, 16, 2, SpanHeadOptions(span_encoder="cnn-cnn"))
     batch, length = 4, 24
     spans = torch.tensor([[[1, 3], [3, 4], [4, 9], [11, 17]], [[1, 2], [2, 6], [8, 10], [0, 0]],
                           [[1, 12], [0, 0], [0, 0], [0, 0]], [[0, 0]] * 4])

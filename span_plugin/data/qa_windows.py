@@ -4,9 +4,24 @@ T the longest: ``net_input.src_tokens [N, T]``, ``net_input.passage [N, 2]``,
 ``net_input.spans [N, S, 2]``, ``target [N, 2]``, ``qa.question [N]``, ``qa.offsets
 [N, T, 2]``. Every field: docs/QA.md, section "Module notes"."""
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
 import torch
 from fairseq.data import FairseqDataset, data_utils
+
+
+@dataclass(frozen=True)
+class QABatching:
+    """How :class:`QAWindowsDataset` orders and pads its questions: ``pad``, the padding
+    id; ``shuffle_seed``: None keeps the file order, else questions are shuffled per
+    (seed, epoch); T is rounded up to a multiple of ``length_multiple``
+    (``--length-multiple``)."""
+
+    pad: int
+    shuffle_seed: Optional[int] = None
+    length_multiple: int = 1
 
 
 class QAWindowsDataset(FairseqDataset):
@@ -18,25 +33,23 @@ class QAWindowsDataset(FairseqDataset):
     offsets: dataset, item w = flat ``[2 P_w]`` character offsets of window w's passage.
     answers: dataset, item w = ``[2]`` gold (start, end) in the passage or ``[0]``.
     records: the split's questions (``QAExample`` of ``raw/{split}.jsonl``).
-    pad: padding id; shuffle_seed: None keeps the file order, else questions are
-        shuffled per (seed, epoch).
+    batching: :class:`QABatching` (padding id, shuffling, length multiple).
     spans: None, or the windows' n-gram spans in the layout (``layout.spans(...)``, item
         w = ``[n_w, 2]``), batched as ``net_input.spans``.
-    length_multiple: T is rounded up to a multiple of it (``--length-multiple``).
     """
 
-    def __init__(self, layout, window_question, offsets, answers, records, pad,
-                 shuffle_seed=None, spans=None, length_multiple=1):
+    def __init__(self, layout, window_question, offsets, answers, records, batching,
+                 spans=None):
         super().__init__()
-        self.length_multiple = length_multiple
+        self.length_multiple = batching.length_multiple
         self.spans = spans
         self.tokens = layout.tokens
         self.passage_starts = np.asarray(layout.starts[1], dtype=np.int64)
         self.offsets = offsets
         self.answers = answers
         self.records = records
-        self.pad = pad
-        self.shuffle_seed = shuffle_seed
+        self.pad = batching.pad
+        self.shuffle_seed = batching.shuffle_seed
         self.epoch = 1
         window_question = np.asarray(window_question, dtype=np.int64)
         counts = np.bincount(window_question, minlength=len(records))

@@ -12,7 +12,7 @@ span model sets when an argument is missing.
 
 from span_plugin.modules.qa_heads import BoundaryQAHead, SpanBoundaryQAHead, SpanQAHead
 from span_plugin.modules.sentence_heads import (PlainClassificationHead, PooledClassificationHead,
-                                                SpanClassificationHead)
+                                                SpanClassificationHead, SpanHeadOptions)
 from span_plugin.modules.span_boundary import SpanBoundaryHead
 from span_plugin.modules.span_pair_heads import SpanPairHeads
 from span_plugin.modules.tagging_heads import SpanLabelingHead, SpanTokenTaggingHead, TokenTaggingHead
@@ -32,14 +32,16 @@ def _sentence(args, num_classes, inner_dim=None):
         span_dim=args.span_dim or args.encoder_embed_dim,
         inner_dim=inner_dim or args.encoder_embed_dim,
         num_classes=num_classes,
-        span_encoder=args.span_encoder,
-        kernel_size=args.span_kernel_size,
-        concat_cls=not args.no_span_cls_concat,
-        activation_fn=args.pooler_activation_fn,
-        pooler_dropout=args.pooler_dropout,
-        span_dropout=args.span_dropout,
-        pooled_cls=args.bert_pooler,
-        do_spectral_norm=args.spectral_norm_classification_head,
+        options=SpanHeadOptions(
+            span_encoder=args.span_encoder,
+            kernel_size=args.span_kernel_size,
+            concat_cls=not args.no_span_cls_concat,
+            activation_fn=args.pooler_activation_fn,
+            pooler_dropout=args.pooler_dropout,
+            span_dropout=args.span_dropout,
+            pooled_cls=args.bert_pooler,
+            do_spectral_norm=args.spectral_norm_classification_head,
+        ),
     )
 
 

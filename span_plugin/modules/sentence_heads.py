@@ -6,6 +6,7 @@ fairseq's quant noise for training) and without it (:mod:`span_plugin.portable`)
 """
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -50,6 +51,24 @@ def output_layer(input_dim, num_classes, do_spectral_norm=False):
     return nn.utils.spectral_norm(out_proj) if do_spectral_norm else out_proj
 
 
+@dataclass(frozen=True)
+class SpanHeadOptions:
+    """The settings of :class:`SpanClassificationHead` besides its widths (what each
+    does: the class docstring). :func:`span_plugin.modules.head_builders.build_head_module`
+    reads them from the model's arguments (``--span-encoder``, ``--span-kernel-size``,
+    ``--no-span-cls-concat``, ``--pooler-activation-fn``, ``--pooler-dropout``,
+    ``--span-dropout``, ``--bert-pooler``, ``--spectral-norm-classification-head``)."""
+
+    span_encoder: str = "cnn-cnn"
+    kernel_size: int = 3
+    concat_cls: bool = True
+    activation_fn: str = "tanh"
+    pooler_dropout: float = 0.0
+    span_dropout: float = 0.0
+    pooled_cls: bool = False
+    do_spectral_norm: bool = False
+
+
 class SpanClassificationHead(nn.Module):
     """The paper's head: span encoder -> s; ``[s; x_<s>]`` -> dropout -> dense -> tanh ->
     dropout -> projection. With BERT's pooler (``pooled_cls``): ``[s; pooled <s>]`` ->
@@ -61,34 +80,35 @@ class SpanClassificationHead(nn.Module):
             go through a Linear(D, H) first.
         inner_dim: width of the dense layer (not used with ``pooled_cls``).
         num_classes: outputs (1 for regression).
-        span_encoder: one of ``SPAN_ENCODERS`` ("cnn" is the no-segmentation control).
-        kernel_size: CNN kernel of the cnn kinds.
-        concat_cls: join s with the ``<s>`` feature (the paper's default); False feeds
-            s alone (the paper's Figure 4 setting).
-        span_dropout: the paper's dropout: on the span vectors (each learned level of
-            the span encoder) and on the classifier input ``[s; <s>]``. 0: the head
-            before it had one (dropout only where ``pooler_dropout`` puts it).
-        pooler_dropout: dropout after the dense layer (fairseq's RoBERTa head: 0).
-        pooled_cls: read BERT's pooled ``<s>`` (``pooled``) and end in one linear layer.
+        options: :class:`SpanHeadOptions`, its fields:
+            span_encoder: one of ``SPAN_ENCODERS`` ("cnn" is the no-segmentation control).
+            kernel_size: CNN kernel of the cnn kinds.
+            concat_cls: join s with the ``<s>`` feature (the paper's default); False feeds
+                s alone (the paper's Figure 4 setting).
+            span_dropout: the paper's dropout: on the span vectors (each learned level of
+                the span encoder) and on the classifier input ``[s; <s>]``. 0: the head
+                before it had one (dropout only where ``pooler_dropout`` puts it).
+            pooler_dropout: dropout after the dense layer (fairseq's RoBERTa head: 0).
+            pooled_cls: read BERT's pooled ``<s>`` (``pooled``) and end in one linear layer.
     """
 
-    def __init__(self, input_dim, span_dim, inner_dim, num_classes, span_encoder="cnn-cnn",
-                 kernel_size=3, concat_cls=True, activation_fn="tanh", pooler_dropout=0.0,
-                 span_dropout=0.0, pooled_cls=False, do_spectral_norm=False):
+    def __init__(self, input_dim, span_dim, inner_dim, num_classes, options=SpanHeadOptions()):
         super().__init__()
+        o = options
         self.span_proj = nn.Linear(input_dim, span_dim) if span_dim != input_dim else None
-        self.span_encoder = build_span_encoder(span_encoder, span_dim, kernel_size, span_dropout)
-        self.concat_cls = concat_cls
-        self.reads_pooled = pooled_cls and concat_cls
-        width = span_dim + (input_dim if concat_cls else 0)
-        self.input_dropout = nn.Dropout(p=span_dropout)
+        self.span_encoder = build_span_encoder(o.span_encoder, span_dim, o.kernel_size,
+                                               o.span_dropout)
+        self.concat_cls = o.concat_cls
+        self.reads_pooled = o.pooled_cls and o.concat_cls
+        width = span_dim + (input_dim if o.concat_cls else 0)
+        self.input_dropout = nn.Dropout(p=o.span_dropout)
         self.dense = self.activation_fn = None
-        if not pooled_cls:
+        if not o.pooled_cls:
             self.dense = nn.Linear(width, inner_dim)
-            self.activation_fn = activation(activation_fn)
+            self.activation_fn = activation(o.activation_fn)
             width = inner_dim
-        self.dropout = nn.Dropout(p=pooler_dropout)
-        self.out_proj = output_layer(width, num_classes, do_spectral_norm)
+        self.dropout = nn.Dropout(p=o.pooler_dropout)
+        self.out_proj = output_layer(width, num_classes, o.do_spectral_norm)
 
     def forward(self, features, spans, pooled=None, **unused):
         """

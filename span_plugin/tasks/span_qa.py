@@ -16,7 +16,7 @@ from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II, MISSING
 
 from span_plugin.data.layout import lay_out
-from span_plugin.data.qa_windows import QAWindowsDataset
+from span_plugin.data.qa_windows import QABatching, QAWindowsDataset
 from span_plugin.models.heads import chosen_kind, head_choices
 from span_plugin.modules.qa_decoding import ANSWER_BOUNDARIES
 from span_plugin.preprocess.binary import indexed
@@ -155,11 +155,12 @@ class SpanQATask(SpanInputsTask, OneDictionaryTask, FairseqTask):
             raise ValueError(f"{window_prefix}.bin: items of 2 values expected; rebuild the folder")
         window_question = np.fromfile(indexed.data_file_path(window_prefix),
                                       dtype=INDEX_DTYPE).reshape(-1, 2)[:, 0]
+        batching = QABatching(self.dictionary.pad(),
+                              shuffle_seed=None if cfg.no_shuffle else cfg.seed,
+                              length_multiple=length_multiple(cfg))
         return QAWindowsDataset(layout, window_question, side["offsets"], side["answer"],
-                                records, self.dictionary.pad(),
-                                shuffle_seed=None if cfg.no_shuffle else cfg.seed,
-                                spans=layout.spans([question_spans, passage_spans]),
-                                length_multiple=length_multiple(cfg))
+                                records, batching,
+                                spans=layout.spans([question_spans, passage_spans]))
 
     def chosen_head(self, model_args):
         """The ``--qa-head``."""
