@@ -36,6 +36,7 @@ from span_plugin.models.compiled import (
 )
 from span_plugin.models.heads import build_head, chosen_kind, head_choices, head_inputs
 from span_plugin.modules import SPAN_ENCODERS
+from span_plugin.modules.head_builders import MODEL_DEFAULTS
 
 logger = logging.getLogger(__name__)
 
@@ -223,13 +224,13 @@ for _name in MODEL_NAMES[1:]:  # the same model under the names the tasks docume
 
 
 def span_defaults(args):
-    args.span_encoder = safe_getattr(args, "span_encoder", "cnn-cnn")
-    args.span_kernel_size = safe_getattr(args, "span_kernel_size", 3)
-    args.span_dim = safe_getattr(args, "span_dim", None)
+    """The span model's settings a checkpoint or command line leaves out: the heads' from
+    :data:`~span_plugin.modules.head_builders.MODEL_DEFAULTS` (the table exported folders
+    are rebuilt with), the model's own here."""
+    for key in ("span_encoder", "span_kernel_size", "span_dim", "head_dropout", "span_dropout"):
+        setattr(args, key, safe_getattr(args, key, MODEL_DEFAULTS[key]))
     args.no_span_cls_concat = safe_getattr(args, "no_span_cls_concat", False) or False
     args.layernorm_eps = safe_getattr(args, "layernorm_eps", None)
-    args.head_dropout = safe_getattr(args, "head_dropout", 0.1)
-    args.span_dropout = safe_getattr(args, "span_dropout", 0.1)
     args.sentence_head = safe_getattr(args, "sentence_head", "span")
     args.compile = safe_getattr(args, "compile", False) or False
     args.compile_mode = safe_getattr(args, "compile_mode", None) or "default"

@@ -17,7 +17,8 @@ from span_plugin.modules.span_boundary import SpanBoundaryHead
 from span_plugin.modules.span_pair_heads import SpanPairHeads
 from span_plugin.modules.tagging_heads import SpanLabelingHead, SpanTokenTaggingHead, TokenTaggingHead
 
-# The span model's defaults (models.roberta_span.span_defaults, models.bert_attach).
+# The span model's defaults: models.roberta_span.span_defaults sets the span settings from
+# here; models.bert_attach and fairseq's RoBERTa the others, to these values.
 MODEL_DEFAULTS = {
     "span_encoder": "cnn-cnn", "span_kernel_size": 3, "span_dim": None,
     "no_span_cls_concat": False, "head_dropout": 0.1, "span_dropout": 0.1,
