@@ -107,9 +107,12 @@ def _onnx(args):
             raise ConversionError(f"{given[0]} applies to --quantize int8 (the accuracy guard), "
                                   f"which was not given")
     files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
-    meta = export_onnx(args.checkpoint, args.out, force=args.force, data=args.data,
-                       quantize=args.quantize, max_drop=args.max_drop, split=args.split,
-                       input_path=args.input, force_int8=args.force_int8, **files)
+    from span_plugin.export.int8_guard import GuardSettings
+
+    guard = (GuardSettings(args.max_drop, args.split, args.input, args.force_int8)
+             if args.quantize == "int8" else None)
+    meta = export_onnx(args.checkpoint, args.out, force=args.force, data=args.data, int8=guard,
+                       **files)
     print(f"wrote {args.out}: model.onnx ({meta['task']}, head {meta['head_kind']}), inputs "
           f"{', '.join(meta['inputs'])}; outputs {', '.join(meta['outputs'])}; ONNX Runtime "
           f"within {meta['check']['max_abs_diff']:.1e} of torch on its check batches")

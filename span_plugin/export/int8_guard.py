@@ -22,12 +22,25 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
 from span_plugin.convert.hf_source import ConversionError
 
 DEFAULT_MAX_DROP = 0.5  # points of the task's metric
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """What the accuracy guard predicts and how it judges: the ``split`` of the data
+    folder (or the file ``input_path``), the largest drop of the task's metric it lets
+    through (``max_drop`` points), and ``force`` (keep int8 past it, said so)."""
+
+    max_drop: float = DEFAULT_MAX_DROP
+    split: str = "valid"
+    input_path: Optional[str] = None
+    force: bool = False
 GLUE_METRICS = {"MRPC": "f1", "QQP": "f1", "CoLA": "mcc", "STS-B": "pearson"}
 AGREEMENT_OF = {"span_classification": "labels", "span_tagging": "entities",
                 "span_labeling": "entities", "span_qa": "answers",

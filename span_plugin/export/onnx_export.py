@@ -22,7 +22,7 @@ from span_plugin.convert.hf_source import ConversionError
 from span_plugin.files.atomic import staged_folder
 from span_plugin.export import int8_guard
 from span_plugin.hub import SpanHubInterface
-from span_plugin.export.int8_guard import DEFAULT_MAX_DROP
+from span_plugin.export.int8_guard import GuardSettings
 from span_plugin.export.onnx_graph import (DYNAMIC_AXES, EXPORTED, MEANINGS, HeadGraph,
                                               model_inputs, traceable)
 from span_plugin.export.onnx_quantize import answered_by, quantize_graph
@@ -231,16 +231,15 @@ def load_hub(checkpoint, data=None, **files):
     return hub
 
 
-def quantized(hub, graph, folder, max_drop=DEFAULT_MAX_DROP, split="valid", input_path=None,
-              force_int8=False, where="int8"):
+def quantized(hub, graph, folder, guard=GuardSettings(), where="int8"):
     """Replace ``folder``'s float32 ``model.onnx`` by its int8 graph
     (:func:`~span_plugin.export.onnx_quantize.quantize_graph`) after the accuracy
-    guard: both graphs predict the labelled examples (split ``split`` of the hub's data
-    folder, or ``input_path``) through the hub's own decoding; returns the guard's record
+    guard (``guard``): both graphs predict the labelled examples (its split of the
+    predictor's data folder, or its file) through the predictor's own decoding; returns the guard's record
     (:mod:`span_plugin.export.int8_guard`), or raises
     :class:`~span_plugin.export.int8_guard.Int8Refused` with the folder left as it was."""
     try:
-        examples = int8_guard.read_examples(hub, split, input_path)
+        examples = int8_guard.read_examples(hub, guard.split, guard.input_path)
     except ValueError as err:  # no labelled split, a file of another task: one line
         raise ConversionError(f"{where}: {err}") from None
     fp32_path, int8_path = folder / MODEL, folder / INT8_STAGED
@@ -250,7 +249,7 @@ def quantized(hub, graph, folder, max_drop=DEFAULT_MAX_DROP, split="valid", inpu
         with answered_by(hub, open_session(path), graph.input_names, graph.output_names):
             found.append(int8_guard.outcome(hub, examples))
     record = int8_guard.judge(int8_guard.compare(examples, INT8_METHOD, *found),
-                              max_drop, force_int8, where)
+                              guard.max_drop, guard.force, where)
     os.replace(int8_path, fp32_path)
     data = folder / (MODEL + ".data")  # the float32 weights' file; the int8 graph holds its own
     if data.exists():
@@ -258,17 +257,13 @@ def quantized(hub, graph, folder, max_drop=DEFAULT_MAX_DROP, split="valid", inpu
     return record
 
 
-def export_onnx(checkpoint, out_dir, force=False, data=None, quantize=None,
-                max_drop=DEFAULT_MAX_DROP, split="valid", input_path=None, force_int8=False,
-                **files):
+def export_onnx(checkpoint, out_dir, force=False, data=None, int8=None, **files):
     """Export the fine-tuned ``checkpoint`` to ``out_dir`` (``model.onnx``, ``onnx.json``),
     written whole or not at all; returns ``onnx.json``'s dict. ``data`` and ``files``:
     as :meth:`SpanHubInterface.from_pretrained` (default: the checkpoint's record).
-    ``quantize="int8"``: ``model.onnx`` is the int8 graph, kept only when the accuracy
-    guard passes (:func:`quantized`; ``max_drop``, ``split``, ``input_path``,
-    ``force_int8``), its figures in ``onnx.json``'s ``int8``."""
-    if quantize not in (None, "int8"):
-        raise ConversionError(f"--quantize {quantize!r}; expected int8")
+    ``int8`` (:class:`~span_plugin.export.int8_guard.GuardSettings`; None: float32):
+    ``model.onnx`` is the int8 graph, kept only when the accuracy guard passes
+    (:func:`quantized`), its figures in ``onnx.json``'s ``int8``."""
     out_dir = check_export_dir(out_dir, force, "onnx")
     _require_packages()
     hub = load_hub(checkpoint, data, **files)
@@ -292,8 +287,7 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, quantize=None,
             raise ConversionError(f"{checkpoint}: head {graph.head_kind} does not trace to "
                                   f"ONNX ({_summary(err)})") from err
         meta = describe(hub, graph, example, outputs, _check(graph, tmp / MODEL, checks))
-        if quantize == "int8":
-            meta["int8"] = quantized(hub, graph, tmp, max_drop, split, input_path, force_int8,
-                                     where=str(checkpoint))
+        if int8 is not None:
+            meta["int8"] = quantized(hub, graph, tmp, int8, where=str(checkpoint))
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta

@@ -33,7 +33,7 @@ from span_plugin.files.atomic import atomic_file
 from span_plugin.formats.flag_values import at_least_zero
 from span_plugin.files.errors import BadInputError
 from span_plugin.formats.lines import read_lines
-from span_plugin.portable.outputs import Flag, Output, chunks
+from span_plugin.portable.outputs import Batching, Flag, Output, chunks
 from span_plugin.modules import entities as ner
 from span_plugin.preprocess.file_records import sha256, short
 from span_plugin.preprocess.progress import bar
@@ -189,13 +189,15 @@ def write_spans(path, words, source, predicted, gold):
     return len(words)
 
 
-def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint=None,
-                            batch_size=32, spans_outs=(), order="length", **decoding):
+def write_conll_predictions(hub, splits, outs=((), ()), results=None, checkpoint=None,
+                            batching=Batching(), **decoding):
     """Score each split (printed), write its CoNLL predictions and/or its JSON Lines
-    entities (one file per split, when given) and ``{"checkpoint", "metric_mode",
+    entities (``outs``: the CoNLL files and the JSON Lines files, one per split, each
+    when given) and ``{"checkpoint", "metric_mode",
     "decoding", "dev": {split: {precision, recall, f1, entities, items, by_type[,
     unseen_types]}}}`` to ``results`` (JSON, when given). ``decoding``: the keywords of
     the predictor's :meth:`~span_plugin.portable.ner.NerPredictor.decoding`."""
+    conll_outs, spans_outs = outs
     settings = hub.decoding(**decoding)  # the checkpoint's, with the ones given; checked
     if settings.get("overlap") == "nested" and conll_outs:
         raise ValueError("a CoNLL file holds one IOB2 tag per word, which cannot represent "
@@ -211,7 +213,7 @@ def write_conll_predictions(hub, splits, conll_outs=(), results=None, checkpoint
     for n, split in enumerate(splits):
         words, gold, source = read_items(hub.data, split)
         entities, gold_entities, found[split] = predicted_entities(
-            hub, words, gold, batch_size, mode, order, **settings)
+            hub, words, gold, batching.size, mode, batching.order, **settings)
         if len(entities) != len(words):
             raise ValueError(f"{len(entities)} predicted items for the {len(words)} of "
                              f"{os.path.join(hub.data, 'raw', split + '.input0')}: nothing "
@@ -249,9 +251,9 @@ def write_output(hub, args):
         if files and len(files) != len(splits):
             raise ValueError(f"{len(splits)} --split but {len(files)} {flag}; give "
                              f"one {flag} per --split")
-    write_conll_predictions(hub, splits, args.conll_out or (), args.results, args.checkpoint,
-                            args.batch_size or 32, args.spans_out or (),
-                            args.batch_order or "length", token_decoding=args.token_decoding, overlap=args.overlap,
+    write_conll_predictions(hub, splits, (args.conll_out or (), args.spans_out or ()),
+                            args.results, args.checkpoint, Batching.of(args, 32),
+                            token_decoding=args.token_decoding, overlap=args.overlap,
                             span_threshold=args.span_threshold)
 
 

@@ -16,7 +16,7 @@ from span_plugin.formats.flag_values import finite
 from span_plugin.files.errors import BadInputError
 from span_plugin.formats.lines import count_lines, read_file_lines, stream_file_lines
 from span_plugin.formats.text_inputs import one_cut_warning
-from span_plugin.portable.outputs import CHUNK_ROWS, Flag, Output, chunks
+from span_plugin.portable.outputs import CHUNK_ROWS, Batching, Flag, Output, chunks
 from span_plugin.preprocess.progress import bar, on_terminal
 
 HEADER = "index\tprediction"
@@ -119,12 +119,13 @@ def write_predictions(output, predictions, scale=1.0, clip=None):
     print(f"{output}: {len(predictions)} predictions", file=sys.stderr)
 
 
-def stream_predictions(hub, rows, output, where, scale=1.0, clip=None, batch_size=32,
-                       order="length", total=None, chunk_rows=CHUNK_ROWS):
+def stream_predictions(hub, rows, output, where, regression=(1.0, None), batching=Batching(),
+                       total=None, chunk_rows=CHUNK_ROWS):
     """Predict the rows of the iterable ``rows`` (read from ``where``) into the submission
-    file ``output``, ``chunk_rows`` at a time: each chunk's rows are batched by length
-    (``order``) and written in input order, so memory does not grow with the number of
-    rows. A progress bar (rows, rows/s; of ``total`` rows when known) is shown on a
+    file ``output``, ``chunk_rows`` at a time: each chunk's rows are batched as
+    ``batching`` says and written in input order, so memory does not grow with the number
+    of rows. ``regression``: ``(scale, clip)`` of regression values
+    (:func:`regression_output`). A progress bar (rows, rows/s; of ``total`` rows when known) is shown on a
     terminal only. The file is written atomically: an error leaves nothing. Returns the
     rows written."""
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -133,12 +134,12 @@ def stream_predictions(hub, rows, output, where, scale=1.0, clip=None, batch_siz
             bar(total, os.path.basename(output), unit="rows") as progress:
         h.write(HEADER + "\n")
         for chunk in chunks(rows, chunk_rows):
-            predictions = hub.predict(chunk, batch_size=batch_size, order=order)
+            predictions = hub.predict(chunk, batch_size=batching.size, order=batching.order)
             if len(predictions) != len(chunk):
                 raise ValueError(f"{len(predictions)} predictions for the {len(chunk)} rows "
                                  f"of {where} from row {written}: nothing written to {output}")
             h.write("".join(line + "\n" for line in
-                            prediction_lines(predictions, written, scale, clip)))
+                            prediction_lines(predictions, written, *regression)))
             written += len(chunk)
             progress.update(len(chunk))
     print(f"{output}: {written} predictions", file=sys.stderr)
@@ -146,12 +147,12 @@ def stream_predictions(hub, rows, output, where, scale=1.0, clip=None, batch_siz
 
 
 def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression_scale=None,
-                      batch_size=32, order="length"):
+                      batching=Batching()):
     """Predict each split into its output file (:func:`stream_predictions`: rows batched
-    by length, ``order``, and written in input order). Regression values are multiplied
+    as ``batching`` says, written in input order). Regression values are multiplied
     by ``regression_scale`` (default: the folder's label scale, STS-B 5) and clipped to
     the folder's label range (STS-B [0, 5])."""
-    scale, clip = regression_output(hub.record, task, regression_scale)
+    regression = regression_output(hub.record, task, regression_scale)
     for split, output in zip(splits, outputs):
         if glue_dir:
             rows = read_test_rows(glue_dir, task, split)  # a TSV's column rules read it whole
@@ -160,7 +161,7 @@ def write_submissions(hub, splits, outputs, glue_dir=None, task=None, regression
             where = folder_row_paths(hub.data, split)[0]  # a missing split named before writing
             rows = stream_folder_rows(hub.data, split)
             total = count_lines(where) if on_terminal() else None  # only the bar reads it
-        stream_predictions(hub, rows, output, where, scale, clip, batch_size, order, total)
+        stream_predictions(hub, rows, output, where, regression, batching, total)
 
 
 def validation_predictions(state, data=None):
@@ -242,7 +243,7 @@ def write_output(hub, args):
     if args.glue_dir and not args.task:
         raise ValueError("--glue-dir needs --task")
     write_submissions(hub, splits, args.output, args.glue_dir, args.task, args.regression_scale,
-                      args.batch_size or 32, args.batch_order or "length")
+                      Batching.of(args, 32))
 
 
 def validation_first(args):

@@ -51,6 +51,21 @@ COMMON = (
 CHUNK_ROWS = 4096
 
 
+@dataclass(frozen=True)
+class Batching:
+    """How a writer batches its rows: ``size`` examples a batch (QA: questions, each
+    with all its windows), ``order`` "length" (like lengths together, written in input
+    order) or "file"."""
+
+    size: int = 32
+    order: str = "length"
+
+    @classmethod
+    def of(cls, args, size):
+        """From span-predict's ``--batch-size`` / ``--batch-order`` (``size`` when not given)."""
+        return cls(args.batch_size or size, args.batch_order or "length")
+
+
 def chunks(rows, size=CHUNK_ROWS):
     """Lists of up to ``size`` consecutive items of the iterable ``rows``."""
     rows = iter(rows)

@@ -26,12 +26,13 @@ by id and counted (:func:`report_notes`; all of them in ``--results`` under
 import json
 import os
 import sys
+from typing import NamedTuple, Optional
 
 from span_plugin.files.atomic import atomic_write
 from span_plugin.formats.flag_values import number_or, positive
 from span_plugin.formats.squad import NOTE_KINDS, read_qa
 from span_plugin.formats.squad_metrics import best_null_threshold, squad_scores
-from span_plugin.portable.outputs import Flag, Output, chunks
+from span_plugin.portable.outputs import Batching, Flag, Output, chunks
 from span_plugin.preprocess.folders.qa import read_records
 from span_plugin.preprocess.progress import bar
 from span_plugin.preprocess.records import provenance
@@ -88,18 +89,34 @@ def first_occurrences(examples):
     return [ex for ex in examples if not (ex.id in seen or seen.add(ex.id))]
 
 
-def write_qa_predictions(hub, examples, version, output, nbest=None, results=None,
-                         null_threshold="default", n_best=20, batch_size=16, notes=(),
-                         answer_boundaries=None, order="length"):
-    """Predict ``examples`` (one prediction per id: its first occurrence) and write the
-    files; returns the scores over every occurrence, as the official script of
-    ``version`` counts them (or {} without gold).
+class QAPaths(NamedTuple):
+    """The files a QA prediction writes: the official predictions.json, the n-best answers
+    and the scores (each but the first: None, not written)."""
 
-    null_threshold: "default" (the model's), None (never ""), a number, or "tune" (v2.0:
-    the threshold that maximizes F1 on these questions, reported in the scores).
-    notes: what reading the file reported, written to ``results`` (``input_notes``).
-    answer_boundaries: None (the checkpoint's), "word" or "token".
-    """
+    output: str
+    nbest: Optional[str] = None
+    results: Optional[str] = None
+
+
+class QADecoding(NamedTuple):
+    """How answers are decoded: ``n_best`` kept, ``null_threshold`` ("default", the
+    model's; None, never ""; a number; or "tune": v2.0's threshold that maximizes F1 on
+    these questions, reported in the scores), ``answer_boundaries`` (None: the
+    checkpoint's; "word" or "token")."""
+
+    n_best: int = 20
+    null_threshold: object = "default"
+    answer_boundaries: Optional[str] = None
+
+
+def write_qa_predictions(hub, examples, version, paths, decoding=QADecoding(),
+                         batching=Batching(16), notes=()):
+    """Predict ``examples`` (one prediction per id: its first occurrence) and write the
+    files ``paths`` (:class:`QAPaths`); returns the scores over every occurrence, as the
+    official script of ``version`` counts them (or {} without gold). ``notes``: what
+    reading the file reported, written to the results (``input_notes``)."""
+    output, nbest, results = paths
+    n_best, null_threshold, answer_boundaries = decoding
     tune = null_threshold == "tune"
     unlabelled = [ex for ex in examples if not ex.labelled]
     if unlabelled and (tune or results):
@@ -114,7 +131,7 @@ def write_qa_predictions(hub, examples, version, output, nbest=None, results=Non
     with bar(len(asked), "questions", unit="rows") as progress:  # on a terminal only
         for chunk in chunks(asked):
             answers += hub.predict_examples(chunk, n_best, None if tune else null_threshold,
-                                            batch_size, boundaries, order)
+                                            batching.size, boundaries, batching.order)
             progress.update(len(chunk))
     if len(answers) != len(asked):
         raise ValueError(f"{len(answers)} answers for {len(asked)} questions (the first "
@@ -162,10 +179,10 @@ def write_output(hub, args):
                      else float(args.null_threshold))
     examples, version, notes = read_questions(hub, args.input, splits[0])
     report_notes(notes, args.input)
-    scores = write_qa_predictions(hub, examples, version, args.output[0], args.nbest,
-                                  args.results, threshold, args.n_best or 20,
-                                  args.batch_size or 16, notes, args.answer_boundaries,
-                                  args.batch_order or "length")
+    scores = write_qa_predictions(
+        hub, examples, version, QAPaths(args.output[0], args.nbest, args.results),
+        QADecoding(args.n_best or 20, threshold, args.answer_boundaries),
+        Batching.of(args, 16), notes)
     summary = ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
                         for k, v in scores.items())
     ids = len(first_occurrences(examples))
