@@ -90,10 +90,11 @@ def main(argv=None):
                    help="seconds: a tiny model trained here, 32 pairs, 1 round")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    from span_plugin.inference.hub import SpanHubInterface
-    from span_plugin.inference.onnx_export import (MODEL, export_onnx, max_abs_diff,
+    from span_plugin.hub import SpanHubInterface
+    from span_plugin.export.onnx_export import (MODEL, export_onnx, max_abs_diff,
                                                    open_session, run_session)
-    from span_plugin.inference.onnx_graph import HeadGraph, model_inputs
+    from span_plugin.export.onnx_graph import HeadGraph
+    from span_plugin.portable.onnx_inputs import model_inputs
 
     with tempfile.TemporaryDirectory() as work:
         files = {k: v for k, v in (("wordpiece", args.wordpiece),

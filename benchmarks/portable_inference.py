@@ -161,8 +161,8 @@ def check_graph_ids(checkpoint, folder, n=64):
     the hub's own (``onnx_graph.model_inputs``) on ``n`` dev pairs, else exit."""
     import torch
 
-    from span_plugin.inference.hub import SpanHubInterface
-    from span_plugin.inference.onnx_graph import model_inputs
+    from span_plugin.hub import SpanHubInterface
+    from span_plugin.portable.onnx_inputs import model_inputs
     from span_plugin.portable import load_model
     from span_plugin.portable.batches import pad_rows, pad_tokens
 
@@ -206,14 +206,14 @@ def export_plain(folder, out):
     """The plain peer: ``AutoModel`` + linear of ``folder`` exported as optimum exports
     an encoder (torch's TorchScript-based ONNX exporter, opset 17, dynamic batch and
     length) to ``out/model.onnx``, then quantized by ONNX Runtime's ``quantize_dynamic``
-    (MatMul/Gemm weights int8, :func:`span_plugin.inference.onnx_quantize.quantize_graph`)
+    (MatMul/Gemm weights int8, :func:`span_plugin.export.onnx_quantize.quantize_graph`)
     to ``out/model.int8.onnx``; ``out/inputs.json`` names the tokenizer outputs it reads."""
     import warnings
 
     import torch
     from transformers import AutoTokenizer
 
-    from span_plugin.inference.onnx_quantize import quantize_graph
+    from span_plugin.export.onnx_quantize import quantize_graph
 
     os.makedirs(out, exist_ok=True)
     encoder, linear = plain_network(folder)

@@ -22,7 +22,8 @@ from span_plugin.cli.export import main as export_main  # noqa: E402
 from span_plugin.hub import SpanHubInterface  # noqa: E402
 from span_plugin.export.onnx_export import (META, MODEL, TOLERANCE, max_abs_diff,  # noqa: E402
                                                open_session, run_session)
-from span_plugin.export.onnx_graph import HeadGraph, model_inputs  # noqa: E402
+from span_plugin.export.onnx_graph import HeadGraph  # noqa: E402
+from span_plugin.portable.onnx_inputs import model_inputs  # noqa: E402
 
 BPE = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe", GPT2_BPE / "vocab.bpe"]
 BATCH_SIZES = (1, 7, 32, 3, 16, 5, 24, 12)  # cycled: batches of many sizes and lengths

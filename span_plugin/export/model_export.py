@@ -1,30 +1,7 @@
 """``span-export hf`` of a fine-tuned checkpoint: one self-contained folder (format 1,
-docs/EXPORT.md) that a reader without fairseq loads from JSON and safetensors only.
-
-The encoder goes through part 1's tables (:mod:`span_plugin.convert.hf_export`: the
-Hugging Face config, ``roberta.``/``bert.`` tensors, tokenizer files). The checkpoint is
-then loaded as its predictor (:mod:`span_plugin.inference.checkpoint`: the package's
-safe loading; its data folder and files checked against the data record), whose parts
-say what the checkpoint's tensors alone do not: each head's kind and options (fairseq's
-own ``RobertaClassificationHead`` of a ``HEAD=plain`` run is the ``plain`` kind), the
-label names of the task's dictionaries, and the checked n-gram dictionary and chunker.
-The folder holds those parts, from which :func:`span_plugin.portable.load_model` builds
-the same predictor. Added to the folder:
-
-- ``model.safetensors``: every head tensor as ``span_heads.<name>.<rest>``, exactly the
-  checkpoint's ``classification_heads.<name>.<rest>``, or, for a plain head that one of
-  ``transformers``' task classes computes, under that class's names (``classifier.*``;
-  :mod:`span_plugin.export.hf_classes`: the class or the plugin's model type, the
-  label names as ``id2label``); no masked-LM head (fine-tuning does not train it);
-- ``config.json``'s ``span_plugin`` key: format, task, model and task settings (JSON
-  scalars), heads, labels, the data record and the files below;
-- the n-gram dictionary (``ngrams`` + its suffixes) or the chunker (``chunker/``: an NLTK
-  data folder of its files and trained model) the record names, checked by sha256;
-- ``README.md`` (:mod:`span_plugin.formats.model_card`) and, last, ``files.json``
-  (:func:`span_plugin.formats.model_folder.write_manifest`).
-
-The folder is checked as a reader checks it before it is renamed into place.
-"""
+docs/EXPORT.md) of the predictor's parts (encoder, heads, labels, settings, data record,
+n-gram dictionary or chunker, card, ``files.json``) that :func:`span_plugin.portable.load_model`
+reads without fairseq. Design notes: docs/EXPORT.md, "Module notes"."""
 
 import json
 import os

@@ -23,10 +23,10 @@ from span_plugin.files.atomic import staged_folder
 from span_plugin.export import int8_guard
 from span_plugin.hub import SpanHubInterface
 from span_plugin.export.int8_guard import GuardSettings
-from span_plugin.export.onnx_graph import (DYNAMIC_AXES, EXPORTED, MEANINGS, HeadGraph,
-                                              model_inputs, traceable)
+from span_plugin.export.onnx_graph import DYNAMIC_AXES, MEANINGS, HeadGraph, traceable
 from span_plugin.export.onnx_quantize import answered_by, quantize_graph
 from span_plugin.portable.ner import NerPredictor
+from span_plugin.portable.onnx_inputs import EXPORTED, model_inputs
 from span_plugin.portable.qa import QAPredictor
 
 MODEL = "model.onnx"

@@ -14,7 +14,6 @@ import torch
 import torch.nn as nn
 
 from span_plugin.inference.checkpoint import FairseqNetwork
-from span_plugin.portable.onnx_inputs import EXPORTED, model_inputs  # noqa: F401  (the graph's inputs)
 from span_plugin.runtime.padded_encoder import forward_with_padding_mask
 
 # The axes of each input that vary from call to call (the rest are fixed: 2 per span).

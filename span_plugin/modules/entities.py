@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from span_plugin.formats import tags as T
 from span_plugin.modules.span_decoding import best_non_overlapping, nested_spans
-from span_plugin.modules.tag_decoding import TOKEN_DECODINGS, decode_tags  # noqa: F401 (choices, read by the hub)
+from span_plugin.modules.tag_decoding import decode_tags
 
 METRIC_MODES = ("default", "strict")
 OVERLAPS = ("flat", "nested")

@@ -1,23 +1,15 @@
-"""Inference from an exported model folder without fairseq (no module of this layer
-imports it; .importlinter says so): the folder of ``span-export hf`` of a fine-tuned
-checkpoint (docs/EXPORT.md), read from safetensors and JSON only, into a plain-torch
-encoder (or ``transformers``' own class) and the plugin's pure-torch heads; raw text
-encoded with the tokenizer, segmentation and input layout of training.
+"""Prediction: one predictor per task (:mod:`.tasks`), over an exported folder's parts
+read without fairseq (:func:`load_model`: safetensors and JSON; .importlinter forbids
+fairseq here) or a fine-tuned checkpoint's loaded by fairseq
+(:mod:`span_plugin.inference.checkpoint`); raw text encoded with the tokenizer,
+segmentation and input layout of training; ``span-predict``'s writers beside them.
 
     from span_plugin.portable import load_model
     model = load_model("exported/MRPC")
-    model.predict([("A man plays.", "A man is playing.")])   # as the fairseq hub's
+    model.predict([("A man plays.", "A man is playing.")])
 
-``load_model`` returns the predictor of the folder's task, with the methods and outputs
-of the hub's adapter for it: ``predict``/``predict_logits`` (sentence classification and
-regression), ``predict_entities``/``predict_words`` (tagging, span labeling),
-``predict_answers``/``predict_examples`` (QA), ``predict_pairs`` (span pairs).
-
-Importing this package also registers the plugin's model type (``span_plugin_<family>``,
-the type of exported span models) with ``transformers``' Auto classes
-(:mod:`span_plugin.portable.hf_auto`), so that ``pipeline("text-classification",
-model=DIR)`` runs them: at once when ``transformers`` is already imported, else right
-after it is (importing this package alone does not import ``transformers``).
+Importing this package registers the plugin's model type with ``transformers``' Auto
+classes (:mod:`.hf_auto`) as soon as ``transformers`` is imported (it does not import it).
 """
 
 import importlib.abc

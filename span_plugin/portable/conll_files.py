@@ -1,28 +1,7 @@
-"""Predictions of a ``span_tagging`` / ``span_labeling`` checkpoint on a tagging folder's
-splits: entity P/R/F1 against the folder's gold tags, and the CoNLL source file with the
-predicted tag appended to every word line (conlleval's input format: ``word ... gold
-predicted``; blank and ``-DOCSTART-`` lines as they are).
-
-Items come from ``raw/{split}.input0`` (the words the model was trained on) and go back
-to their source lines through ``raw/{split}.source``; items cut from one long sentence
-are joined again. The predicted column holds the IOB2 tags of the predicted entities
-(for tagging heads, the entities read from the raw predicted tags; so conlleval on the
-file gives the figures computed here). Entities are scored in the checkpoint's
-``--metric-mode`` and decoded by its ``--token-decoding`` or the one given (tagging), or
-flat or nested (span labeling); the settings are recorded in the results.
-
-Nested entities (span labeling, ``overlap="nested"``) cannot be written as one tag per
-word: they go to a JSON Lines file instead (:func:`write_spans`, also written for flat
-output when asked), and a CoNLL file is refused. They are scored against the folder's
-flat gold like flat ones: a nested prediction that is not a gold entity is a false
-positive.
-
-Where the folder differs from the source file (``span-preprocess conll
---unknown-labels``): sentences it left out (``skip``) are left out of the written file
-too; gold entities of types the training split lacks, read as ``O`` (``map-to-o``), are
-not counted here but are in the file's gold column, so conlleval on the file counts them
-as missed. Their number is printed and kept in the results (``unseen_types``).
-"""
+"""What ``span-predict`` writes for a ``span_tagging`` / ``span_labeling`` model on a
+tagging folder's splits: entity P/R/F1 against the folder's gold tags, the CoNLL source
+file with the predicted tag appended to every word line (conlleval's input), and JSON
+Lines entities (nested ones too). Design notes: docs/NER.md, "Module notes"."""
 
 import json
 import os

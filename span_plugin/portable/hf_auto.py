@@ -1,25 +1,8 @@
-"""The plugin's model type in ``transformers``' Auto classes: a fine-tuned model whose
-heads no ``transformers`` class computes (the span heads read the plugin's n-gram
-spans) is exported under ``span_plugin_<family>`` (``span_plugin_roberta``, ...;
-:func:`span_plugin.formats.model_folder.plugin_model_type`). ``transformers`` alone
-refuses that type by name; :func:`register` (run when :mod:`span_plugin.portable` is
-imported, see its ``__init__``) teaches it the type:
-
-- ``AutoConfig``: the encoder family's config class under the plugin's type (the classes
-  below are registered when the first such config is made: their modules are slower
-  to import);
-- ``AutoTokenizer``: :class:`SpanPluginTokenizer`, the folder's ``tokenizer.json`` whose
-  ``__call__`` encodes text as training did (tokenizer, n-gram segmentation, layout:
-  the predictor of :func:`span_plugin.portable.load_model`) and adds ``spans``;
-- ``AutoModel``: the family's encoder (its features), ignoring ``spans``;
-- ``AutoModelForSequenceClassification`` (sentence tasks): the encoder of the family
-  (``transformers``' own) and the task's head of :mod:`span_plugin.modules.head_builders`,
-  ``forward(input_ids, attention_mask, spans)`` -> ``SequenceClassifierOutput``.
-
-So ``pipeline("text-classification", model=DIR)`` runs a span model as ``load_model``
-does. Other tasks' heads (QA, tagging, span pairs) are not registered with a pipeline
-class: ``transformers`` says so in its own words; predict them with ``load_model``.
-"""
+"""The plugin's model type ``span_plugin_<family>`` in ``transformers``' Auto classes
+(:func:`register`): config, the tokenizer that makes the n-gram spans
+(:class:`SpanPluginTokenizer`), the encoder and the sequence classifier, so that
+``pipeline("text-classification", model=DIR)`` runs a span model as ``load_model`` does.
+Design notes: docs/EXPORT.md, "Module notes"."""
 
 import torch.nn as nn
 

@@ -21,13 +21,10 @@ from span_plugin.modules.head_builders import MODEL_DEFAULTS, build_head_module
 WEIGHTS = "model.safetensors"
 HEAD_PREFIX = "span_heads."
 ENCODERS = ("torch", "transformers")
-# The default, by the measurements (benchmarks/RESULTS.md, "Inference without fairseq"):
-# the torch encoder computes what transformers' class does (tests/test_portable_encoder.py),
-# starts in 0.47x the fairseq hub's time where transformers' class takes 1.14x (importing
-# its model code costs more than torch itself), and reads 0.98x / 1.12x the pairs/s of a
-# plain transformers forward at batch 1 / 32 (0.93x / 0.90x with transformers' class: the
-# span head's cost is paid back by one q/k/v product and by skipping the pads' products).
-# transformers' class stays a choice: a check against it, or a config the torch one refuses.
+# The default: it computes what transformers' class does (tests/test_portable_encoder.py),
+# starts and runs faster (benchmarks/RESULTS.md, "Inference without fairseq"): one q/k/v
+# product, no products for pads. transformers' class stays a choice: a check against it,
+# or a config the torch one refuses.
 DEFAULT_ENCODER = "torch"
 
 

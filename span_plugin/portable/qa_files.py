@@ -1,27 +1,7 @@
-"""``span-predict`` output of a ``span_qa`` checkpoint: the official SQuAD
-``predictions.json`` (question id -> answer text), an n-best file (id -> list of
-``text``, ``start``, ``end``, ``score``, ``probability``), and when the questions carry
-answers, the official scores under the official scripts' names: ``exact_match``,
-``f1``, ``total``; v2.0 ``HasAns_exact``, ``HasAns_f1``, ``NoAns_exact``, ``NoAns_f1``, and
-with ``--null-threshold tune`` the no-answer threshold that maximizes F1 on these
-questions, ``best_f1_thresh``. The results file also says how answers were decoded
-(``answer_boundaries``).
-
-Questions come from a SQuAD / MRQA file (``--input``; questions without answers, as in
-the official test files, are predicted and not scored) or a split of the folder the
-checkpoint was trained on (``raw/{split}.jsonl``). Scores (``--results``, a tuned
-threshold) need every question labelled: otherwise an error says which is not, before
-anything is predicted.
-
-A file is read as the official evaluation scripts read it
-(:func:`span_plugin.formats.squad.read_qa` with ``official=True``): gold answers whose
-offsets do not match their text are scored by their text, and a reused question id gets
-one prediction (that of its first occurrence) that every occurrence is scored with, as
-the scripts look predictions up by id (v1.1 scores each occurrence, v2.0 the last one:
-:func:`span_plugin.formats.squad_metrics.scored_questions`). Each such case is reported
-by id and counted (:func:`report_notes`; all of them in ``--results`` under
-``input_notes``), never refused.
-"""
+"""What ``span-predict`` writes for a ``span_qa`` model: the official SQuAD
+``predictions.json``, an n-best file, and the official scores when the questions carry
+answers (``--null-threshold tune``: the best no-answer threshold). Files are read as the
+official scripts read them. Design notes: docs/QA.md, "Module notes"."""
 
 import json
 import os

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from span_plugin.modules import entities as ner
+from span_plugin.modules.tag_decoding import TOKEN_DECODINGS
 
 
 class NotFiniteError(ValueError):
@@ -85,7 +86,7 @@ def decoding_settings(kind, default_token_decoding, token_decoding=None, overlap
         raise ValueError("--overlap and --span-threshold apply to span_labeling "
                          "checkpoints; this one is span_tagging (--token-decoding)")
     token_decoding = token_decoding or default_token_decoding
-    if token_decoding not in ner.TOKEN_DECODINGS:
+    if token_decoding not in TOKEN_DECODINGS:
         raise ValueError(f"token decoding {token_decoding!r}: expected one of "
-                         f"{ner.TOKEN_DECODINGS}")
+                         f"{TOKEN_DECODINGS}")
     return {"token_decoding": token_decoding}
