@@ -173,8 +173,8 @@ def test_library_loaders_refuse_the_payload(planted):
 
     from span_plugin.convert.hf_source import open_tensors
     from span_plugin.convert.flags import checkpoint_train_flags
-    from span_plugin.inference.glue_files import write_validation_predictions
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.portable.glue_files import write_validation_predictions
+    from span_plugin.hub import SpanHubInterface
     from span_plugin.runtime.checkpoints import load_mapped, load_state, prepare_resume
     from span_plugin.runtime.transfer import write_stripped
 
@@ -299,7 +299,7 @@ def test_each_problem_has_its_own_message(kind, tmp_path):
     from fairseq import checkpoint_utils
 
     from span_plugin.convert.flags import checkpoint_train_flags
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
     from span_plugin.runtime.checkpoints import load_state
 
     path = _broken(kind, tmp_path)

@@ -282,7 +282,7 @@ def compiled_modules(model):
 
 @pytest.mark.slow
 def test_fairseq_train_compiled_and_hub_loads_it_eagerly(tmp_path):
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     log = run_cli("fairseq-train", *span_args(glue_folder("MRPC"), tmp_path, *AOT_EAGER,
                                               "--length-multiple", "32", metric="f1")).stdout

@@ -130,7 +130,7 @@ def test_a_new_tokenizer_file_reaches_every_command_the_hub_and_the_record(
 
 
 def test_the_hub_takes_a_new_tokenizer_file_by_name(toy_tokenizer, vocab, tmp_path):
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     missing = tmp_path / "none.pt"
     with pytest.raises(FileNotFoundError):  # the names pass; the checkpoint is not there

@@ -134,7 +134,7 @@ CASES = {
 @pytest.fixture(scope="module", params=list(CASES))
 def exported(request, tmp_path_factory):
     """(case, checkpoint, the fairseq hub, export folder, the command's output)."""
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     build, _, _ = CASES[request.param]
     root = tmp_path_factory.mktemp(f"export_{request.param}")
@@ -409,7 +409,7 @@ def test_ngram_dictionary_checked_by_sha256(mrpc, tmp_path, capsys):
 def test_model_card_lines_load_and_predict(mrpc, tmp_path, monkeypatch):
     """The card's three lines, run as written in the folder's parent, load the folder
     without fairseq's hub and predict the hub's label."""
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     out = tmp_path / "MRPC-export"
     assert export_main(["hf", str(mrpc), "--out", str(out)]) == 0

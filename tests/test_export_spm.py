@@ -310,7 +310,7 @@ def test_fine_tuned_model_predicts_as_the_hub(family, fine_tuned):
     (XLMRobertaTokenizer's, or CamembertTokenizer's: a fine-tuned CamemBERT is told by its
     dictionary's layout) give the pieces of sentencepiece-line between fairseq's <s> and
     </s>, the rows it was trained with."""
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
     from span_plugin.portable import load_model
     from span_plugin.tokenizers.sentencepiece_line import SentencePieceLineTokenizer
 

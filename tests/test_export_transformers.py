@@ -119,7 +119,7 @@ def exports(tmp_path_factory, request):
 
 @pytest.fixture(scope="module")
 def hub_predictions(exports):
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     return {case: SpanHubInterface.from_pretrained(ckpt).predict(_pairs())
             for case, (ckpt, _) in exports.items()}

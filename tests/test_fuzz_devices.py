@@ -131,8 +131,8 @@ def test_the_prediction_readers_name_what_the_path_is(kind, not_files, tmp_path)
     from span_plugin.files.errors import NotAFileError
     from span_plugin.formats.lines import read_file_lines
     from span_plugin.formats.squad import read_qa
-    from span_plugin.inference.conll_files import read_items
-    from span_plugin.inference.glue_files import (read_folder_rows, read_label_names,
+    from span_plugin.portable.conll_files import read_items
+    from span_plugin.portable.glue_files import (read_folder_rows, read_label_names,
                                                   read_test_rows)
     from span_plugin.preprocess.records.provenance import read_record
 
@@ -256,7 +256,7 @@ def test_span_predict_qa_never_answers_with_nuls(qa_checkpoint, tmp_path, capsys
     """span-predict --input with a context of 21 NULs after its text: exit 2 naming the
     file and question; the hub refuses such a pair; no predictions file."""
     from span_plugin.cli.predict import main as predict
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     source = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
     paragraph = dict(source["data"][0]["paragraphs"][0])

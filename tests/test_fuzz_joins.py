@@ -150,7 +150,7 @@ def test_write_conll_checks_each_item_against_its_lines(ner, tmp_path):
     """Seeded fuzz of the writer itself: 30 random items moved, cut or given another
     word; each named by the file line it would have gone to, nothing written."""
     from span_plugin.files.errors import BadInputError
-    from span_plugin.inference.conll_files import read_items, write_conll
+    from span_plugin.portable.conll_files import read_items, write_conll
 
     _, other, _, _ = ner
     words, gold, source = read_items(other, "valid")

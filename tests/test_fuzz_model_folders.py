@@ -69,7 +69,7 @@ ROWS = []  # (source, case, outcome, message) in run order
 def folders(tmp_path_factory, request):
     """``{name: (exported folder, its checkpoint, span-predict's data arguments)}`` of
     the three models."""
-    from span_plugin.inference.model_export import export_model
+    from span_plugin.export.model_export import export_model
 
     root = tmp_path_factory.mktemp("fuzz_folders")
     mrpc = root / "mrpc-ckpt"

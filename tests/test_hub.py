@@ -7,7 +7,7 @@ from conftest import GPT2_BPE, TINY_ROBERTA, USER_DIR, run_cli, run_main
 from test_task_data import glue_folder, mini_glue
 from test_task_train import span_args
 
-from span_plugin.inference.hub import SpanHubInterface
+from span_plugin.hub import SpanHubInterface
 
 BPE = {"gpt2_encoder_json": GPT2_BPE / "encoder.json", "gpt2_vocab_bpe": GPT2_BPE / "vocab.bpe"}
 

@@ -18,8 +18,8 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from span_plugin.cli.export import main as export_main  # noqa: E402
-from span_plugin.inference import int8_guard  # noqa: E402
-from span_plugin.inference.onnx_export import META, MODEL  # noqa: E402
+from span_plugin.export import int8_guard  # noqa: E402
+from span_plugin.export.onnx_export import META, MODEL  # noqa: E402
 from span_plugin.portable import load_model  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def test_onnx_int8_export_measures_the_dev_split_and_writes_the_int8_graph(mrpc,
     # recomputed from the torch model's logits (the graph's within 1e-4) by scikit-learn.
     from sklearn.metrics import f1_score
 
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(checkpoint)
     rows = (data / "raw" / "valid.input0").read_text(encoding="utf-8").splitlines()

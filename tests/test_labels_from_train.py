@@ -305,7 +305,7 @@ def test_conll_skip_drops_the_sentences_and_the_prediction_file_follows(conll_no
     run_cli("span-preprocess", "check", out)
 
     # span-predict's CoNLL writer leaves the same sentences out of its file.
-    from span_plugin.inference.conll_files import read_items, write_conll
+    from span_plugin.portable.conll_files import read_items, write_conll
 
     words, gold, source = read_items(out, "test")
     written = tmp_path / "test.conll"

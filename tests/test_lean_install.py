@@ -151,7 +151,7 @@ def lean(tmp_path_factory):
 def exported(tmp_path_factory):
     """``(checkpoint, exported folder, task folder)``: a tiny MRPC span model, trained
     for 2 updates on real rows in the training install, exported with span-export hf."""
-    from span_plugin.inference.model_export import export_model
+    from span_plugin.export.model_export import export_model
 
     root = tmp_path_factory.mktemp("lean_model")
     data = glue_folder("MRPC")

@@ -40,7 +40,7 @@ def glue_folder(tmp_path, task, rows, first_label=None):
     ("MRPC", "0", "task 'MRPC', 2 classes (0, 1)"),
 ])
 def test_a_folder_of_other_labels_is_named_with_both_label_sets(task, first_label, theirs, tmp_path):
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     folder = glue_folder(tmp_path, task, 12, first_label)
     with pytest.raises(ProvenanceError) as info:
@@ -54,7 +54,7 @@ def test_a_folder_of_other_labels_is_named_with_both_label_sets(task, first_labe
 def test_without_its_record_the_folder_is_not_called_incomplete(tmp_path):
     """Its record removed (as the old advice said), the STS-B folder is still refused:
     it has no label/dict.txt, and the error says it is not the folder of the checkpoint."""
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     folder = glue_folder(tmp_path, "STS-B", 12)
     (folder / "provenance.json").unlink()
@@ -105,7 +105,7 @@ def test_a_malformed_encoder_json_is_named(tmp_path, capsys):
 
 
 def test_a_lone_surrogate_in_hub_text_names_the_example():
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
     from span_plugin.formats.text_inputs import question_pairs
 
     hub = SpanHubInterface.from_pretrained(CHECKPOINT, data=FIXTURE / "data",
@@ -128,7 +128,7 @@ def test_the_hub_opens_only_plausible_files(tmp_path):
     import torch
 
     from span_plugin.convert.safe_load import load_checkpoint
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
     from span_plugin.runtime.data_record import STATE_KEY
 
     sparse = tmp_path / "encoder.json"

@@ -358,7 +358,7 @@ def predict(*args):
 @pytest.mark.smoke
 def test_token_head_viterbi_through_criterion_hub_and_span_predict(conll_folder, tmp_path,
                                                                     monkeypatch, caplog, capsys):
-    from span_plugin.inference.conll_files import read_items
+    from span_plugin.portable.conll_files import read_items
 
     logged_f1 = train(conll_folder, tmp_path / "ckpt", monkeypatch, caplog,
                       "span_tagging", "--tagging-head", "token")
@@ -388,7 +388,7 @@ def test_token_head_viterbi_through_criterion_hub_and_span_predict(conll_folder,
         assert well_formed(out["viterbi"]["tags"][k:k + len(w)])
         k += len(w)
 
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(checkpoint)
     assert hub.token_decoding == "viterbi"
@@ -407,8 +407,8 @@ def test_span_head_nested_output_through_hub_and_span_predict(conll_folder, tmp_
     train(conll_folder, tmp_path / "ckpt", monkeypatch, caplog, "span_labeling",
           "--max-span-words", "4")
     checkpoint = tmp_path / "ckpt" / "checkpoint_last.pt"
-    from span_plugin.inference.conll_files import read_items
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.portable.conll_files import read_items
+    from span_plugin.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(checkpoint)
     words, gold, source = read_items(conll_folder, "valid")

@@ -83,7 +83,7 @@ def test_recipe_smoke_run_scores_like_seqeval(head, conll_dir, tmp_path):
     assert [w.rsplit(" ", 1)[0] if s.strip() and not s.startswith("-DOCSTART-") else w
             for s, w in zip(source, written)] == source
 
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
 
     hub = SpanHubInterface.from_pretrained(out / "checkpoints" / "checkpoint_best.pt")
     text = "EU rejects German call to boycott British lamb, says Peter Blackburn of the U.S."

@@ -59,7 +59,7 @@ def wordpiece_items(folder, pairs):
 def fine_tuned(tmp_path_factory):
     """``{name: exported folder}``: RoBERTa span models fine-tuned for 2 updates on MRPC
     (plain) and STS-B (the plugin's segment B and pooler, the head on the pooled <s>)."""
-    from span_plugin.inference.model_export import export_model
+    from span_plugin.export.model_export import export_model
 
     out = {}
     for name, args in (("mrpc", ("MRPC",)),
@@ -209,7 +209,7 @@ def test_predictions_equal_the_hubs_without_transformers(fine_tuned, tmp_path):
     <s>) in a child where fairseq cannot be imported: the hub's regression values
     within 1e-4, and neither transformers nor fairseq in its ``sys.modules``; the
     transformers encoder gives the same values here."""
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
     from span_plugin.portable import load_model
 
     folder, checkpoint = fine_tuned["stsb"]

@@ -28,7 +28,7 @@ from test_task_train import span_args
 @pytest.fixture(scope="module")
 def mrpc(tmp_path_factory):
     """``(checkpoint, exported folder, task folder)`` of a tiny MRPC span model."""
-    from span_plugin.inference.model_export import export_model
+    from span_plugin.export.model_export import export_model
 
     root = tmp_path_factory.mktemp("predict_large")
     data = glue_folder("MRPC")
@@ -71,7 +71,7 @@ def test_sorted_batches_write_what_file_order_writes(mrpc, tmp_path):
 def test_sorted_batches_hold_less_padding(mrpc):
     """Sorted batches of the dev rows pad fewer tokens than batches in file order, and
     give the same logits, row for row."""
-    from span_plugin.inference.glue_files import read_test_rows
+    from span_plugin.portable.glue_files import read_test_rows
     from span_plugin.portable import load_model
 
     model = load_model(mrpc[1])
@@ -110,7 +110,7 @@ class _Counted:
 def test_rows_are_read_a_chunk_ahead_and_written_in_order(mrpc, tmp_path):
     """The writer reads no row past the chunk it predicts, and chunks of 7 rows write
     the bytes one chunk of all rows writes."""
-    from span_plugin.inference.glue_files import read_test_rows, stream_predictions
+    from span_plugin.portable.glue_files import read_test_rows, stream_predictions
     from span_plugin.portable import load_model
 
     model = load_model(mrpc[1])
@@ -139,7 +139,7 @@ def test_folder_rows_stream_as_they_read_and_a_missing_partner_is_named(tmp_path
     the line without a partner, raised when the short file ends."""
     import shutil
 
-    from span_plugin.inference.glue_files import read_folder_rows, stream_folder_rows
+    from span_plugin.portable.glue_files import read_folder_rows, stream_folder_rows
 
     data = tmp_path / "MRPC"
     shutil.copytree(glue_folder("MRPC") / "raw", data / "raw")
@@ -226,7 +226,7 @@ def test_tagging_and_qa_outputs_sort_without_changing_them(qa_checkpoint, qa_fol
     (n-best scores within 1e-6). On a terminal the tagging output shows its progress."""
     import json
 
-    from span_plugin.inference.model_export import export_model
+    from span_plugin.export.model_export import export_model
 
     (tmp_path / "conll").mkdir()
     data = small_conll_folder(tmp_path / "conll")

@@ -15,7 +15,7 @@ from test_task_train import span_args
 
 from span_plugin.preprocess.records import provenance
 from span_plugin.preprocess.records.encoder_settings import SettingsMismatch, encoder_spec
-from span_plugin.inference.hub import SpanHubInterface
+from span_plugin.hub import SpanHubInterface
 from span_plugin.preprocess.segmentation.encoding import EncoderSpec
 from span_plugin.preprocess.segmentation.ngrams import default_ngrams_path
 from span_plugin.runtime.data_record import STATE_KEY

@@ -12,7 +12,7 @@ from conftest import USER_DIR, run_cli, run_main
 from test_recipes import HYDRA, RECIPES, valid_line
 from test_task_data import glue_folder, mini_glue
 
-from span_plugin.inference.hub import SpanHubInterface
+from span_plugin.hub import SpanHubInterface
 
 
 def run_recipe(task, cwd, model_dir, *extra, check=True, **env):

@@ -68,7 +68,7 @@ def test_every_global_outside_the_allow_list_is_unsafe(name, form, tmp_path):
     from fairseq import checkpoint_utils
 
     from span_plugin.convert.flags import checkpoint_train_flags
-    from span_plugin.inference.hub import SpanHubInterface
+    from span_plugin.hub import SpanHubInterface
     from span_plugin.runtime.checkpoints import load_state
 
     marker = tmp_path / "code_ran"

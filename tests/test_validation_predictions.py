@@ -12,7 +12,7 @@ from conftest import GPT2_BPE, run_cli, run_main
 from test_task_data import glue_folder
 from test_task_train import span_args
 
-from span_plugin.inference.glue_files import validation_predictions
+from span_plugin.portable.glue_files import validation_predictions
 from span_plugin.runtime.checkpoints import VALID_PREDICTIONS
 
 ENCODER = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe", GPT2_BPE / "vocab.bpe"]
