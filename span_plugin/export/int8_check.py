@@ -17,7 +17,7 @@ import shutil
 
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.files.atomic import staged_folder
-from span_plugin.formats.model_card import with_int8_section
+from span_plugin.export.model_card import with_int8_section
 from span_plugin.formats.model_folder import CONFIG, MANIFEST, write_manifest
 from span_plugin.export import int8_guard
 

@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 
 from span_plugin.convert.hf_source import ConversionError
+from span_plugin.portable.tasks import TASKS
 
 DEFAULT_MAX_DROP = 0.5  # points of the task's metric
 
@@ -42,9 +43,12 @@ class GuardSettings:
     input_path: Optional[str] = None
     force: bool = False
 GLUE_METRICS = {"MRPC": "f1", "QQP": "f1", "CoLA": "mcc", "STS-B": "pearson"}
-AGREEMENT_OF = {"span_classification": "labels", "span_tagging": "entities",
-                "span_labeling": "entities", "span_qa": "answers",
-                "span_pair_classification": "phrase labels"}
+
+
+def agreement_of(task):
+    """What the guard compares for ``task`` (the task table's ``agreement``), or None."""
+    served = TASKS.get(task)
+    return served.agreement if served else None
 
 
 class Int8Refused(ConversionError):
@@ -83,8 +87,9 @@ def read_examples(predictor, split="valid", input_path=None):
     ``split`` of ``predictor.data`` (its task folder). A split or file without gold
     labels is a ValueError naming it."""
     task = task_of(predictor)
-    if task not in AGREEMENT_OF:
-        raise ValueError(f"task {task!r}: the int8 check covers {', '.join(AGREEMENT_OF)}")
+    if agreement_of(task) is None:
+        covered = [t for t in TASKS if agreement_of(t)]
+        raise ValueError(f"task {task!r}: the int8 check covers {', '.join(covered)}")
     if input_path is None:
         data = getattr(predictor, "data", None)
         if not data:
@@ -298,7 +303,7 @@ def compare(examples, method, fp32, int8):
             "drop": round(score32 - score8, 2),
             "agreement": round(agreement(examples, a, b), 2),
             "agreement_of": "pearson of the scores" if a and isinstance(a[0], float)
-            else AGREEMENT_OF[examples.task]}
+            else agreement_of(examples.task)}
 
 
 def judge(record, max_drop=DEFAULT_MAX_DROP, force=False, where="int8"):

@@ -12,7 +12,7 @@ from typing import Dict, Optional
 from span_plugin.convert.export_source import checkpoint_file, fine_tuned_heads
 from span_plugin.convert.hf_export import check_export_dir, plan_hf_export, write_hf_folder
 from span_plugin.convert.hf_source import ConversionError
-from span_plugin.formats.model_card import write_model_card
+from span_plugin.export.model_card import write_model_card
 from span_plugin.formats.model_folder import FORMAT, file_sha256, write_manifest
 from span_plugin.export.hf_classes import check_choice, choose_class
 from span_plugin.portable import check_model_folder

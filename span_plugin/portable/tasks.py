@@ -23,27 +23,42 @@ class ServedTask:
     """How one fairseq task is predicted: ``predictor`` (a
     :class:`~span_plugin.portable.base.Predictor` subclass), ``output`` (span-predict's
     options and writer), ``head`` (the default head), ``reads`` (folder kinds, keys of
-    :data:`KINDS`; the first is named in errors)."""
+    :data:`KINDS`; the first is named in errors), ``words`` (what the model card calls
+    it), ``example`` (a call of its predictor for the card; by number of inputs when it
+    differs), ``agreement`` (what the int8 guard compares: None, not measured)."""
 
     predictor: type
     output: Output
     head: str
     reads: tuple
+    words: str = ""
+    example: object = "model.predict(...)"
+    agreement: object = None
 
 
-_SENTENCE = dict(predictor=SentencePredictor, output=glue_files.OUTPUT,
-                 head="sentence_classification_head", reads=("sentence", "pairs"))
+_SENTENCE = dict(
+    predictor=SentencePredictor, output=glue_files.OUTPUT, head="sentence_classification_head",
+    reads=("sentence", "pairs"),  # a phrase-pair folder is a table folder plus phrase pairs
+    example={1: 'model.predict(["A fine, funny film."])',
+             2: 'model.predict([("A man plays a flute.", "A man is playing a flute.")])'})
 _TAGGING = dict(predictor=NerPredictor, output=conll_files.OUTPUT, head="tagging_head",
-                reads=("tagging",))
-# a phrase-pair folder is a table folder plus phrase pairs: sentence tasks read it too
+                reads=("tagging",), agreement="entities",
+                example='model.predict_entities("EU rejects German call to boycott British lamb .")')
 TASKS = {
-    "span_classification": ServedTask(**_SENTENCE),
-    "sentence_prediction": ServedTask(**_SENTENCE),
-    "span_tagging": ServedTask(**_TAGGING),
-    "span_labeling": ServedTask(**_TAGGING),
-    "span_qa": ServedTask(QAPredictor, qa_files.OUTPUT, "qa_head", ("qa",)),
-    "span_pair_classification": ServedTask(PairPredictor, pair_files.OUTPUT, "span_pair_head",
-                                           ("pairs",)),
+    "span_classification": ServedTask(**_SENTENCE, words="sentence classification",
+                                      agreement="labels"),
+    "sentence_prediction": ServedTask(**_SENTENCE, words="sentence classification with "
+                                                         "fairseq's own head"),
+    "span_tagging": ServedTask(**_TAGGING, words="tagging (named entities)"),
+    "span_labeling": ServedTask(**_TAGGING, words="span labeling (named entities)"),
+    "span_qa": ServedTask(
+        QAPredictor, qa_files.OUTPUT, "qa_head", ("qa",), "extractive question answering",
+        'model.predict_answers([("Who wrote it?", "It was written by Ann Lee.")])', "answers"),
+    "span_pair_classification": ServedTask(
+        PairPredictor, pair_files.OUTPUT, "span_pair_head", ("pairs",),
+        "span-pair classification",
+        'model.predict_pairs("Amrozi accused his brother", "Amrozi blamed his brother", '
+        '[{"source": [7, 14], "target": [7, 13]}])', "phrase labels"),
 }
 
 

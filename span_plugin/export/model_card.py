@@ -6,32 +6,24 @@ and the lines that load the folder. Written from ``config.json``'s dict alone.""
 import json
 
 from span_plugin.formats.model_folder import encoder_family
+from span_plugin.portable.tasks import TASKS
 
 # How the folder is loaded without fairseq (span_plugin.portable: the predictor of the
-# task, with the fairseq hub's methods) and, for the encoder alone, with transformers'.
+# task) and, for the encoder alone, with transformers'.
 LOAD_LINES = ("from span_plugin.portable import load_model",
               "model = load_model(\"{dir}\")",
               "{call}")
-CALLS = {  # task -> an example call of its predictor
-    "span_classification": {1: "model.predict([\"A fine, funny film.\"])",
-                            2: "model.predict([(\"A man plays a flute.\", "
-                               "\"A man is playing a flute.\")])"},
-    "span_tagging": "model.predict_entities(\"EU rejects German call to boycott British lamb .\")",
-    "span_qa": "model.predict_answers([(\"Who wrote it?\", \"It was written by Ann Lee.\")])",
-    "span_pair_classification": "model.predict_pairs(\"Amrozi accused his brother\", "
-                                "\"Amrozi blamed his brother\", "
-                                "[{\"source\": [7, 14], \"target\": [7, 13]}])",
-}
-CALLS["span_labeling"] = CALLS["span_tagging"]
-CALLS["sentence_prediction"] = CALLS["span_classification"]
 
 
 def _call(span):
-    call = CALLS.get(span["task"], "model.predict(...)")
+    """The task's example call (:data:`span_plugin.portable.tasks.TASKS`), for its inputs."""
+    call = TASKS[span["task"]].example if span["task"] in TASKS else "model.predict(...)"
     if isinstance(call, dict):
         inputs = (span.get("data_record") or {}).get("inputs")
         call = call.get(inputs, call[1] + "  # or pairs (a, b)" if inputs is None else call[1])
     return call
+
+
 ENCODER_LINES = ("from transformers import AutoModel, AutoTokenizer",
                  "tokenizer, encoder = AutoTokenizer.from_pretrained(\"{dir}\"), "
                  "AutoModel.from_pretrained(\"{dir}\")",
@@ -65,11 +57,6 @@ def _record_lines(record):
     return lines
 
 
-TASK_WORDS = {"span_classification": "sentence classification",
-              "sentence_prediction": "sentence classification with fairseq's own head",
-              "span_tagging": "tagging (named entities)", "span_labeling": "span labeling "
-              "(named entities)", "span_qa": "extractive question answering",
-              "span_pair_classification": "span-pair classification"}
 # A pipeline example per transformers pipeline task; {dir}: the folder.
 PIPELINE_LINES = {
     "text-classification": ("from transformers import pipeline",
@@ -135,7 +122,7 @@ def model_card(config, results=None, folder="DIR"):
     kinds = ", ".join(f"`{h['kind']}`" for h in heads.values())
     named = [n for n in labels.values() if isinstance(n, list)]
     what = (f"A {family} encoder fine-tuned by span_plugin for "
-            f"{TASK_WORDS.get(span['task'], span['task'])} (head {kinds}"
+            f"{TASKS[span['task']].words if span['task'] in TASKS else span['task']} (head {kinds}"
             + (f"; labels {', '.join(map(str, named[0]))}" if named else "") + ").")
     can, pipeline_block = transformers_lines(config, folder)
     out = [f"# {span['task']} model ({family} encoder, span_plugin export format "
