@@ -21,9 +21,9 @@ from span_plugin.export.model_card import with_int8_section
 from span_plugin.formats.model_folder import CONFIG, MANIFEST, write_manifest
 from span_plugin.export import int8_guard
 
-METHOD = ("torch dynamic quantization of the encoder's Linear layers (qint8 weights per "
-          "tensor, activations quantized per batch); embeddings, LayerNorms, pooler and "
-          "heads float32")
+METHOD = ("torch dynamic quantization of the encoder's Linear layers (qint8 weights, one "
+          "scale per output channel; activations quantized per batch); embeddings, "
+          "LayerNorms, pooler and heads float32")
 CARD = "README.md"
 
 

@@ -1,6 +1,6 @@
 """int8 inference of an exported folder on the CPU: torch's dynamic quantization of the
-encoder's ``nn.Linear`` layers (weights stored as int8 per tensor, activations quantized
-per batch as they come). The heads, the embeddings, the LayerNorms and BERT's pooler stay
+encoder's ``nn.Linear`` layers (weights stored as int8 with one scale per output channel,
+activations quantized per batch as they come). The heads, the embeddings, the LayerNorms and BERT's pooler stay
 float32: the heads are small next to the encoder, and keeping them exact leaves the
 features they read as the only thing int8 changes.
 
@@ -42,7 +42,7 @@ def quantize_encoder(encoder):
     or :class:`~span_plugin.portable.model.TransformersEncoder`) whose Linear layers
     (:func:`quantized_linear_names`) compute in int8; same interface: ``forward(tokens
     [B, T], token_types [B, T] or None)`` -> ``[B, T, D]`` float32."""
-    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     names = quantized_linear_names(encoder)
     if not names:
@@ -51,5 +51,7 @@ def quantize_encoder(encoder):
         # torch marks its eager quantization API deprecated in favour of torchao, which
         # is not a dependency here; the API still computes int8.
         warnings.simplefilter("ignore")
-        return quantize_dynamic(encoder.eval(), {n: default_dynamic_qconfig for n in names},
+        # One scale per output channel: a row with small weights keeps its resolution
+        # (per tensor, the largest row sets the step of all; benchmarks/RESULTS.md).
+        return quantize_dynamic(encoder.eval(), {n: per_channel_dynamic_qconfig for n in names},
                                 dtype=torch.qint8, inplace=False)
