@@ -1,6 +1,7 @@
 """A check, not a speed benchmark: ``span-predict`` of this tree against the tree of an
-earlier commit (default 8007bc6, the last before the predictors served checkpoints),
-byte for byte, on tiny models of every task trained here for 2-4 updates on real rows.
+earlier commit checked out beside it (8007bc6, the last before the predictors served
+checkpoints), byte for byte, on tiny models of every task trained here for 2 updates on
+real rows.
 
     git -C . worktree add /tmp/old_tree 8007bc6
     .venv/bin/python benchmarks/predict_bytes.py --old-tree /tmp/old_tree
@@ -74,7 +75,8 @@ def conll_folder(root, n_train=64, n_valid=300):
         Path(files[split]).write_text(conll_sentences(DATA / "conll2003" / f"{split}.txt", n))
     spec = EncoderSpec(bpe="gpt2", encoder_json=str(GPT2_BPE / "encoder.json"),
                        vocab_bpe=str(GPT2_BPE / "vocab.bpe"))
-    prepare_conll(root / "bin", files, FolderOptions(spec, str(GPT2_BPE / "dict.txt"), name="conll2003"))
+    prepare_conll(root / "bin", files,
+                  FolderOptions(spec, str(GPT2_BPE / "dict.txt"), name="conll2003"))
     return root / "bin"
 
 
@@ -111,7 +113,7 @@ def compare(name, new, old, new_dir, old_dir):
     try:
         return "differs: " + first_difference(a.decode(), b.decode())
     except UnicodeDecodeError:
-        return f"differs (binary, {len(a)} != {len(b)} bytes)" if len(a) != len(b) else "differs (binary)"
+        return f"differs (binary, {len(a)} and {len(b)} bytes)"
 
 
 def train_models(tmp):
@@ -145,7 +147,8 @@ def train_models(tmp):
                                                      "--tagging-head", "sf"), tagged)
     models["conll-tagging-sf-viterbi"] = (models["conll-tagging-sf"][0],
                                           [*tagged, "--token-decoding", "viterbi"])
-    labeling = tagging_checkpoint(tmp.mktemp("lab"), conll, "span_labeling", "--max-span-words", "4")
+    labeling = tagging_checkpoint(tmp.mktemp("lab"), conll, "span_labeling",
+                                  "--max-span-words", "4")
     models["conll-span-labeling"] = (labeling, tagged)
     models["conll-span-labeling-nested"] = (labeling, [
         "--split", "valid", "--overlap", "nested", "--span-threshold", "0.2",
@@ -180,7 +183,8 @@ def train_models(tmp):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old-tree", default="/tmp/old_tree", type=Path)
-    parser.add_argument("--work", type=Path, help="folder for the models and outputs (default: a new temporary one)")
+    parser.add_argument("--work", type=Path,
+                        help="folder for the models and outputs (default: a new temporary one)")
     parser.add_argument("--log", default=ROOT / "benchmarks" / "predict_bytes.jsonl", type=Path)
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="predict_bytes_"))
@@ -221,8 +225,10 @@ def main(argv=None):
         for path in sorted(p for p in new_dir.rglob("*") if p.is_file()):
             rel = path.relative_to(new_dir)
             other = old_dir / rel
-            verdict = compare(path.name, path, other, new_dir, old_dir) if other.is_file() else "missing in old"
-            rows.append({"output": f"{name}/{rel}", "equal": verdict.startswith("equal"), "verdict": verdict})
+            verdict = (compare(path.name, path, other, new_dir, old_dir) if other.is_file()
+                       else "missing in old")
+            rows.append({"output": f"{name}/{rel}", "equal": verdict.startswith("equal"),
+                         "verdict": verdict})
             print(f"{name}/{rel}: {verdict}")
     equal = sum(r["equal"] for r in rows)
     print(f"{equal} of {len(rows)} outputs equal")
