@@ -80,7 +80,7 @@ def mini_glue(work, rows=64):
 def prepare(work, quick, checkpoint=None):
     """``(checkpoint, exported folder)`` in ``work``, built when missing: the span
     model's ``span-export hf`` folder (its int8 figures measured by ``span-export
-    int8-check``), its ``span-export onnx`` graph in float32 and in int8, and the plain
+    int8-check``), the folder's ``span-export onnx`` graph in float32 and in int8, and the plain
     peer's graphs (:func:`export_plain`). ``checkpoint``: a fine-tuned one to use instead
     of training one here."""
     checkpoint = checkpoint or os.path.join(work, "run", "checkpoints", "checkpoint_last.pt")
@@ -112,10 +112,9 @@ def prepare(work, quick, checkpoint=None):
     # the guard's figures are printed, whatever they are: --force-int8 keeps the graph
     # and --max-drop 100 the folder's record, so that the speed is measured either way
     run("span-export", "int8-check", folder, "--max-drop", "100")
-    run("span-export", "onnx", checkpoint, "--out", onnx_folder(work), "--force")
-    run("span-export", "onnx", checkpoint, "--out", onnx_folder(work, "int8"), "--force",
+    run("span-export", "onnx", folder, "--out", onnx_folder(work), "--force")
+    run("span-export", "onnx", folder, "--out", onnx_folder(work, "int8"), "--force",
         "--quantize", "int8", "--force-int8")
-    check_graph_ids(checkpoint, folder)
     export_plain(folder, plain_folder(work))
     return checkpoint, folder
 
@@ -126,58 +125,6 @@ def onnx_folder(work, kind="fp32"):
 
 def plain_folder(work):
     return os.path.join(work, "plain-onnx")
-
-
-def graph_ids(model):
-    """``remap [V]``: the portable model's token id -> the dictionary id the span graph
-    reads (``onnx.json``: fairseq's dictionary, ``<s> <pad> </s> <unk>`` = 0..3, then
-    ``dict.txt``'s lines), from the ``dict.txt`` of the data record's folder, checked by
-    its recorded sha256. A GPT-2 folder's ids are the dictionary's (its vocab.json);
-    WordPiece's are ``vocab.txt``'s order, which the dictionary's is not."""
-    import hashlib
-
-    import numpy as np
-
-    record = model.record
-    ids = dict(model.vocab.ids, **model.vocab.specials)
-    if record["encoder"]["bpe"] == "gpt2":  # the folder's ids are the dictionary's already
-        return np.arange(max(ids.values()) + 1, dtype=np.int64)
-    path = os.path.join(record["data_dir"], "input0", "dict.txt")
-    with open(path, "rb") as f:
-        raw = f.read()
-    if hashlib.sha256(raw).hexdigest() != record["files"]["input0/dict.txt"]:
-        sys.exit(f"{path}: not the dictionary the model's data record holds")
-    index = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for line in raw.decode("utf-8").splitlines():
-        index.setdefault(line.rsplit(" ", 1)[0], len(index))
-    remap = np.full(max(ids.values()) + 1, index["<unk>"], dtype=np.int64)
-    for symbol, i in ids.items():
-        remap[i] = index.get(symbol, index["<unk>"])
-    return remap
-
-
-def check_graph_ids(checkpoint, folder, n=64):
-    """The span graph's inputs made from the portable encoder (:func:`graph_ids`) equal
-    the hub's own (``onnx_graph.model_inputs``) on ``n`` dev pairs, else exit."""
-    import torch
-
-    from span_plugin.hub import SpanHubInterface
-    from span_plugin.portable.onnx_inputs import model_inputs
-    from span_plugin.portable import load_model
-    from span_plugin.portable.batches import pad_rows, pad_tokens
-
-    model, pairs = load_model(folder), dev_pairs(n)
-    remap = graph_ids(model)
-    hub = SpanHubInterface.from_pretrained(checkpoint)
-    for b in range(0, n, 16):
-        chunk = pairs[b:b + 16]
-        want = model_inputs(hub, chunk, ("src_tokens", "spans"))
-        encoded = model.encode(chunk)
-        tokens = torch.from_numpy(remap[pad_tokens([t for t, _ in encoded], model.vocab.pad).numpy()])
-        if not (torch.equal(tokens, want["src_tokens"])
-                and torch.equal(pad_rows([sp for _, sp in encoded], 2), want["spans"])):
-            sys.exit(f"the span graph's inputs made from {folder} differ from the hub's on dev "
-                     f"pairs {b}..{b + len(chunk) - 1}")
 
 
 def plain_network(folder):
@@ -269,27 +216,22 @@ def child(path, checkpoint, folder, n, threads=1):
                            quantize="int8" if path == "portable-int8" else None)
         forward = model.predict_logits
     elif path in ("onnx", "onnx-int8"):
-        # span-export onnx's graph in ONNX Runtime, fed its own inputs (the dictionary's
-        # ids, onnx.json) from the portable encoder (the layout of training); load_model
-        # also reads the torch weights, which this path leaves unused: its cold start is
-        # an upper bound.
+        # the folder's span-export onnx graph in ONNX Runtime, fed its inputs by the
+        # folder's predictor (the layout of training); load_model also reads the torch
+        # weights, which this path leaves unused: its cold start is an upper bound.
         from span_plugin.portable import load_model
-        from span_plugin.portable.batches import pad_rows, pad_tokens
+        from span_plugin.portable.onnx_inputs import model_inputs
 
         model = load_model(folder, encoder="torch")
-        remap = graph_ids(model)
         session = ort_session(os.path.join(onnx_folder(work, path[5:] or "fp32"), "model.onnx"),
                               threads)
-        names = [i.name for i in session.get_inputs()]
+        names = tuple(i.name for i in session.get_inputs())
 
         def forward(pairs, batch_size):
-            encoded, out = model.encode(pairs), []
-            for b in range(0, len(encoded), batch_size):
-                chunk = encoded[b:b + batch_size]
-                feed = {"src_tokens": remap[pad_tokens([t for t, _ in chunk],
-                                                       model.vocab.pad).numpy()],
-                        "spans": pad_rows([sp for _, sp in chunk], 2).numpy()}
-                out.append(session.run(None, {n: feed[n] for n in names})[0])
+            out = []
+            for b in range(0, len(pairs), batch_size):
+                feed = model_inputs(model, pairs[b:b + batch_size], names)
+                out.append(session.run(None, {n: t.numpy() for n, t in feed.items()})[0])
             return out
     elif path == "plain-onnx-int8":
         from transformers import AutoTokenizer

@@ -27,20 +27,13 @@ METHOD = ("torch dynamic quantization of the encoder's Linear layers (qint8 weig
 CARD = "README.md"
 
 
-def recorded_data(record):
-    """The task folder the data record names (``data_dir``: where the model was trained),
-    when it is still a folder here; else None."""
-    path = (record or {}).get("data_dir")
-    return path if isinstance(path, str) and os.path.isdir(path) else None
-
-
 def measure_folder(folder, data=None, split="valid", input_path=None):
     """The guard's record (no verdict) of ``folder``'s model in float32 and int8."""
     from span_plugin.portable import load_model
 
     fp32 = load_model(folder)
     if data is None and input_path is None:
-        data = recorded_data(fp32.record)
+        data = int8_guard.recorded_data(fp32.record)
     fp32.use_data(data)
     int8 = load_model(folder, quantize="int8").use_data(data)
     examples = int8_guard.read_examples(fp32, split, input_path)

@@ -82,6 +82,13 @@ def _lines(path):
     return list(read_file_lines(path))
 
 
+def recorded_data(record):
+    """The task folder the data record names (``data_dir``: where the model was trained),
+    when it is still a folder here; else None."""
+    path = (record or {}).get("data_dir")
+    return path if isinstance(path, str) and os.path.isdir(path) else None
+
+
 def read_examples(predictor, split="valid", input_path=None):
     """The labelled examples the guard predicts: ``input_path`` when given, else split
     ``split`` of ``predictor.data`` (its task folder). A split or file without gold

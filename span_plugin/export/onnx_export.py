@@ -31,8 +31,8 @@ from span_plugin.portable.qa import QAPredictor
 
 MODEL = "model.onnx"
 INT8_STAGED = "model.int8.onnx"  # the int8 graph beside the float32 one until the guard passes
-INT8_METHOD = ("ONNX Runtime quantize_dynamic: MatMul/Gemm weights int8 per tensor, "
-               "activations quantized per call")
+INT8_METHOD = ("ONNX Runtime basic graph optimizations, then quantize_dynamic: MatMul/Gemm "
+               "weights int8 per tensor, activations quantized per call")
 META = "onnx.json"
 OPSET = 18
 EXTERNAL_DATA_BYTES = 1 << 30  # weights above it are written beside the graph
@@ -238,6 +238,8 @@ def quantized(hub, graph, folder, guard=GuardSettings(), where="int8"):
     predictor's data folder, or its file) through the predictor's own decoding; returns the guard's record
     (:mod:`span_plugin.export.int8_guard`), or raises
     :class:`~span_plugin.export.int8_guard.Int8Refused` with the folder left as it was."""
+    if hub.data is None and guard.input_path is None:  # an exported folder: its record's
+        hub.use_data(int8_guard.recorded_data(hub.record))
     try:
         examples = int8_guard.read_examples(hub, guard.split, guard.input_path)
     except ValueError as err:  # no labelled split, a file of another task: one line

@@ -1,11 +1,11 @@
-"""int8 graphs of ``span-export onnx --quantize int8``, and a hub model answered by an
+"""int8 graphs of ``span-export onnx --quantize int8``, and a predictor answered by an
 ONNX Runtime session (what the accuracy guard predicts a split with).
 
-:func:`quantize_graph` is ONNX Runtime's dynamic quantization: the weights of every
-``MatMul`` and ``Gemm`` stored as int8 (per tensor), activations quantized per call
-(``DynamicQuantizeLinear`` + ``MatMulInteger``); embeddings, LayerNorms and the rest
-stay float32. :class:`SessionNetwork` stands in for a predictor's network, so the predictor's own
-batching and decoding run on the graph's outputs.
+:func:`quantize_graph`: ONNX Runtime's basic graph optimizations, then its dynamic
+quantization: the weights of every ``MatMul`` and ``Gemm`` stored as int8 (per tensor),
+activations quantized per call (``DynamicQuantizeLinear`` + ``MatMulInteger``);
+embeddings, LayerNorms and the rest stay float32. :class:`SessionNetwork` stands in for
+a predictor's network, so its own batching and decoding run on the graph's outputs.
 """
 
 import contextlib
@@ -24,8 +24,13 @@ def quantize_graph(src, dst):
 
     The dynamo exporter's shape annotations (``value_info``) are dropped first: ONNX's
     shape inference, which the quantizer runs, disagrees with some of them (a span
-    head's padded axes) and stops; ONNX Runtime infers what it needs at load."""
+    head's padded axes) and stops; ONNX Runtime infers what it needs at load. Then ONNX
+    Runtime's basic graph optimizations (constant folding, redundant nodes: rewrites
+    that hold on every machine) run and are saved, so that a weight the graph reshapes
+    at run time (the span head's convolutions, a matrix product of their unfolded
+    windows) is a constant the quantizer stores as int8 too."""
     import onnx
+    import onnxruntime as ort
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     model = onnx.load(str(src))
@@ -37,9 +42,13 @@ def quantize_graph(src, dst):
     root.setLevel(logging.ERROR)
     try:
         with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(dst))) as tmp:
-            bare = os.path.join(tmp, "bare.onnx")
+            bare, folded = os.path.join(tmp, "bare.onnx"), os.path.join(tmp, "folded.onnx")
             onnx.save(model, bare)
-            quantize_dynamic(bare, str(dst), op_types_to_quantize=list(QUANTIZED_OPS),
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            options.optimized_model_filepath = folded
+            ort.InferenceSession(bare, options, providers=["CPUExecutionProvider"])
+            quantize_dynamic(folded, str(dst), op_types_to_quantize=list(QUANTIZED_OPS),
                              weight_type=QuantType.QInt8)
     finally:
         root.setLevel(level)
