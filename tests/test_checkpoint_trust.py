@@ -114,7 +114,7 @@ UNSAFE = [
     (r"allow_pickle\s*=\s*True", "np.load(allow_pickle=True) unpickles"),
     (r"\byaml\.(unsafe_load|full_load|load_all)\b", "YAML loaders that build objects"),
     (r"\byaml\.load\((?![^)]*Safe)", "yaml.load without a SafeLoader builds objects"),
-    (r"(?<![\w.])(eval|exec)\s*\(", "eval/exec"),
+    (r"(?<![\w.])(?<!def )(eval|exec)\s*\(", "eval/exec"),  # a call; not a method named so
 ]
 
 
