@@ -233,11 +233,12 @@ def load_hub(checkpoint, data=None, **files):
 
 def quantized(hub, graph, folder, guard=GuardSettings(), where="int8"):
     """Replace ``folder``'s float32 ``model.onnx`` by its int8 graph
-    (:func:`~span_plugin.export.onnx_quantize.quantize_graph`) after the accuracy
-    guard (``guard``): both graphs predict the labelled examples (its split of the
-    predictor's data folder, or its file) through the predictor's own decoding; returns the guard's record
-    (:mod:`span_plugin.export.int8_guard`), or raises
-    :class:`~span_plugin.export.int8_guard.Int8Refused` with the folder left as it was."""
+    (:func:`~span_plugin.export.onnx_quantize.quantize_graph`) after the accuracy guard
+    (``guard``): both graphs predict the labelled examples (its split of the predictor's
+    data folder, or its file) through the predictor's own decoding; returns the guard's
+    record (:mod:`span_plugin.export.int8_guard`), or raises
+    :class:`~span_plugin.export.int8_guard.Int8Refused` with the folder left as it
+    was."""
     if hub.data is None and guard.input_path is None:  # an exported folder: its record's
         hub.use_data(int8_guard.recorded_data(hub.record))
     try:

@@ -121,13 +121,13 @@ def write_predictions(output, predictions, scale=1.0, clip=None):
 
 def stream_predictions(hub, rows, output, where, regression=(1.0, None), batching=Batching(),
                        total=None, chunk_rows=CHUNK_ROWS):
-    """Predict the rows of the iterable ``rows`` (read from ``where``) into the submission
-    file ``output``, ``chunk_rows`` at a time: each chunk's rows are batched as
-    ``batching`` says and written in input order, so memory does not grow with the number
-    of rows. ``regression``: ``(scale, clip)`` of regression values
-    (:func:`regression_output`). A progress bar (rows, rows/s; of ``total`` rows when known) is shown on a
-    terminal only. The file is written atomically: an error leaves nothing. Returns the
-    rows written."""
+    """Predict the rows of the iterable ``rows`` (read from ``where``) into the
+    submission file ``output``, ``chunk_rows`` at a time: each chunk's rows are batched
+    as ``batching`` says and written in input order, so memory does not grow with the
+    number of rows. ``regression``: ``(scale, clip)`` of regression values
+    (:func:`regression_output`). A progress bar (rows, rows/s; of ``total`` rows when
+    known) is shown on a terminal only. The file is written atomically: an error leaves
+    nothing. Returns the rows written."""
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     written = 0
     with one_cut_warning(), atomic_file(output, text=True) as h, \

@@ -1,8 +1,8 @@
 """int8 inference of an exported folder on the CPU: torch's dynamic quantization of the
-encoder's ``nn.Linear`` layers (weights stored as int8 with one scale per output channel,
-activations quantized per batch as they come). The heads, the embeddings, the LayerNorms and BERT's pooler stay
-float32: the heads are small next to the encoder, and keeping them exact leaves the
-features they read as the only thing int8 changes.
+encoder's ``nn.Linear`` layers (weights stored as int8 with one scale per output
+channel, activations quantized per batch as they come). The heads, the embeddings, the
+LayerNorms and BERT's pooler stay float32: the heads are small next to the encoder, and
+keeping them exact leaves the features they read as the only thing int8 changes.
 
 What int8 costs in accuracy is measured, not assumed: ``span-export int8-check DIR``
 (:mod:`span_plugin.export.int8_guard`) predicts a validation split both ways and

@@ -1,7 +1,8 @@
 """The one table of the tasks a predictor serves: for each fairseq task, its predictor
 class, what ``span-predict`` writes for it (an :class:`~span_plugin.portable.outputs.Output`),
-the head it predicts with unless told, and the kinds of data folder it reads, with the
-check that refuses a folder of another kind by name before any of it is read.
+the head it predicts with unless told, the kinds of data folder it reads (with the check
+that refuses a folder of another kind by name before any of it is read), and what the
+model card and the int8 guard say of it.
 
 A folder's kind is told by what ``span-preprocess`` writes into it, so folders without a
 data record are told too.
@@ -41,9 +42,10 @@ _SENTENCE = dict(
     reads=("sentence", "pairs"),  # a phrase-pair folder is a table folder plus phrase pairs
     example={1: 'model.predict(["A fine, funny film."])',
              2: 'model.predict([("A man plays a flute.", "A man is playing a flute.")])'})
-_TAGGING = dict(predictor=NerPredictor, output=conll_files.OUTPUT, head="tagging_head",
-                reads=("tagging",), agreement="entities",
-                example='model.predict_entities("EU rejects German call to boycott British lamb .")')
+_TAGGING = dict(
+    predictor=NerPredictor, output=conll_files.OUTPUT, head="tagging_head", reads=("tagging",),
+    agreement="entities",
+    example='model.predict_entities("EU rejects German call to boycott British lamb .")')
 TASKS = {
     "span_classification": ServedTask(**_SENTENCE, words="sentence classification",
                                       agreement="labels"),
