@@ -107,8 +107,8 @@ def _quiet_logging():
 
 
 def load_exported(args):
-    """The predictor of ``--model DIR`` (no fairseq), its output set as the hub's adapter
-    sets it. The encoder options are the folder's own: giving one is an error."""
+    """The predictor of ``--model DIR`` (no fairseq). The encoder options are the folder's
+    own: giving one is an error."""
     from span_plugin.portable import load_model
 
     given = [flag for flag, path in files_read(args).items()

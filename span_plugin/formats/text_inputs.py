@@ -1,5 +1,4 @@
-"""Checks of what hub users pass in, shared by the hub's adapters and the fairseq-free
-predictors of exported folders: a string is one input, anything else that is not text
+"""Checks of what users pass the predictors: a string is one input, anything else that is not text
 is a TypeError naming its index and type, and inputs cut to the model's positions are
 counted in one warning. Raw text is cut into CoNLL-like words here too (:data:`WORD_RE`).
 

@@ -1,6 +1,6 @@
-"""What ``span-predict`` writes for a task. Each adapter names its :class:`Output` where it
-is registered (``@register_adapter(..., output=...)``): the command's options it reads,
-its own options and the function that writes its files. ``span-predict`` builds its
+"""What ``span-predict`` writes for a task. Each task's row of the task table
+(:mod:`span_plugin.portable.tasks`) names its :class:`Output`: the command's options it
+reads, its own options and the function that writes its files. ``span-predict`` builds its
 parser and refuses another task's options from these declarations alone.
 
 Pure Python: the writers import what they need when they run.

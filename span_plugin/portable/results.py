@@ -1,6 +1,5 @@
-"""Predictions as the hub gives them, from a head's output: shared by the fairseq hub's
-adapters (:mod:`span_plugin.inference`) and the fairseq-free predictors here, so the
-two write the same dicts."""
+"""Predictions from a head's output (labels and scores, entities, decoding settings), as
+every predictor gives them, and the check that no output is NaN or +inf."""
 
 import torch
 import torch.nn.functional as F
