@@ -1,6 +1,6 @@
-"""Checks of what users pass the predictors: a string is one input, anything else that is not text
-is a TypeError naming its index and type, and inputs cut to the model's positions are
-counted in one warning. Raw text is cut into CoNLL-like words here too (:data:`WORD_RE`).
+"""Checks of what users pass the predictors: a string is one input, anything else that
+is not text is a TypeError naming its index and type, and inputs cut to the model's
+positions are counted in one warning. Raw text is cut into CoNLL-like words here too (:data:`WORD_RE`).
 
 Pure Python: no torch, no fairseq.
 """
