@@ -89,7 +89,7 @@ class Predictor:
 
     @property
     def max_positions(self):
-        """The model's positions (what the hub's ``model.max_positions()`` gives)."""
+        """The model's positions (fairseq's ``model.max_positions()``)."""
         return int(self.folder.model_args["max_positions"])
 
     def to(self, device):

@@ -77,7 +77,7 @@ def source_file(data, split):
 
 def predicted_entities(hub, words, gold, batch_size=32, mode="default", order="length",
                        **decoding):
-    """Predicted entities per item (``decoding``: the hub's :meth:`decoding` keywords;
+    """Predicted entities per item (``decoding``: the predictor's :meth:`decoding` keywords;
     ``order``: batches by length or in file order), the gold entities read in metric
     ``mode``, and the scores of one against the other."""
     entities = []

@@ -92,7 +92,13 @@ class QAPredictor(Predictor):
 
     def predict_examples(self, examples, n_best=20, null_threshold="default", batch_size=16,
                          answer_boundaries=None, order="length"):
-        """Answers of ``QAExample`` items, in order (see the hub's ``predict_examples``)."""
+        """Answers of ``QAExample`` items, in order (dicts as :meth:`predict_answers`).
+
+        null_threshold: "default" = the task's threshold for SQuAD 2.0 models, None
+        (never "") otherwise; None or a number overrides it. answer_boundaries: None =
+        the checkpoint's; "word" or "token" overrides it. order: "length" (questions of
+        like length batched together) or "file"; answers are in input order either way.
+        """
         check_batch_size(batch_size)
         if null_threshold == "default":
             null_threshold = float(self.cfg.null_threshold) if self.squad_v2 else None
