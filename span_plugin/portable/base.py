@@ -18,6 +18,7 @@ from span_plugin.modules.span_layout import lay_out_example, place_spans
 from span_plugin.portable.batches import pad_tokens
 from span_plugin.portable.results import finite_outputs
 
+
 @dataclass
 class Laid:
     """One example in the model's layout. ``tokens``: LongTensor ``[T]`` (shortened);
