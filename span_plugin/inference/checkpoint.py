@@ -25,8 +25,7 @@ from span_plugin.convert.export_source import SBO_HEAD
 from span_plugin.convert.hf_source import ConversionError
 from span_plugin.models.heads import head_inputs
 from span_plugin.portable.folder import ModelFolder
-from span_plugin.portable.tasks import check_folder_kind
-from span_plugin.portable.tasks import TASKS, build_predictor
+from span_plugin.portable.tasks import TASKS, build_predictor, check_folder_kind
 from span_plugin.preprocess.records import encoder_settings, provenance
 from span_plugin.runtime import data_record
 
