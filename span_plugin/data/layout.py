@@ -17,7 +17,7 @@ from fairseq.data import (
 )
 
 from span_plugin.data.phrase_pairs import PhrasePairsDataset
-from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset
+from span_plugin.data.span_datasets import CropWindowDataset, LayoutSpansDataset, SizedDataset
 from span_plugin.modules.span_layout import lay_out_example, layout_starts
 
 SHORTEN_METHODS = ("none", "truncate", "random_crop")
@@ -37,7 +37,7 @@ class RightPadToMultipleDataset(PadDataset):
                                          pad_to_multiple=self.multiple)
 
 
-class LaidOutDataset(FairseqDataset):
+class LaidOutDataset(SizedDataset, FairseqDataset):
     """Item i: example i's inputs in the model's layout, by
     :func:`~span_plugin.modules.span_layout.lay_out_example` (LongTensor ``[T_i]``).
     ``inputs``: one or two token datasets of equal length."""
@@ -54,16 +54,6 @@ class LaidOutDataset(FairseqDataset):
 
     def __len__(self):
         return len(self.inputs[0])
-
-    @property
-    def sizes(self):
-        return self._sizes
-
-    def size(self, index):
-        return int(self._sizes[index])
-
-    def num_tokens(self, index):
-        return self.size(index)
 
     @property
     def supports_prefetch(self):

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset, data_utils
 
+from span_plugin.data.span_datasets import SizedDataset
+
 
 @dataclass(frozen=True)
 class QABatching:
@@ -24,7 +26,7 @@ class QABatching:
     length_multiple: int = 1
 
 
-class QAWindowsDataset(FairseqDataset):
+class QAWindowsDataset(SizedDataset, FairseqDataset):
     """Questions of a split with their windows.
 
     layout: the windows' :class:`~span_plugin.data.layout.Layout` (input0 = question,
@@ -67,14 +69,7 @@ class QAWindowsDataset(FairseqDataset):
     def __len__(self):
         return len(self.records)
 
-    @property
-    def sizes(self):
-        return self._sizes
-
-    def size(self, index):
-        return int(self._sizes[index])
-
-    def num_tokens(self, index):
+    def num_tokens(self, index):  # sizes and size: SizedDataset's (the widest window)
         return int(self._padded[index])
 
     def num_tokens_vec(self, indices):

@@ -18,7 +18,22 @@ from fairseq.data import BaseWrapperDataset, FairseqDataset, data_utils
 from span_plugin.modules.span_layout import place_spans
 
 
-class CropWindowDataset(BaseWrapperDataset):
+class SizedDataset:
+    """``sizes``, ``size(i)`` and ``num_tokens(i)`` (fairseq's batching) from the int array
+    ``self._sizes`` a dataset sets once at init. Put it first among the bases."""
+
+    @property
+    def sizes(self):
+        return self._sizes
+
+    def size(self, index):
+        return int(self._sizes[index])
+
+    def num_tokens(self, index):
+        return self.size(index)
+
+
+class CropWindowDataset(SizedDataset, BaseWrapperDataset):
     """Shortens token sequences to ``max_len`` and tells which window it kept.
 
     mode "truncate": keep the first ``max_len`` tokens (as fairseq's TruncateDataset).
@@ -63,16 +78,6 @@ class CropWindowDataset(BaseWrapperDataset):
     def __getitem__(self, index):
         lo, hi = self.window(index)
         return self.dataset[index][lo:hi]
-
-    @property
-    def sizes(self):
-        return self._sizes
-
-    def size(self, index):
-        return int(self._sizes[index])
-
-    def num_tokens(self, index):
-        return self.size(index)
 
 
 class SideDataset(FairseqDataset):

@@ -96,15 +96,16 @@ def _results(path: Path) -> Optional[Dict]:
 
 def load_fine_tuned(path: Path, heads, data=None, files=None, ngrams=None):
     """The checkpoint's predictor (safe loading; its data folder and files checked
-    against the data record) and its parts, every head's kind known
-    (:func:`span_plugin.inference.checkpoint.checkpoint_parts` with ``strict``)."""
-    from span_plugin.inference.checkpoint import checkpoint_parts, load_predictor
+    against the data record) and its parts (``predictor.folder``), every head's kind
+    known: a head whose computation is not known cannot be exported."""
+    from span_plugin.inference.checkpoint import head_specs, load_predictor
 
     try:
         hub = load_predictor(path, data=data, head=heads[0], ngrams=ngrams, **(files or {}))
     except (ValueError, FileNotFoundError) as err:  # settings, data folder, weights
         raise ConversionError(str(err).splitlines()[0]) from err
-    return hub, checkpoint_parts(path, hub.model, hub.task, hub.record, strict=True)
+    head_specs(hub.model, path, strict=True)  # refuses a head of no known kind
+    return hub, hub.folder
 
 
 def export_model(checkpoint, out_dir, force: bool = False, files=None, data=None,

@@ -170,13 +170,13 @@ def task_labels(task, heads) -> Dict:
     return out
 
 
-def checkpoint_parts(path, model, task, record, strict=False) -> CheckpointParts:
-    """The :class:`CheckpointParts` of a loaded checkpoint (``strict``: as
-    :func:`head_specs`)."""
+def checkpoint_parts(path, model, task, record) -> CheckpointParts:
+    """The :class:`CheckpointParts` of a loaded checkpoint (a head of no known kind is of
+    kind None: the checkpoint still predicts)."""
     task_args = settings(task.cfg, drop=LOCAL_SETTINGS)
     if hasattr(task, "answer_boundaries"):  # QA: the checkpoint's state, not the cfg default
         task_args["answer_boundaries"] = task.answer_boundaries
-    heads = head_specs(model, path, strict)
+    heads = head_specs(model, path, strict=False)
     return CheckpointParts(path=str(path), config={}, task=task_args.get("_name"),
                            model_args=settings(model.args, drop=LOCAL_SETTINGS),
                            task_args=task_args, heads=heads, labels=task_labels(task, heads),
