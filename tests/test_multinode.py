@@ -145,7 +145,8 @@ def workers(folder):
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            if b"span_plugin.cli.launch" in cmd and b"worker" in cmd and b"torch.distributed.run" not in cmd \
+            # ``-m span_plugin.cli.launch worker`` (not the torchrun that names it)
+            if b"span_plugin.cli.launch" in cmd and cmd[cmd.index(b"span_plugin.cli.launch") + 1:][:1] == [b"worker"] \
                     and os.readlink(f"/proc/{pid}/cwd") == str(folder):
                 out.append(int(pid))
         except OSError:

@@ -11,6 +11,8 @@ trains with fairseq-train's ARGS on NPROC_PER_NODE processes on each of NNODES n
 - then torchrun's static rendezvous (node rank N's processes are global ranks
   N x NPROC_PER_NODE + local rank, so global rank 0, the one that writes, is on node
   rank 0) on MASTER_PORT + 1, MAX_RESTARTS restarts of the group after a failure;
+  torchrun runs in a process of this module (``torchrun``) that, on node rank 0, keeps
+  the rendezvous store open until every other node's torchrun has left it;
 - each process (``worker``) runs fairseq-train with its rank given explicitly (fairseq
   divides the rank by the CUDA device count when it infers it: no CPU ranks, and the
   wrong device when ranks are not node-contiguous): gloo on the CPU, NCCL on GPUs, the
@@ -169,7 +171,7 @@ def torchrun_command(s, args):
     """torchrun's command line for these settings, each process running ``worker``."""
     # one node: torchrun restarts its processes; several: this launcher does (launch)
     restarts = s["restarts"] if s["nnodes"] == 1 else 0
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(s["nproc"]),
+    command = [sys.executable, "-m", PROG, "torchrun", "--nproc-per-node", str(s["nproc"]),
                "--max-restarts", str(restarts), "--monitor-interval", "1"]
     if s["nnodes"] == 1:
         command += ["--standalone", "--rdzv-conf", f"join_timeout={s['timeout']}"]
@@ -212,6 +214,35 @@ def launch(args):
               f"{s['round']} of MAX_RESTARTS={s['restarts']}, from the last checkpoint", flush=True)
 
 
+def torchrun(args):
+    """torch.distributed.run with ``args`` in this process. Across nodes, node rank 0
+    holds the rendezvous store (MASTER_PORT + 1) open until every other node's torchrun
+    has passed its exit barrier: torchrun's own store closes with its process, and a node
+    still waiting at the barrier then logs a traceback (pytorch/pytorch#69520)."""
+    from torch.distributed import TCPStore
+    from torch.distributed.run import main as torchrun_main
+
+    s = settings()
+    if s["nnodes"] == 1:
+        return torchrun_main(args)
+    bound = timedelta(seconds=s["timeout"])
+    host = s["node_rank"] == 0
+    # one server per port in a process (multi_tenant): torchrun's agent shares this one
+    store = TCPStore(s["addr"], s["port"] + 1, is_master=True, timeout=bound, multi_tenant=True,
+                     wait_for_workers=False) if host else None
+    try:
+        torchrun_main(args)
+    finally:
+        try:
+            if host and sys.exc_info()[0] is None:
+                store.wait([f"left/{n}" for n in range(1, s["nnodes"])], bound)
+            elif not host:
+                TCPStore(s["addr"], s["port"] + 1, is_master=False, timeout=timedelta(seconds=5),
+                         wait_for_workers=False).set(f"left/{s['node_rank']}", "1")
+        except Exception:  # a node that failed or has gone: torchrun already said so
+            pass
+
+
 def worker(args):
     """One torchrun process: fairseq-train with this process's rank and device."""
     import torch
@@ -247,6 +278,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
         worker(argv[1:])
+    elif argv[:1] == ["torchrun"]:
+        torchrun(argv[1:])
     else:
         launch(argv[1:] if argv[:1] == ["--"] else argv)
 
