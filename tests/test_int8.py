@@ -99,6 +99,9 @@ def test_guard_flags_need_quantize(mrpc, tmp_path, capsys):
     assert export_main(["onnx", str(checkpoint), "--out", str(tmp_path / "o"),
                         "--max-drop", "1"]) == 2
     assert "--max-drop applies to --quantize int8" in capsys.readouterr().err
+    assert export_main(["onnx", str(checkpoint), "--out", str(tmp_path / "o"),
+                        "--min-agreement", "90"]) == 2
+    assert "--min-agreement applies to --quantize int8" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 
@@ -145,6 +148,12 @@ def test_int8_check_writes_both_figures_into_the_folder(mrpc, tmp_path):
     said = [line for line in proc.stdout.splitlines() if "span-export int8-check" in line]
     assert proc.returncode == 2 and len(said) == 1, proc.stdout
     assert "int8 f1 " in said[0] and "against float32 " in said[0], said
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    # no agreement reaches more than 100%: refused on it, by the same one line
+    proc = run_main("span-export", "int8-check", folder, "--data", data, "--min-agreement", "100.5",
+                    check=False)
+    said = [line for line in proc.stdout.splitlines() if "span-export int8-check" in line]
+    assert proc.returncode == 2 and len(said) == 1 and "less than --min-agreement 100.5" in said[0], said
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     proc = run_main("span-export", "int8-check", folder, "--data", data)
     assert proc.returncode == 0, proc.stdout
@@ -216,6 +225,22 @@ def test_judge_refuses_a_threshold_that_is_not_a_number():
     assert int8_guard.judge(record, 1.0)["accepted"] == "within max_drop"
     with pytest.raises(int8_guard.Int8Refused, match="a drop of 1.00 points, more than"):
         int8_guard.judge(record, 0.99)
+
+
+def test_judge_refuses_int8_below_min_agreement_even_when_the_metric_holds():
+    """A QA model's F1 can hold while half its answers change (benchmarks/RESULTS.md):
+    --min-agreement refuses that, names both figures, and --force-int8 keeps it."""
+    record = {"metric": "squad f1", "fp32": 36.68, "int8": 37.29, "drop": -0.61, "source": "x",
+              "examples": 600, "agreement": 52.67, "agreement_of": "answers"}
+    assert int8_guard.judge(record)["accepted"] == "within max_drop"
+    with pytest.raises(int8_guard.Int8Refused, match="answers agreeing 52.67%, less than "
+                       "--min-agreement 90; nothing written"):
+        int8_guard.judge(record, min_agreement=90)
+    kept = int8_guard.judge(record, min_agreement=90, force=True)
+    assert kept["accepted"] == "forced past min_agreement" and kept["min_agreement"] == 90
+    assert int8_guard.judge(record, min_agreement=50)["accepted"] == "within max_drop and min_agreement"
+    with pytest.raises(ValueError, match="--min-agreement inf: expected a finite number"):
+        int8_guard.judge(record, min_agreement=float("inf"))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from span_plugin.modules import SPAN_ENCODERS, build_span_encoder, clip_spans, segment_max, token_span_ids
+from span_plugin.modules import (SPAN_ENCODERS, build_span_encoder, clip_spans, segment_max, segment_relu_max,
+                                 token_span_ids)
 
 from conftest import ROOT
 
@@ -443,6 +444,32 @@ def test_segment_max_with_one_segment_equals_a_loop_and_the_scatter_path(dtype):
             for i in range(9):
                 share = upstream[b, 0, h].float() / len(winners) if i in winners else 0.0
                 assert float(fast_grad[b, i, h]) == pytest.approx(float(share), rel=1e-2, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("num_segments", [1, 3])
+def test_segment_relu_max_equals_segment_max_of_the_relu(dtype, num_segments):
+    """The one-scatter max of ReLU outputs (the conv span extractor's) against the
+    general path on ``relu(values)``: small integers (ties, zeros, negatives), padding at
+    the dtype's extremes, a row without members; forward and gradient exactly equal."""
+    generator = torch.Generator().manual_seed(5)
+    values = torch.randint(-3, 4, (4, 11, 6), generator=generator).to(dtype)
+    values[:, -2:] = torch.finfo(dtype).max
+    ids = torch.randint(-1, num_segments, (4, 11), generator=generator)
+    ids[:, -2:] = -1
+    ids[1] = -1
+    upstream = torch.randn(4, num_segments, 6, generator=generator).to(dtype)
+
+    def pooled_and_grad(fn):
+        x = values.clone().requires_grad_(True)
+        out = fn(x)
+        out.backward(upstream)
+        return out.detach(), x.grad
+
+    fast, fast_grad = pooled_and_grad(lambda x: segment_relu_max(x, ids, num_segments))
+    plain, plain_grad = pooled_and_grad(lambda x: segment_max(torch.relu(x), ids, num_segments))
+    assert torch.equal(fast, plain) and torch.equal(fast_grad, plain_grad)
+    assert not fast[1].any() and (fast >= 0).all()
 
 
 def test_segment_max_of_zero_gives_its_member_the_whole_gradient():

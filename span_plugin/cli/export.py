@@ -5,9 +5,9 @@
                        # encoder -> HF folder; fine-tuned
                        # model -> that folder + heads, labels, data record (docs/EXPORT.md)
     span-export onnx CHECKPOINT|DIR --out DIR [--force] [--data D] [tokenizer files]
-                     [--quantize int8 [--max-drop 0.5] [--split S | --input F] [--force-int8]]
+                     [--quantize int8 [--max-drop 0.5] [--min-agreement P] [--split S | --input F] [--force-int8]]
                                                    # fine-tuned model or hf folder -> model.onnx + onnx.json
-    span-export int8-check DIR [--data D | --input F] [--split S] [--max-drop 0.5] [--force-int8]
+    span-export int8-check DIR [--data D | --input F] [--split S] [--max-drop 0.5] [--min-agreement P] [--force-int8]
                                                    # what int8 costs an hf folder, recorded in it
 """
 
@@ -88,8 +88,13 @@ def _guard_arguments(group):
     group.add_argument("--max-drop", type=finite, default=DEFAULT_MAX_DROP, metavar="POINTS",
                        help="refuse int8 when the task's metric drops by more than this many "
                        "points (default: %(default)s)")
+    group.add_argument("--min-agreement", type=finite, metavar="POINTS",
+                       help="refuse int8 when float32 and int8 predict alike fewer than this "
+                       "share (in %%) of the examples: labels, sentences' entity sets, answer "
+                       "texts; regression: 100 x Pearson of the scores (default: not judged)")
     group.add_argument("--force-int8", action="store_true",
-                       help="keep int8 past --max-drop (the figures are written all the same)")
+                       help="keep int8 past --max-drop or --min-agreement (the figures are "
+                       "written all the same)")
 
 
 def _onnx(args):
@@ -100,7 +105,8 @@ def _onnx(args):
     if not args.quantize:
         given = [flag for flag, on in (("--force-int8", args.force_int8), ("--input", args.input),
                                        ("--split", args.split != "valid"),
-                                       ("--max-drop", args.max_drop != DEFAULT_MAX_DROP)) if on]
+                                       ("--max-drop", args.max_drop != DEFAULT_MAX_DROP),
+                                       ("--min-agreement", args.min_agreement is not None)) if on]
         if given:
             from span_plugin.convert.hf_source import ConversionError
 
@@ -109,7 +115,7 @@ def _onnx(args):
     files = {f: getattr(args, f) for f in TOKENIZER_FIELDS if getattr(args, f)}
     from span_plugin.export.int8_guard import GuardSettings
 
-    guard = (GuardSettings(args.max_drop, args.split, args.input, args.force_int8)
+    guard = (GuardSettings(args.max_drop, args.split, args.input, args.force_int8, args.min_agreement)
              if args.quantize == "int8" else None)
     meta = export_onnx(args.checkpoint, args.out, force=args.force, data=args.data, int8=guard,
                        **files)
@@ -127,7 +133,8 @@ def _int8_check(args):
     from span_plugin.export.int8_guard import summary
 
     record = int8_check(args.folder, data=args.data, split=args.split, input_path=args.input,
-                        max_drop=args.max_drop, force_int8=args.force_int8)
+                        max_drop=args.max_drop, force_int8=args.force_int8,
+                        min_agreement=args.min_agreement)
     print(f"wrote {args.folder}: config.json span_plugin.int8, README.md, files.json; "
           f"{summary(record)}")
 

@@ -80,10 +80,10 @@ def write_record(folder, record):
 
 
 def int8_check(folder, data=None, split="valid", input_path=None,
-               max_drop=int8_guard.DEFAULT_MAX_DROP, force_int8=False):
+               max_drop=int8_guard.DEFAULT_MAX_DROP, force_int8=False, min_agreement=None):
     """Measure, judge and record (module docstring); returns the record written.
     Raises :class:`~span_plugin.export.int8_guard.Int8Refused` (nothing written) past
-    ``max_drop`` unless ``force_int8``; a folder or examples that cannot be read: one
+    ``max_drop`` (or under ``min_agreement``) unless ``force_int8``; a folder or examples that cannot be read: one
     ConversionError line."""
     folder = os.fspath(folder)
     try:
@@ -91,6 +91,6 @@ def int8_check(folder, data=None, split="valid", input_path=None,
     except ValueError as err:  # ModelFolderError among them: one line naming the file
         line = str(err)
         raise ConversionError(line if folder in line else f"{folder}: {line}") from None
-    record = int8_guard.judge(record, max_drop, force_int8, where=folder)
+    record = int8_guard.judge(record, max_drop, force_int8, where=folder, min_agreement=min_agreement)
     write_record(folder, record)
     return record

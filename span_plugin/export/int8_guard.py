@@ -36,12 +36,15 @@ DEFAULT_MAX_DROP = 0.5  # points of the task's metric
 class GuardSettings:
     """What the accuracy guard predicts and how it judges: the ``split`` of the data
     folder (or the file ``input_path``), the largest drop of the task's metric it lets
-    through (``max_drop`` points), and ``force`` (keep int8 past it, said so)."""
+    through (``max_drop`` points), ``force`` (keep int8 past it, said so), and the least
+    agreement of the two predictions it lets through (``min_agreement`` points; None:
+    not judged): a metric can hold while many answers change both ways."""
 
     max_drop: float = DEFAULT_MAX_DROP
     split: str = "valid"
     input_path: Optional[str] = None
     force: bool = False
+    min_agreement: Optional[float] = None
 GLUE_METRICS = {"MRPC": "f1", "QQP": "f1", "CoLA": "mcc", "STS-B": "pearson"}
 
 
@@ -313,21 +316,28 @@ def compare(examples, method, fp32, int8):
             else agreement_of(examples.task)}
 
 
-def judge(record, max_drop=DEFAULT_MAX_DROP, force=False, where="int8"):
-    """``record`` with the threshold and the verdict; :class:`Int8Refused` (one line
+def judge(record, max_drop=DEFAULT_MAX_DROP, force=False, where="int8", min_agreement=None):
+    """``record`` with the thresholds and the verdict; :class:`Int8Refused` (one line
     naming both figures) when int8's metric is more than ``max_drop`` points below
-    float32's, unless ``force``."""
-    if not (isinstance(max_drop, (int, float)) and math.isfinite(max_drop)):
-        raise ValueError(f"--max-drop {max_drop!r}: expected a finite number of points")
+    float32's, or the two agree on fewer than ``min_agreement`` points of the examples,
+    unless ``force``."""
+    for flag, value in (("--max-drop", max_drop), ("--min-agreement", min_agreement)):
+        if not (value is None and flag == "--min-agreement") and \
+                not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise ValueError(f"{flag} {value!r}: expected a finite number of points")
     over = record["fp32"] - record["int8"] > max_drop
-    if over and not force:
+    apart = min_agreement is not None and record["agreement"] < min_agreement
+    if (over or apart) and not force:
+        why = (f"a drop of {record['drop']:.2f} points, more than --max-drop {max_drop:g}" if over
+               else f"{record['agreement_of']} agreeing {record['agreement']:.2f}%, less than "
+                    f"--min-agreement {min_agreement:g}")
         raise Int8Refused(
             f"{where}: int8 {record['metric']} {record['int8']:.2f} against float32 "
-            f"{record['fp32']:.2f} on {record['source']} ({record['examples']} examples): a "
-            f"drop of {record['drop']:.2f} points, more than --max-drop {max_drop:g}; "
-            f"nothing written (--force-int8 keeps it)")
-    return dict(record, max_drop=max_drop,
-                accepted="forced past max_drop" if over else "within max_drop")
+            f"{record['fp32']:.2f} on {record['source']} ({record['examples']} examples): "
+            f"{why}; nothing written (--force-int8 keeps it)")
+    verdict = "forced past " + ("max_drop" if over else "min_agreement") if over or apart \
+        else "within max_drop" + ("" if min_agreement is None else " and min_agreement")
+    return dict(record, max_drop=max_drop, min_agreement=min_agreement, accepted=verdict)
 
 
 def summary(record):
@@ -335,5 +345,6 @@ def summary(record):
     return (f"int8 ({record['method']}): {record['metric']} {record['int8']:.2f} against "
             f"float32 {record['fp32']:.2f} (drop {record['drop']:.2f}, allowed "
             f"{record['max_drop']:g}; {record['accepted']}), {record['agreement_of']} "
-            f"agreeing {record['agreement']:.2f}%, on {record['examples']} examples of "
-            f"{record['source']}")
+            f"agreeing {record['agreement']:.2f}%"
+            + ("" if record.get("min_agreement") is None else f" (least allowed {record['min_agreement']:g})")
+            + f", on {record['examples']} examples of {record['source']}")

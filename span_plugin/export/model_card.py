@@ -191,7 +191,9 @@ def int8_lines(record):
             f"| float32 | {record['fp32']:.2f} |", f"| int8 | {record['int8']:.2f} |", "",
             f"Drop {record['drop']:.2f} points (allowed {record['max_drop']:g}: "
             f"{record['accepted']}); {record['agreement_of']} agreeing between the two: "
-            f"{record['agreement']:.2f}%.", ""]
+            f"{record['agreement']:.2f}%"
+            + ("." if record.get("min_agreement") is None
+               else f" (least allowed {record['min_agreement']:g})."), ""]
 
 
 def with_int8_section(text, record):

@@ -10,7 +10,7 @@
 """
 
 from span_plugin.modules.segment_conv import SegmentConv1d
-from span_plugin.modules.segment_pooling import segment_attentive_pool, segment_max
+from span_plugin.modules.segment_pooling import segment_attentive_pool, segment_max, segment_relu_max
 from span_plugin.modules.span_boundary import SpanBoundaryHead, masked_runs
 from span_plugin.modules.span_encoder import SPAN_ENCODERS, NoSegmentationCnnEncoder, SpanEncoder, build_span_encoder
 from span_plugin.modules.span_extractors import SPAN_EXTRACTORS, SpanExtractor, build_span_extractor
@@ -29,6 +29,7 @@ __all__ = [
     "token_span_ids",
     "SegmentConv1d",
     "segment_max",
+    "segment_relu_max",
     "segment_attentive_pool",
     "span_attentive_pool",
     "span_endpoints",

@@ -48,18 +48,21 @@ class SegmentConv1d(nn.Conv1d):
         # tap there can overflow to inf and turn into nan when masked.
         in_segment = segment_ids >= 0
         values = values.masked_fill(~in_segment.unsqueeze(-1), 0)
-        # windows[b, t, :, j] = values[b, t + j - half] (zeros past either end).
-        windows = _windows(F.pad(values, (0, 0, half, half)), k)  # [B, N, H_in, k]
+        # windows[b, t, j] = values[b, t + j - half] (zeros past either end).
+        windows = _windows(F.pad(values, (0, 0, half, half)), k)  # [B, N, k, H_in]
         neighbour_ids = F.pad(segment_ids, (half, half), value=-1).unfold(1, k, 1)  # [B, N, k]
         same_segment = (neighbour_ids == segment_ids.unsqueeze(-1)) & in_segment.unsqueeze(-1)
-        windows = windows * same_segment.unsqueeze(2).to(values.dtype)
-        # weight [H_out, H_in, k] flattens in the windows' (H_in, k) order.
-        return F.linear(windows.reshape(batch, length, dim * k), self.weight.reshape(self.out_channels, -1), self.bias)
+        # tap-major: each mask entry scales a run of H_in values (a tap-last layout
+        # broadcasts it over runs of k, which ONNX Runtime does element by element)
+        windows = windows * same_segment.unsqueeze(-1).to(values.dtype)
+        # weight [H_out, H_in, k] flattened in the windows' (k, H_in) order
+        weight = self.weight.transpose(1, 2).reshape(self.out_channels, -1)
+        return F.linear(windows.reshape(batch, length, k * dim), weight, self.bias)
 
 
 def _windows(padded: torch.Tensor, k: int) -> torch.Tensor:
-    """``padded [B, N + k - 1, H]`` -> ``[B, N, H, k]``: the k consecutive positions
-    from each of the N first, tap last.
+    """``padded [B, N + k - 1, H]`` -> ``[B, N, k, H]``: the k consecutive positions
+    from each of the N first.
 
     Eagerly one strided view (``unfold``, no copy, one operator). Under
     ``torch.compile`` the k shifted slices stacked instead: inductor fuses them into
@@ -69,5 +72,5 @@ def _windows(padded: torch.Tensor, k: int) -> torch.Tensor:
     """
     if torch.compiler.is_compiling():
         length = padded.size(1) - k + 1
-        return torch.stack([padded[:, j:j + length] for j in range(k)], dim=-1)
-    return padded.unfold(1, k, 1)
+        return torch.stack([padded[:, j:j + length] for j in range(k)], dim=2)
+    return padded.unfold(1, k, 1).transpose(2, 3)

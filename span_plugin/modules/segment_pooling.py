@@ -48,6 +48,20 @@ def segment_max(values: torch.Tensor, segment_ids: torch.Tensor, num_segments: i
     return torch.where(filled, pooled, 0)[:, :num_segments]
 
 
+def segment_relu_max(values: torch.Tensor, segment_ids: torch.Tensor, num_segments: int) -> torch.Tensor:
+    """``segment_max(torch.relu(values), segment_ids, num_segments)`` (same shapes, same
+    result and gradient) in one scatter: every member is >= 0, so a max started from
+    zeros is never raised by its start and an empty segment stays zero. The start ties
+    a segment's max only at 0, where the ReLU passes no gradient anyway."""
+    values = torch.relu(values)
+    if num_segments == 1 and values.size(1) > 0:
+        return _masked_max(values, segment_ids >= 0)
+    batch, _, dim = values.shape
+    index = _scatter_index(segment_ids, num_segments).unsqueeze(-1).expand_as(values)
+    pooled = values.new_zeros(batch, num_segments + 1, dim)
+    return pooled.scatter_reduce(1, index, values, reduce="amax")[:, :num_segments]
+
+
 def _masked_max(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
     """:func:`segment_max` with one segment: ``values [B, N, H]``, ``member`` BoolTensor
     ``[B, N]`` -> ``[B, 1, H]``. Non-members are set to the dtype's lowest finite value

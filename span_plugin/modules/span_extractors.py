@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from span_plugin.modules.segment_conv import SegmentConv1d
-from span_plugin.modules.segment_pooling import segment_attentive_pool, segment_max
+from span_plugin.modules.segment_pooling import segment_attentive_pool, segment_max, segment_relu_max
 from span_plugin.modules.span_pooling import (
     pool_span_members,
     span_attentive_pool,
@@ -104,7 +104,7 @@ class ConvSpanExtractor(SegmentPoolingExtractor):
         self.conv = SegmentConv1d(dim, kernel_size)
 
     def pool_segments(self, values, segment_ids, num_segments):
-        return segment_max(torch.relu(self.conv(values, segment_ids)), segment_ids, num_segments)
+        return segment_relu_max(self.conv(values, segment_ids), segment_ids, num_segments)
 
 
 class WidthSpanExtractor(nn.Embedding):

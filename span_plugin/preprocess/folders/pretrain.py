@@ -83,7 +83,7 @@ def prepare_pretrain(out_dir, train, options, *, valid=None, keep=False):
     if keep and kept(out_dir, sources, spec, dict_path):
         return None
     with whole_folder(out_dir) as tmp:
-        rows, replaced = {}, {}
+        rows = {}
         for split, path in sources.items():
             text = _plain_text(path, tmp, f".{split}.txt")
             try:
