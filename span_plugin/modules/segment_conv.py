@@ -48,29 +48,25 @@ class SegmentConv1d(nn.Conv1d):
         # tap there can overflow to inf and turn into nan when masked.
         in_segment = segment_ids >= 0
         values = values.masked_fill(~in_segment.unsqueeze(-1), 0)
-        # windows[b, t, j] = values[b, t + j - half] (zeros past either end).
-        windows = _windows(F.pad(values, (0, 0, half, half)), k)  # [B, N, k, H_in]
         neighbour_ids = F.pad(segment_ids, (half, half), value=-1).unfold(1, k, 1)  # [B, N, k]
         same_segment = (neighbour_ids == segment_ids.unsqueeze(-1)) & in_segment.unsqueeze(-1)
-        # tap-major: each mask entry scales a run of H_in values (a tap-last layout
-        # broadcasts it over runs of k, which ONNX Runtime does element by element)
-        windows = windows * same_segment.unsqueeze(-1).to(values.dtype)
-        # weight [H_out, H_in, k] flattened in the windows' (k, H_in) order
-        weight = self.weight.transpose(1, 2).reshape(self.out_channels, -1)
-        return F.linear(windows.reshape(batch, length, k * dim), weight, self.bias)
-
-
-def _windows(padded: torch.Tensor, k: int) -> torch.Tensor:
-    """``padded [B, N + k - 1, H]`` -> ``[B, N, k, H]``: the k consecutive positions
-    from each of the N first.
-
-    Eagerly one strided view (``unfold``, no copy, one operator). Under
-    ``torch.compile`` the k shifted slices stacked instead: inductor fuses them into
-    one kernel, and its ``unfold_backward`` is wrong on the CPU in torch 2.13 (input
-    gradients dropped, or a heap corruption, when the windows are masked and
-    reshaped; pytorch/pytorch#171370 for the same operator on CUDA).
-    """
-    if torch.compiler.is_compiling():
-        length = padded.size(1) - k + 1
-        return torch.stack([padded[:, j:j + length] for j in range(k)], dim=2)
-    return padded.unfold(1, k, 1).transpose(2, 3)
+        mask = same_segment.to(values.dtype)
+        padded = F.pad(values, (0, 0, half, half))
+        if torch.compiler.is_compiling():
+            # Traced (torch.compile, ONNX export): the k shifted slices stacked tap-major,
+            # [B, N, k, H_in], so that each mask entry scales a run of H_in values (tap
+            # last, ONNX Runtime broadcasts it over runs of k, element by element); the
+            # weight's reorder is folded into a constant or fused. Not the eager
+            # unfold: inductor's unfold_backward is wrong on the CPU in torch 2.13
+            # (input gradients dropped, or a heap corruption, when the windows are
+            # masked and reshaped; pytorch/pytorch#171370 for the same operator on CUDA).
+            windows = torch.stack([padded[:, j:j + length] for j in range(k)], dim=2)
+            windows = windows * mask.unsqueeze(-1)
+            weight = self.weight.transpose(1, 2)  # [H_out, k, H_in]
+        else:
+            # Eagerly one strided view, [B, N, H_in, k] (no copy), and the weight flattened
+            # in its (H_in, k) order, also a view (tap-major would copy it every call)
+            windows = padded.unfold(1, k, 1) * mask.unsqueeze(2)
+            weight = self.weight
+        # windows[b, t, ..., j] = values[b, t + j - half] (zeros past either end)
+        return F.linear(windows.reshape(batch, length, dim * k), weight.reshape(self.out_channels, -1), self.bias)
