@@ -32,7 +32,7 @@ from span_plugin.portable.qa import QAPredictor
 MODEL = "model.onnx"
 INT8_STAGED = "model.int8.onnx"  # the int8 graph beside the float32 one until the guard passes
 INT8_METHOD = ("ONNX Runtime basic graph optimizations, then quantize_dynamic: MatMul/Gemm "
-               "weights int8 per tensor, activations quantized per call")
+               "weights int8 per output column, activations quantized per call")
 META = "onnx.json"
 # 20: GELU is one ONNX Gelu node, one ONNX Runtime kernel; opset 18 spells it out in an
 # order ONNX Runtime's fusion does not match (benchmarks/RESULTS.md, "int8 on the CPU, third pass")
