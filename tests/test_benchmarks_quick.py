@@ -77,6 +77,10 @@ FIGURES = {
         rf"ngram counting throughput: {NUMBER} tokens/s at 20,000 tokens"],
     "predict_large.py": [
         rf"tiny model 300 rows: sorted / file order {NUMBER}x rows/s, {NUMBER}x rows per CPU-second"],
+    "onnx_graph_alone.py": [
+        rf"1 thread\(s\), batch 1: peer {NUMBER} pairs/s \(1.000x the peer\), span {NUMBER} pairs/s "
+        rf"\({NUMBER}x the peer\)",
+        rf"1 thread\(s\), batch 32: peer {NUMBER} pairs/s"],
     "onnx_inference.py": [
         r"largest \|ONNX Runtime - torch\| logit over all pairs: [\d.]+e[-+]\d+",
         rf"ONNX Runtime / torch eager, pairs/s: batch 1: {NUMBER}x, batch 32: {NUMBER}x"],
