@@ -321,9 +321,11 @@ def judge(record, max_drop=DEFAULT_MAX_DROP, force=False, where="int8", min_agre
     naming both figures) when int8's metric is more than ``max_drop`` points below
     float32's, or the two agree on fewer than ``min_agreement`` points of the examples,
     unless ``force``."""
-    for flag, value in (("--max-drop", max_drop), ("--min-agreement", min_agreement)):
-        if not (value is None and flag == "--min-agreement") and \
-                not (isinstance(value, (int, float)) and math.isfinite(value)):
+    thresholds = {"--max-drop": max_drop}
+    if min_agreement is not None:
+        thresholds["--min-agreement"] = min_agreement
+    for flag, value in thresholds.items():
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
             raise ValueError(f"{flag} {value!r}: expected a finite number of points")
     over = record["fp32"] - record["int8"] > max_drop
     apart = min_agreement is not None and record["agreement"] < min_agreement
@@ -335,8 +337,10 @@ def judge(record, max_drop=DEFAULT_MAX_DROP, force=False, where="int8", min_agre
             f"{where}: int8 {record['metric']} {record['int8']:.2f} against float32 "
             f"{record['fp32']:.2f} on {record['source']} ({record['examples']} examples): "
             f"{why}; nothing written (--force-int8 keeps it)")
-    verdict = "forced past " + ("max_drop" if over else "min_agreement") if over or apart \
-        else "within max_drop" + ("" if min_agreement is None else " and min_agreement")
+    if over or apart:
+        verdict = f"forced past {'max_drop' if over else 'min_agreement'}"
+    else:
+        verdict = "within max_drop" if min_agreement is None else "within max_drop and min_agreement"
     return dict(record, max_drop=max_drop, min_agreement=min_agreement, accepted=verdict)
 
 
