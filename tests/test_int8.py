@@ -125,6 +125,31 @@ def test_portable_int8_quantizes_the_encoder_linears_only(mrpc):
     assert (a.argmax(1) == b.argmax(1)).float().mean() >= 0.9  # ... and mostly the same labels
 
 
+def test_activations_use_8_bits_only_on_a_cpu_with_avx512_vnni(tmp_path, monkeypatch):
+    """The gate reads the CPU's flags (a missing file: 7 bits, the safe side); with the
+    flag, the encoder's int8 Linears quantize activations to all 8 bits, and their output
+    is closer to float32 than torch's 7-bit one on the same weights."""
+    from span_plugin.portable import quantize
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    assert quantize.full_range_activations(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx_vnni\n")
+    assert not quantize.full_range_activations(cpuinfo)
+    assert not quantize.full_range_activations(tmp_path / "missing")
+
+    generator = torch.Generator().manual_seed(0)
+    linear = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    x = torch.randn(32, 64, generator=generator) * torch.linspace(0.1, 4, 64)
+    errors = {}
+    for full in (True, False):
+        monkeypatch.setattr(quantize, "full_range_activations", lambda full=full: full)
+        int8 = quantize.quantize_encoder(linear)
+        assert isinstance(int8[0], quantize.FullRangeLinear) == full
+        errors[full] = (int8(x) - linear(x)).abs().mean().item()
+    assert errors[True] < errors[False], errors
+
+
 def test_load_model_int8_refusals(mrpc):
     _, _, folder = mrpc
     with pytest.raises(ValueError, match="quantize 'int4'; expected None or one of int8"):

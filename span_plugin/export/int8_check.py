@@ -21,9 +21,14 @@ from span_plugin.export.model_card import with_int8_section
 from span_plugin.formats.model_folder import CONFIG, MANIFEST, write_manifest
 from span_plugin.export import int8_guard
 
-METHOD = ("torch dynamic quantization of the encoder's Linear layers (qint8 weights, one "
-          "scale per output channel; activations quantized per batch); embeddings, "
-          "LayerNorms, pooler and heads float32")
+def method():
+    """How the portable int8 path computes on this machine, for the record."""
+    from span_plugin.portable.quantize import full_range_activations
+
+    bits = "8 bits, AVX512-VNNI" if full_range_activations() else "7 bits, no AVX512-VNNI"
+    return (f"torch dynamic quantization of the encoder's Linear layers (qint8 weights, one "
+            f"scale per output channel; activations quantized per batch, {bits}); embeddings, "
+            f"LayerNorms, pooler and heads float32")
 CARD = "README.md"
 
 
@@ -37,7 +42,7 @@ def measure_folder(folder, data=None, split="valid", input_path=None):
     fp32.use_data(data)
     int8 = load_model(folder, quantize="int8").use_data(data)
     examples = int8_guard.read_examples(fp32, split, input_path)
-    return int8_guard.measure(fp32, int8, examples, METHOD)
+    return int8_guard.measure(fp32, int8, examples, method())
 
 
 def _copy_into(src, dst):
