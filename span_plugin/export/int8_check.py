@@ -21,6 +21,9 @@ from span_plugin.export.model_card import with_int8_section
 from span_plugin.formats.model_folder import CONFIG, MANIFEST, write_manifest
 from span_plugin.export import int8_guard
 
+CARD = "README.md"
+
+
 def method():
     """How the portable int8 path computes on this machine, for the record."""
     from span_plugin.portable.quantize import full_range_activations
@@ -29,7 +32,6 @@ def method():
     return (f"torch dynamic quantization of the encoder's Linear layers (qint8 weights, one "
             f"scale per output channel; activations quantized per batch, {bits}); embeddings, "
             f"LayerNorms, pooler and heads float32")
-CARD = "README.md"
 
 
 def measure_folder(folder, data=None, split="valid", input_path=None):
