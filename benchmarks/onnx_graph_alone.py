@@ -24,16 +24,7 @@ import statistics
 import tempfile
 import time
 
-from portable_inference import dev_pairs, onnx_folder, plain_folder, prepare
-
-
-def session(path, threads):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+from portable_inference import dev_pairs, onnx_folder, ort_session, plain_folder, prepare
 
 
 def encoders(work):
@@ -68,7 +59,7 @@ def feeds(encoded_by, pairs, batch, names_of):
 
 def measure(work, encoded_by, graphs, threads, pairs, rounds):
     """Print, per batch size, each graph's median pairs/s and its ratio to the peer."""
-    sessions = {name: (kind, session(path, threads)) for name, (kind, path) in graphs.items()}
+    sessions = {name: (kind, ort_session(path, threads)) for name, (kind, path) in graphs.items()}
     with open(os.path.join(plain_folder(work), "inputs.json"), encoding="utf-8") as f:
         names_of = {"plain": json.load(f)}
     names_of["span"] = next(tuple(i.name for i in s.get_inputs())
