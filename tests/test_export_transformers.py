@@ -262,6 +262,9 @@ def test_onnx_snippet_of_the_docs_feeds_the_graph_its_inputs(exports, tmp_path, 
                                       .numpy()})[0]
     assert torch.from_numpy(wrong).sub(want).abs().max() > 1e-3
     assert load_model(folder).predict_logits(pair).sub(want).abs().max() < 1e-6
+    # load_model(onnx=) maps the folder's ids to the graph's (the dictionary's) itself
+    via_graph = load_model(folder, onnx=tmp_path / "onnx" / "mrpc").predict_logits(pair)
+    assert via_graph.sub(want).abs().max() < TOL
 
 
 def test_the_type_and_the_classifier_tensors_are_checked_at_load(exports, tmp_path):

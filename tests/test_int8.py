@@ -222,6 +222,54 @@ def test_span_predict_model_quantize_int8(mrpc, tmp_path):
     assert proc.returncode == 2 and "--quantize int8 applies to --model DIR" in proc.stdout
 
 
+def test_load_model_and_span_predict_with_the_onnx_graph(mrpc, tmp_path):
+    """load_model(DIR, onnx=GRAPH) predicts through ONNX Runtime with the folder's own
+    encoding and batching, its torch weights not loaded: the folder's float32 graph gives
+    load_model's logits within 1e-4 on the real dev rows; span-predict --onnx with the
+    int8 graph writes every row, labels mostly agreeing with float32's. A graph of
+    another head, --onnx with --checkpoint, and onnx= with int8 or a GPU are refused in
+    one line."""
+    import shutil
+
+    from span_plugin.formats.model_folder import ModelFolderError
+
+    checkpoint, data, folder = mrpc
+    graph32, graph8 = tmp_path / "onnx32", tmp_path / "onnx8"
+    assert export_main(["onnx", str(folder), "--out", str(graph32)]) == 0
+    assert export_main(["onnx", str(folder), "--out", str(graph8), "--quantize", "int8",
+                        "--max-drop", "100"]) == 0
+    raw = data / "raw"
+    rows = list(zip(*((raw / f"valid.input{k}").read_text(encoding="utf-8").splitlines()
+                      for k in (0, 1))))
+    want = load_model(folder).predict_logits(rows, batch_size=8)
+    model = load_model(folder, onnx=graph32)
+    assert not list(model.network.parameters())
+    assert (model.predict_logits(rows, batch_size=8) - want).abs().max() < 1e-4
+
+    out8, out32 = tmp_path / "int8.tsv", tmp_path / "fp32.tsv"
+    for out, extra in ((out8, ["--onnx", graph8]), (out32, [])):
+        proc = run_main("span-predict", "--model", folder, "--data", data, "--split", "valid",
+                        "--output", out, *extra)
+        assert proc.returncode == 0, proc.stdout
+    a, b = out32.read_text().splitlines(), out8.read_text().splitlines()
+    assert len(a) == len(b) == len(_dev_rows(data)) + 1
+    assert np.mean([x == y for x, y in zip(a[1:], b[1:])]) >= 0.9
+
+    other = tmp_path / "other"
+    shutil.copytree(graph32, other)
+    meta = json.loads((other / META).read_text(encoding="utf-8"))
+    meta["head"] = "another"
+    (other / META).write_text(json.dumps(meta), encoding="utf-8")
+    with pytest.raises(ModelFolderError, match="a graph of head 'another'"):
+        load_model(folder, onnx=other)
+    with pytest.raises(ValueError, match="runs on the CPU as the graph was written"):
+        load_model(folder, onnx=graph8, quantize="int8")
+    proc = run_main("span-predict", "--checkpoint", checkpoint, "--split", "valid", "--output",
+                    tmp_path / "x.tsv", "--onnx", graph8, check=False)
+    assert proc.returncode == 2 and "--onnx" in proc.stdout and "applies to --model DIR" in \
+        proc.stdout, proc.stdout
+
+
 def test_guard_metrics_against_scikit_learn_and_scipy():
     """The guard's F1, MCC and Pearson on MRPC's and STS-B's real dev labels against a
     changed copy of them, as scikit-learn and SciPy compute them."""

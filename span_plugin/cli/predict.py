@@ -2,7 +2,9 @@
 Each task's output, its options and an example command are in its section below.
 
 ``--model DIR`` predicts with a folder of ``span-export hf`` instead, without fairseq
-(not even imported): the same outputs and files, the encoder from the folder itself.
+(not even imported): the same outputs and files, the encoder from the folder itself;
+``--onnx GRAPH`` beside it has ONNX Runtime compute the network from the model's
+``span-export onnx`` graph.
 
 The encoder (BPE files, n-gram dictionary, segmentation) is the one the checkpoint's
 data record names; encoder options given here are checked against it (files by their
@@ -44,6 +46,9 @@ def build_parser():
     p.add_argument("--quantize", choices=["int8"], help="with --model: the encoder's Linear "
                    "layers in int8 on the CPU (torch's dynamic quantization; what it costs: "
                    "span-export int8-check, docs/EXPORT.md)")
+    p.add_argument("--onnx", metavar="GRAPH", help="with --model: a folder span-export onnx "
+                   "wrote of the same model (float32 or int8): ONNX Runtime computes the "
+                   "network on the CPU; the encoding, batching and outputs stay the folder's")
     p.add_argument("--data", help="the task folder it was trained on (default: the one "
                    "its record names; its dict.txt files are checked); with --model, the "
                    "task folder whose splits are read")
@@ -78,8 +83,8 @@ def files_read(args):
     from span_plugin.tokenizers import file_options
 
     options = file_options()
-    return {"--checkpoint": args.checkpoint, "--model": args.model, "--data": args.data,
-            "--ngrams": args.ngrams,
+    return {"--checkpoint": args.checkpoint, "--model": args.model, "--onnx": args.onnx,
+            "--data": args.data, "--ngrams": args.ngrams,
             **{options[field].flags[0]: path for field, path in encoder_files(args).items()}}
 
 
@@ -112,7 +117,7 @@ def load_exported(args):
     from span_plugin.portable import load_model
 
     given = [flag for flag, path in files_read(args).items()
-             if path is not None and flag not in ("--checkpoint", "--model", "--data")]
+             if path is not None and flag not in ("--checkpoint", "--model", "--onnx", "--data")]
     given += ["--" + k.replace("_", "-") for k in ("bpe", "ngrams_top_k", "segmentation", "seed")
               if getattr(args, k) is not None]
     if given:
@@ -125,7 +130,8 @@ def load_exported(args):
         raise ValueError(f"--model {args.model} names no data folder to read splits from: "
                          f"give --input FILE (or --glue-dir DIR --task TASK), or --data "
                          f"FOLDER, the task folder whose splits to predict")
-    model = load_model(args.model, quantize=args.quantize).use_data(args.data)  # its dictionaries: the record's
+    model = load_model(args.model, quantize=args.quantize, onnx=args.onnx)
+    model.use_data(args.data)  # its dictionaries: the record's
     args.checkpoint = args.model  # what the writers name as the source of the predictions
     return model
 
@@ -133,9 +139,10 @@ def load_exported(args):
 def load_checkpoint(args):
     from span_plugin.hub import SpanHubInterface
 
-    if args.quantize:
-        raise ValueError(f"--quantize {args.quantize} applies to --model DIR (a span-export "
-                         f"hf folder), not to --checkpoint {args.checkpoint}")
+    for flag, value in (("--quantize", args.quantize), ("--onnx", args.onnx)):
+        if value:
+            raise ValueError(f"{flag} {value} applies to --model DIR (a span-export hf "
+                             f"folder), not to --checkpoint {args.checkpoint}")
 
     return SpanHubInterface.from_pretrained(
         args.checkpoint, data=args.data, bpe=args.bpe, ngrams=args.ngrams,

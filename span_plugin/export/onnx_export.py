@@ -27,13 +27,12 @@ from span_plugin.export.onnx_graph import DYNAMIC_AXES, MEANINGS, HeadGraph, tra
 from span_plugin.export.onnx_quantize import answered_by, quantize_graph
 from span_plugin.portable.ner import NerPredictor
 from span_plugin.portable.onnx_inputs import EXPORTED, model_inputs
+from span_plugin.portable.onnx_network import META, MODEL, open_session
 from span_plugin.portable.qa import QAPredictor
 
-MODEL = "model.onnx"
 INT8_STAGED = "model.int8.onnx"  # the int8 graph beside the float32 one until the guard passes
 INT8_METHOD = ("ONNX Runtime basic graph optimizations, then quantize_dynamic: MatMul/Gemm "
                "weights int8 per output column, activations quantized per call")
-META = "onnx.json"
 # 20: GELU is one ONNX Gelu node, one ONNX Runtime kernel; opset 18 spells it out in an
 # order ONNX Runtime's fusion does not match (benchmarks/RESULTS.md, "int8 on the CPU, third pass")
 OPSET = 20
@@ -80,17 +79,6 @@ def max_abs_diff(a, b):
     if not np.array_equal(a[~finite], b[~finite]):
         return float("inf")
     return float(np.abs(a[finite] - b[finite]).max(initial=0.0))
-
-
-def open_session(path, threads=1):
-    """An ONNX Runtime CPU session of ``path`` with ``threads`` intra-op threads."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def run_session(session, inputs):

@@ -5,8 +5,10 @@ ONNX Runtime session (what the accuracy guard predicts a split with).
 quantization: the weights of every ``MatMul`` and ``Gemm`` stored as int8 (one scale per
 output column: per tensor lost 1.9 points of a NER model's entity F1, per column 0.1),
 activations quantized per call (``DynamicQuantizeLinear`` + ``MatMulInteger``);
-embeddings, LayerNorms and the rest stay float32. :class:`SessionNetwork` stands in for
-a predictor's network, so its own batching and decoding run on the graph's outputs.
+embeddings, LayerNorms and the rest stay float32. :func:`answered_by` has a predictor's
+network answered by a session of the graph
+(:class:`~span_plugin.portable.onnx_network.SessionNetwork`), so its own batching and
+decoding run on the graph's outputs.
 """
 
 import contextlib
@@ -14,8 +16,7 @@ import logging
 import os
 import tempfile
 
-import torch
-import torch.nn as nn
+from span_plugin.portable.onnx_network import SessionNetwork
 
 QUANTIZED_OPS = ("MatMul", "Gemm")
 
@@ -55,37 +56,12 @@ def quantize_graph(src, dst):
         root.setLevel(level)
 
 
-class SessionNetwork(nn.Module):
-    """A predictor's network call, ``network(src_tokens [B, T], head, **side)`` -> the
-    head's output, answered by ONNX Runtime ``session`` of its graph. ``input_names`` /
-    ``output_names``: the graph's (``onnx.json``); the output is built as the head
-    returns it: ``logits`` a tensor, ``(logits, valid)`` a pair, other names a dict (QA).
-    The predictor's own ``network`` is kept for its device, not run."""
-
-    def __init__(self, network, session, input_names, output_names):
-        super().__init__()
-        self.inner = network
-        self.session = session
-        self.input_names = tuple(input_names)
-        self.output_names = tuple(output_names)
-
-    def forward(self, src_tokens, head=None, **side):
-        given = {"src_tokens": src_tokens, **side}
-        feed = {n: given[n].detach().cpu().long().numpy() for n in self.input_names}
-        got = [torch.from_numpy(x) for x in self.session.run(list(self.output_names), feed)]
-        if self.output_names == ("logits",):
-            return got[0]
-        if self.output_names == ("logits", "valid"):
-            return tuple(got)
-        return dict(zip(self.output_names, got))
-
-
 @contextlib.contextmanager
 def answered_by(hub, session, input_names, output_names):
     """The predictor ``hub`` with its network's calls answered by ``session``
     (:class:`SessionNetwork`); its own network put back on exit."""
     own = hub.network
-    hub.network = SessionNetwork(own, session, input_names, output_names)
+    hub.network = SessionNetwork(session, input_names, output_names)
     try:
         yield hub
     finally:

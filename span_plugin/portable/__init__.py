@@ -17,7 +17,7 @@ import importlib.util
 import sys
 
 
-def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None):
+def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None, onnx=None):
     """The predictor of the exported model in ``folder``, checked whole first
     (:func:`span_plugin.formats.model_folder.check_folder`, then the heads' tensors
     against their options, the tokenizer against the embeddings, finite weights): every
@@ -29,7 +29,10 @@ def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None):
     transformers' class does and starts and runs faster: benchmarks/RESULTS.md), or
     ``"transformers"``, its ``AutoModel``. ``quantize``: None (float32) or ``"int8"``,
     the encoder's Linear layers in int8 on the CPU (:mod:`span_plugin.portable.quantize`;
-    what it costs in accuracy: ``span-export int8-check``)."""
+    what it costs in accuracy: ``span-export int8-check``). ``onnx``: a folder that
+    ``span-export onnx`` wrote of the same model (float32 or int8): ONNX Runtime computes
+    the network, on the CPU, with as many threads as torch's ``get_num_threads()``; the
+    folder's torch weights are not loaded (:mod:`span_plugin.portable.onnx_network`)."""
     from span_plugin.formats.model_folder import ModelFolderError
     from span_plugin.modules.head_builders import HEAD_BUILDERS
     from span_plugin.portable.folder import read_folder
@@ -42,10 +45,14 @@ def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None):
         raise ValueError(f"encoder {encoder!r}; expected one of {', '.join(ENCODERS)}")
     device = usable_device(device)
     check_quantize(quantize, device)
+    if onnx is not None and (device.type != "cpu" or quantize is not None):
+        raise ValueError(f"onnx={str(onnx)!r} runs on the CPU as the graph was written "
+                         f"(an int8 graph is span-export onnx --quantize int8); "
+                         f"device={str(device)!r} and quantize={quantize!r} do not apply")
     try:
         found = read_folder(folder, HEAD_BUILDERS)
         text, vocab = text_encoder(found)
-        network = load_network(found, vocab, encoder)
+        network = None if onnx is not None else load_network(found, vocab, encoder)
         if quantize == "int8":
             network.encoder = quantize_encoder(network.encoder)
     except (ValueError, OSError):  # ModelFolderError among them: one line naming the file
@@ -54,9 +61,15 @@ def load_model(folder, head=None, device="cpu", encoder="torch", quantize=None):
         line = (str(err).strip().splitlines() or [""])[0][:300]
         raise ModelFolderError(f"{folder}: not loadable as an exported model "
                                f"({type(err).__name__}: {line})") from err
-    model = build_predictor(found, text, vocab, network, head=head).to(device)
+    model = build_predictor(found, text, vocab, network, head=head)
+    if onnx is not None:
+        import torch
+
+        from span_plugin.portable.onnx_network import onnx_network
+
+        model.network = onnx_network(model, onnx, threads=torch.get_num_threads())
     model.quantize = quantize
-    return model
+    return model.to(device)
 
 
 def check_model_folder(folder):

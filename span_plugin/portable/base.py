@@ -82,7 +82,11 @@ class Predictor:
 
     @property
     def device(self):
-        return next(self.network.parameters()).device
+        """Where the network runs: its first parameter's device, or its first buffer's
+        (a network answered by ONNX Runtime has no parameters)."""
+        for tensor in (*self.network.parameters(), *self.network.buffers()):
+            return tensor.device
+        return torch.device("cpu")
 
     @property
     def head_labels(self):

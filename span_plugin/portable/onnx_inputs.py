@@ -61,7 +61,9 @@ def model_inputs(model, examples, names):
     return {n: net[n].long() for n in names}
 
 
-def _record_dictionaries(record):
+def record_dictionaries(record):
+    """``{name: entry}`` of the dictionaries a data record lists (its ``*dict.txt``
+    files): what two exports of one checkpoint share."""
     files = (record or {}).get("files") or {}
     return {k: v for k, v in files.items() if k.endswith("dict.txt")}
 
@@ -91,7 +93,7 @@ def onnx_inputs(model, meta, examples):
     if not hasattr(model, "encode"):
         raise ValueError(f"{model.folder.where}: task {model.folder.task!r}; onnx_inputs makes "
                          f"the inputs of sentence and pair models")
-    ours, theirs = _record_dictionaries(model.record), _record_dictionaries(meta.get("record"))
+    ours, theirs = record_dictionaries(model.record), record_dictionaries(meta.get("record"))
     if ours != theirs:
         raise ValueError(f"onnx.json's data record names other dictionaries than "
                          f"{model.folder.where} ({sorted(theirs.items())[:1]} against "
