@@ -16,10 +16,11 @@ the portable torch encoder (``load_model(DIR, quantize="int8")``), against plain
 ``transformers`` in float32 and against the peer a deploying user would pick: the plain
 encoder (the same ``AutoModel`` and linear layer as "plain") exported to ONNX and
 quantized by ONNX Runtime's own ``quantize_dynamic`` (``optimum-onnx``, which wraps the
-same call, requires transformers < 4.58 and does not install beside 5.23). The ONNX
-graphs are fed their own inputs: the span graph the dictionary's ids its onnx.json
-names (pad 1), made from the portable encoder's tokens by the recorded ``dict.txt``
-(checked against the hub's own encoding before any timing). The dev metric of float32
+same call, requires transformers < 4.58 and does not install beside 5.23). The span
+graphs (the exported folder's ``span-export onnx``) run behind the folder's predictor,
+``load_model(DIR, onnx=GRAPH)``, as ``span-predict --onnx`` runs them. Every span path
+predicts through its predictor, which batches pairs of like length together; the plain
+paths take the pairs in file order, as their users' loops do. The dev metric of float32
 and int8 is the accuracy guard's (``onnx.json``'s and ``config.json``'s ``int8``).
 
 The model: the README's first run (all-MiniLM-L6-v2 Span Fine-tuned on MRPC,
@@ -216,23 +217,13 @@ def child(path, checkpoint, folder, n, threads=1):
                            quantize="int8" if path == "portable-int8" else None)
         forward = model.predict_logits
     elif path in ("onnx", "onnx-int8"):
-        # the folder's span-export onnx graph in ONNX Runtime, fed its inputs by the
-        # folder's predictor (the layout of training); load_model also reads the torch
-        # weights, which this path leaves unused: its cold start is an upper bound.
+        # the folder's span-export onnx graph in ONNX Runtime behind the folder's own
+        # predictor (load_model(DIR, onnx=GRAPH): its encoding, batches by length, no
+        # torch weights read), as span-predict --onnx runs it
         from span_plugin.portable import load_model
-        from span_plugin.portable.onnx_inputs import model_inputs
 
-        model = load_model(folder, encoder="torch")
-        session = ort_session(os.path.join(onnx_folder(work, path[5:] or "fp32"), "model.onnx"),
-                              threads)
-        names = tuple(i.name for i in session.get_inputs())
-
-        def forward(pairs, batch_size):
-            out = []
-            for b in range(0, len(pairs), batch_size):
-                feed = model_inputs(model, pairs[b:b + batch_size], names)
-                out.append(session.run(None, {n: t.numpy() for n, t in feed.items()})[0])
-            return out
+        model = load_model(folder, onnx=onnx_folder(work, path[5:] or "fp32"))
+        forward = model.predict_logits
     elif path == "plain-onnx-int8":
         from transformers import AutoTokenizer
 

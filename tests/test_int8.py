@@ -19,6 +19,7 @@ pytest.importorskip("onnxscript")
 
 from span_plugin.cli.export import main as export_main  # noqa: E402
 from span_plugin.export import int8_guard  # noqa: E402
+from span_plugin.export import paired_metrics as paired  # noqa: E402
 from span_plugin.export.onnx_export import META, MODEL  # noqa: E402
 from span_plugin.portable import load_model  # noqa: E402
 
@@ -57,6 +58,8 @@ def test_onnx_int8_export_measures_the_dev_split_and_writes_the_int8_graph(mrpc,
     assert record["metric"] == "f1" and record["accepted"] == "within max_drop"
     assert record["max_drop"] == int8_guard.DEFAULT_MAX_DROP
     assert record["drop"] == pytest.approx(record["fp32"] - record["int8"], abs=0.011)
+    low, high = record["drop_interval"]
+    assert low <= record["drop"] <= high and f"95% interval {low:.2f} to {high:.2f}" in said
     assert 0 <= record["agreement"] <= 100
     assert f"f1 {record['int8']:.2f} against float32 {record['fp32']:.2f}" in said
     # model.onnx is the int8 graph (MatMulInteger, no float Gemm); nothing else is left
@@ -270,6 +273,10 @@ def test_load_model_and_span_predict_with_the_onnx_graph(mrpc, tmp_path):
         proc.stdout, proc.stdout
 
 
+def _points(name, predicted, gold, **options):
+    return paired.points(name, paired.labels_counts(predicted, gold, name, **options))
+
+
 def test_guard_metrics_against_scikit_learn_and_scipy():
     """The guard's F1, MCC and Pearson on MRPC's and STS-B's real dev labels against a
     changed copy of them, as scikit-learn and SciPy compute them."""
@@ -281,13 +288,53 @@ def test_guard_metrics_against_scikit_learn_and_scipy():
     gold = [r[0] for r in rows]
     rng = np.random.default_rng(0)
     pred = [g if rng.random() < 0.8 else ("0" if g == "1" else "1") for g in gold]
-    assert 100 * int8_guard._f1(pred, gold, "1") == pytest.approx(
+    assert _points("f1", pred, gold, positive="1") == pytest.approx(
         100 * f1_score(gold, pred, pos_label="1"))
-    assert int8_guard._mcc(pred, gold) == pytest.approx(matthews_corrcoef(gold, pred))
+    assert _points("mcc", pred, gold) == pytest.approx(100 * matthews_corrcoef(gold, pred))
+    assert _points("accuracy", pred, gold) == pytest.approx(
+        100 * np.mean([p == g for p, g in zip(pred, gold)]))
     scores = [float(line.split("\t")[-1]) for line in
               (GLUE / "STS-B" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
     noisy = [s + rng.normal() for s in scores]
-    assert int8_guard._pearson(noisy, scores) == pytest.approx(pearsonr(noisy, scores)[0])
+    assert _points("pearson", noisy, scores) == pytest.approx(100 * pearsonr(noisy, scores)[0])
+
+
+def test_drop_interval_is_a_paired_bootstrap_of_the_metric():
+    """The interval against a plain loop over resamples (the same seeded draws, the
+    metric recomputed by scikit-learn on each): equal. It narrows as the two predictions
+    agree more, holds 0 when they are the same, and is refused for unpaired counts."""
+    from sklearn.metrics import f1_score
+
+    rows = [line.split("\t") for line in
+            (GLUE / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    gold = [r[0] for r in rows]
+    rng = np.random.default_rng(1)
+
+    def flipped(share):
+        return [("0" if g == "1" else "1") if rng.random() < share else g for g in gold]
+
+    fp32, int8 = flipped(0.15), flipped(0.2)
+    c32, c8 = (paired.labels_counts(p, gold, "f1", positive="1") for p in (fp32, int8))
+    got = paired.drop_interval("f1", c32, c8)
+    n = len(gold)
+    draws = np.random.default_rng(paired.SEED).multinomial(n, np.full(n, 1 / n),
+                                                           size=paired.RESAMPLES)
+    drops = []
+    for w in draws:
+        idx = np.repeat(np.arange(n), w)
+        g = [gold[i] for i in idx]
+        drops.append(100 * (f1_score(g, [fp32[i] for i in idx], pos_label="1")
+                            - f1_score(g, [int8[i] for i in idx], pos_label="1")))
+    assert got == pytest.approx(list(np.percentile(drops, [2.5, 97.5])), abs=0.006)
+    assert got[0] < _points("f1", fp32, gold, positive="1") - _points(
+        "f1", int8, gold, positive="1") < got[1]
+    assert paired.drop_interval("f1", c32, c32) == [0.0, 0.0]
+    near = paired.drop_interval("f1", c32, paired.labels_counts(
+        [p if rng.random() < 0.98 else g for p, g in zip(fp32, gold)], gold, "f1",
+        positive="1"))
+    assert near[1] - near[0] < got[1] - got[0]
+    with pytest.raises(ValueError, match="not one paired sample"):
+        paired.drop_interval("f1", c32, c8[:-1])
 
 
 def test_judge_refuses_a_threshold_that_is_not_a_number():

@@ -15,7 +15,10 @@ class, CoLA Matthews correlation, STS-B Pearson; accuracy for the others and for
 entity F1 (tagging, span labeling, in the model's metric mode), SQuAD F1 (QA), phrase
 label accuracy (span pairs). Agreement: the share of examples whose int8 prediction is
 the float32 one (the label, the set of entities, the answer text, every phrase label);
-regression: the Pearson correlation of the two predictions.
+regression: the Pearson correlation of the two predictions. The record also holds the
+drop's 95% interval, a paired bootstrap over the examples
+(:mod:`span_plugin.export.paired_metrics`): how much of the drop the examples' draw
+alone could make. The thresholds judge the drop itself.
 """
 
 import json
@@ -27,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 from span_plugin.convert.hf_source import ConversionError
+from span_plugin.export import paired_metrics as paired
 from span_plugin.portable.tasks import TASKS
 
 DEFAULT_MAX_DROP = 0.5  # points of the task's metric
@@ -228,70 +232,56 @@ def predict(predictor, examples):
             for x in examples.inputs]
 
 
-def _f1(pred, gold, positive):
-    tp = sum(p == positive and g == positive for p, g in zip(pred, gold))
-    n_pred, n_gold = sum(p == positive for p in pred), sum(g == positive for g in gold)
-    return 0.0 if tp == 0 else 2 * tp / (n_pred + n_gold)
-
-
-def _mcc(pred, gold):
-    labels = sorted(set(pred) | set(gold))
-    index = {x: i for i, x in enumerate(labels)}
-    cm = np.zeros((len(labels), len(labels)))
-    for p, g in zip(pred, gold):
-        cm[index[g], index[p]] += 1
-    t, p, c, s = cm.sum(1), cm.sum(0), np.trace(cm), cm.sum()
-    den = math.sqrt(max(s * s - (p * p).sum(), 0) * max(s * s - (t * t).sum(), 0))
-    return 0.0 if den == 0 else float((c * s - (t * p).sum()) / den)
-
-
-def _pearson(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if len(a) < 2 or a.std() == 0 or b.std() == 0:
-        return 0.0
-    return float(np.corrcoef(a, b)[0, 1])
-
-
 def metric(predictor, examples, predicted):
-    """``(name, points)`` of the task's metric of ``predicted`` against the gold."""
+    """``(name, points, counts)`` of the task's metric of ``predicted`` against the gold:
+    ``counts`` ``[N, K]``, per example, whose sum the metric is a function of
+    (:mod:`span_plugin.export.paired_metrics`)."""
     task, gold = examples.task, examples.gold
     if task == "span_classification":
         record = _record(predictor)
         if predictor.regression:
-            return "pearson", 100 * _pearson(predicted, [float(g) for g in gold])
-        name = GLUE_METRICS.get(record.get("task"), "accuracy")
-        positive = (record.get("labels") or {}).get("positive")
-        if name == "f1" and positive is not None:
-            return "f1", 100 * _f1(predicted, gold, str(positive))
-        if name == "mcc":
-            return "mcc", 100 * _mcc(predicted, gold)
-        return "accuracy", 100 * float(np.mean([p == g for p, g in zip(predicted, gold)]))
+            name, positive = "pearson", None
+            predicted, gold = predicted, [float(g) for g in gold]
+        else:
+            name = GLUE_METRICS.get(record.get("task"), "accuracy")
+            positive = (record.get("labels") or {}).get("positive")
+            if name == "pearson" or name == "f1" and positive is None:
+                name = "accuracy"
+        counts = paired.labels_counts(predicted, gold, name, None if positive is None
+                                      else str(positive), getattr(predictor, "labels", ()))
+        return name, paired.points(name, counts), counts
     if task in ("span_tagging", "span_labeling"):
-        from span_plugin.portable.conll_files import scores
         from span_plugin.modules import entities as ner
 
         mode = predictor.metric_mode
-        found = scores([list(p) for p in predicted], [ner.entities_of(g, mode) for g in gold])
-        return "entity f1", float(found["f1"])
+        counts = np.asarray([ner.match_counts([list(p)], [ner.entities_of(g, mode)])
+                             for p, g in zip(predicted, gold)], dtype=np.float64)
+        return "entity f1", paired.points("entity f1", counts), counts
     if task == "span_qa":
-        from span_plugin.formats.squad_metrics import squad_scores
+        from span_plugin.formats.squad_metrics import (gold_texts, score_answer,
+                                                       scored_questions, squad_scores)
 
         by_id = dict(zip((ex.id for ex in examples.inputs), predicted))
-        version = examples.extra.get("version")
-        return "squad f1", float(squad_scores(by_id, examples.inputs, version)["f1"])
-    pairs = [(p, g) for ps, gs in zip(predicted, gold) for p, g in zip(ps, gs)]
-    return "phrase accuracy", 100 * float(np.mean([p == g for p, g in pairs])) if pairs else 0.0
+        version = examples.extra.get("version") or (
+            "2.0" if any(ex.impossible for ex in examples.inputs) else "1.1")
+        counts = np.asarray([[score_answer(by_id[q.id], gold_texts(q), version)[1], 1]
+                             for q in scored_questions(examples.inputs, version)])
+        return "squad f1", float(squad_scores(by_id, examples.inputs, version)["f1"]), counts
+    counts = np.asarray([[sum(p == g for p, g in zip(ps, gs)), len(gs)]
+                         for ps, gs in zip(predicted, gold)], dtype=np.float64).reshape(-1, 2)
+    return "phrase accuracy", paired.points("phrase accuracy", counts), counts
 
 
 def agreement(examples, fp32, int8):
     """Points: the share of examples predicted alike (regression: Pearson of the two)."""
     if fp32 and isinstance(fp32[0], float):
-        return 100 * _pearson(fp32, int8)
+        return paired.points("pearson", paired.labels_counts(fp32, int8, "pearson"))
     return 100 * float(np.mean([a == b for a, b in zip(fp32, int8)])) if fp32 else 100.0
 
 
 def outcome(predictor, examples):
-    """``(metric name, points, predictions)`` of ``predictor`` on ``examples``."""
+    """``(metric name, points, counts, predictions)`` of ``predictor`` on ``examples``
+    (:func:`metric`)."""
     if not examples.inputs:
         raise ValueError(f"{examples.source}: no examples to measure int8 on")
     predicted = predict(predictor, examples)
@@ -306,11 +296,12 @@ def measure(fp32, int8, examples, method):
 
 def compare(examples, method, fp32, int8):
     """The record of two :func:`outcome` results (float32's first)."""
-    name, score32, a = fp32
-    _, score8, b = int8
+    name, score32, counts32, a = fp32
+    _, score8, counts8, b = int8
     return {"method": method, "examples": len(examples.inputs), "source": examples.source,
             "metric": name, "fp32": round(score32, 2), "int8": round(score8, 2),
             "drop": round(score32 - score8, 2),
+            "drop_interval": paired.drop_interval(name, counts32, counts8),
             "agreement": round(agreement(examples, a, b), 2),
             "agreement_of": "pearson of the scores" if a and isinstance(a[0], float)
             else agreement_of(examples.task)}
@@ -347,8 +338,14 @@ def judge(record, max_drop=DEFAULT_MAX_DROP, force=False, where="int8", min_agre
 def summary(record):
     """One line of the figures, for the command's output and the model card."""
     return (f"int8 ({record['method']}): {record['metric']} {record['int8']:.2f} against "
-            f"float32 {record['fp32']:.2f} (drop {record['drop']:.2f}, allowed "
+            f"float32 {record['fp32']:.2f} (drop {record['drop']:.2f}{_interval(record)}, allowed "
             f"{record['max_drop']:g}; {record['accepted']}), {record['agreement_of']} "
             f"agreeing {record['agreement']:.2f}%"
             + ("" if record.get("min_agreement") is None else f" (least allowed {record['min_agreement']:g})")
             + f", on {record['examples']} examples of {record['source']}")
+
+
+def _interval(record):
+    """`` (95% interval a to b)`` of the drop, when the record has one."""
+    low_high = record.get("drop_interval")
+    return "" if not low_high else f", 95% interval {low_high[0]:.2f} to {low_high[1]:.2f}"

@@ -189,8 +189,12 @@ def int8_lines(record):
             f"{record['examples']} examples of {record['source']}:", "",
             f"| | {record['metric']} |", "|---|---|",
             f"| float32 | {record['fp32']:.2f} |", f"| int8 | {record['int8']:.2f} |", "",
-            f"Drop {record['drop']:.2f} points (allowed {record['max_drop']:g}: "
-            f"{record['accepted']}); {record['agreement_of']} agreeing between the two: "
+            f"Drop {record['drop']:.2f} points"
+            + ("" if not record.get("drop_interval") else
+               f" (95% interval of the examples' draw: {record['drop_interval'][0]:.2f} to "
+               f"{record['drop_interval'][1]:.2f})")
+            + f"; allowed {record['max_drop']:g}: "
+            f"{record['accepted']}; {record['agreement_of']} agreeing between the two: "
             f"{record['agreement']:.2f}%"
             + ("." if record.get("min_agreement") is None
                else f" (least allowed {record['min_agreement']:g})."), ""]
