@@ -7,6 +7,7 @@ get."""
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,8 +21,8 @@ pytest.importorskip("onnxscript")
 
 from span_plugin.cli.export import main as export_main  # noqa: E402
 from span_plugin.hub import SpanHubInterface  # noqa: E402
-from span_plugin.export.onnx_export import (META, MODEL, TOLERANCE, max_abs_diff,  # noqa: E402
-                                               open_session, run_session)
+from span_plugin.export.onnx_export import (BRANCHES, META, MODEL, TOLERANCE,  # noqa: E402
+                                               max_abs_diff, open_session, run_session)
 from span_plugin.export.onnx_graph import HeadGraph  # noqa: E402
 from span_plugin.portable.onnx_inputs import model_inputs  # noqa: E402
 
@@ -181,12 +182,58 @@ def test_an_exported_folder_is_traced_as_its_predictor_runs(mrpc_checkpoint, tmp
     folder = SpanHubInterface.from_pretrained(hf)
     assert meta["special_ids"]["pad"] == folder.vocab.pad
     assert meta["head_kind"] == "sentence" and meta["record"]["inputs"] == 2
+    # two traces under one If on the pads (batches of 1 below take the unpadded one),
+    # each weight stored once, nothing else left in the folder
+    assert meta["graph"] == BRANCHES
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [MODEL, META]
+    size = (tmp_path / "onnx" / MODEL).stat().st_size
+    assert size < 1.2 * (hf / "model.safetensors").stat().st_size
     _, session = assert_onnx_matches_torch(hf, tmp_path / "onnx", glue_rows("MRPC", (3, 4)))
     pairs = glue_rows("MRPC", (3, 4))[:32]
     got = run_session(session, model_inputs(folder, pairs, tuple(meta["inputs"])))["logits"]
     assert max_abs_diff(got, folder.predict_logits(pairs, batch_size=32).numpy()) <= TOLERANCE
     checkpoint = SpanHubInterface.from_pretrained(mrpc_checkpoint, **BPE_FILES)
     assert max_abs_diff(got, checkpoint.predict_logits(pairs, batch_size=32).numpy()) <= TOLERANCE
+
+
+def test_branches_route_on_the_pads_and_store_a_shared_weight_once(tmp_path):
+    """combine(): two graphs that add a shared weight, one plus 1 and one plus 2: a
+    batch without the pad id takes the first, one with it the second; the weight is
+    stored once; traces of other inputs are refused."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from span_plugin.export.onnx_branches import combine
+
+    def graph(path, plus, input_name="src_tokens"):
+        weight = numpy_helper.from_array(np.arange(4, dtype=np.int64), "w")
+        nodes = [helper.make_node("Constant", [], ["k"], value=helper.make_tensor(
+                     "k", TensorProto.INT64, [], [plus])),
+                 helper.make_node("Add", [input_name, "w"], ["x"]),
+                 helper.make_node("Add", ["x", "k"], ["logits"])]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+            input_name, TensorProto.INT64, ["batch", 4])], [helper.make_tensor_value_info(
+                "logits", TensorProto.INT64, None)], [weight])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+        model.ir_version = 10  # what the exporter writes; ONNX Runtime reads up to 13
+        onnx.save(model, path)
+        return path
+
+    a, b = graph(tmp_path / "a.onnx", 1), graph(tmp_path / "b.onnx", 2)
+    combine(a, b, 0, tmp_path / "both.onnx")
+    model = onnx.load(str(tmp_path / "both.onnx"))
+    assert len(model.graph.initializer) == 1
+    session = ort.InferenceSession(str(tmp_path / "both.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    tokens = np.array([[5, 6, 7, 8], [5, 6, 7, 9]], dtype=np.int64)
+    got, = session.run(None, {"src_tokens": tokens})
+    assert (got == tokens + np.arange(4) + 1).all()
+    tokens[1, 3] = 0
+    got, = session.run(None, {"src_tokens": tokens})
+    assert (got == tokens + np.arange(4) + 2).all()
+    with pytest.raises(ValueError, match="differ in their inputs"):
+        combine(a, graph(tmp_path / "c.onnx", 2, "other"), 0, tmp_path / "x.onnx")
 
 
 # head -> (task, its training flags, inputs, outputs)

@@ -37,9 +37,17 @@ def mrpc(tmp_path_factory):
 
 
 def _ops(path):
+    """The op types of the graph at ``path``, its branches' included."""
     import onnx
 
-    return {n.op_type for n in onnx.load(str(path)).graph.node}
+    def of(graph):
+        for node in graph.node:
+            yield node.op_type
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    yield from of(attribute.g)
+
+    return set(of(onnx.load(str(path)).graph))
 
 
 def _dev_rows(data):
@@ -245,6 +253,7 @@ def test_load_model_and_span_predict_with_the_onnx_graph(mrpc, tmp_path):
     rows = list(zip(*((raw / f"valid.input{k}").read_text(encoding="utf-8").splitlines()
                       for k in (0, 1))))
     want = load_model(folder).predict_logits(rows, batch_size=8)
+    assert {"If", "MatMulInteger"} <= _ops(graph8 / MODEL) and "Gemm" not in _ops(graph8 / MODEL)
     model = load_model(folder, onnx=graph32)
     assert not list(model.network.parameters())
     assert (model.predict_logits(rows, batch_size=8) - want).abs().max() < 1e-4

@@ -23,14 +23,19 @@ from span_plugin.files.atomic import staged_folder
 from span_plugin.export import int8_guard
 from span_plugin.hub import SpanHubInterface
 from span_plugin.export.int8_guard import GuardSettings
-from span_plugin.export.onnx_graph import DYNAMIC_AXES, MEANINGS, HeadGraph, traceable
+from span_plugin.export.onnx_branches import combine
+from span_plugin.export.onnx_graph import (DYNAMIC_AXES, MEANINGS, HeadGraph, encoder_path,
+                                           traceable)
 from span_plugin.export.onnx_quantize import answered_by, quantize_graph
 from span_plugin.portable.ner import NerPredictor
 from span_plugin.portable.onnx_inputs import EXPORTED, model_inputs
 from span_plugin.portable.onnx_network import META, MODEL, open_session
 from span_plugin.portable.qa import QAPredictor
 
-INT8_STAGED = "model.int8.onnx"  # the int8 graph beside the float32 one until the guard passes
+INT8_STAGED = "model.int8.onnx"
+UNPADDED, PACKED = "unpadded.onnx", "packed.onnx"  # the two traces, staged, not kept
+BRANCHES = ("two traces under an If on the pads: unpadded batches run the one that "
+            "computes every position, padded ones the one that packs the real tokens")  # the int8 graph beside the float32 one until the guard passes
 INT8_METHOD = ("ONNX Runtime basic graph optimizations, then quantize_dynamic: MatMul/Gemm "
                "weights int8 per output column, activations quantized per call")
 # 20: GELU is one ONNX Gelu node, one ONNX Runtime kernel; opset 18 spells it out in an
@@ -110,6 +115,32 @@ def _trace(graph, example, path):
                           opset_version=OPSET, verbose=False,
                           # protobuf's 2 GB limit: larger weights go to model.onnx.data
                           external_data=_weight_bytes(graph) > EXTERNAL_DATA_BYTES)
+
+
+def _trace_model(graph, example, folder, pad_id):
+    """``folder/model.onnx`` of ``graph``: one trace, or, when its encoder has an
+    unpadded path beside the packed one, both traces joined under a branch on the pads
+    (:mod:`span_plugin.export.onnx_branches`). Returns the two traces' paths (kept for
+    int8, which quantizes each alone), or None."""
+    with encoder_path(graph.network, packed=True) as encoder:
+        if encoder is None:
+            _trace(graph, example, folder / MODEL)
+            return None
+    paths = (folder / UNPADDED, folder / PACKED)
+    for path, packed in zip(paths, (False, True)):
+        with encoder_path(graph.network, packed):
+            _trace(graph, example, path)
+    combine(*paths, pad_id, folder / MODEL,
+            external_data=_weight_bytes(graph) > EXTERNAL_DATA_BYTES)
+    return paths
+
+
+def _remove(paths):
+    """Delete each path and its external weights' file, where there is one."""
+    for path in paths:
+        for name in (str(path), f"{path}.data"):
+            if os.path.exists(name):
+                os.unlink(name)
 
 
 def _weight_bytes(module):
@@ -221,7 +252,7 @@ def load_hub(checkpoint, data=None, **files):
     return hub
 
 
-def quantized(hub, graph, folder, guard=GuardSettings(), where="int8"):
+def quantized(hub, graph, folder, guard=GuardSettings(), where="int8", branches=None):
     """Replace ``folder``'s float32 ``model.onnx`` by its int8 graph
     (:func:`~span_plugin.export.onnx_quantize.quantize_graph`) after the accuracy guard
     (``guard``): both graphs predict the labelled examples (its split of the predictor's
@@ -236,7 +267,15 @@ def quantized(hub, graph, folder, guard=GuardSettings(), where="int8"):
     except ValueError as err:  # no labelled split, a file of another task: one line
         raise ConversionError(f"{where}: {err}") from None
     fp32_path, int8_path = folder / MODEL, folder / INT8_STAGED
-    quantize_graph(fp32_path, int8_path)
+    if branches is None:
+        quantize_graph(fp32_path, int8_path)
+    else:  # each trace alone (the quantizer mishandles weights an If's branches share)
+        staged = [path.with_suffix(".int8.onnx") for path in branches]
+        for src, dst in zip(branches, staged):
+            quantize_graph(src, dst)
+        combine(*staged, hub.vocab.pad, int8_path,
+                external_data=max(map(os.path.getsize, staged)) > EXTERNAL_DATA_BYTES)
+        _remove(staged)
     found = []
     for path in (fp32_path, int8_path):
         with answered_by(hub, open_session(path), graph.input_names, graph.output_names):
@@ -272,7 +311,7 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, int8=None, **files)
                           for x in (examples[2:], examples, [shortest])]
     with staged_folder(out_dir) as tmp:
         try:
-            _trace(graph, example, tmp / MODEL)
+            branches = _trace_model(graph, example, tmp, hub.vocab.pad)
         except Exception as err:  # the exporter's many kinds of refusal: one line
             written = _write_error(err)
             if written is not None:  # a full disk, not the graph: named by staged_folder
@@ -280,7 +319,10 @@ def export_onnx(checkpoint, out_dir, force=False, data=None, int8=None, **files)
             raise ConversionError(f"{checkpoint}: head {graph.head_kind} does not trace to "
                                   f"ONNX ({_summary(err)})") from err
         meta = describe(hub, graph, example, outputs, _check(graph, tmp / MODEL, checks))
+        meta["graph"] = "one trace" if branches is None else BRANCHES
         if int8 is not None:
-            meta["int8"] = quantized(hub, graph, tmp, int8, where=str(checkpoint))
+            meta["int8"] = quantized(hub, graph, tmp, int8, where=str(checkpoint),
+                                     branches=branches)
+        _remove(branches or ())
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta

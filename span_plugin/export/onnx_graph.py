@@ -86,6 +86,22 @@ def output_names(out):
 
 
 @contextlib.contextmanager
+def encoder_path(network, packed):
+    """The network's encoder tracing its packed path (``packed``) or its unpadded one,
+    put back to packed on exit; None (and nothing changed) when the encoder has one
+    path (fairseq's); else the encoder."""
+    encoder = getattr(network, "encoder", None)
+    if not hasattr(encoder, "pack_when_exporting"):
+        yield None
+        return
+    encoder.pack_when_exporting = packed
+    try:
+        yield encoder
+    finally:
+        encoder.pack_when_exporting = True
+
+
+@contextlib.contextmanager
 def traceable(network):
     """fairseq's encoder with its padding mask always passed (same outputs): its
     ``padding_mask.any()`` branch would freeze into the graph whichever way the example

@@ -15,11 +15,10 @@ Two things are done for speed, neither changing a real token's result: query, ke
 value are one ``[3D, D]`` projection (one matmul instead of three), and in a padded
 batch the per-token products (projections, feed-forward, LayerNorms) run on the real
 tokens only, packed; attention alone sees the ``[B, T]`` layout. The pads' features
-are zero (transformers computes values there that no head reads). An exported graph
-(``span-export onnx``) packs every batch it is given, padded or not: its int8 version
-quantizes each product's activations with one scale per call, and a scale set by the
-pads' values (which drift from the real tokens' in the first layers) cost a QA model 1.3
-points of F1 where packing cost none (benchmarks/RESULTS.md).
+are zero (transformers computes values there that no head reads). A graph being
+exported cannot branch on the batch in torch: it computes the packed path for every
+batch (:attr:`BertEncoder.pack_when_exporting`), or the unpadded one, which
+``span-export onnx`` puts under a branch of its own (``export/onnx_branches.py``).
 """
 
 import math
@@ -196,14 +195,17 @@ class BertEncoder(nn.Module):
         self.embeddings = Embeddings(cfg)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if pooler else None
+        # What a graph being exported computes, whatever its example batch holds: the
+        # packed path (right for any batch), or False, the unpadded one (right for a
+        # batch without pads only; span-export onnx runs it under a branch on that).
+        self.pack_when_exporting = True
 
     def forward(self, tokens, token_types=None):
         B, T = tokens.shape
         real = tokens.ne(self.cfg.pad_token_id)
         x = self.embeddings(tokens, token_types).view(B * T, -1)
-        # A graph being exported packs whatever batch it is given (the module's note).
         packing = None
-        if torch.compiler.is_exporting() or not bool(real.all()):
+        if self.pack_when_exporting if torch.compiler.is_exporting() else not bool(real.all()):
             packing = Packing.of(real)
             x = x.index_select(0, packing.rows)
         for layer in self.layers:
