@@ -4,8 +4,9 @@ products on the real tokens alone; :mod:`span_plugin.modules.bert_encoder`).
 
 Why two: packing costs a batch without pads a gather per layer for nothing (3-6% of an
 int8 graph's time at batch 1), while computing the pads costs a padded batch their
-products and, in int8, activation scales stretched by the pads' values
-(benchmarks/RESULTS.md, "int8 on the CPU, fourth pass"). torch's exporter cannot branch
+products (a sixth of an int8 graph's time at batch 32 on MRPC pairs) and, in int8,
+activation scales that the pads' values take part in (benchmarks/RESULTS.md, "int8 on
+the CPU, fourth pass"). torch's exporter cannot branch
 on the batch's values in a form ONNX Runtime's quantizer then handles (its ``If`` shares
 the weights between branches, which the quantizer rewrites for one branch only), so
 each trace is exported, and quantized, alone, and :func:`combine` joins them: each

@@ -16,7 +16,6 @@ import logging
 import os
 import tempfile
 
-from span_plugin.portable.onnx_network import SessionNetwork
 
 QUANTIZED_OPS = ("MatMul", "Gemm")
 
@@ -60,6 +59,11 @@ def quantize_graph(src, dst):
 def answered_by(hub, session, input_names, output_names):
     """The predictor ``hub`` with its network's calls answered by ``session``
     (:class:`SessionNetwork`); its own network put back on exit."""
+    # imported here: span_plugin.portable registers the plugin's model type with
+    # transformers' Auto classes, which quantize_graph's callers (a benchmark's plain
+    # peer) must not get
+    from span_plugin.portable.onnx_network import SessionNetwork
+
     own = hub.network
     hub.network = SessionNetwork(session, input_names, output_names)
     try:
