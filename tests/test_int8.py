@@ -274,6 +274,10 @@ def test_load_model_and_span_predict_with_the_onnx_graph(mrpc, tmp_path):
     (other / META).write_text(json.dumps(meta), encoding="utf-8")
     with pytest.raises(ModelFolderError, match="a graph of head 'another'"):
         load_model(folder, onnx=other)
+    (other / MODEL).write_bytes(b"not a graph")
+    (other / META).write_text(json.dumps({**meta, "head": model.head}), encoding="utf-8")
+    with pytest.raises(ModelFolderError, match="ONNX Runtime does not load it"):
+        load_model(folder, onnx=other)
     with pytest.raises(ValueError, match="runs on the CPU as the graph was written"):
         load_model(folder, onnx=graph8, quantize="int8")
     proc = run_main("span-predict", "--checkpoint", checkpoint, "--split", "valid", "--output",

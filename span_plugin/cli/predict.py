@@ -116,8 +116,9 @@ def load_exported(args):
     own: giving one is an error."""
     from span_plugin.portable import load_model
 
+    own = ("--checkpoint", "--model", "--onnx", "--data")
     given = [flag for flag, path in files_read(args).items()
-             if path is not None and flag not in ("--checkpoint", "--model", "--onnx", "--data")]
+             if path is not None and flag not in own]
     given += ["--" + k.replace("_", "-") for k in ("bpe", "ngrams_top_k", "segmentation", "seed")
               if getattr(args, k) is not None]
     if given:

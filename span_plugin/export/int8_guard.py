@@ -15,10 +15,8 @@ class, CoLA Matthews correlation, STS-B Pearson; accuracy for the others and for
 entity F1 (tagging, span labeling, in the model's metric mode), SQuAD F1 (QA), phrase
 label accuracy (span pairs). Agreement: the share of examples whose int8 prediction is
 the float32 one (the label, the set of entities, the answer text, every phrase label);
-regression: the Pearson correlation of the two predictions. The record also holds the
-drop's 95% interval, a paired bootstrap over the examples
-(:mod:`span_plugin.export.paired_metrics`): how much of the drop the examples' draw
-alone could make. The thresholds judge the drop itself.
+regression: the Pearson correlation of the two predictions; the drop's 95% interval
+(:mod:`span_plugin.export.paired_metrics`) beside it.
 """
 
 import json
@@ -240,8 +238,7 @@ def metric(predictor, examples, predicted):
     if task == "span_classification":
         record = _record(predictor)
         if predictor.regression:
-            name, positive = "pearson", None
-            predicted, gold = predicted, [float(g) for g in gold]
+            name, positive, gold = "pearson", None, [float(g) for g in gold]
         else:
             name = GLUE_METRICS.get(record.get("task"), "accuracy")
             positive = (record.get("labels") or {}).get("positive")

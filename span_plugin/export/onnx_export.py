@@ -25,17 +25,17 @@ from span_plugin.hub import SpanHubInterface
 from span_plugin.export.int8_guard import GuardSettings
 from span_plugin.export.onnx_branches import combine
 from span_plugin.export.onnx_graph import (DYNAMIC_AXES, MEANINGS, HeadGraph, encoder_path,
-                                           traceable)
+                                           has_two_paths, traceable)
 from span_plugin.export.onnx_quantize import answered_by, quantize_graph
 from span_plugin.portable.ner import NerPredictor
 from span_plugin.portable.onnx_inputs import EXPORTED, model_inputs
 from span_plugin.portable.onnx_network import META, MODEL, open_session
 from span_plugin.portable.qa import QAPredictor
 
-INT8_STAGED = "model.int8.onnx"
+INT8_STAGED = "model.int8.onnx"  # the int8 graph beside the float32 one until the guard passes
 UNPADDED, PACKED = "unpadded.onnx", "packed.onnx"  # the two traces, staged, not kept
 BRANCHES = ("two traces under an If on the pads: unpadded batches run the one that "
-            "computes every position, padded ones the one that packs the real tokens")  # the int8 graph beside the float32 one until the guard passes
+            "computes every position, padded ones the one that packs the real tokens")
 INT8_METHOD = ("ONNX Runtime basic graph optimizations, then quantize_dynamic: MatMul/Gemm "
                "weights int8 per output column, activations quantized per call")
 # 20: GELU is one ONNX Gelu node, one ONNX Runtime kernel; opset 18 spells it out in an
@@ -122,10 +122,9 @@ def _trace_model(graph, example, folder, pad_id):
     unpadded path beside the packed one, both traces joined under a branch on the pads
     (:mod:`span_plugin.export.onnx_branches`). Returns the two traces' paths (kept for
     int8, which quantizes each alone), or None."""
-    with encoder_path(graph.network, packed=True) as encoder:
-        if encoder is None:
-            _trace(graph, example, folder / MODEL)
-            return None
+    if not has_two_paths(graph.network):
+        _trace(graph, example, folder / MODEL)
+        return None
     paths = (folder / UNPADDED, folder / PACKED)
     for path, packed in zip(paths, (False, True)):
         with encoder_path(graph.network, packed):

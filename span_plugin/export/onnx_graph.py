@@ -85,15 +85,17 @@ def output_names(out):
     return ("logits",)
 
 
+def has_two_paths(network):
+    """Whether the network's encoder traces a packed and an unpadded path (the plugin's
+    plain-torch encoder) rather than one (fairseq's)."""
+    return hasattr(getattr(network, "encoder", None), "pack_when_exporting")
+
+
 @contextlib.contextmanager
 def encoder_path(network, packed):
-    """The network's encoder tracing its packed path (``packed``) or its unpadded one,
-    put back to packed on exit; None (and nothing changed) when the encoder has one
-    path (fairseq's); else the encoder."""
-    encoder = getattr(network, "encoder", None)
-    if not hasattr(encoder, "pack_when_exporting"):
-        yield None
-        return
+    """The network's encoder (:func:`has_two_paths`) tracing its packed path
+    (``packed``) or its unpadded one; packed again on exit."""
+    encoder = network.encoder
     encoder.pack_when_exporting = packed
     try:
         yield encoder

@@ -15,10 +15,8 @@ Two things are done for speed, neither changing a real token's result: query, ke
 value are one ``[3D, D]`` projection (one matmul instead of three), and in a padded
 batch the per-token products (projections, feed-forward, LayerNorms) run on the real
 tokens only, packed; attention alone sees the ``[B, T]`` layout. The pads' features
-are zero (transformers computes values there that no head reads). A graph being
-exported cannot branch on the batch in torch: it computes the packed path for every
-batch (:attr:`BertEncoder.pack_when_exporting`), or the unpadded one, which
-``span-export onnx`` puts under a branch of its own (``export/onnx_branches.py``).
+are zero (transformers computes values there that no head reads). Under export, one
+path for every batch (:attr:`BertEncoder.pack_when_exporting`; docs/EXPORT.md).
 """
 
 import math

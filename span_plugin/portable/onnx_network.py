@@ -76,6 +76,10 @@ def onnx_network(predictor, graph, threads=1):
             raise ModelFolderError(f"{need}: not found; --onnx names a folder that "
                                    f"span-export onnx wrote ({MODEL} and {META})")
     meta = read_json(meta_path, "onnx.json")
+    if not (isinstance(meta, dict) and isinstance(meta.get("inputs"), dict)
+            and isinstance(meta.get("outputs"), dict)):
+        raise ModelFolderError(f"{meta_path}: not the onnx.json span-export onnx writes "
+                               f"(an object with inputs and outputs)")
     where = predictor.folder.where
     for key, ours in (("task", predictor.task_name), ("head", predictor.head)):
         if meta.get(key) != ours:
@@ -101,4 +105,13 @@ def onnx_network(predictor, graph, threads=1):
     if unfed:
         raise ModelFolderError(f"{meta_path}: the graph reads {unfed}, which head "
                                f"{predictor.head!r} is not fed")
-    return SessionNetwork(open_session(path, threads), meta["inputs"], meta["outputs"], ids)
+    try:
+        session = open_session(path, threads)
+    except Exception as err:  # noqa: BLE001 - ONNX Runtime's own kinds: one line
+        line = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise ModelFolderError(f"{path}: ONNX Runtime does not load it ({line})") from None
+    reads = [i.name for i in session.get_inputs()]
+    if reads != list(meta["inputs"]):
+        raise ModelFolderError(f"{path}: the graph reads {reads}, {META} says "
+                               f"{list(meta['inputs'])}")
+    return SessionNetwork(session, meta["inputs"], meta["outputs"], ids)
