@@ -93,8 +93,9 @@ def main():
     p.add_argument("--quick", action="store_true")
     args = p.parse_args()
     work = args.work
-    if args.quick:
-        work, args.pairs, args.rounds, args.threads = tempfile.mkdtemp(prefix="graph_alone_"), 16, 1, [1]
+    if args.quick:  # a tiny model, built here unless --work holds one (portable_inference.py --quick --work)
+        work = work or tempfile.mkdtemp(prefix="graph_alone_")
+        args.pairs, args.rounds, args.threads = 16, 1, [1]
         prepare(work, quick=True)
     elif not work:
         p.error("--work is required (or --quick)")
@@ -109,7 +110,7 @@ def main():
         for threads in args.threads:
             measure(work, encoded_by, graphs, threads, dev_pairs(args.pairs), args.rounds)
     finally:
-        if args.quick:
+        if args.quick and not args.work:
             shutil.rmtree(work, ignore_errors=True)
 
 

@@ -289,7 +289,9 @@ def measure(path, checkpoint, folder, n, threads=1):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--work", default=os.path.join(ROOT, "runs", "bench-portable"))
+    p.add_argument("--work", help="where the model and graphs are built, once (default: "
+                   "runs/bench-portable; with --quick a temporary folder, or this one, kept, "
+                   "which onnx_graph_alone.py --quick --work can reuse)")
     p.add_argument("--runs", type=int, default=5, help="fresh processes per path")
     p.add_argument("--pairs", type=int, default=408, help="MRPC dev pairs (408: all)")
     p.add_argument("--checkpoint", help="a fine-tuned MRPC checkpoint to export and measure "
@@ -311,13 +313,16 @@ def main():
         import shutil
         import tempfile
 
-        args.work, args.runs, args.pairs = tempfile.mkdtemp(prefix="portable_bench_"), 1, 16
-        args.threads = [1]
+        given = args.work
+        args.work = given or tempfile.mkdtemp(prefix="portable_bench_")
+        args.runs, args.pairs, args.threads = 1, 16, [1]
         try:
             report(args)
         finally:
-            shutil.rmtree(args.work, ignore_errors=True)
+            if not given:
+                shutil.rmtree(args.work, ignore_errors=True)
         return
+    args.work = args.work or os.path.join(ROOT, "runs", "bench-portable")
     report(args)
 
 

@@ -286,6 +286,22 @@ def test_load_model_and_span_predict_with_the_onnx_graph(mrpc, tmp_path):
         proc.stdout, proc.stdout
 
 
+def test_onnx_without_onnxruntime_names_the_install(mrpc, tmp_path, monkeypatch):
+    """onnx= where onnxruntime is not installed (the lean install): one line saying what
+    to install, from load_model and from span-predict."""
+    import span_plugin.requires as requires
+    from span_plugin.cli.predict import main as predict_main
+
+    _, data, folder = mrpc
+    real = requires.installed
+    monkeypatch.setattr(requires, "installed", lambda m: m != "onnxruntime" and real(m))
+    with pytest.raises(requires.MissingPackageError, match=r"pip install 'span_plugin\[onnx\]'"):
+        load_model(folder, onnx=tmp_path)
+    assert predict_main(["--model", str(folder), "--onnx", str(tmp_path), "--data", str(data),
+                         "--split", "valid", "--output", str(tmp_path / "x.tsv")]) == 2
+    assert not (tmp_path / "x.tsv").exists()
+
+
 def _points(name, predicted, gold, **options):
     return paired.points(name, paired.labels_counts(predicted, gold, name, **options))
 

@@ -168,7 +168,8 @@ def main(argv=None):
     from span_plugin.files.stops import Stopped, report, stop_on_sigterm
     from span_plugin.portable.outputs import paths_given
 
-    errors = (ValueError, OSError, KeyboardInterrupt, Stopped, ModelFolderError)
+    errors = (ValueError, OSError, KeyboardInterrupt, Stopped, ModelFolderError,
+              MissingPackageError)
     if not portable:
         from span_plugin.convert.safe_load import DamagedCheckpointError
 

@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from span_plugin.formats.model_folder import ModelFolderError, read_json
 from span_plugin.portable.onnx_inputs import graph_ids, record_dictionaries
+from span_plugin.requires import require
 
 MODEL, META = "model.onnx", "onnx.json"
 
@@ -70,10 +71,12 @@ def onnx_network(predictor, graph, threads=1):
     ``onnx.json``, another task or head, a data record naming other dictionaries (another
     checkpoint's graph), special ids neither the folder's nor its dictionary's, an input
     the predictor does not feed."""
+    require("onnxruntime", "predicting with an ONNX graph (onnx=, --onnx)",
+            "pip install 'span_plugin[onnx]' (or pip install onnxruntime)")
     path, meta_path = os.path.join(graph, MODEL), os.path.join(graph, META)
     for need in (path, meta_path):
         if not os.path.isfile(need):
-            raise ModelFolderError(f"{need}: not found; --onnx names a folder that "
+            raise ModelFolderError(f"{need}: not found; onnx= (--onnx) names a folder that "
                                    f"span-export onnx wrote ({MODEL} and {META})")
     meta = read_json(meta_path, "onnx.json")
     if not (isinstance(meta, dict) and isinstance(meta.get("inputs"), dict)
