@@ -346,10 +346,8 @@ def test_drop_interval_is_a_paired_bootstrap_of_the_metric():
     c32, c8 = (paired.labels_counts(p, gold, "f1", positive="1") for p in (fp32, int8))
     got = paired.drop_interval("f1", c32, c8)
     n = len(gold)
-    draws = np.random.default_rng(paired.SEED).multinomial(n, np.full(n, 1 / n),
-                                                           size=paired.RESAMPLES)
     drops = []
-    for w in draws:
+    for w in np.concatenate(list(paired.resample_weights(n))):
         idx = np.repeat(np.arange(n), w)
         g = [gold[i] for i in idx]
         drops.append(100 * (f1_score(g, [fp32[i] for i in idx], pos_label="1")
@@ -364,6 +362,9 @@ def test_drop_interval_is_a_paired_bootstrap_of_the_metric():
     assert near[1] - near[0] < got[1] - got[0]
     with pytest.raises(ValueError, match="not one paired sample"):
         paired.drop_interval("f1", c32, c8[:-1])
+    # a split of 40,000 rows (QQP's dev set) is resampled a few hundred rows at a time
+    assert [len(w) for w in paired.resample_weights(40_000)][:2] == [104, 104]
+    assert sum(len(w) for w in paired.resample_weights(40_000)) == paired.RESAMPLES
 
 
 def test_judge_refuses_a_threshold_that_is_not_a_number():

@@ -18,6 +18,7 @@ import numpy as np
 
 RESAMPLES = 1000
 SEED = 0  # the same resamples every run: a record can be recomputed
+CELLS = 1 << 22  # resample weights held at once (a dev set of 40,000 rows: 104 resamples)
 
 
 def _ratio(num, den):
@@ -87,9 +88,19 @@ def drop_interval(name, fp32_counts, int8_counts, level=95.0):
     if fp32_counts.shape != int8_counts.shape or n == 0:
         raise ValueError(f"{name}: counts of {fp32_counts.shape} and {int8_counts.shape} "
                          f"examples are not one paired sample")
-    weights = np.random.default_rng(SEED).multinomial(n, np.full(n, 1 / n), size=RESAMPLES)
     formula = FORMULAS[name]
-    drops = formula(weights @ fp32_counts) - formula(weights @ int8_counts)
+    drops = np.concatenate([formula(w @ fp32_counts) - formula(w @ int8_counts)
+                            for w in resample_weights(n)])
     tail = (100 - level) / 2
     low, high = np.percentile(drops, [tail, 100 - tail])
     return [round(float(low), 2), round(float(high), 2)]
+
+
+def resample_weights(n):
+    """The :data:`RESAMPLES` bootstrap resamples of ``n`` examples, as how many times
+    each is drawn (``[r, n]`` arrays, a few at a time so that a large split stays
+    within :data:`CELLS`), seeded with :data:`SEED`."""
+    rng = np.random.default_rng(SEED)
+    step = max(1, CELLS // n)
+    for start in range(0, RESAMPLES, step):
+        yield rng.multinomial(n, np.full(n, 1 / n), size=min(step, RESAMPLES - start))
