@@ -24,7 +24,7 @@ from span_plugin.hub import SpanHubInterface  # noqa: E402
 from span_plugin.export.onnx_export import (BRANCHES, META, MODEL, TOLERANCE,  # noqa: E402
                                                max_abs_diff, open_session, run_session)
 from span_plugin.export.onnx_graph import HeadGraph  # noqa: E402
-from span_plugin.portable.onnx_inputs import model_inputs  # noqa: E402
+from span_plugin.portable.onnx_inputs import model_inputs, onnx_inputs  # noqa: E402
 
 BPE = ["--gpt2-encoder-json", GPT2_BPE / "encoder.json", "--gpt2-vocab-bpe", GPT2_BPE / "vocab.bpe"]
 BATCH_SIZES = (1, 7, 32, 3, 16, 5, 24, 12)  # cycled: batches of many sizes and lengths
@@ -192,6 +192,9 @@ def test_an_exported_folder_is_traced_as_its_predictor_runs(mrpc_checkpoint, tmp
     pairs = glue_rows("MRPC", (3, 4))[:32]
     got = run_session(session, model_inputs(folder, pairs, tuple(meta["inputs"])))["logits"]
     assert max_abs_diff(got, folder.predict_logits(pairs, batch_size=32).numpy()) <= TOLERANCE
+    # onnx_inputs feeds a graph traced on the folder its own ids
+    fed = session.run(None, onnx_inputs(folder, meta, pairs))[0]
+    assert max_abs_diff(fed, got) <= TOLERANCE
     checkpoint = SpanHubInterface.from_pretrained(mrpc_checkpoint, **BPE_FILES)
     assert max_abs_diff(got, checkpoint.predict_logits(pairs, batch_size=32).numpy()) <= TOLERANCE
 

@@ -328,6 +328,42 @@ def test_guard_metrics_against_scikit_learn_and_scipy():
     assert _points("pearson", noisy, scores) == pytest.approx(100 * pearsonr(noisy, scores)[0])
 
 
+def test_guard_entity_and_squad_f1_are_the_official_scorers():
+    """The guard's entity F1 (per-sentence counts) against span-predict's CoNLL scorer on
+    real CoNLL-2003 valid tags with a fifth of the entities dropped; its SQuAD F1
+    (per-question counts) against the official script's summary on real SQuAD 1.1 dev
+    questions answered with a shortened gold answer or a wrong word."""
+    from types import SimpleNamespace
+
+    from conftest import DATA
+    from span_plugin.formats.squad import read_qa
+    from span_plugin.formats.squad_metrics import squad_scores
+    from span_plugin.modules import entities as ner
+    from span_plugin.portable.conll_files import scores
+
+    rng = np.random.default_rng(2)
+    blocks = (DATA / "conll2003" / "valid.txt").read_text(encoding="utf-8").split("\n\n")
+    gold = [[line.split()[-1] for line in b.splitlines()
+             if line and not line.startswith("-DOCSTART-")] for b in blocks[:300]]
+    gold = [g for g in gold if g]
+    predicted = [tuple(e for e in ner.entities_of(g) if rng.random() > 0.2) for g in gold]
+    tagger = SimpleNamespace(metric_mode="default")
+    name, points, _ = int8_guard.metric(tagger, int8_guard.Examples("span_tagging", [], gold, "x"),
+                                        predicted)
+    assert name == "entity f1"
+    assert points == pytest.approx(scores([list(p) for p in predicted],
+                                          [ner.entities_of(g) for g in gold])["f1"], abs=0.006)
+
+    questions = read_qa(DATA / "squad" / "dev-v1.1.json", official=True).examples[:200]
+    answers = [q.answers[0][0].split()[: max(1, len(q.answers[0][0].split()) - 1)]
+               if rng.random() < 0.7 else ["nothing"] for q in questions]
+    answers = [" ".join(a) for a in answers]
+    examples = int8_guard.Examples("span_qa", questions, questions, "x", {"version": "1.1"})
+    name, points, _ = int8_guard.metric(None, examples, answers)
+    official = squad_scores(dict(zip((q.id for q in questions), answers)), questions, "1.1")
+    assert name == "squad f1" and points == pytest.approx(official["f1"])
+
+
 def test_drop_interval_is_a_paired_bootstrap_of_the_metric():
     """The interval against a plain loop over resamples (the same seeded draws, the
     metric recomputed by scikit-learn on each): equal. It narrows as the two predictions

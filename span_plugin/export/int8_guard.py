@@ -255,15 +255,15 @@ def metric(predictor, examples, predicted):
                              for p, g in zip(predicted, gold)], dtype=np.float64)
         return "entity f1", paired.points("entity f1", counts), counts
     if task == "span_qa":
-        from span_plugin.formats.squad_metrics import (gold_texts, score_answer,
-                                                       scored_questions, squad_scores)
+        from span_plugin.formats.squad_metrics import gold_texts, score_answer, scored_questions
 
         by_id = dict(zip((ex.id for ex in examples.inputs), predicted))
         version = examples.extra.get("version") or (
             "2.0" if any(ex.impossible for ex in examples.inputs) else "1.1")
+        # the official scripts' F1 (squad_scores), question by question
         counts = np.asarray([[score_answer(by_id[q.id], gold_texts(q), version)[1], 1]
                              for q in scored_questions(examples.inputs, version)])
-        return "squad f1", float(squad_scores(by_id, examples.inputs, version)["f1"]), counts
+        return "squad f1", paired.points("squad f1", counts), counts
     counts = np.asarray([[sum(p == g for p, g in zip(ps, gs)), len(gs)]
                          for ps, gs in zip(predicted, gold)], dtype=np.float64).reshape(-1, 2)
     return "phrase accuracy", paired.points("phrase accuracy", counts), counts

@@ -202,8 +202,12 @@ class BertEncoder(nn.Module):
         B, T = tokens.shape
         real = tokens.ne(self.cfg.pad_token_id)
         x = self.embeddings(tokens, token_types).view(B * T, -1)
+        if torch.compiler.is_exporting():
+            pack = self.pack_when_exporting  # a graph cannot branch on the batch here
+        else:
+            pack = not bool(real.all())
         packing = None
-        if self.pack_when_exporting if torch.compiler.is_exporting() else not bool(real.all()):
+        if pack:
             packing = Packing.of(real)
             x = x.index_select(0, packing.rows)
         for layer in self.layers:

@@ -18,7 +18,7 @@ import os
 import torch
 
 from span_plugin.convert.bert import vocab_mapping
-from span_plugin.formats.model_folder import read_json
+from span_plugin.formats.model_folder import ModelFolderError, read_json
 from span_plugin.formats.squad import QAExample
 from span_plugin.portable.batches import pad_rows, pad_tokens
 from span_plugin.portable.ner import NerPredictor
@@ -83,28 +83,42 @@ def graph_ids(model):
     return table
 
 
+def graph_id_table(model, meta, where="onnx.json"):
+    """How the graph that ``onnx.json`` (``meta``, read from ``where``) describes takes
+    the token ids of ``model`` (a :func:`~span_plugin.portable.load_model` predictor):
+    None when they are its own (a graph traced on the folder), else LongTensor ``[V]``,
+    the dictionary id of each folder id (a graph traced on the checkpoint). A
+    ModelFolderError names the mismatch: a data record of other dictionaries (another
+    checkpoint's graph), special ids neither the folder's nor its dictionary's."""
+    ours, theirs = record_dictionaries(model.record), record_dictionaries(meta.get("record"))
+    if ours != theirs:
+        raise ModelFolderError(f"{where}: its data record names other dictionaries than "
+                               f"{model.folder.where} ({sorted(theirs.items())[:1]} against "
+                               f"{sorted(ours.items())[:1]}): the graph of another model")
+    vocab = model.vocab
+    specials = {"bos": vocab.bos, "pad": vocab.pad, "eos": vocab.eos, "unk": vocab.unk}
+    if meta.get("special_ids") == specials:
+        return None
+    table = graph_ids(model)
+    if table is None or {k: int(table[v]) for k, v in specials.items()} != meta.get("special_ids"):
+        raise ModelFolderError(f"{where}: special_ids {meta.get('special_ids')}, neither "
+                               f"{model.folder.where}'s token ids ({specials}) nor its "
+                               f"dictionary's")
+    return table
+
+
 def onnx_inputs(model, meta, examples):
     """``{input name: int64 numpy array [B, ...]}`` of the graph ``onnx.json`` (``meta``,
     its dict) describes, for the raw ``examples`` (str, or (str, str) pairs) encoded by
     ``model``, the :func:`~span_plugin.portable.load_model` predictor of the
-    ``span-export hf`` folder of the same checkpoint: the dictionary's ids right-padded
-    with its pad id, the n-gram spans (0, 0)-padded. Sentence models (``span_classification``,
-    ``sentence_prediction``); a ValueError names any mismatch with ``meta``."""
+    ``span-export hf`` folder of the same checkpoint: the graph's ids
+    (:func:`graph_id_table`) right-padded with its pad id, the n-gram spans
+    (0, 0)-padded. Sentence models (``span_classification``, ``sentence_prediction``); a
+    ValueError names any mismatch with ``meta``."""
     if not hasattr(model, "encode"):
         raise ValueError(f"{model.folder.where}: task {model.folder.task!r}; onnx_inputs makes "
                          f"the inputs of sentence and pair models")
-    ours, theirs = record_dictionaries(model.record), record_dictionaries(meta.get("record"))
-    if ours != theirs:
-        raise ValueError(f"onnx.json's data record names other dictionaries than "
-                         f"{model.folder.where} ({sorted(theirs.items())[:1]} against "
-                         f"{sorted(ours.items())[:1]}): not the same checkpoint's exports")
-    table = graph_ids(model)
-    vocab = model.vocab
-    specials = {"bos": vocab.bos, "pad": vocab.pad, "eos": vocab.eos, "unk": vocab.unk}
-    mapped = {k: int(v if table is None else table[v]) for k, v in specials.items()}
-    if mapped != meta["special_ids"]:
-        raise ValueError(f"onnx.json's special_ids {meta['special_ids']}, but the folder's "
-                         f"tokens map to {mapped}")
+    table = graph_id_table(model, meta)
     feed = model_inputs(model, examples, ("src_tokens", "spans"))
     if table is not None:  # the pads too: the folder's pad maps to special_ids.pad (checked)
         feed["src_tokens"] = table[feed["src_tokens"]]

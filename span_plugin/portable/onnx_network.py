@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from span_plugin.formats.model_folder import ModelFolderError, read_json
-from span_plugin.portable.onnx_inputs import graph_ids, record_dictionaries
+from span_plugin.portable.onnx_inputs import graph_id_table
 from span_plugin.requires import require
 
 MODEL, META = "model.onnx", "onnx.json"
@@ -68,9 +68,10 @@ def onnx_network(predictor, graph, threads=1):
     """A :class:`SessionNetwork` of the ``span-export onnx`` folder ``graph`` for
     ``predictor`` (a :func:`~span_plugin.portable.load_model` predictor of the same
     model). Refused in one line naming the file: a folder without ``model.onnx`` and
-    ``onnx.json``, another task or head, a data record naming other dictionaries (another
-    checkpoint's graph), special ids neither the folder's nor its dictionary's, an input
-    the predictor does not feed."""
+    ``onnx.json``, another task or head, the graph of another model or ids that fit
+    neither the folder nor its dictionary (:func:`~span_plugin.portable.onnx_inputs.
+    graph_id_table`), an input the predictor does not feed, a graph ONNX Runtime cannot
+    load."""
     require("onnxruntime", "predicting with an ONNX graph (onnx=, --onnx)",
             "pip install 'span_plugin[onnx]' (or pip install onnxruntime)")
     path, meta_path = os.path.join(graph, MODEL), os.path.join(graph, META)
@@ -88,21 +89,7 @@ def onnx_network(predictor, graph, threads=1):
         if meta.get(key) != ours:
             raise ModelFolderError(f"{meta_path}: a graph of {key} {meta.get(key)!r}, but "
                                    f"{where} predicts with {key} {ours!r}")
-    ours, theirs = (record_dictionaries(predictor.record),
-                    record_dictionaries(meta.get("record")))
-    if ours != theirs:
-        raise ModelFolderError(f"{meta_path}: its data record names other dictionaries than "
-                               f"{where}: the graph of another model")
-    vocab = predictor.vocab
-    specials = {"bos": vocab.bos, "pad": vocab.pad, "eos": vocab.eos, "unk": vocab.unk}
-    ids = None
-    if meta.get("special_ids") != specials:  # traced on the checkpoint: the dictionary's ids
-        ids = graph_ids(predictor)
-        mapped = None if ids is None else {k: int(ids[v]) for k, v in specials.items()}
-        if mapped != meta.get("special_ids"):
-            raise ModelFolderError(f"{meta_path}: special_ids {meta.get('special_ids')}, "
-                                   f"neither {where}'s token ids ({specials}) nor its "
-                                   f"dictionary's")
+    ids = graph_id_table(predictor, meta, meta_path)
     feeds = {"src_tokens", *(predictor.folder.heads[predictor.head].get("inputs") or ())}
     unfed = sorted(set(meta["inputs"]) - feeds)
     if unfed:
